@@ -1,0 +1,22 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+
+.PHONY: demo test clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,plot]'
+	rm -f $(VENV)/.installed-*; touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/gpucomm demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

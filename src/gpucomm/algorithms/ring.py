@@ -1,0 +1,105 @@
+"""Ring algorithms: each rank talks only to its neighbour, bandwidth-optimal, P-1 steps a phase.
+
+All-reduce is the classic reduce-scatter followed by all-gather (Patarasuk & Yuan 2009): each
+rank sends 2(P-1)/P of the buffer. With C channels the buffer is cut into C independent rings
+that run concurrently, as NCCL's channels do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..schedule import Schedule, concat, step
+from . import algorithm
+
+
+def _channels(channels) -> int:
+    if not isinstance(channels, int) or channels < 1:
+        raise ConfigError(f"channels must be an integer >= 1, got {channels!r}")
+    return channels
+
+
+@algorithm("all_reduce", "ring")
+def ring_all_reduce(nranks: int, root: int = 0, channels: int = 1) -> Schedule:
+    """Ring reduce-scatter then ring all-gather; C channels run side by side."""
+    p, c = nranks, _channels(channels)
+    r = np.arange(p)
+    base = (np.arange(c) * p)[:, None]  # channel ch owns chunks ch*P .. ch*P+P-1
+
+    def steps():
+        for s in range(p - 1):  # reduce-scatter: chunk r-s travels r -> r+1, reduced
+            yield step(np.tile(r, c), np.tile((r + 1) % p, c), (base + (r - s) % p).reshape(-1),
+                       reduce=True, channel=np.repeat(np.arange(c), p))
+        for s in range(p - 1):  # all-gather: the finished chunk r+1-s moves on, copied
+            yield step(np.tile(r, c), np.tile((r + 1) % p, c),
+                       (base + (r + 1 - s) % p).reshape(-1), channel=np.repeat(np.arange(c), p))
+    return Schedule("all_reduce", p, "ring", c * p, steps, channels=c,
+                    params=(("channels", c),))
+
+
+@algorithm("reduce_scatter", "ring")
+def ring_reduce_scatter(nranks: int, root: int = 0, channels: int = 1) -> Schedule:
+    """Block r-s-1 travels r -> r+1 and is reduced; rank r ends with block r."""
+    p, c = nranks, _channels(channels)
+    r = np.arange(p)
+
+    def steps():
+        for s in range(p - 1):
+            blocks = (r - s - 1) % p
+            yield step(np.repeat(r, c), np.repeat((r + 1) % p, c),
+                       (blocks[:, None] * c + np.arange(c)).reshape(-1), reduce=True,
+                       channel=np.tile(np.arange(c), p))
+    return Schedule("reduce_scatter", p, "ring", c, steps, channels=c, params=(("channels", c),))
+
+
+@algorithm("all_gather", "ring")
+def ring_all_gather(nranks: int, root: int = 0, channels: int = 1) -> Schedule:
+    """Block r-s travels r -> r+1; after P-1 steps every rank has every block."""
+    p, c = nranks, _channels(channels)
+    r = np.arange(p)
+
+    def steps():
+        for s in range(p - 1):
+            blocks = (r - s) % p
+            yield step(np.repeat(r, c), np.repeat((r + 1) % p, c),
+                       (blocks[:, None] * c + np.arange(c)).reshape(-1),
+                       channel=np.tile(np.arange(c), p))
+    return Schedule("all_gather", p, "ring", c, steps, channels=c, params=(("channels", c),))
+
+
+def chain_order(nranks: int, root: int) -> np.ndarray:
+    """Ranks in chain order starting at the root: root, root+1, ..."""
+    return (root + np.arange(nranks)) % nranks
+
+
+@algorithm("broadcast", "ring")
+def chain_broadcast(nranks: int, root: int = 0, chunks: int = 8) -> Schedule:
+    """A pipelined chain from the root (NCCL's ring broadcast): `chunks` pieces in flight."""
+    if not isinstance(chunks, int) or chunks < 1:
+        raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
+    order = chain_order(nranks, root)
+
+    def steps():
+        for s in range(chunks + nranks - 2):  # hop h carries chunk s-h at step s
+            hops = [h for h in range(nranks - 1) if 0 <= s - h < chunks]
+            if hops:
+                h = np.array(hops)
+                yield step(order[h], order[h + 1], s - h)
+    return Schedule("broadcast", nranks, "ring", chunks, steps, root=root,
+                    params=(("chunks", chunks),))
+
+
+@algorithm("reduce", "ring")
+def chain_reduce(nranks: int, root: int = 0, chunks: int = 8) -> Schedule:
+    """A pipelined chain ending at the root: each rank adds its part and passes it on."""
+    if not isinstance(chunks, int) or chunks < 1:
+        raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
+    order = chain_order(nranks, (root + 1) % nranks)  # root+1, ..., root: the root is last
+    def steps():
+        for s in range(chunks + nranks - 2):
+            hops = [h for h in range(nranks - 1) if 0 <= s - h < chunks]
+            if hops:
+                h = np.array(hops)
+                yield step(order[h], order[h + 1], s - h, reduce=True)
+    return Schedule("reduce", nranks, "ring", chunks, steps, root=root,
+                    params=(("chunks", chunks),))

@@ -1,0 +1,152 @@
+"""Element types and reduction operations, with the numerics real libraries use.
+
+bfloat16 has no numpy type: it is stored as uint16 (the upper half of a float32) and reduced
+in float32, rounding to nearest-even after every reduction, as NCCL does. float16 is reduced
+the same way (widen, reduce, round).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    storage: np.dtype  # how elements sit in memory
+    compute: np.dtype  # what a reduction is computed in
+    is_float: bool
+
+    @property
+    def itemsize(self) -> int:
+        return self.storage.itemsize
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("int8", np.dtype(np.int8), np.dtype(np.int8), False),
+        DType("uint8", np.dtype(np.uint8), np.dtype(np.uint8), False),
+        DType("int32", np.dtype(np.int32), np.dtype(np.int32), False),
+        DType("int64", np.dtype(np.int64), np.dtype(np.int64), False),
+        DType("float16", np.dtype(np.float16), np.dtype(np.float32), True),
+        DType("bfloat16", np.dtype(np.uint16), np.dtype(np.float32), True),
+        DType("float32", np.dtype(np.float32), np.dtype(np.float32), True),
+        DType("float64", np.dtype(np.float64), np.dtype(np.float64), True),
+    )
+}
+# nccl-tests spellings and short names, so `-d float` and `-d half` work as users expect.
+ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16",
+           "int": "int32", "char": "int8", "uchar": "uint8", "fp16": "float16", "fp32": "float32",
+           "fp64": "float64"}
+
+REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
+_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+
+
+def get_dtype(name) -> DType:
+    """The DType for a name (`float32`, nccl-tests' `float`), a DType or a numpy dtype."""
+    if isinstance(name, DType):
+        return name
+    if isinstance(name, np.dtype) or isinstance(name, type):
+        np_name = np.dtype(name).name
+        if np_name == "uint16":
+            raise ConfigError("dtype uint16 is ambiguous: pass 'bfloat16' to reduce it as bfloat16")
+        name = np_name
+    key = ALIASES.get(str(name), str(name))
+    if key not in DTYPES:
+        raise ConfigError(f"unknown dtype {name!r}: allowed are {', '.join(DTYPES)}")
+    return DTYPES[key]
+
+
+def check_op(op: str, dtype: DType) -> str:
+    """Validate a reduction op for a dtype; returns the op."""
+    if op not in REDUCE_OPS:
+        raise ConfigError(f"unknown reduction op {op!r}: allowed are {', '.join(REDUCE_OPS)}")
+    if op == "avg" and not dtype.is_float:
+        floats = ", ".join(n for n, d in DTYPES.items() if d.is_float)
+        raise ConfigError(f"op 'avg' is not supported for integer dtype {dtype.name}: use one of {floats}")
+    return op
+
+
+# --- bfloat16 conversion (round to nearest even, NaN kept quiet) ---------------------------
+
+def bf16_to_f32(a: np.ndarray) -> np.ndarray:
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(a: np.ndarray) -> np.ndarray:
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    nan = np.isnan(a)
+    if nan.any():
+        rounded = np.where(nan, (bits >> 16) | 0x40, rounded)
+    return rounded.astype(np.uint16)
+
+
+def to_compute(a: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype.name == "bfloat16":
+        return bf16_to_f32(a)
+    return a.astype(dtype.compute, copy=False)
+
+
+def to_storage(a: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype.name == "bfloat16":
+        return f32_to_bf16(a)
+    return a.astype(dtype.storage, copy=False)
+
+
+def reduce_into(dst: np.ndarray, src: np.ndarray, op: str, dtype: DType) -> None:
+    """dst = dst (op) src, elementwise, in dst's storage type. avg reduces as sum."""
+    ufunc = _UFUNCS[op]
+    if dtype.compute == dtype.storage:
+        ufunc(dst, src, out=dst)
+    else:
+        dst[...] = to_storage(ufunc(to_compute(dst, dtype), to_compute(src, dtype)), dtype)
+
+
+def finish_avg(buf: np.ndarray, nranks: int, dtype: DType) -> None:
+    """Turn a sum into an average, in place (float types only; check_op enforces that)."""
+    buf[...] = to_storage(to_compute(buf, dtype) / dtype.compute.type(nranks), dtype)
+
+
+def random_array(rng: np.random.Generator, n: int, dtype: DType, op: str = "sum") -> np.ndarray:
+    """Test data whose reductions stay meaningful: small values, no zeros for prod."""
+    if dtype.is_float:
+        lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)
+        return to_storage(rng.uniform(lo, hi, n).astype(np.float32), dtype) if dtype.name in (
+            "bfloat16", "float16") else rng.uniform(lo, hi, n).astype(dtype.storage)
+    info = np.iinfo(dtype.storage)
+    lo, hi = max(info.min, -100), min(info.max, 100)
+    return rng.integers(lo, hi, n, dtype=dtype.storage, endpoint=True)
+
+
+# --- sizes as nccl-tests writes them: 8, 64K, 1M, 8G (binary multiples) ---------------------
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
+_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text) -> int:
+    """'64K' -> 65536. Raises ConfigError naming the text and the accepted forms."""
+    if isinstance(text, (int, np.integer)):
+        value = int(text)
+    else:
+        m = _SIZE.match(str(text))
+        if not m:
+            raise ConfigError(f"cannot parse size {text!r}: use bytes like 8, 64K, 1M, 8G")
+        value = int(float(m.group(1)) * _MULT[m.group(2).lower()])
+    if value < 0:
+        raise ConfigError(f"size {text!r} is negative: sizes are >= 0 bytes")
+    return value
+
+
+def format_size(nbytes: int) -> str:
+    for unit, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= mult and nbytes % mult == 0:
+            return f"{nbytes // mult}{unit}"
+    return str(nbytes)

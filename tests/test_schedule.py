@@ -1,0 +1,71 @@
+import json
+
+import numpy as np
+import pytest
+
+from gpucomm.algorithms import build
+from gpucomm.collectives import layout
+from gpucomm.schedule import Schedule, step
+from gpucomm.verify import VerifyError, verify
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 16])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_ring_all_reduce_sends_the_classic_amount(p, channels):
+    m = 4 * p * channels * 1024  # bytes, divisible so the formula is exact
+    sched = build("all_reduce", "ring", p, channels=channels)
+    sent = sched.bytes_sent(layout("all_reduce", m, "float32", p))
+    assert sent.tolist() == [2 * (p - 1) * m // p] * p
+
+
+def test_schedule_prints_one_step_a_line():
+    text = str(build("all_reduce", "ring", 3))
+    assert "step 0: 0→1 c0 (reduce), 1→2 c1 (reduce), 2→0 c2 (reduce)" in text
+    assert text.count("\nstep ") == 4
+
+
+def test_schedule_round_trips_through_json():
+    sched = build("all_gather", "ring", 5, channels=2)
+    back = Schedule.from_json(json.dumps(json.loads(sched.to_json())))
+    assert back == sched
+    verify(back)
+
+
+def _manual(steps, p=2, collective="all_reduce", cpb=1):
+    return Schedule(collective, p, "manual", cpb, tuple(steps))
+
+
+def test_verify_accepts_a_hand_written_exchange():
+    verify(_manual([step(0, 1, 0, reduce=True), step(1, 0, 0)]))
+
+
+def test_verify_names_rank_and_chunk_of_a_missing_contribution():
+    with pytest.raises(VerifyError, match=r"rank 0 chunk 0: ends with \{r0.b0\}.*missing \{r1.b0\}"):
+        verify(_manual([step(0, 1, 0, reduce=True)]))
+
+
+def test_verify_catches_double_reduction():
+    with pytest.raises(VerifyError, match=r"step 1 rank 1 chunk 0: .*reduced twice"):
+        verify(_manual([step(0, 1, 0, reduce=True), step(0, 1, 0, reduce=True)]))
+
+
+def test_verify_catches_read_before_value():
+    # all-gather: rank 0 holds only block 0; sending block 1 first is reading an empty chunk
+    with pytest.raises(VerifyError, match=r"step 0 rank 0 chunk 1: sent to rank 1 before"):
+        verify(_manual([step(0, 1, 1)], collective="all_gather"))
+
+
+def test_verify_catches_conflicting_ops_in_one_step():
+    bad = _manual([step([0, 1], [1, 0], [0, 0], reduce=True)])
+    with pytest.raises(VerifyError, match="step 0 rank [01] chunk 0: (read and written|two ops of one step)"):
+        verify(bad)
+
+
+def test_verify_catches_out_of_range_rank():
+    with pytest.raises(VerifyError, match="names rank 5"):
+        verify(_manual([step(0, 5, 0)]))
+
+
+def test_steps_broadcast_scalars():
+    s = step(np.arange(3), 0, 1, reduce=True)
+    assert s.dst.tolist() == [0, 0, 0] and s.reduce.all() and not s.src.flags.writeable
