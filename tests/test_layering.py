@@ -1,0 +1,58 @@
+"""The one-way layering of DESIGN.md: lower layers never import higher ones."""
+import ast
+import pathlib
+
+import pytest
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "gpucomm"
+# module -> packages it must never import
+FORBIDDEN = {
+    "hardware": {"topology", "simulate", "runtime", "bench", "workloads", "report", "cli",
+                 "algorithms", "schedule"},
+    "topology": {"simulate", "runtime", "bench", "workloads", "report", "cli", "algorithms"},
+    "collectives": {"schedule", "algorithms", "simulate", "runtime", "bench", "workloads", "cli",
+                    "topology", "hardware"},
+    "schedule": {"algorithms", "simulate", "runtime", "bench", "workloads", "cli", "topology"},
+    "verify": {"algorithms", "simulate", "runtime", "bench", "workloads", "cli"},
+    "algorithms": {"simulate", "runtime", "bench", "workloads", "cli", "topology", "hardware"},
+    "simulate": {"runtime", "bench", "workloads", "cli"},
+    "runtime": {"simulate", "bench", "workloads", "cli", "report"},
+    "report": {"runtime", "bench", "workloads", "cli"},
+    "workloads": {"runtime", "bench", "cli"},
+}
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    pkg_parts = path.relative_to(SRC).parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(pkg_parts[:len(pkg_parts) - node.level + 1])
+                mod = ".".join(base + ([node.module] if node.module else []))
+                names = [mod] if node.module else [f"{mod}.{a.name}".lstrip(".") for a in node.names]
+            else:
+                names = [node.module or ""]
+            for n in names:
+                if n.startswith("gpucomm."):
+                    n = n[len("gpucomm."):]
+                found.add(n.split(".")[0] if n else "")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("gpucomm."):
+                    found.add(a.name.split(".")[1])
+    return found
+
+
+def _modules():
+    for path in sorted(SRC.rglob("*.py")):
+        top = path.relative_to(SRC).parts[0].removesuffix(".py")
+        if top in FORBIDDEN:
+            yield top, path
+
+
+@pytest.mark.parametrize("layer, path", list(_modules()), ids=lambda x: str(x)[-40:])
+def test_no_upward_imports(layer, path):
+    bad = _imports(path) & FORBIDDEN[layer]
+    assert not bad, f"{path.relative_to(SRC)} ({layer}) imports {sorted(bad)}"
