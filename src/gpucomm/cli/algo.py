@@ -131,7 +131,7 @@ def cmd_verify(args) -> int:
         for r in results:
             status = "FAIL " + r["error"] if r["error"] else "ok"
             extra = f", {r['not_supported']} unsupported" if r["not_supported"] else ""
-            print(f"{r['collective']:>15} {r['algorithm']:<18} {r['verified']:>4} schedules "
+            print(f"{r['collective']:>15} {r['algorithm']:<26} {r['verified']:>4} schedules "
                   f"verified{extra} ({r['seconds']:.2f} s)  {status}")
         print(f"{len(results) - failed}/{len(results)} algorithms verified for 1..{args.max_ranks}"
               f" ranks" + (f"; {failed} FAILED" if failed else ""))
