@@ -127,7 +127,7 @@ def random_array(rng: np.random.Generator, n: int, dtype: DType, op: str = "sum"
 
 # --- sizes as nccl-tests writes them: 8, 64K, 1M, 8G (binary multiples) ---------------------
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
+_SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
 _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 

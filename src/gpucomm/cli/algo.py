@@ -33,6 +33,19 @@ def register(sub) -> None:
     add_format(sp)
     sp.set_defaults(func=cmd_show)
 
+    rp = asub.add_parser("run", help="execute a schedule in-process on random data, check it")
+    rp.add_argument("algorithm")
+    rp.add_argument("collective")
+    rp.add_argument("--ranks", "-n", type=int, default=4)
+    rp.add_argument("--root", type=int, default=0)
+    rp.add_argument("--size", type=size_arg, default=1 << 20, help="nccl-tests size S in bytes")
+    rp.add_argument("--dtype", "-d", default="float32")
+    rp.add_argument("--op", "-o", default="sum")
+    rp.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    rp.add_argument("--seed", type=int, default=0)
+    add_format(rp)
+    rp.set_defaults(func=cmd_run)
+
     vp = asub.add_parser("verify", help="prove algorithms correct for many rank counts")
     vp.add_argument("algorithm", nargs="?", help="one algorithm (with --collective)")
     vp.add_argument("--collective", "-c")
@@ -88,6 +101,46 @@ def cmd_show(args) -> int:
     for r, b in enumerate(sent):
         print(f"  rank {r}: {int(b)} B ({b / lay.size if lay.size else 0:.4f} × S)")
     return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    from .. import dtypes as dt
+    from ..collectives import check_outputs
+    from ..execute import execute
+    if args.ranks < 1:
+        raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
+    sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
+                  **_params(args.param))
+    lay = layout(sched.collective, args.size, args.dtype, args.ranks)
+    op = dt.check_op(args.op, lay.dtype) if sched.collective.reduces else args.op
+    rng = np.random.default_rng(args.seed)
+    ins = []
+    for r in range(args.ranks):
+        blocks = sched.collective.inputs(r, args.ranks, args.root)
+        ins.append(None if blocks is None else
+                   dt.random_array(rng, blocks[1] * lay.block_count, lay.dtype, op))
+    t0 = time.perf_counter()
+    outs = execute(sched, ins, op, lay.dtype)
+    seconds = time.perf_counter() - t0
+    try:
+        check_outputs(sched.collective, outs, ins, op, lay.dtype, args.root)
+        error = None
+    except AssertionError as e:
+        error = str(e)
+    result = {"collective": sched.collective.name, "algorithm": sched.algorithm,
+              "ranks": args.ranks, "size": lay.size, "count": lay.count, "type": lay.dtype.name,
+              "redop": op, "steps": sched.nsteps, "ops": sched.nops, "seconds": seconds,
+              "matches_reference": error is None, "error": error}
+    if args.format == "json":
+        print_json(result)
+    else:
+        print(f"{sched.algorithm} {sched.collective.name} on {args.ranks} ranks, "
+              f"{lay.size} B {lay.dtype.name} {op}: {result['steps']} steps, {result['ops']} ops, "
+              f"{seconds * 1e3:.1f} ms in-process; "
+              + ("matches the numpy reference" if error is None else f"WRONG: {error}"))
+    return 0 if error is None else 1
 
 
 def cmd_verify(args) -> int:
