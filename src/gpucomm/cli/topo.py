@@ -1,0 +1,218 @@
+"""`gpucomm topo list | show | route | export`: presets, clusters and their routes.
+
+`add_topology_args(parser)` and `topology_from_args(args)` give every command the same
+cluster flags (--system, --nodes, --gpus-per-node, --nic, --nics-per-node, --pcie-gen,
+--p2p/--no-p2p, --gpu, --fabric, --oversubscription, --topology FILE).
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import ConfigError
+from ..hardware import nic_names
+from ..topology import (FABRICS, Topology, build_topology, preset_names)
+from ..topology.analysis import bisection_bandwidth, gpu_bandwidths, summary
+from ..topology.build import preset_node
+from .common import add_format, positive_int, print_json
+
+
+def add_topology_args(p, default_system: str = "dgx-h100") -> None:
+    g = p.add_argument_group("cluster")
+    g.add_argument("--system", "-s", default=None, metavar="PRESET",
+                   help=f"node preset: {', '.join(preset_names())} (default {default_system})")
+    g.add_argument("--topology", metavar="FILE",
+                   help="a topology YAML file (docs/topology-yaml.md) instead of a preset; "
+                   "a one-node file is replicated by --nodes")
+    g.add_argument("--nodes", "-N", type=positive_int, default=None, help="nodes (default 1)")
+    g.add_argument("--gpus-per-node", type=positive_int, help="use the first K GPUs per node")
+    g.add_argument("--nic", help=f"NIC technology: {', '.join(nic_names())}")
+    g.add_argument("--nics-per-node", type=positive_int, help="NICs per node")
+    g.add_argument("--pcie-gen", type=int, help="PCIe generation of every PCIe link: 3|4|5|6")
+    g.add_argument("--p2p", action=argparse.BooleanOptionalAction, default=True,
+                   help="GPU peer-to-peer over PCIe/NVLink (--no-p2p: bounce through host "
+                   "memory)")
+    g.add_argument("--gpu", help="GPU model for the pcie preset (e.g. l40s, rtx4090)")
+    g.add_argument("--fabric", choices=FABRICS, default="rail",
+                   help="rail-optimised (NIC i on rail switch i) or fat-tree (default rail)")
+    g.add_argument("--oversubscription", type=float, default=1.0,
+                   help="leaf down:up bandwidth ratio (default 1 = full bisection)")
+    p.set_defaults(_default_system=default_system)
+
+
+def topology_from_args(args) -> Topology:
+    """The Topology the cluster flags describe (ConfigError/TopologyError on bad input)."""
+    opts = dict(gpus_per_node=args.gpus_per_node, nic=args.nic, nics_per_node=args.nics_per_node,
+                pcie_gen=args.pcie_gen, p2p=args.p2p, fabric=args.fabric,
+                oversubscription=args.oversubscription, gpu=args.gpu)
+    if args.topology:
+        if args.system:
+            raise ConfigError("give either --system or --topology, not both")
+        topo = Topology.load(args.topology)
+        changed = [k for k, v in opts.items() if v not in (None, True, "rail", 1.0)]
+        if topo.nodes == 1 and len({d.node for d in topo.devices}) == 1 \
+                and (changed or (args.nodes or 1) > 1):
+            # a node description: build a cluster of it
+            return build_topology(nodes=args.nodes or 1, node_topology=topo, **opts)
+        if args.nodes not in (None, topo.nodes) or changed:
+            raise ConfigError(f"{args.topology} describes a whole {topo.nodes}-node cluster; "
+                              "--nodes and the other cluster flags apply only to one-node files")
+        topo.check_routes()
+        return topo
+    return build_topology(args.system or getattr(args, "_default_system", "dgx-h100"),
+                          nodes=args.nodes or 1, **opts)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("topo", help="node presets, cluster topologies, routes")
+    tsub = p.add_subparsers(dest="topo_command", metavar="ACTION", required=True)
+
+    lp = tsub.add_parser("list", help="the node presets")
+    add_format(lp)
+    lp.set_defaults(func=cmd_list)
+
+    sp = tsub.add_parser("show", help="devices, links, per-GPU bandwidths, bisection")
+    add_topology_args(sp)
+    sp.add_argument("--plot", metavar="FILE.png", help="draw the topology (needs matplotlib)")
+    sp.add_argument("--all", action="store_true", help="list every device and link")
+    add_format(sp)
+    sp.set_defaults(func=cmd_show)
+
+    rp = tsub.add_parser("route", help="the links between two ranks (ECMP alternatives)")
+    add_topology_args(rp)
+    rp.add_argument("src", type=int)
+    rp.add_argument("dst", type=int)
+    add_format(rp)
+    rp.set_defaults(func=cmd_route)
+
+    ep = tsub.add_parser("export", help="write the topology as YAML (to edit, or to load with "
+                         "--topology)")
+    add_topology_args(ep)
+    ep.add_argument("--output", "-o", metavar="FILE.yaml", help="file (default: stdout)")
+    ep.set_defaults(func=cmd_export)
+
+
+def cmd_list(args) -> int:
+    rows = []
+    for name in preset_names():
+        t = preset_node(name)
+        gpu = next((d.model for d in t.devices if d.kind == "gpu"), "")
+        nics = [d.model for d in t.devices if d.kind == "nic"]
+        rows.append({"name": name, "gpus": t.nranks, "gpu": gpu,
+                     "nvswitch": next((d.model for d in t.devices if d.kind == "nvswitch"), None),
+                     "nics": f"{len(nics)}x {nics[0]}" if nics else "none",
+                     "in_switch_reduction": t.in_switch_reduction})
+    if args.format == "json":
+        print_json(rows)
+        return 0
+    _table(rows, ["name", "gpus", "gpu", "nvswitch", "nics", "in_switch_reduction"])
+    return 0
+
+
+def _gbps(v):
+    return None if v is None else round(v / 1e9, 3)
+
+
+def show_dict(topo, full: bool = False) -> dict:
+    bw = gpu_bandwidths(topo)
+    out = {"name": topo.name, "nodes": topo.nodes, "gpus_per_node": topo.gpus_per_node,
+           "ranks": topo.nranks, "p2p": topo.p2p,
+           "in_switch_reduction": topo.in_switch_reduction,
+           "bisection_GBps": _gbps(bisection_bandwidth(topo)),
+           "bisection_achievable_GBps": _gbps(bisection_bandwidth(topo, achievable=True)),
+           "per_gpu_GBps": [{"rank": r["rank"], "gpu": r["gpu"], "model": r["model"],
+                             "nvlink": _gbps(r["nvlink_Bps"]), "nic": r["nic"],
+                             "to_nic": _gbps(r["to_nic_Bps"]),
+                             "to_host": _gbps(r["to_host_Bps"])} for r in bw]}
+    s = summary(topo)
+    out["devices"] = s["devices"]
+    out["links"] = {t: {"links": v["links"], "GBps": [_gbps(b) for b in v["bandwidth_Bps"]]}
+                    for t, v in s["links"].items()}
+    if full:
+        out["device_list"] = [{"name": d.name, "kind": d.kind, "node": d.node, "model": d.model}
+                              for d in topo.devices]
+        out["link_list"] = [{"index": i, "src": ln.src, "dst": ln.dst, "tech": ln.tech,
+                             "GBps": _gbps(ln.bandwidth_Bps), "efficiency": ln.efficiency,
+                             "latency_us": round(ln.latency_s * 1e6, 4)}
+                            for i, ln in enumerate(topo.links)]
+    return out
+
+
+def cmd_show(args) -> int:
+    topo = topology_from_args(args)
+    info = show_dict(topo, full=args.all)
+    if args.plot:
+        from ..topology.plot import plot_topology
+        info["plot"] = plot_topology(topo, args.plot)
+    if args.format == "json":
+        print_json(info)
+        return 0
+    print(f"{topo.name}: {topo.nodes} node(s) x {topo.gpus_per_node} GPU(s) = {topo.nranks} "
+          f"ranks; p2p {'on' if topo.p2p else 'off (through host memory)'}; in-switch "
+          f"reduction {'yes' if topo.in_switch_reduction else 'no'}")
+    print("devices: " + ", ".join(f"{n} {k}" for k, n in info["devices"].items()))
+    print("links (directed, nominal GB/s per direction):")
+    _table([{"tech": t, "links": v["links"], "GB/s": ", ".join(f"{b:g}" for b in v["GBps"])}
+            for t, v in info["links"].items()], ["tech", "links", "GB/s"], indent=2)
+    print("per GPU (nominal GB/s per direction):")
+    rows = info["per_gpu_GBps"]
+    if len(rows) > 16 and not args.all:   # identical nodes: the first node says it all
+        rows = [r for r in rows if r["rank"] < topo.gpus_per_node]
+        print("  (node 0 shown; --all for every rank)")
+    _table(rows, ["rank", "gpu", "model", "nvlink", "nic", "to_nic", "to_host"], indent=2)
+    print(f"bisection bandwidth (first half of the {'nodes' if topo.nodes > 1 else 'GPUs'} "
+          f"to the rest): {info['bisection_GBps']:g} GB/s nominal, "
+          f"{info['bisection_achievable_GBps']:g} GB/s achievable")
+    if args.all:
+        print("devices:")
+        _table(info["device_list"], ["name", "kind", "node", "model"], indent=2)
+        print("links:")
+        _table(info["link_list"], ["index", "src", "dst", "tech", "GBps", "efficiency",
+                                   "latency_us"], indent=2)
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def cmd_route(args) -> int:
+    topo = topology_from_args(args)
+    paths = topo.routes(args.src, args.dst)
+    rows = []
+    for p in paths:
+        rows.append({"links": list(p), "hops": [f"{topo.links[i].src}->{topo.links[i].dst} "
+                                                f"({topo.links[i].tech})" for i in p],
+                     "bottleneck_GBps": _gbps(min((topo.links[i].bandwidth_Bps for i in p),
+                                                  default=float("inf"))),
+                     "latency_us": round(sum(topo.links[i].latency_s for i in p) * 1e6, 4)})
+    if args.format == "json":
+        print_json({"src": args.src, "dst": args.dst, "routes": rows})
+        return 0
+    print(f"rank {args.src} ({topo.ranks[args.src]}) -> rank {args.dst} "
+          f"({topo.ranks[args.dst]}): {len(rows)} shortest path(s)")
+    for k, r in enumerate(rows):
+        print(f"  path {k}: bottleneck {r['bottleneck_GBps']:g} GB/s, latency "
+              f"{r['latency_us']:g} us")
+        for h in r["hops"]:
+            print(f"    {h}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    topo = topology_from_args(args)
+    text = topo.to_yaml()
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+        print(f"wrote {topo} to {args.output}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def _table(rows, cols, indent=0) -> None:
+    """A plain aligned text table (no colour, safe in pipes)."""
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    pad = " " * indent
+    print(pad + "  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for row in cells:
+        print(pad + "  ".join(v.ljust(w) for v, w in zip(row, widths)))

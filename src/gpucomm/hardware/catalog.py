@@ -1,0 +1,183 @@
+"""The hardware catalog: link technologies, GPUs and NVSwitch generations, with sources.
+
+Numbers live in `gpucomm/data/hardware.yaml`; this module turns them into frozen values in SI
+units (bytes/s per direction, seconds, bytes, FLOP/s).
+
+    >>> get_link_tech("pcie5").bidirectional_Bps
+    128000000000.0
+    >>> get_link_tech("nvlink4").bidirectional_Bps / get_link_tech("pcie5").bidirectional_Bps
+    7.03125
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from ..errors import ConfigError
+
+LINK_KINDS = ("pcie", "nvlink", "ib", "roce", "efa", "ethernet", "slingshot", "cpu", "memory")
+NIC_KINDS = ("ib", "roce", "efa", "ethernet", "slingshot")
+
+
+@dataclass(frozen=True)
+class LinkTech:
+    """One link technology. `bandwidth_Bps` is nominal per direction: per GPU (all links) for
+    NVLink, per x16 link for PCIe, per port for NICs, per socket pair for CPU links."""
+    name: str
+    kind: str
+    bandwidth_Bps: float
+    efficiency: float
+    latency_s: float
+    source: str
+    links: int = 1                 # NVLink: links per GPU; others 1
+    unit_Bps: float = 0.0          # one link (NVLink) / one port; = bandwidth_Bps if not NVLink
+    nccl_Bps: float | None = None  # what NCCL's topology model assumes (for comparison)
+
+    @property
+    def bidirectional_Bps(self) -> float:
+        return 2.0 * self.bandwidth_Bps
+
+    @property
+    def achievable_Bps(self) -> float:
+        return self.bandwidth_Bps * self.efficiency
+
+    @property
+    def is_nic(self) -> bool:
+        return self.kind in NIC_KINDS
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    hbm_bandwidth_Bps: float
+    hbm_bytes: int
+    bf16_flops: float              # dense
+    fp16_flops: float              # dense
+    nvlink: str | None             # link tech name, None without NVLink
+    nvlink_links: int
+    pcie: str                      # link tech name
+    sm: str
+    source: str
+
+
+@dataclass(frozen=True)
+class NVSwitch:
+    name: str
+    generation: int
+    nvlink: str
+    ports: int
+    reduces_in_switch: bool        # NVLink SHARP (NVLS): the switch reduces data in flight
+    source: str
+
+
+def _fail(what, name, allowed):
+    raise ConfigError(f"unknown {what} {name!r}; allowed: {', '.join(allowed)}")
+
+
+def _num(entry, key, where):
+    v = entry.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise ConfigError(f"hardware catalog: {where}: {key} must be a non-negative number, "
+                          f"got {v!r}")
+    return float(v)
+
+
+def _link(name, e) -> LinkTech:
+    where = f"link {name}"
+    if e.get("kind") not in LINK_KINDS:
+        raise ConfigError(f"hardware catalog: {where}: kind {e.get('kind')!r} not one of "
+                          f"{', '.join(LINK_KINDS)}")
+    if "bandwidth_GBps" in e:
+        bw = _num(e, "bandwidth_GBps", where) * 1e9
+    else:
+        bw = _num(e, "bandwidth_Gbps", where) * 1e9 / 8
+    links = int(e.get("links", 1))
+    unit = _num(e, "per_link_GBps", where) * 1e9 if "per_link_GBps" in e else bw / links
+    if abs(unit * links - bw) > 1e-6 * bw:
+        raise ConfigError(f"hardware catalog: {where}: {links} links x {unit / 1e9} GB/s "
+                          f"!= {bw / 1e9} GB/s")
+    if not e.get("source"):
+        raise ConfigError(f"hardware catalog: {where} has no source")
+    nccl = _num(e, "nccl_GBps", where) * 1e9 if "nccl_GBps" in e else None
+    return LinkTech(name, e["kind"], bw, _num(e, "efficiency", where),
+                    _num(e, "latency_us", where) * 1e-6, e["source"], links, unit, nccl)
+
+
+def _gpu(name, e) -> GPU:
+    where = f"gpu {name}"
+    if not e.get("source"):
+        raise ConfigError(f"hardware catalog: {where} has no source")
+    return GPU(name, _num(e, "hbm_bandwidth_GBps", where) * 1e9,
+               int(_num(e, "hbm_GB", where) * 1e9), _num(e, "bf16_tflops", where) * 1e12,
+               _num(e, "fp16_tflops", where) * 1e12, e.get("nvlink"),
+               int(e.get("nvlink_links", 0)), e["pcie"], e["sm"], e["source"])
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict:
+    """{"links": {name: LinkTech}, "gpus": {name: GPU}, "nvswitches": {name: NVSwitch}}."""
+    text = resources.files("gpucomm").joinpath("data/hardware.yaml").read_text()
+    raw = yaml.safe_load(text)
+    links = {n: _link(n, e) for n, e in raw["links"].items()}
+    gpus = {n: _gpu(n, e) for n, e in raw["gpus"].items()}
+    switches = {n: NVSwitch(n, int(e["generation"]), e["nvlink"], int(e["ports"]),
+                            bool(e["reduces_in_switch"]), e["source"])
+                for n, e in raw["nvswitches"].items()}
+    for g in gpus.values():   # the catalog must be self-consistent
+        for tech in (g.nvlink, g.pcie):
+            if tech is not None and tech not in links:
+                raise ConfigError(f"hardware catalog: gpu {g.name} names unknown link {tech!r}")
+    return {"links": links, "gpus": gpus, "nvswitches": switches}
+
+
+def _norm(name) -> str:
+    return str(name).strip().lower()
+
+
+def get_link_tech(name: str) -> LinkTech:
+    """A link technology by name, e.g. "nvlink4", "pcie5", "ib-ndr", "roce-400g"."""
+    links = catalog()["links"]
+    if _norm(name) not in links:
+        _fail("link technology", name, links)
+    return links[_norm(name)]
+
+
+def get_gpu(name: str) -> GPU:
+    gpus = catalog()["gpus"]
+    if _norm(name) not in gpus:
+        _fail("GPU", name, gpus)
+    return gpus[_norm(name)]
+
+
+def get_nvswitch(name: str) -> NVSwitch:
+    switches = catalog()["nvswitches"]
+    if _norm(name) not in switches:
+        _fail("NVSwitch generation", name, switches)
+    return switches[_norm(name)]
+
+
+def get_nic(name: str) -> LinkTech:
+    """A network port technology (ib-*, roce-*, efa-*, tcp-*, slingshot-*)."""
+    names = nic_names()
+    if _norm(name) not in names:
+        _fail("NIC", name, names)
+    return get_link_tech(name)
+
+
+def link_techs() -> tuple[LinkTech, ...]:
+    return tuple(catalog()["links"].values())
+
+
+def gpus() -> tuple[GPU, ...]:
+    return tuple(catalog()["gpus"].values())
+
+
+def nvswitches() -> tuple[NVSwitch, ...]:
+    return tuple(catalog()["nvswitches"].values())
+
+
+def nic_names() -> tuple[str, ...]:
+    return tuple(t.name for t in link_techs() if t.is_nic)

@@ -1,0 +1,142 @@
+"""What a topology offers each GPU, and its bisection bandwidth.
+
+    >>> from gpucomm.topology import build_topology
+    >>> gpu_bandwidths(build_topology("dgx-h100"))[0]["nvlink_Bps"] / 1e9
+    450.0
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from ..errors import TopologyError
+
+
+def _tech_kind(tech: str) -> str:
+    from ..hardware import get_link_tech
+    try:
+        return get_link_tech(tech).kind
+    except Exception:   # a custom link: no catalog kind
+        return "custom"
+
+
+def _bottleneck(topo, path):
+    """(nominal, achievable) smallest bandwidth along a path of link indices."""
+    if not path:
+        return float("inf"), float("inf")
+    bw, _, eff = topo.link_arrays()
+    idx = list(path)
+    return float(bw[idx].min()), float((bw[idx] * eff[idx]).min())
+
+
+def _port_rate(model):
+    from ..hardware import get_link_tech
+    try:
+        return get_link_tech(model).bandwidth_Bps
+    except Exception:
+        return None
+
+
+def _port_eff(model):
+    from ..hardware import get_link_tech
+    try:
+        return get_link_tech(model).efficiency
+    except Exception:
+        return 1.0
+
+
+def gpu_bandwidths(topo) -> list[dict]:
+    """Per rank, per direction (bytes/s): NVLink out of the GPU, to its NIC (through PCIe,
+    the NIC's port included) and to host memory (the nearest memory device)."""
+    router = topo.router
+    ports = router.ports() if any(d.kind == "nic" for d in topo.devices) else \
+        [-1] * topo.nranks
+    nvlink, uplink = {}, {}
+    kinds = {}
+    for ln in topo.links:
+        if ln.tech not in kinds:
+            kinds[ln.tech] = _tech_kind(ln.tech)
+        if kinds[ln.tech] == "nvlink":
+            nvlink[ln.src] = nvlink.get(ln.src, 0.0) + ln.bandwidth_Bps
+        if router.node[router.index[ln.src]] != router.node[router.index[ln.dst]]:
+            uplink[ln.src] = max(uplink.get(ln.src, 0.0), ln.bandwidth_Bps)
+    out = []
+    for r, name in enumerate(topo.ranks):
+        g = router.rank_dev[r]
+        nvl = nvlink.get(name, 0.0)
+        row = {"rank": r, "gpu": name, "node": topo.node_of(r),
+               "model": topo.devices[g].model, "nvlink_Bps": nvl}
+        nic = ports[r] if ports[r] >= 0 and topo.devices[ports[r]].kind == "nic" else -1
+        row["nic"] = topo.devices[nic].name if nic >= 0 else None
+        if nic >= 0:
+            paths = router._local_paths(g, nic)
+            port = uplink.get(topo.devices[nic].name)
+            nom, ach = _bottleneck(topo, paths[0]) if paths else (0.0, 0.0)
+            if port is None:   # one node: no fabric link; the NIC's catalog port rate
+                port = _port_rate(topo.devices[nic].model)
+            if port is not None:
+                tech_eff = _port_eff(topo.devices[nic].model)
+                nom, ach = min(nom, port), min(ach, port * tech_eff)
+            row["to_nic_Bps"], row["to_nic_achievable_Bps"] = nom, ach
+        else:
+            row["to_nic_Bps"] = row["to_nic_achievable_Bps"] = None
+        best = None
+        for m in router.memories.get(topo.devices[g].node, []):
+            for p in router._paths(g, m, True)[:1]:
+                cand = (router._cost(p), p)
+                best = cand if best is None or cand < best else best
+        if best:
+            row["to_host_Bps"], row["to_host_achievable_Bps"] = _bottleneck(topo, best[1])
+        else:
+            row["to_host_Bps"] = row["to_host_achievable_Bps"] = None
+        out.append(row)
+    return out
+
+
+def bisection_bandwidth(topo, achievable: bool = False) -> float:
+    """Max flow (bytes/s, one direction) from the first half of the ranks to the second —
+    the node halves for a cluster, the GPU halves for one node. 0 for a single rank.
+
+    The cut is the natural one (first half of nodes against the rest), which is where a
+    rail-optimised or fat-tree fabric is narrowest; it is not a search over all bisections.
+    """
+    n = topo.nranks
+    if n < 2:
+        return 0.0
+    if topo.nodes > 1:
+        half = topo.nodes // 2
+        a = [r for r in range(n) if topo.node_of(r) < half]
+        b = [r for r in range(n) if topo.node_of(r) >= half]
+    else:
+        a, b = list(range(n // 2)), list(range(n // 2, n))
+    g = nx.DiGraph()
+    bw, _, eff = topo.link_arrays()
+    cap = bw * eff if achievable else bw
+    for i, ln in enumerate(topo.links):
+        if g.has_edge(ln.src, ln.dst):
+            g[ln.src][ln.dst]["capacity"] += float(cap[i])
+        else:
+            g.add_edge(ln.src, ln.dst, capacity=float(cap[i]))
+    src, dst = ("__A__", 0), ("__B__", 0)
+    for r in a:
+        g.add_edge(src, topo.ranks[r], capacity=float("inf"))
+    for r in b:
+        g.add_edge(topo.ranks[r], dst, capacity=float("inf"))
+    try:
+        value = nx.maximum_flow_value(g, src, dst)
+    except nx.NetworkXUnbounded:  # pragma: no cover - every GPU link has finite capacity
+        raise TopologyError("bisection is unbounded: a GPU-to-GPU path has no finite link")
+    return float(value)
+
+
+def summary(topo) -> dict:
+    """Counts by device kind and link technology (for `gpucomm topo show`)."""
+    kinds, techs = {}, {}
+    for d in topo.devices:
+        kinds[d.kind] = kinds.get(d.kind, 0) + 1
+    for ln in topo.links:
+        t = techs.setdefault(ln.tech, {"links": 0, "bandwidth_Bps": set()})
+        t["links"] += 1
+        t["bandwidth_Bps"].add(ln.bandwidth_Bps)
+    for t in techs.values():
+        t["bandwidth_Bps"] = sorted(t["bandwidth_Bps"])
+    return {"devices": kinds, "links": techs}

@@ -1,0 +1,248 @@
+"""Cluster builders: N nodes of a preset on a rail-optimised or fat-tree fabric.
+
+Node presets are topology YAML files for one node (gpucomm/data/presets/*.yaml, the format of
+docs/topology-yaml.md). `build_topology` trims GPUs, swaps NICs and the PCIe generation,
+replicates the node, names devices `n{k}.{name}`, and adds the fabric:
+
+- rail:     NIC i of every node on leaf (rail) switch i; spines join the rails.
+- fat-tree: nodes fill leaf switches in order (`leaf_ports` NIC ports per leaf); spines
+            join the leaves.
+Leaf uplinks carry the leaf's downlink bandwidth divided by `oversubscription`.
+
+    >>> t = build_topology("dgx-h100", nodes=2)
+    >>> t.nranks, t.in_switch_reduction
+    (16, True)
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from ..errors import ConfigError
+from ..hardware import get_gpu, get_link_tech, get_nic, get_nvswitch, nic_names
+from .model import Device, Link, Topology
+from .yamlio import topology_from_dict
+
+FABRICS = ("rail", "fat-tree")
+PCIE_GENS = (3, 4, 5, 6)
+MAX_SPINES = 8
+
+
+@lru_cache(maxsize=None)
+def preset_names() -> tuple[str, ...]:
+    folder = resources.files("gpucomm").joinpath("data/presets")
+    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")))
+
+
+PRESETS = preset_names()
+
+
+@lru_cache(maxsize=None)
+def preset_node(system: str) -> Topology:
+    """The one-node topology of a preset."""
+    if system not in preset_names():
+        raise ConfigError(f"unknown system preset {system!r}; allowed: "
+                          f"{', '.join(preset_names())} (or --topology FILE)")
+    text = resources.files("gpucomm").joinpath(f"data/presets/{system}.yaml").read_text()
+    return topology_from_dict(yaml.safe_load(text), f"preset {system}")
+
+
+def _int_option(name, value, lo, hi=None):
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo \
+            or (hi is not None and value > hi):
+        allowed = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ConfigError(f"{name} {value!r} not allowed: must be an integer {allowed}")
+    return value
+
+
+def _parent(node: Topology, gpu: str) -> tuple[str, str]:
+    """The device a GPU's PCIe link goes to, and the PCIe tech of that link."""
+    for ln in node.links:
+        if ln.src == gpu and get_link_tech(ln.tech).kind == "pcie":
+            return ln.dst, ln.tech
+    raise ConfigError(f"GPU {gpu!r} has no PCIe link; cannot attach NICs near it")
+
+
+def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int | None = None,
+                   nic: str | None = None, nics_per_node: int | None = None,
+                   pcie_gen: int | None = None, p2p: bool = True, fabric: str = "rail",
+                   oversubscription: float = 1.0, *, gpu: str | None = None,
+                   leaf_ports: int = 32, node_topology: Topology | None = None) -> Topology:
+    """A cluster of `nodes` copies of a node preset (or of `node_topology`, a one-node
+    Topology loaded from YAML) on a fabric.
+
+    gpus_per_node: use the first K GPUs of each node. nic / nics_per_node: replace the
+    preset's NICs (catalog names: ib-ndr, roce-400g, efa-100g, ...). pcie_gen: set every PCIe
+    link to that generation. p2p=False: GPU traffic bounces through host memory.
+    gpu: another GPU model with the same NVLink generation (or none, e.g. pcie + rtx4090).
+
+        >>> build_topology("pcie", gpus_per_node=4, pcie_gen=5, p2p=False).nranks
+        4
+    """
+    nodes = _int_option("nodes", nodes, 1)
+    if fabric not in FABRICS:
+        raise ConfigError(f"unknown fabric {fabric!r}; allowed: {', '.join(FABRICS)}")
+    if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
+            or not oversubscription >= 1.0 or math.isinf(oversubscription):
+        raise ConfigError(f"oversubscription {oversubscription!r} not allowed: must be a "
+                          "number >= 1 (1 = full bisection, 2 = 2:1, ...)")
+    leaf_ports = _int_option("leaf_ports", leaf_ports, 1)
+    base = node_topology if node_topology is not None else preset_node(system)
+    name = base.name if node_topology is not None else system
+    if len({d.node for d in base.devices}) != 1:
+        raise ConfigError(f"{name}: a node template must describe exactly one node")
+    devices, links = list(base.devices), list(base.links)
+    gpus = [d.name for d in devices if d.kind == "gpu"]
+    ranks_all = [r for r in base.ranks] or gpus
+    G = len(ranks_all)
+    K = G if gpus_per_node is None else _int_option("gpus_per_node", gpus_per_node, 1)
+    if K > G:
+        raise ConfigError(f"gpus_per_node {K} is more than {name} has: allowed 1..{G}")
+
+    # --- GPU model ------------------------------------------------------------------------
+    if gpu is not None:
+        new = get_gpu(gpu)
+        nvl = {ln.tech for ln in links if _kind(ln.tech) == "nvlink"}
+        if nvl and new.nvlink not in nvl:
+            raise ConfigError(f"GPU {gpu!r} ({new.nvlink or 'no NVLink'}) does not fit {name}, "
+                              f"whose GPUs use {', '.join(sorted(nvl))}; allowed: GPUs with "
+                              f"{', '.join(sorted(nvl))}")
+        devices = [Device(d.name, d.kind, d.node, new.name) if d.kind == "gpu" else d
+                   for d in devices]
+
+    # --- NICs -----------------------------------------------------------------------------
+    nic_devs = [d for d in devices if d.kind == "nic"]
+    if nic is not None:
+        get_nic(nic)
+    if nics_per_node is not None:
+        _int_option("nics_per_node", nics_per_node, 1)
+    if nic is not None or nics_per_node is not None:
+        M = nics_per_node if nics_per_node is not None else max(len(nic_devs), 1)
+        tech = nic if nic is not None else (nic_devs[0].model if nic_devs else None)
+        if tech is None:
+            raise ConfigError(f"{name} has no NICs: give --nic NAME (allowed: "
+                              f"{', '.join(nic_names())})")
+        tech = get_nic(tech).name
+        old = {d.name for d in nic_devs}
+        if M == len(nic_devs):   # same count: same slots, new technology
+            attach = {}
+            for ln in links:
+                if ln.src in old:
+                    attach[ln.src] = (ln.dst, ln.tech)
+            slots = [attach.get(d.name) or _parent(base, ranks_all[0]) for d in nic_devs]
+        else:                    # NIC j next to GPU j*G/M (same PCIe switch)
+            slots = [_parent(base, ranks_all[j * G // M]) for j in range(M)]
+        links = [ln for ln in links if ln.src not in old and ln.dst not in old]
+        first = next((i for i, d in enumerate(devices) if d.kind == "nic"), len(devices))
+        devices = [d for d in devices if d.name not in old]
+        nic_devs = [Device(f"nic{j}", "nic", devices[0].node, tech) for j in range(M)]
+        devices[first:first] = nic_devs
+        for d, (parent, ptech) in zip(nic_devs, slots):
+            pt = get_link_tech(ptech)
+            links.append(Link(d.name, parent, pt.bandwidth_Bps, pt.latency_s, pt.name,
+                              pt.efficiency))
+            links.append(Link(parent, d.name, pt.bandwidth_Bps, pt.latency_s, pt.name,
+                              pt.efficiency))
+    M = len(nic_devs)
+    # GPU i uses NIC i*M/G of the full node (affinity does not change when fewer GPUs run)
+    affinity = {ranks_all[i]: nic_devs[i * M // G].name for i in range(G)} if M else {}
+
+    # --- PCIe generation ------------------------------------------------------------------
+    if pcie_gen is not None:
+        if pcie_gen not in PCIE_GENS:
+            raise ConfigError(f"pcie_gen {pcie_gen!r} not allowed: one of "
+                              f"{', '.join(map(str, PCIE_GENS))}")
+        pt = get_link_tech(f"pcie{pcie_gen}")
+        links = [Link(ln.src, ln.dst, pt.bandwidth_Bps, pt.latency_s, pt.name, pt.efficiency)
+                 if _kind(ln.tech) == "pcie" else ln for ln in links]
+        devices = [Device(d.name, d.kind, d.node, pt.name) if d.kind == "pcie_switch" else d
+                   for d in devices]
+
+    # --- trim GPUs ------------------------------------------------------------------------
+    dropped = set(ranks_all[K:])
+    devices = [d for d in devices if d.name not in dropped]
+    links = [ln for ln in links if ln.src not in dropped and ln.dst not in dropped]
+    ranks = ranks_all[:K]
+
+    in_switch = base.in_switch_reduction
+    switches = [d for d in devices if d.kind == "nvswitch" and d.model]
+    if switches:
+        in_switch = all(get_nvswitch(d.model).reduces_in_switch for d in switches)
+
+    # --- replicate and wire the fabric ----------------------------------------------------
+    all_devices, all_links, all_ranks, all_aff = [], [], [], []
+    for k in range(nodes):
+        rename = {d.name: f"n{k}.{d.name}" for d in devices}
+        all_devices += [Device(rename[d.name], d.kind, k, d.model) for d in devices]
+        all_links += [Link(rename[ln.src], rename[ln.dst], ln.bandwidth_Bps, ln.latency_s,
+                           ln.tech, ln.efficiency) for ln in links]
+        all_ranks += [rename[r] for r in ranks]
+        all_aff += [rename[affinity[r]] for r in ranks] if affinity else []
+    if nodes > 1:
+        if not M:
+            raise ConfigError(f"{name} has no NICs, so {nodes} nodes cannot be joined: give "
+                              f"--nic NAME (allowed: {', '.join(nic_names())})")
+        fdev, flinks = _fabric(nodes, [d.name for d in nic_devs], [d.model for d in nic_devs],
+                               fabric, oversubscription, leaf_ports)
+        all_devices += fdev
+        all_links += flinks
+    label = name if nodes == 1 else f"{name}x{nodes}"
+    topo = Topology(name=label, devices=tuple(all_devices), links=tuple(all_links),
+                    ranks=tuple(all_ranks), gpus_per_node=K, nodes=nodes,
+                    in_switch_reduction=in_switch, p2p=bool(p2p),
+                    nic_affinity=tuple(all_aff))
+    # Nodes are exact replicas laid out in the same order: the router derives node k's
+    # local routes from node 0's by shifting indices instead of recomputing them.
+    topo._cache["replica"] = (len(devices), len(links))
+    topo.check_routes()
+    return topo
+
+
+def _kind(tech: str) -> str:
+    try:
+        return get_link_tech(tech).kind
+    except ConfigError:
+        return "custom"
+
+
+def _duplex(a, b, bw, tech):
+    return [Link(a, b, bw, tech.latency_s, tech.name, tech.efficiency),
+            Link(b, a, bw, tech.latency_s, tech.name, tech.efficiency)]
+
+
+def _fabric(nodes, nic_names_, nic_models, fabric, oversub, leaf_ports):
+    """Leaf and spine switches and their links; NIC k.i -> its leaf."""
+    M = len(nic_names_)
+    leaf_of = {}
+    if fabric == "rail":
+        nleaves = M
+        for k in range(nodes):
+            for i in range(M):
+                leaf_of[(k, i)] = i
+    else:
+        per_leaf = max(1, leaf_ports // M)     # whole nodes per leaf
+        nleaves = math.ceil(nodes / per_leaf)
+        for k in range(nodes):
+            for i in range(M):
+                leaf_of[(k, i)] = k // per_leaf
+    prefix = "rail" if fabric == "rail" else "leaf"
+    devices = [Device(f"{prefix}{j}", "switch", -1, nic_models[0]) for j in range(nleaves)]
+    links = []
+    down = [0.0] * nleaves
+    for (k, i), j in leaf_of.items():
+        tech = get_link_tech(nic_models[i])
+        links += _duplex(f"n{k}.{nic_names_[i]}", f"{prefix}{j}", tech.bandwidth_Bps, tech)
+        down[j] += tech.bandwidth_Bps
+    if nleaves > 1:
+        nspines = min(nleaves, MAX_SPINES)
+        tech = get_link_tech(nic_models[0])
+        devices += [Device(f"spine{s}", "switch", -1, nic_models[0]) for s in range(nspines)]
+        for j in range(nleaves):
+            # uplink capacity = downlink capacity / oversubscription, spread over the spines
+            bw = down[j] / oversub / nspines
+            for s in range(nspines):
+                links += _duplex(f"{prefix}{j}", f"spine{s}", bw, tech)
+    return devices, links

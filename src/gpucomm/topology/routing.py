@@ -1,0 +1,441 @@
+"""Shortest-path routing with ECMP, composed from node-local and fabric segments.
+
+Rules (docs/topology-yaml.md):
+- A path is shortest by the time a 1 MiB reference message takes hop by hop (sum over its
+  links of latency + 1 MiB / achievable bandwidth), then by hop count; paths tied on both are
+  ECMP alternatives. A channel picks one by a hash of (src, dst, channel), as a switch hashes
+  flows. (Hop count alone would tie GPU->PCIe switch->GPU with GPU->NVSwitch->GPU; the time
+  metric picks NVLink, as NCCL's path search does.)
+- Routes never pass through a GPU or host memory, and never through a third node: a host is
+  not a router.
+- Two GPUs of one node talk inside the node; the fabric is used only if the node has no
+  internal path between them.
+- Between nodes, traffic leaves by the source GPU's NIC and arrives by the destination GPU's
+  NIC (GPUDirect RDMA, NIC affinity); each segment is a shortest path:
+      src GPU -> its NIC -> fabric -> peer NIC -> dst GPU
+- With p2p off, GPU traffic (to a GPU or a NIC) bounces through host memory:
+      GPU -> ... -> memory -> ... -> GPU/NIC      (best memory device, ECMP on ties)
+
+Because routes are composed from per-GPU segments and a switch-to-switch table, the
+vectorised `route_matrix` costs a few numpy gathers for a million pairs.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+
+import numpy as np
+
+from ..errors import TopologyError
+from .model import TRANSIT_KINDS
+
+MAX_ECMP = 64
+REF_BYTES = 1 << 20   # the reference message of the route metric
+_M64 = (1 << 64) - 1
+
+
+def mix(src, dst, channel):
+    """A 64-bit hash of (src, dst, channel); works on Python ints and uint64 arrays alike."""
+    if isinstance(src, np.ndarray):
+        with np.errstate(over="ignore"):
+            x = (src.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                 + dst.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+                 + channel.astype(np.uint64) * np.uint64(0x165667B19E3779F9)
+                 + np.uint64(0x27D4EB2F165667C5))
+            x ^= x >> np.uint64(29)
+            x *= np.uint64(0xBF58476D1CE4E5B9)
+            x ^= x >> np.uint64(32)
+        return x
+    x = (src * 0x9E3779B97F4A7C15 + dst * 0xC2B2AE3D27D4EB4F + channel * 0x165667B19E3779F9
+         + 0x27D4EB2F165667C5) & _M64
+    x ^= x >> 29
+    x = (x * 0xBF58476D1CE4E5B9) & _M64
+    x ^= x >> 32
+    return x
+
+
+def _pick(x, n, shift):
+    """ECMP choice among n alternatives from hash x (independent bits per segment)."""
+    return (x >> shift) % n
+
+
+class Router:
+    """Routing state of one Topology (built lazily, cached)."""
+
+    def __init__(self, topo):
+        self.topo = topo
+        devs = topo.devices
+        self.index = {d.name: i for i, d in enumerate(devs)}
+        self.node = [d.node for d in devs]
+        self.kind = [d.kind for d in devs]
+        self.transit = [d.kind in TRANSIT_KINDS for d in devs]
+        self.lsrc = [self.index[ln.src] for ln in topo.links]
+        self.ldst = [self.index[ln.dst] for ln in topo.links]
+        # link cost in integer picoseconds, so that ties (ECMP) compare exactly
+        self.cost_ps = [int(round((ln.latency_s + REF_BYTES / (ln.bandwidth_Bps * ln.efficiency))
+                                  * 1e12)) for ln in topo.links]
+        self.out = [[] for _ in devs]
+        for li, (u, v) in enumerate(zip(self.lsrc, self.ldst)):
+            self.out[u].append((li, v))
+        self.rank_dev = [self.index[r] for r in topo.ranks]
+        self.rank_node = np.array([self.node[d] for d in self.rank_dev], dtype=np.int64)
+        self.memories = {}
+        for i, d in enumerate(devs):
+            if d.kind == "memory":
+                self.memories.setdefault(d.node, []).append(i)
+        self._local = {}    # src device -> (dist, preds) inside its node
+        self._fabric = {}   # src device -> (dist, preds) over the fabric
+        self._routes = {}   # (src rank, dst rank) -> tuple of paths
+        self._port = None
+        self._plinks = None
+        self._lp0 = {}      # node-0 local paths, reused for replica nodes
+        self._tables = None
+        self._tables_built = False
+
+    # ---- shortest paths ------------------------------------------------------------------
+    def _sssp(self, src, local):
+        """Dijkstra on (cost, hops) with all tied predecessors."""
+        cache = self._local if local else self._fabric
+        if src in cache:
+            return cache[src]
+        node, n0 = self.node, self.node[src]
+        dist, preds = {src: (0, 0)}, {}
+        heap = [(0, 0, src)]
+        while heap:
+            c, h, u = heapq.heappop(heap)
+            if (c, h) > dist[u]:
+                continue
+            if u != src and not (self.transit[u] and (local or node[u] == -1)):
+                continue
+            for li, v in self.out[u]:
+                if local:
+                    if node[v] != n0:
+                        continue
+                elif node[u] == node[v] != -1:
+                    continue    # a node-internal link is not part of the fabric
+                nd = (c + self.cost_ps[li], h + 1)
+                d = dist.get(v)
+                if d is None or nd < d:
+                    dist[v], preds[v] = nd, [li]
+                    heapq.heappush(heap, (nd[0], nd[1], v))
+                elif nd == d:
+                    preds[v].append(li)
+        cache[src] = (dist, preds)
+        return dist, preds
+
+    def _paths(self, src, dst, local):
+        """All tied shortest paths src -> dst (tuples of link indices), [] if none."""
+        if src == dst:
+            return [()]
+        dist, preds = self._sssp(src, local)
+        if dst not in dist:
+            return []
+        out = []
+
+        def walk(v, tail):
+            if len(out) >= MAX_ECMP:
+                return
+            if v == src:
+                out.append(tuple(reversed(tail)))
+                return
+            for li in preds[v]:
+                walk(self.lsrc[li], tail + [li])
+        walk(dst, [])
+        return sorted(out)
+
+    def _cost(self, path):
+        return (sum(self.cost_ps[li] for li in path), len(path))
+
+    def _best(self, candidates):
+        """Keep the candidates of least (cost, hops), deduplicated, capped."""
+        if not candidates:
+            return []
+        best = min(self._cost(p) for p in candidates)
+        return sorted({p for p in candidates if self._cost(p) == best})[:MAX_ECMP]
+
+    def _local_paths(self, a, b):
+        """Node-local paths device a -> device b, bouncing through memory if P2P is off."""
+        replica = self.topo._cache.get("replica")
+        if replica and self.node[a] > 0:
+            # node k is node 0 shifted by k devices/links blocks (set by build_topology)
+            ndev, nlink = replica
+            k = self.node[a]
+            key = (a - k * ndev, b - k * ndev)
+            if key not in self._lp0:
+                self._lp0[key] = self._local_paths_direct(*key)
+            return [tuple(li + k * nlink for li in p) for p in self._lp0[key]]
+        return self._local_paths_direct(a, b)
+
+    def _local_paths_direct(self, a, b):
+        if a == b:
+            return [()]
+        if self.topo.p2p or self.kind[a] == "memory" or self.kind[b] == "memory":
+            return self._paths(a, b, True)
+        cands = []
+        for m in self.memories.get(self.node[a], []):
+            for p in self._paths(a, m, True):
+                for q in self._paths(m, b, True):
+                    cands.append(p + q)
+        return self._best(cands)
+
+    # ---- ports (the NIC a GPU uses) ------------------------------------------------------
+    def _port_links(self):
+        """Fabric links (not internal to one node) by source and by destination device."""
+        if self._plinks is None:
+            up, down = {}, {}
+            for li, (u, v) in enumerate(zip(self.lsrc, self.ldst)):
+                if self.node[u] != self.node[v] or self.node[u] == -1:
+                    up.setdefault(u, []).append(li)
+                    down.setdefault(v, []).append(li)
+            self._plinks = (up, down)
+        return self._plinks
+
+    def _simple(self, p):
+        """(uplink, downlink) if port p has exactly one link into the fabric, to a switch,
+        and one out of it, from a switch; else None."""
+        up, down = self._port_links()
+        u, d = up.get(p, ()), down.get(p, ())
+        if len(u) == 1 and len(d) == 1 and self.node[p] != -1 \
+                and self.node[self.ldst[u[0]]] == -1 and self.node[self.lsrc[d[0]]] == -1:
+            return u[0], d[0]
+        return None
+
+    def _fabric_paths(self, pa, pb):
+        sa, sb = self._simple(pa), self._simple(pb)
+        if sa and sb and pa != pb:
+            x, y = self.ldst[sa[0]], self.lsrc[sb[1]]
+            return [(sa[0],) + p + (sb[1],) for p in self._paths(x, y, False)]
+        return self._paths(pa, pb, False)
+
+    def ports(self):
+        """Per rank: the device where its inter-node traffic enters the fabric."""
+        if self._port is None:
+            up, _ = self._port_links()
+            has_uplink = [self.node[i] != -1 and i in up for i in range(len(self.node))]
+            port = []
+            for r, g in enumerate(self.rank_dev):
+                if self.topo.nic_affinity:
+                    port.append(self.index[self.topo.nic_affinity[r]])
+                    continue
+                if has_uplink[g]:
+                    port.append(g)
+                    continue
+                dist, _ = self._sssp(g, True)
+                cands = [(dist[d], self.kind[d] != "nic", d) for d in dist
+                         if has_uplink[d] and self.kind[d] != "gpu"]
+                if not cands:   # no fabric yet (one node): the closest NIC, for reports
+                    cands = [(dist[d], False, d) for d in dist if self.kind[d] == "nic"]
+                port.append(min(cands)[2] if cands else -1)
+            self._port = port
+        return self._port
+
+    # ---- scalar routes -------------------------------------------------------------------
+    def _segments(self, s, d):
+        """The segments of the route s -> d, each a list of ECMP alternatives."""
+        a, b = self.rank_dev[s], self.rank_dev[d]
+        if self.node[a] == self.node[b]:
+            local = self._local_paths(a, b)
+            if local:
+                return [local]
+        ports = self.ports()
+        pa, pb = ports[s], ports[d]
+        why = None
+        if pa < 0 or pb < 0:
+            n = self.node[a] if pa < 0 else self.node[b]
+            inside = f"no path inside node {n}, and " if self.node[a] == self.node[b] else ""
+            why = f"{inside}node {n} has no link to the fabric"
+        else:
+            seg1, seg3 = self._local_paths(a, pa), self._local_paths(pb, b)
+            fab = self._fabric_paths(pa, pb)
+            if seg1 and seg3 and fab:
+                return [seg1, fab, seg3]
+            if not seg1:
+                why = f"{self.topo.devices[a].name} cannot reach its NIC " \
+                      f"{self.topo.devices[pa].name}"
+            elif not seg3:
+                why = f"NIC {self.topo.devices[pb].name} cannot reach " \
+                      f"{self.topo.devices[b].name}"
+            else:
+                why = f"the fabric does not connect {self.topo.devices[pa].name} to " \
+                      f"{self.topo.devices[pb].name}"
+        raise TopologyError(f"no route from rank {s} ({self.topo.ranks[s]}) to rank {d} "
+                            f"({self.topo.ranks[d]}): {why}")
+
+    def routes(self, s, d):
+        key = (s, d)
+        if key not in self._routes:
+            if s == d:
+                self._routes[key] = ((),)
+            else:
+                segs = self._segments(s, d)
+                combos = itertools.islice(itertools.product(*segs), MAX_ECMP)
+                self._routes[key] = tuple(sum(c, ()) for c in combos)
+        return self._routes[key]
+
+    def route(self, s, d, channel=0):
+        if s == d:
+            return ()
+        segs = self._segments_cached(s, d)
+        x = mix(s, d, channel)
+        return sum((seg[_pick(x, len(seg), 20 * i)] for i, seg in enumerate(segs)), ())
+
+    def _segments_cached(self, s, d):
+        key = ("seg", s, d)
+        if key not in self._routes:
+            self._routes[key] = tuple(tuple(seg) for seg in self._segments(s, d))
+        return self._routes[key]
+
+    # ---- vectorised routes ---------------------------------------------------------------
+    def _build_tables(self):
+        """Padded segment tables for inter-node routes, when every port is simple."""
+        ports = self.ports()
+        if any(p < 0 for p in ports):
+            return None
+        simple = {p: self._simple(p) for p in set(ports)}
+        if not all(simple.values()):
+            return None
+        R = len(self.rank_dev)
+        seg_out = [self._local_paths(self.rank_dev[r], ports[r]) for r in range(R)]
+        seg_in = [self._local_paths(ports[r], self.rank_dev[r]) for r in range(R)]
+        up = np.array([simple[p][0] for p in ports], dtype=np.int64)
+        down = np.array([simple[p][1] for p in ports], dtype=np.int64)
+        xs = [self.ldst[li] for li in up]
+        ys = [self.lsrc[li] for li in down]
+        sw_up, sw_down = sorted(set(xs)), sorted(set(ys))
+        xi, yi = {x: i for i, x in enumerate(sw_up)}, {y: i for i, y in enumerate(sw_down)}
+        sw = [[self._paths(x, y, False) for y in sw_down] for x in sw_up]
+        return {"out": _pad(seg_out), "in": _pad(seg_in), "sw": _pad2(sw), "up": up,
+                "down": down, "x": np.array([xi[x] for x in xs]),
+                "y": np.array([yi[y] for y in ys])}
+
+    def _ensure_tables(self):
+        if not self._tables_built:
+            self._tables, self._tables_built = self._build_tables(), True
+        return self._tables
+
+    def route_matrix(self, src, dst, channel=0):
+        src, dst, channel = np.broadcast_arrays(np.asarray(src, dtype=np.int64),
+                                                np.asarray(dst, dtype=np.int64),
+                                                np.asarray(channel, dtype=np.int64))
+        src, dst, channel = src.ravel(), dst.ravel(), channel.ravel()
+        R = len(self.rank_dev)
+        bad = (src < 0) | (src >= R) | (dst < 0) | (dst >= R)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise TopologyError(f"rank pair ({src[k]}, {dst[k]}) out of range: this topology "
+                                f"has ranks 0..{R - 1}")
+        n = len(src)
+        inter = self.rank_node[src] != self.rank_node[dst]
+        if inter.any():
+            self._ensure_tables()
+        parts = []
+        loop = np.nonzero(~inter)[0] if self._tables else np.arange(n)
+        if self._tables and inter.any():
+            parts.append((np.nonzero(inter)[0], self._compose(src[inter], dst[inter],
+                                                               channel[inter])))
+        if len(loop):
+            rows = [self.route(int(src[k]), int(dst[k]), int(channel[k])) for k in loop]
+            parts.append((loop, _pad(rows, single=True)))
+        width = max([p[1].shape[1] for p in parts] + [0])
+        out = np.full((n, width), -1, dtype=np.int32)
+        for idx, arr in parts:
+            out[idx, :arr.shape[1]] = arr
+        return out
+
+    def _compose(self, s, d, c):
+        t = self._tables
+        x = mix(s, d, c)
+        n_out, n_sw, n_in = t["out"][1], t["sw"][1], t["in"][1]
+        x0, y0 = t["x"][s], t["y"][d]
+        missing = (n_sw[x0, y0] == 0) | (n_out[s] == 0) | (n_in[d] == 0)
+        if missing.any():
+            k = int(np.argmax(missing))
+            self._segments(int(s[k]), int(d[k]))    # raises with the precise reason
+        seg1 = t["out"][0][s, _pick(x, n_out[s].astype(np.uint64), np.uint64(0)).astype(np.int64)]
+        fab = t["sw"][0][x0, y0, _pick(x, n_sw[x0, y0].astype(np.uint64),
+                                       np.uint64(20)).astype(np.int64)]
+        seg3 = t["in"][0][d, _pick(x, n_in[d].astype(np.uint64), np.uint64(40)).astype(np.int64)]
+        segments = (seg1, t["up"][s][:, None], fab, t["down"][d][:, None], seg3)
+        # each segment is left-aligned with -1 padding: place it after the ones before it
+        lengths = [(seg >= 0).sum(axis=1) for seg in segments]
+        width = int(sum(lengths).max()) if len(s) else 0
+        out = np.full((len(s), width), -1, dtype=np.int32)
+        offset = np.zeros(len(s), dtype=np.int64)
+        for seg, n in zip(segments, lengths):
+            rows, cols = np.nonzero(seg >= 0)
+            out[rows, offset[rows] + cols] = seg[rows, cols]
+            offset += n
+        return out
+
+    def check_all(self):
+        """Every ordered pair of ranks has a route (raises TopologyError naming one that
+        does not). Cheap: per node all pairs (one node when nodes are replicas), then every
+        rank's segments and the switch-to-switch table."""
+        R = len(self.rank_dev)
+        by_node = {}
+        for r in range(R):
+            by_node.setdefault(int(self.rank_node[r]), []).append(r)
+        groups = list(by_node.values())
+        if self.topo._cache.get("replica"):
+            groups = groups[:1]
+        for ranks in groups:
+            for s in ranks:
+                for d in ranks:
+                    if s != d:
+                        self._segments_cached(s, d)
+        if len(by_node) < 2:
+            return
+        t = self._ensure_tables()
+        if t is None:
+            for s in range(R):
+                for d in range(R):
+                    if self.rank_node[s] != self.rank_node[d]:
+                        self._segments_cached(s, d)
+            return
+        for counts in (t["out"][1], t["in"][1]):
+            if (counts == 0).any():
+                r = int(np.argmax(counts == 0))
+                other = next(o for o in range(R) if self.rank_node[o] != self.rank_node[r])
+                self._segments(r, other) if counts is t["out"][1] else self._segments(other, r)
+        for xi, yi in np.argwhere(t["sw"][1] == 0):
+            srcs = np.nonzero(t["x"] == xi)[0]
+            dsts = np.nonzero(t["y"] == yi)[0]
+            for s in srcs:
+                far = dsts[self.rank_node[dsts] != self.rank_node[s]]
+                if len(far):
+                    self._segments(int(s), int(far[0]))    # raises, naming the reason
+
+
+def _pad(rows, single=False):
+    """List (per item) of lists of paths -> (array [items, alts, hops] padded -1, counts).
+    With single=True, rows are single paths -> array [items, hops]."""
+    if single:
+        width = max((len(p) for p in rows), default=0)
+        arr = np.full((len(rows), width), -1, dtype=np.int32)
+        for i, p in enumerate(rows):
+            arr[i, :len(p)] = p
+        return arr
+    alts = max((len(r) for r in rows), default=0) or 1
+    width = max((len(p) for r in rows for p in r), default=0)
+    arr = np.full((len(rows), alts, width), -1, dtype=np.int32)
+    counts = np.zeros(len(rows), dtype=np.int64)
+    for i, r in enumerate(rows):
+        counts[i] = len(r)
+        for j, p in enumerate(r):
+            arr[i, j, :len(p)] = p
+    return arr, counts
+
+
+def _pad2(grid):
+    """2-D grid of path lists -> (array [x, y, alts, hops], counts [x, y])."""
+    nx, ny = len(grid), len(grid[0]) if grid else 0
+    alts = max((len(c) for row in grid for c in row), default=0) or 1
+    width = max((len(p) for row in grid for c in row for p in c), default=0)
+    arr = np.full((nx, ny, alts, width), -1, dtype=np.int32)
+    counts = np.zeros((nx, ny), dtype=np.int64)
+    for i, row in enumerate(grid):
+        for j, c in enumerate(row):
+            counts[i, j] = len(c)
+            for k, p in enumerate(c):
+                arr[i, j, k, :len(p)] = p
+    return arr, counts
