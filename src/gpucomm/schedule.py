@@ -137,8 +137,9 @@ class Schedule:
     # --- sizes -----------------------------------------------------------------------
     def chunk_bounds(self, block_count: int) -> np.ndarray:
         """Element offsets of every chunk of the logical buffer, plus the end (length+1)."""
-        sizes = np.array([len(a) for a in np.array_split(np.empty(block_count),
-                                                         self.chunks_per_block)], dtype=np.int64)
+        q, extra = divmod(int(block_count), self.chunks_per_block)  # np.array_split's sizes
+        sizes = np.full(self.chunks_per_block, q, dtype=np.int64)
+        sizes[:extra] += 1
         per_block = np.concatenate([[0], np.cumsum(sizes)])[:-1]
         nb = self.nblocks + self.scratch_blocks
         starts = (np.arange(nb, dtype=np.int64)[:, None] * block_count + per_block).reshape(-1)

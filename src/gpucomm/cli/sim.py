@@ -1,0 +1,198 @@
+"""`gpucomm sim`: predicted nccl-tests tables for a collective on a modelled cluster.
+
+    gpucomm sim -c all_reduce --system dgx-h100 --nodes 2 -b 8 -e 1G -f 4
+    gpucomm sim --compare all_reduce_perf.log --system dgx-h100 --nodes 2
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from ..collectives import get_collective
+from ..dtypes import REDUCE_OPS
+from ..errors import ConfigError
+from .common import add_format, positive_int, print_json, size_arg, sweep_sizes
+
+HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
+          "protocol")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sim", help="simulate a collective sweep on a modelled cluster")
+    p.add_argument("-c", "--collective", default="all_reduce")
+    p.add_argument("--system", default="dgx-h100", help="node preset (dgx-h100, pcie, ...)")
+    p.add_argument("--nodes", type=positive_int, default=1)
+    p.add_argument("--gpus-per-node", type=positive_int)
+    p.add_argument("--nic")
+    p.add_argument("--nics-per-node", type=positive_int)
+    p.add_argument("--pcie-gen", type=int)
+    p.add_argument("--p2p", action=argparse.BooleanOptionalAction, default=True,
+                   help="GPU peer-to-peer over PCIe (--no-p2p: bounce through host memory)")
+    p.add_argument("--fabric", default="rail")
+    p.add_argument("--oversubscription", type=float, default=1.0)
+    p.add_argument("--topology", help="a topology YAML file instead of --system")
+    p.add_argument("--algorithm", default="auto")
+    p.add_argument("--protocol", default="auto", choices=("auto", "ll", "ll128", "simple"))
+    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    p.add_argument("-b", "--minbytes", type=size_arg, default=8)
+    p.add_argument("-e", "--maxbytes", type=size_arg, default=1 << 30)
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0)
+    p.add_argument("-d", "--datatype", default="float32")
+    p.add_argument("-o", "--op", default="sum")
+    p.add_argument("-r", "--root", type=int, default=0)
+    p.add_argument("--compare", metavar="LOGFILE", help="an nccl-tests log to predict row by row")
+    p.add_argument("--plot", metavar="FILE.png")
+    p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
+    add_format(p)
+    p.set_defaults(func=cmd_sim)
+
+
+def topology_from_args(args):
+    from ..topology import build_topology, load_topology
+    if args.topology:
+        return load_topology(args.topology)
+    kw = dict(nodes=args.nodes, gpus_per_node=args.gpus_per_node, nic=args.nic,
+              nics_per_node=args.nics_per_node, pcie_gen=args.pcie_gen, p2p=args.p2p,
+              fabric=args.fabric, oversubscription=args.oversubscription)
+    return build_topology(args.system, **kw)
+
+
+def cmd_sim(args) -> int:
+    from ..simulate import predict
+    if args.op not in REDUCE_OPS:
+        raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
+    topo = topology_from_args(args)
+    if args.compare:
+        return _compare(args, topo)
+    coll = get_collective(args.collective)
+    sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    results = []
+    for size in sizes:
+        results.append(predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
+                               model=args.model, protocol=args.protocol,
+                               root=args.root if coll.rooted else 0, redop=args.op))
+    rows = [r.to_row() for r in results]
+    if not coll.reduces:
+        for row in rows:
+            row["redop"] = "none"
+    if args.format == "json":
+        print_json({"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
+                    "model": args.model, "rows": rows})
+    else:
+        print(f"# gpucomm sim: {coll.name} on {topo} ({args.model} model)")
+        print(_table(rows))
+    if args.plot:
+        from ..report.plot import plot_sweep
+        plot_sweep(rows, args.plot, title=f"{coll.name} on {topo.name}")
+    if args.trace:
+        from ..report.trace import write_trace
+        write_trace(_traced(coll, sizes[-1], topo, args, results[-1]), args.trace, topo)
+    return 0
+
+
+def _traced(coll, size, topo, args, res):
+    from ..algorithms import build
+    from ..simulate import simulate
+    if res.algorithm == "nvls":
+        return res
+    from ..algorithms import get_algorithm
+    kw = {}
+    if any(k == "channels" for k, _ in get_algorithm(coll, res.algorithm).params):
+        kw["channels"] = max(res.channels, 1)
+    sched = build(coll, res.algorithm, topo.nranks, root=args.root if coll.rooted else 0, **kw)
+    return simulate(sched, topo, size, dtype=args.datatype, model=args.model,
+                    protocol=res.protocol, trace=True)
+
+
+def _table(rows) -> str:
+    lines = ["#" + "".join(f"{h:>13}" for h in HEADER[:5]) + f"{'time':>11}{'algbw':>9}"
+             f"{'busbw':>9}  {'algorithm':<28}{'protocol'}",
+             "#" + "".join(f"{h:>13}" for h in ("(B)", "(elements)", "", "", "")) +
+             f"{'(us)':>11}{'(GB/s)':>9}{'(GB/s)':>9}"]
+    for r in rows:
+        lines.append(" " + f"{r['size']:>13}{r['count']:>13}{r['type']:>13}{r['redop']:>13}"
+                     f"{r['root']:>13}{r['time_us']:>11.2f}{r['algbw']:>9.2f}{r['busbw']:>9.2f}"
+                     f"  {r['algorithm']:<28}{r['protocol']}")
+    return "\n".join(lines)
+
+
+# ---- --compare: nccl-tests logs -----------------------------------------------------------
+_RANKS = re.compile(r"#\s+Rank\s+\d+\s+Group")
+
+
+def parse_log(text: str) -> dict:
+    """nccl-tests output -> {"collective", "nranks", "rows": [{size, count, type, redop, root,
+    time_us, algbw, busbw}]}, from the out-of-place columns. Raises ConfigError if no rows."""
+    rows, coll, nranks = [], None, 0
+    for line in text.splitlines():
+        if _RANKS.search(line):
+            nranks += 1
+        m = re.search(r"(\w+?)_perf", line) or re.search(r"concluded:\s*(\w+)", line)
+        if m and coll is None:
+            coll = m.group(1)
+        if line.lstrip().startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) < 8 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        try:
+            size, count = int(parts[0]), int(parts[1])
+            typ, redop = parts[2], parts[3]
+            rest = parts[4:]
+            root = -1
+            if len(rest) >= 4 and re.fullmatch(r"-?\d+", rest[0]):
+                root, rest = int(rest[0]), rest[1:]
+            time_us, algbw, busbw = float(rest[0]), float(rest[1]), float(rest[2])
+        except (ValueError, IndexError):
+            continue
+        rows.append({"size": size, "count": count, "type": typ, "redop": redop, "root": root,
+                     "time_us": time_us, "algbw": algbw, "busbw": busbw})
+    if not rows:
+        raise ConfigError("no nccl-tests result rows found in the log (expected lines like "
+                          "'  1048576  262144  float  sum  -1  12.3  85.2  149.1  0 ...')")
+    return {"collective": coll, "nranks": nranks, "rows": rows}
+
+
+def _compare(args, topo) -> int:
+    from ..simulate import predict
+    path = Path(args.compare)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read log {str(path)!r}: {e.strerror}") from None
+    log = parse_log(text)
+    coll = get_collective(log["collective"] or args.collective)
+    if log["nranks"] and log["nranks"] != topo.nranks:
+        print(f"# note: the log has {log['nranks']} ranks, the topology {topo.nranks}",
+              file=sys.stderr)
+    out = []
+    for row in log["rows"]:
+        res = predict(coll, row["size"], topo, algorithm=args.algorithm,
+                      dtype=_dtype(row["type"]), model=args.model, protocol=args.protocol)
+        err = (res.busbw_GBps - row["busbw"]) / row["busbw"] if row["busbw"] > 0 else None
+        out.append({"size": row["size"], "measured_time_us": row["time_us"],
+                    "predicted_time_us": round(res.time_us, 3), "measured_busbw": row["busbw"],
+                    "predicted_busbw": round(res.busbw_GBps, 3),
+                    "busbw_error": None if err is None else round(err, 4),
+                    "time_ratio": round(res.time_us / row["time_us"], 4) if row["time_us"] else None,
+                    "algorithm": res.algorithm, "protocol": res.protocol})
+    if args.format == "json":
+        print_json({"collective": coll.name, "topology": topo.name, "rows": out})
+        return 0
+    print(f"# {coll.name}: measured ({path.name}) vs predicted on {topo}")
+    print(f"#{'size':>12} {'meas us':>10} {'pred us':>10} {'meas busbw':>11} {'pred busbw':>11}"
+          f" {'error':>8}  choice")
+    for r in out:
+        e = "-" if r["busbw_error"] is None else f"{100 * r['busbw_error']:+.1f}%"
+        print(f" {r['size']:>12} {r['measured_time_us']:>10.2f} {r['predicted_time_us']:>10.2f} "
+              f"{r['measured_busbw']:>11.2f} {r['predicted_busbw']:>11.2f} {e:>8}  "
+              f"{r['algorithm']}/{r['protocol']}")
+    return 0
+
+
+def _dtype(name: str) -> str:
+    return {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
+            "int": "int32", "int8": "int8", "uint8": "uint8", "int32": "int32",
+            "int64": "int64"}.get(name, name)

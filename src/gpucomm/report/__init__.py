@@ -1,0 +1,1 @@
+"""Reports of results: Chrome/Perfetto traces of simulated timelines, sweep plots."""

@@ -1,0 +1,155 @@
+"""The analytic model: alpha-beta along the data-flow DAG, one vectorised update per step.
+
+State is the time each (rank, chunk) gets its value and the time its last reader finished,
+plus when each rank's channel put its previous step's bytes on the wire (sends and receives;
+steps.py). An op occupies its engines for `bytes / rate` and its data lands `alpha` later
+(protocol.py); ops of one step split the links they share evenly, ops of different steps never
+contend (that is the flow model's job).
+
+Ring schedules (the registered `ring` all-reduce / reduce-scatter / all-gather) have a structure
+the engine can use without building their steps: each step forwards the chunk received in
+the step before, and every step has the same (src, dst, channel) columns, so a per-rank
+frontier is exact: `start_s[r] = max(end_{s-1}[r-1], start_{s-1}[r] + x_r)`,
+`end_s[r] = start_s[r] + x_r + alpha_r` (the destination chunk is always free: a ring never
+writes a chunk a rank still has to forward). `tests/test_simulate.py`
+checks that the frontier equals the general engine.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from .steps import StepCoster, expand, op_bytes
+
+DENSE_LIMIT = 64_000_000  # (ranks x chunks) cells of per-chunk state the general engine accepts
+
+
+def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
+    """(end time, events, link busy seconds, timeline) of a schedule, general engine."""
+    p, t = sched.nranks, sched.total_chunks
+    if p * t > DENSE_LIMIT:
+        raise ConfigError(f"{sched.algorithm} {sched.collective.name} on {p} ranks has {p * t} "
+                          f"(rank, chunk) cells; the analytic model handles up to {DENSE_LIMIT}")
+    ready = np.zeros(p * t)
+    readend = np.zeros(p * t)
+    nch = max(int(sched.channels), 1)
+    send_free = np.zeros((p, nch))
+    recv_free = np.zeros((p, nch))
+    busy = np.zeros(coster.paths.nlinks)
+    events, end, timeline = 0, 0.0, []
+    for si, st in enumerate(sched.steps()):
+        if len(st) == 0:
+            continue
+        pat = coster.pattern(st)
+        nbytes = op_bytes(st, bounds, itemsize)
+        ch = st.channel
+        if ch.size and int(ch.max()) >= nch:
+            grow = int(ch.max()) + 1 - nch
+            send_free = np.pad(send_free, ((0, 0), (0, grow)))
+            recv_free = np.pad(recv_free, ((0, 0), (0, grow)))
+            nch += grow
+        sidx, sown = expand(st.src, st.src_chunk, st.nchunks, t)
+        didx, down = expand(st.dst, st.dst_chunk, st.nchunks, t)
+        src_ready = _gather_max(ready, sidx, sown, len(st))
+        dst_free = np.maximum(_gather_max(ready, didx, down, len(st)),
+                              _gather_max(readend, didx, down, len(st)))
+        start = np.maximum(np.maximum(src_ready, dst_free),
+                           np.maximum(send_free[st.src, ch], recv_free[st.dst, ch]))
+        xfer = np.where(pat.local | (nbytes <= 0), 0.0, nbytes / pat.share_rate)
+        sent = start + xfer  # the engines are free again; the data lands alpha later
+        fin = sent + np.where(pat.local, 0.0, pat.alpha)
+        ready[didx] = fin if down is None else fin[down]
+        np.maximum.at(readend, sidx, fin if sown is None else fin[sown])
+        np.maximum.at(send_free, (st.src, ch), sent)
+        np.maximum.at(recv_free, (st.dst, ch), sent)
+        _account(busy, pat, nbytes)
+        events += len(st)
+        end = max(end, float(fin.max()))
+        if trace:
+            timeline.extend(_records(si, st, start, fin, nbytes))
+    return end, events, busy, timeline
+
+
+def _gather_max(arr, idx, owner, n):
+    if owner is None:
+        return arr[idx]
+    out = np.zeros(n)
+    np.maximum.at(out, owner, arr[idx])
+    return out
+
+
+def _account(busy, pat, nbytes):
+    """Busy time of each link: bytes over its payload capacity (what utilisation reports)."""
+    valid = pat.table >= 0
+    if not valid.any():
+        return
+    rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
+    np.add.at(busy, pat.table[valid], rows.astype(np.float64))
+
+
+def _records(si, st, start, fin, nbytes):
+    return [(si, int(s), int(d), int(c), int(ch), float(a), float(b), int(n))
+            for s, d, c, ch, a, b, n in zip(st.src, st.dst, st.dst_chunk, st.channel, start,
+                                            fin, nbytes)]
+
+
+# ---- the ring frontier -------------------------------------------------------------------
+def is_ring(sched) -> bool:
+    return (sched.algorithm == "ring" and sched.scratch_blocks == 0
+            and sched.collective.name in ("all_reduce", "reduce_scatter", "all_gather"))
+
+
+def run_ring(sched, coster: StepCoster, bounds, itemsize: int):
+    """The ring schedule's time from its per-rank frontier, without generating its steps."""
+    from ..schedule import step
+    p, c = sched.nranks, max(int(sched.channels), 1)
+    r = np.arange(p)
+    if sched.collective.name == "all_reduce":
+        # channel ch owns chunks ch*P .. ch*P+P-1 (see algorithms/ring.py); one probe step
+        probe = step(np.tile(r, c), np.tile((r + 1) % p, c), (np.arange(c) * p)[:, None].repeat(
+            p, 1).reshape(-1) + np.tile(r, c), channel=np.repeat(np.arange(c), p))
+        nsteps = 2 * (p - 1)
+    else:
+        blocks = r
+        probe = step(np.repeat(r, c), np.repeat((r + 1) % p, c),
+                     (blocks[:, None] * c + np.arange(c)).reshape(-1),
+                     channel=np.tile(np.arange(c), p))
+        nsteps = p - 1
+    pat = coster.pattern(probe)
+    nbytes = op_bytes(probe, bounds, itemsize)
+    if p == 1:
+        return 0.0, 0, np.zeros(coster.paths.nlinks)
+    # every step moves the same sizes per op only if all chunks are equal; otherwise fall back
+    sizes = np.diff(bounds)[: sched.nblocks * sched.chunks_per_block]
+    if sizes.size and sizes.min() != sizes.max():
+        return None
+    xfer = np.where(nbytes > 0, nbytes / pat.share_rate, 0.0)
+    # rows: channels, columns: ranks (the all-reduce probe is channel-major, the others not)
+    shape = (lambda a: a.reshape(c, p)) if sched.collective.name == "all_reduce" else \
+        (lambda a: np.ascontiguousarray(a.reshape(p, c).T))
+    x, a = shape(xfer), shape(np.asarray(pat.alpha, dtype=np.float64))
+    # op (r -> r+1) of step s starts when the chunk it forwards has landed at r (sent by r-1
+    # in step s-1) and its engines finished putting the step s-1 bytes on the wire.
+    start = -x  # so that step 0 starts at 0
+    fin = np.zeros((c, p))
+    land = np.empty_like(fin)
+    done = 0
+    while done < nsteps:
+        land[:, 1:] = fin[:, :-1]
+        land[:, 0] = fin[:, -1]
+        new_start = np.maximum(land, start + x)
+        new_fin = new_start + x + a
+        done += 1
+        if done % 32 == 0 and done < nsteps:
+            # Max-plus steady state: once every op advances by the same lambda per step it
+            # does so forever (the recurrence is shift-invariant), so jump to the end.
+            d1, d2 = new_start - start, new_fin - fin
+            lo, hi = float(min(d1.min(), d2.min())), float(max(d1.max(), d2.max()))
+            if hi - lo <= 1e-12 * max(abs(hi), 1e-30):
+                new_fin = new_fin + (nsteps - done) * hi
+                done = nsteps
+        start, fin = new_start, new_fin
+    e = fin
+    busy = np.zeros(coster.paths.nlinks)
+    _account(busy, pat, nbytes * nsteps)
+    return float(e.max()), nsteps * len(probe), busy

@@ -1,0 +1,75 @@
+"""Every constant of the protocol model, in one place, with where it comes from.
+
+Nothing here is fitted to a measurement table. The numbers are NCCL's public tuning constants
+(`src/graph/tuning.cc`, `src/include/device.h`, `src/graph/topo.h`, NCCL 2.19-2.30; summarised in
+shared/reference/nccl.md) and the wire formats of NCCL's protocols. Link bandwidths, latencies and
+their achievable fractions come from the hardware catalog through the Topology, not from here.
+"""
+from __future__ import annotations
+
+US = 1e-6
+GB = 1e9
+
+# --- protocols ------------------------------------------------------------------------------
+# Wire efficiency: the fraction of each line that carries payload.
+#   LL:     8-byte units, 4 B data + 4 B flag                      -> 0.5
+#   LL128:  128-byte lines, 120 B data + 8 B flag (NCCL_LL128_LINESIZE) -> 120/128
+#   Simple: plain data behind a memory fence per slice            -> 1.0
+WIRE_EFFICIENCY = {"ll": 0.5, "ll128": 120 / 128, "simple": 1.0}
+
+# Software latency of one hop (one step of a ring/tree) per path class, seconds.
+# tuning.cc hwLatencies[hw][Ring][proto] (NVLINK, PCI, NET rows), v2.23+.
+HOP_LATENCY_S = {
+    "ll": {"nvlink": 0.6 * US, "pcie": 1.0 * US, "net": 2.7 * US},
+    "ll128": {"nvlink": 1.9 * US, "pcie": 2.5 * US, "net": 4.0 * US},
+    "simple": {"nvlink": 3.4 * US, "pcie": 5.7 * US, "net": 14.0 * US},
+}
+# Fixed cost of one collective call per protocol: tuning.cc baseLatencies[Ring][proto]
+# (kernel launch, setup of the channels' connections).
+BASE_LATENCY_S = {"ll": 6.6 * US, "ll128": 14.0 * US, "simple": 8.4 * US}
+# In-switch reduction (NVLS): baseLatency 0, hwLatency[NVLINK][NVLS][Simple] = 25 us; across
+# nodes NVLSTree adds 2·log2(nodes) network hops of hwLatency[NET][NVLSTree][Simple] = 20.9 us.
+NVLS_LATENCY_S = 25.0 * US
+NVLSTREE_NET_LATENCY_S = 20.9 * US
+# nvlsEfficiency[gpu generation]: the fraction of NVLink bandwidth multimem loads/stores reach,
+# NCCL's figure for its default NVLS chunk (NCCL_NVLS_CHUNKSIZE = 128 KiB). We read it as a
+# fixed cost per chunk: chunk / (chunk + overhead), so smaller chunks reach less.
+NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
+NVLS_CHUNK_BYTES = 128 * 1024
+# NVLS channels (NCCL_NVLS_NCHANNELS default 16); concurrent ops = channels x NVLS heads (one
+# head per GPU of the node). enqueue.cc shrinks the chunk for messages below
+# 64/8/2 x concurrentOps x chunk to 64/32/16 KiB, so that every channel and head gets work.
+NVLS_CHANNELS = 16
+NVLS_CHUNK_STEPS = ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024))
+
+# Per-message software overhead on network paths: NCCL_NET_OVERHEAD = 1 us (Intel), x3 for
+# Simple (tuning.cc). A slice cannot go faster than one message per overhead.
+NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
+
+# Slice (message) size per protocol and channel. Simple: NCCL_BUFFSIZE 4 MiB split into
+# NCCL_STEPS = 8 slots -> 512 KiB per slot. LL: NCCL_LL_LINES_PER_THREAD 8 x 512 threads x 16 B
+# = 64 KiB per slot (half of it payload). LL128: NCCL_LL128_ELEMS_PER_THREAD 120 x 640 threads
+# x 8 B ~ 600 KiB per slot.
+SLICE_BYTES = {"ll": 64 * 1024, "ll128": 600 * 1024, "simple": 512 * 1024}
+
+# Bandwidth caps per GPU generation and node count class (N1: 1 node, N2: 2 nodes, N4: more),
+# GB/s. llMaxBws is a cap on the whole LL collective's bus bandwidth; perChMaxRingLL128Bws caps
+# one LL128 channel (tuning.cc).
+LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
+             "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
+LL128_PER_CHANNEL_BW = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
+                        "hopper": (36.7, 36.7, 36.7), "blackwell": (40.0, 40.0, 40.0)}
+
+# LL128 is enabled by default only where NCCL trusts the ordering of 128-byte stores: NVLink
+# (and on Hopper/Blackwell up to PXN paths). Over PCIe-through-host and on pre-Volta it is off.
+LL128_GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+
+# Channels NCCL runs for a collective: enough that the per-channel caps do not bind, at least
+# one per NIC rail (search.cc: rings are searched per NIC; nccl's defaults reach 16-32 channels on
+# NVSwitch systems). MAXCHANNELS = 32.
+MAX_CHANNELS = 32
+
+# SM architecture -> generation for the tables above.
+GENERATION_OF_SM = {"sm70": "volta", "sm75": "volta", "sm80": "ampere", "sm86": "ampere",
+                    "sm89": "ampere", "sm90": "hopper", "sm100": "blackwell"}
+DEFAULT_GENERATION = "hopper"

@@ -1,0 +1,139 @@
+"""simulate(): time one schedule on one topology with the analytic or the flow model."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..collectives import layout
+from ..dtypes import get_dtype
+from ..errors import ConfigError
+from . import analytic, flow
+from .paths import PathTable
+from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
+from .result import SimResult
+from .steps import StepCoster
+
+MODELS = ("analytic", "flow")
+_PATHS: dict = {}
+_COSTERS: dict = {}
+
+
+def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
+             protocol="auto", ranks=None, trace=False, lanes=1.0, redop="sum") -> SimResult:
+    """Time `schedule` moving an nccl-tests size of `nbytes` on `topology`.
+
+    `ranks[i]` is the topology rank that runs schedule rank i (default 0..P-1); a 2-D table
+    gives channel c the row c % rows (rings laid out differently per channel, as NCCL's ring
+    search does: valid for schedules whose channels are independent, like ring). `protocol`
+    is "ll", "ll128", "simple", "auto" (the fastest) or a Protocol value. `lanes`: NCCL
+    channels each schedule channel stands for (scales per-channel caps).
+
+    >>> from gpucomm.algorithms import build
+    >>> from gpucomm.topology import build_topology
+    >>> r = simulate(build("all_reduce", "ring", 8), build_topology("dgx-h100"), 1 << 30)
+    >>> r.busbw_GBps > 300
+    True
+    """
+    if model not in MODELS:
+        raise ConfigError(f"unknown model {model!r}: allowed are {', '.join(MODELS)}")
+    placement = _placement(schedule.nranks, topology, ranks)
+    lay = layout(schedule.collective, nbytes, dtype, schedule.nranks)
+    gen = generation_of(topology)
+    nodes = len({topology.node_of(int(r)) for r in placement.reshape(-1)})
+    if isinstance(protocol, Protocol):
+        protos = [protocol]
+    elif str(protocol).lower() == "auto":
+        protos = [get_protocol(p, gen, nodes) for p in PROTOCOLS]
+    else:
+        protos = [get_protocol(protocol, gen, nodes)]
+    best = None
+    for proto in protos:
+        res = _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop)
+        if best is None or res.time_s < best.time_s:
+            best = res
+    return best
+
+
+def _placement(p, topology, ranks):
+    if ranks is None:
+        if p > topology.nranks:
+            raise ConfigError(f"the schedule has {p} ranks but topology {topology.name!r} has "
+                              f"only {topology.nranks} GPUs")
+        return np.arange(p, dtype=np.int64)
+    arr = np.asarray(ranks if isinstance(ranks, np.ndarray) else list(ranks), dtype=np.int64)
+    if arr.ndim not in (1, 2) or arr.shape[-1] != p:
+        raise ConfigError(f"ranks has {arr.shape[-1] if arr.ndim else 0} entries per row; the "
+                          f"schedule has {p} ranks")
+    if arr.size and (arr.min() < 0 or arr.max() >= topology.nranks):
+        raise ConfigError(f"ranks must lie in 0..{topology.nranks - 1}")
+    for row in np.atleast_2d(arr):
+        if len(set(row.tolist())) != p:
+            raise ConfigError("ranks names the same GPU twice")
+    if arr.ndim == 2 and len({frozenset(r.tolist()) for r in arr}) != 1:
+        raise ConfigError("every row of a per-channel ranks table must use the same GPUs")
+    return arr
+
+
+def path_table(topology, placement) -> PathTable:
+    key = (id(topology), placement.tobytes())
+    hit = _PATHS.get(key)
+    if hit is None or hit[0] is not topology:
+        if len(_PATHS) > 64:
+            _PATHS.clear()
+        hit = _PATHS[key] = (topology, PathTable(topology, placement))
+    return hit[1]
+
+
+def coster(paths, proto, lanes, channels) -> StepCoster:
+    key = (id(paths), proto, float(lanes), int(channels))
+    hit = _COSTERS.get(key)
+    if hit is None or hit[0] is not paths:
+        if len(_COSTERS) > 256:
+            _COSTERS.clear()
+        hit = _COSTERS[key] = (paths, StepCoster(paths, proto, lanes, channels))
+    return hit[1]
+
+
+def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) -> SimResult:
+    paths = path_table(topology, placement)
+    cst = coster(paths, proto, lanes, schedule.channels)
+    itemsize = get_dtype(lay.dtype).itemsize
+    bounds = schedule.chunk_bounds(lay.block_count)
+    timeline, events, ops = (), 0, 0
+    end = None
+    if model == "analytic":
+        if not trace and analytic.is_ring(schedule):
+            out = analytic.run_ring(schedule, cst, bounds, itemsize)
+            if out is not None:
+                end, ops, busy = out
+                busy = busy / paths.capacity
+                events = ops
+        if end is None:
+            end, ops, busy, timeline = analytic.run(schedule, cst, bounds, itemsize, trace)
+            busy = busy / paths.capacity
+            events = ops
+    else:
+        end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
+        if trace and times is not None:
+            timeline = _flow_timeline(schedule, times, bounds, itemsize)
+    t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0
+    algbw, busbw = lay.busbw(t) if t > 0 else (0.0, 0.0)
+    link_busy = {int(i): float(b) for i, b in enumerate(busy) if b > 0}
+    return SimResult(lay.collective.name, schedule.algorithm, proto.name, model, schedule.nranks,
+                     lay.size, lay.count, lay.dtype.name, t, algbw, busbw, link_busy, events, ops,
+                     tuple(timeline), redop, schedule.root if lay.collective.rooted else -1,
+                     schedule.channels)
+
+
+def _flow_timeline(schedule, times, bounds, itemsize):
+    start, end = times
+    out, k = [], 0
+    for si, st in enumerate(schedule.steps()):
+        n = len(st)
+        if n == 0:
+            continue
+        nb = (bounds[st.src_chunk + st.nchunks] - bounds[st.src_chunk]) * itemsize
+        for j in range(n):
+            out.append((si, int(st.src[j]), int(st.dst[j]), int(st.dst_chunk[j]),
+                        int(st.channel[j]), float(start[k + j]), float(end[k + j]), int(nb[j])))
+        k += n
+    return out

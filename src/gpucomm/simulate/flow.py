@@ -1,0 +1,420 @@
+"""The flow model: event-driven, every link shared max-min fairly among the transfers on it.
+
+1. Build the DAG of a schedule as a dense predecessor matrix (one row per op): the writer of
+   its source chunks, the writer and last reader of its destination chunks, and the previous
+   step of its source's send engine and its destination's receive engine on its channel
+   (steps.py). An engine step with several ops becomes one barrier node.
+2. Simulate: an op starts when its predecessors allow and becomes a flow of `bytes` with a
+   max-min fair rate (progressive filling over the links of all active flows, with the
+   protocol's per-flow caps as private links); when its bytes are sent its engines are free,
+   and its data lands `alpha` later (steps.py). Time jumps from event to event: the next flow
+   to finish or the next data to land. Ops that end
+   within a relative 1e-12 of each other are one event, so the symmetric steps of a channel
+   (every rank of a ring) cost one event, not one per rank.
+3. Rates are recomputed only when the set of flows changes; while no link carries two flows,
+   a new flow simply gets its own bottleneck rate and nothing else moves.
+
+Large schedules are checked for ready ops in a sliding window of steps (`WINDOW_STEPS` past
+the first step with an op not yet started); below `EXACT_OPS` ops every op is checked.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from .steps import StepCoster, expand, op_bytes
+
+WINDOW_STEPS = 2
+EXACT_OPS = 20_000
+_TOL = 1e-12
+
+
+def build(sched, coster: StepCoster, bounds, itemsize: int):
+    p, t = sched.nranks, sched.total_chunks
+    nch = max(int(sched.channels), 1)
+    writer = np.full(p * t, -1, dtype=np.int64)
+    reader = np.full(p * t, -1, dtype=np.int64)
+    send_last = np.full((p, nch), -1, dtype=np.int64)
+    recv_last = np.full((p, nch), -1, dtype=np.int64)
+    preds, sizes, rows, step_ptr = [], [], [], [0]
+    alphas, caps, alones = [], [], []  # per pattern row, like the route table
+    groups, group_sizes = [], []  # (first op, send members, recv members) of steps with barriers
+    pattern_rows, tables = {}, []
+    nops, ngroups, table_rows = 0, 0, 0
+    for st in sched.steps():
+        n = len(st)
+        if n == 0:
+            continue
+        ch = st.channel
+        if int(ch.max()) >= nch:
+            grow = int(ch.max()) + 1 - nch
+            send_last = np.pad(send_last, ((0, 0), (0, grow)), constant_values=-1)
+            recv_last = np.pad(recv_last, ((0, 0), (0, grow)), constant_values=-1)
+            nch += grow
+        pat = coster.pattern(st)
+        hit = pattern_rows.get(id(pat))
+        if hit is None or hit[0] is not pat:  # (holding pat keeps its id unique)
+            hit = pattern_rows[id(pat)] = (pat, table_rows + np.arange(n, dtype=np.int64))
+            tables.append(pat.table)
+            alphas.append(pat.alpha)
+            caps.append(pat.flow_cap)
+            alones.append(pat.alone_rate)
+            table_rows += n
+        ids = nops + np.arange(n, dtype=np.int64)
+        sidx, sown = expand(st.src, st.src_chunk, st.nchunks, t)
+        didx, down = expand(st.dst, st.dst_chunk, st.nchunks, t)
+        cols = [send_last[st.src, ch][:, None], recv_last[st.dst, ch][:, None],
+                _per_op(writer[sidx], sown, n), _per_op(writer[didx], down, n),
+                _per_op(reader[didx], down, n)]
+        preds.append(np.concatenate(cols, axis=1).astype(np.int32))
+        writer[didx] = ids if down is None else ids[down]
+        reader[didx] = -1
+        reader[sidx] = ids if sown is None else ids[sown]
+        # engines: one node per (rank, channel) of this step; a barrier if it has several ops
+        members = []
+        for last, rank, side in ((send_last, st.src, "send"), (recv_last, st.dst, "recv")):
+            uniq, inv, cnt = _engine_groups(pat, side, rank, ch, nch)
+            if uniq is None:  # one op per engine: the op itself is the node
+                last[rank, ch] = ids
+                members.append(None)
+                continue
+            multi = cnt > 1
+            gid = np.full(len(uniq), -1, dtype=np.int64)
+            gid[multi] = ngroups + np.arange(int(multi.sum()))
+            ngroups += int(multi.sum())
+            group_sizes.append(cnt[multi])
+            member = gid[inv]
+            node = np.where(member >= 0, -(member + 2), ids)
+            rep = np.empty(len(uniq), dtype=np.int64)
+            rep[inv] = node
+            last[uniq // nch, uniq % nch] = rep
+            members.append(member)
+        if members[0] is not None or members[1] is not None:
+            groups.append((nops, n, members[0], members[1]))
+        nb = op_bytes(st, bounds, itemsize).astype(np.float64)
+        sizes.append(np.where(pat.local, 0.0, nb))
+        rows.append(hit[1])
+        nops += n
+        step_ptr.append(nops)
+    if nops == 0:
+        return None
+    width = max(m.shape[1] for m in preds)
+    uniform = all(m.shape[1] == width for m in preds)
+    pred = np.concatenate(preds) if uniform else np.full((nops, width), -1, dtype=np.int32)
+    if not uniform:
+        at = 0
+        for m in preds:
+            pred[at:at + len(m), :m.shape[1]] = m
+            at += len(m)
+    # One time array holds, in order: each op's end (its data has landed), each op's transfer
+    # end (its engines are free again), each barrier's time, and a sentinel 0 for "no pred".
+    # Engine columns (0, 1) wait for transfer ends, data columns for ends.
+    sentinel = 2 * nops + ngroups
+    if sentinel >= 2 ** 31 - 1:
+        raise ConfigError(f"{nops} ops are more than the flow model handles (2**30); use the "
+                          "analytic model")
+    eng = pred[:, :2]
+    eng_op = eng >= 0
+    eng_group = eng < -1
+    eng[eng_group] = 2 * nops - eng[eng_group] - 2
+    eng[eng_op] += nops
+    pred[pred == -1] = sentinel
+    # columns that repeat another or never name a predecessor cost gathers for nothing
+    keep = []
+    for k in range(pred.shape[1]):
+        col = pred[:, k]
+        if (col == sentinel).all() or any(np.array_equal(col, pred[:, j]) for j in keep):
+            continue
+        keep.append(k)
+    pred = np.ascontiguousarray(pred[:, keep or [0]])
+    hops = max((tb.shape[1] for tb in tables), default=0)
+    route = np.full((table_rows, max(hops, 1)), -1, dtype=np.int32)
+    at = 0
+    for tb in tables:
+        route[at:at + len(tb), :tb.shape[1]] = tb
+        at += len(tb)
+    return {
+        "nops": nops, "ngroups": ngroups, "pred": pred,
+        "bytes": np.concatenate(sizes), "row": np.concatenate(rows).astype(np.int32),
+        "route": route, "alpha_row": np.concatenate(alphas), "cap_row": np.concatenate(caps),
+        "alone_row": np.concatenate(alones),
+        "gsend": _members(groups, nops, 2) if ngroups else None,
+        "grecv": _members(groups, nops, 3) if ngroups else None,
+        "gsize": np.concatenate(group_sizes) if group_sizes else np.zeros(0, np.int64),
+        "step_ptr": np.array(step_ptr, dtype=np.int64),
+    }
+
+
+def _rowmax(x):
+    """x.max(axis=1), column by column: several times faster for a few wide columns."""
+    out = x[:, 0].copy()
+    for k in range(1, x.shape[1]):
+        np.maximum(out, x[:, k], out=out)
+    return out
+
+
+def _rowmin(x):
+    out = x[:, 0].copy()
+    for k in range(1, x.shape[1]):
+        np.minimum(out, x[:, k], out=out)
+    return out
+
+
+def _engine_groups(pat, side, rank, ch, nch):
+    """(engine keys, op -> key, ops per key) of a step, or Nones if every op has its own
+    engine; memoised on the step's pattern (it depends on src/dst/channel only)."""
+    memo = pat.__dict__.setdefault("engines", {})
+    key = (side, nch)
+    if key not in memo:
+        k = rank * nch + ch
+        uniq, inv, cnt = np.unique(k, return_inverse=True, return_counts=True)
+        memo[key] = (None, None, None) if len(uniq) == len(k) else (uniq, inv, cnt)
+    return memo[key]
+
+
+def _members(groups, nops, col):
+    out = np.full(nops, -1, dtype=np.int64)
+    for g in groups:
+        if g[col] is not None:
+            out[g[0]:g[0] + g[1]] = g[col]
+    return out
+
+
+def _per_op(values, owner, n):
+    if owner is None:
+        return values[:, None]
+    width = int(np.bincount(owner, minlength=n).max())
+    out = np.full((n, width), -1, dtype=np.int64)
+    first = np.searchsorted(owner, np.arange(n))
+    pos = np.arange(len(owner)) - first[owner]
+    out[owner, pos] = values
+    return out
+
+
+def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
+    """(end time, event batches, ops, link busy seconds, (start, end) per op or None)."""
+    g = build(sched, coster, bounds, itemsize)
+    nl = coster.paths.nlinks
+    if g is None:
+        return 0.0, 0, 0, np.zeros(nl), None
+    sim = _Sim(g, coster.link_cap)
+    sim.run()
+    n = g["nops"]
+    busy = np.zeros(nl)
+    links = g["route"][g["row"]]
+    valid = links >= 0
+    np.add.at(busy, links[valid], np.broadcast_to(g["bytes"][:, None], links.shape)[valid])
+    busy = busy / np.where(coster.paths.capacity > 0, coster.paths.capacity, 1.0)
+    times = (sim.start, sim.time[:n]) if trace else None
+    return float(sim.time[:n].max()), sim.events, n, busy, times
+
+
+class _Sim:
+    """The event loop. An op starts when its predecessors allow, transfers its bytes as a flow
+    (its engines are busy meanwhile), and its data lands `alpha` later (when readers may go)."""
+
+    def __init__(self, g, link_cap):
+        self.g = g
+        n = g["nops"]
+        self.n = n
+        self.time = np.full(2 * n + g["ngroups"] + 1, np.inf)  # end | transfer end | barrier
+        self.time[-1] = 0.0
+        self.start = np.full(n, np.nan)
+        self.started = np.zeros(n, dtype=bool)
+        self.gleft = g["gsize"].astype(np.int64).copy()
+        self.gmax = np.zeros(g["ngroups"])
+        self.link_cap = link_cap
+        self.link_count = np.zeros(len(link_cap), dtype=np.int64)
+        self.events = 0
+        step_ptr = g["step_ptr"]
+        self.step_of = np.repeat(np.arange(len(step_ptr) - 1), np.diff(step_ptr))
+        self.unstarted = np.diff(step_ptr).astype(np.int64)
+        self.lo = 0
+        self.shared = 0  # links carrying more than one flow right now
+        self.wait = np.zeros(0, dtype=np.int64)
+        self.hi = 0
+
+    def _waiting(self):
+        """Ops not started yet in the window of steps whose readiness is checked now."""
+        g = self.g
+        sp = g["step_ptr"]
+        nsteps = len(sp) - 1
+        while self.lo < nsteps and self.unstarted[self.lo] == 0:
+            self.lo += 1
+        hi = nsteps if g["nops"] <= EXACT_OPS else min(self.lo + WINDOW_STEPS, nsteps)
+        if hi > self.hi:  # steps entering the window
+            self.wait = np.concatenate([self.wait[~self.started[self.wait]],
+                                        np.arange(sp[self.hi], sp[hi], dtype=np.int64)])
+            self.hi = hi
+        else:
+            self.wait = self.wait[~self.started[self.wait]]
+        return self.wait
+
+    def run(self):
+        g = self.g
+        t = 0.0
+        act = np.zeros(0, dtype=np.int64)  # flows moving bytes
+        act_m = np.zeros((0, g["route"].shape[1]), dtype=np.int32)  # their links
+        rem = np.zeros(0)
+        rate = np.zeros(0)
+        land = np.zeros(0, dtype=np.int64)  # bytes sent, data in flight for alpha
+        land_t = np.zeros(0)
+        contended = False
+        check = True  # readiness changes only when a time was recorded
+        done = 0
+        while done < self.n:
+            if check:
+                wait = self._waiting()
+                check = False
+                if len(wait):
+                    # most waiting ops still wait on their first predecessor: filter on it,
+                    # then take the max over all predecessors of the few that remain
+                    wait = wait[np.isfinite(self.time[g["pred"][wait, 0]])]
+                    st = _rowmax(self.time[g["pred"][wait]])
+                    ok = np.isfinite(st)
+                    new = wait[ok]
+                    if len(new):
+                        s = np.maximum(st[ok], t)
+                        self.start[new] = s
+                        self.started[new] = True
+                        cnt = np.bincount(self.step_of[new] - self.lo)  # new ops are >= lo
+                        self.unstarted[self.lo:self.lo + len(cnt)] -= cnt
+                        zero = g["bytes"][new] <= 0
+                        if zero.any():  # nothing to move: the engines are free at once
+                            z = new[zero]
+                            self._sent(z, s[zero])
+                            land = np.concatenate([land, z])
+                            land_t = np.concatenate([land_t, s[zero] + g["alpha_row"][g["row"][z]]])
+                            check = True
+                        flows = new[~zero]
+                        if len(flows):
+                            fm = self._links(flows)
+                            act = np.concatenate([act, flows])
+                            act_m = np.concatenate([act_m, fm])
+                            rem = np.concatenate([rem, g["bytes"][flows]])
+                            rate = np.concatenate([rate, np.zeros(len(flows))])
+                            self._load(fm)
+                            rate = self._rates(act, rate, contended)
+                            contended = self.shared > 0
+                    if check:
+                        continue  # zero-byte ops may free engines for more ops at this time
+            t_next = np.inf
+            if len(land):
+                t_next = float(land_t.min())
+            if len(act):
+                fin_t = t + rem / rate
+                t_next = min(t_next, float(fin_t.min()))
+            if not np.isfinite(t_next):
+                raise RuntimeError("flow model stalled: ops wait on ops that never run")
+            tol = _TOL * max(t_next, 1e-9)
+            self.events += 1
+            if len(act):
+                gone = fin_t <= t_next + tol
+                rem = rem - rate * (t_next - t)
+                if gone.any():
+                    ids = act[gone]
+                    self._unload(act_m[gone])
+                    keep = ~gone
+                    act, act_m, rem, rate = act[keep], act_m[keep], rem[keep], rate[keep]
+                    self._sent(ids, np.full(len(ids), t_next))
+                    land = np.concatenate([land, ids])
+                    land_t = np.concatenate([land_t, t_next + g["alpha_row"][g["row"][ids]]])
+                    check = True
+                    if len(act) and contended:
+                        rate = self._rates(act, rate, contended)
+                    contended = self.shared > 0
+            t = t_next
+            if len(land):
+                due = land_t <= t + tol
+                if due.any():
+                    ids = land[due]
+                    self.time[ids] = land_t[due]
+                    land, land_t = land[~due], land_t[~due]
+                    done += len(ids)
+                    check = True
+        return t
+
+    def _sent(self, ids, when):
+        """Record transfer ends; close engine barriers whose last member just finished."""
+        g, n = self.g, self.n
+        self.time[n + ids] = when
+        if not g["ngroups"]:
+            return
+        for groups in (g["gsend"], g["grecv"]):
+            member = groups[ids]
+            sel = member >= 0
+            if sel.any():
+                m = member[sel]
+                np.subtract.at(self.gleft, m, 1)
+                np.maximum.at(self.gmax, m, when[sel])
+                closed = m[self.gleft[m] == 0]
+                self.time[2 * n + closed] = self.gmax[closed]
+
+    def _links(self, ops):
+        return self.g["route"][self.g["row"][ops]]
+
+    def _load(self, m):
+        m = m[m >= 0]
+        np.add.at(self.link_count, m, 1)
+        if len(m) and self.link_count[m].max() > 1:  # only new flows can create sharing
+            self.shared = int(np.count_nonzero(self.link_count > 1))
+
+    def _unload(self, m):
+        np.subtract.at(self.link_count, m[m >= 0], 1)
+        if self.shared:  # sharing can only end where it existed
+            self.shared = int(np.count_nonzero(self.link_count > 1))
+
+    def _rates(self, act, rate, was_contended):
+        """Rates after the set of flows changed. Max-min decomposes over groups of flows that
+        share links, so flows with every link to themselves just get their bottleneck, and
+        progressive filling runs only over the flows that touch a shared link."""
+        fresh = rate <= 0
+        if self.shared == 0 and not was_contended:
+            rate[fresh] = self._alone(act[fresh])
+            return rate
+        m = self._links(act)
+        crowded = ((self.link_count[np.where(m >= 0, m, 0)] > 1) & (m >= 0)).any(axis=1)
+        alone = ~crowded
+        rate[alone] = self._alone(act[alone])
+        if crowded.any():
+            rate[crowded] = self._maxmin(act[crowded])
+        return rate
+
+    def _alone(self, ops):
+        return self.g["alone_row"][self.g["row"][ops]]
+
+    def _maxmin(self, ops):
+        """Max-min fair rates by progressive filling; per-flow caps act as private links."""
+        m = self._links(ops)
+        valid = m >= 0
+        used, inv = np.unique(m[valid], return_inverse=True)
+        local = np.full(m.shape, -1, dtype=np.int64)
+        local[valid] = inv
+        cap = self.link_cap[used].astype(np.float64).copy()
+        fcap = self.g["cap_row"][self.g["row"][ops]].astype(np.float64)
+        na = len(ops)
+        rate = np.zeros(na)
+        live = np.ones(na, dtype=bool)
+        flow_of = np.broadcast_to(np.arange(na)[:, None], m.shape)[valid]
+        link_of = local[valid]
+        for _ in range(4 * na + 8):
+            if not live.any():
+                break
+            on = live[flow_of]
+            cnt = np.bincount(link_of[on], minlength=len(cap))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(cnt > 0, cap / cnt, np.inf)
+            inc = min(float(share.min(initial=np.inf)),
+                      float((fcap - rate)[live].min(initial=np.inf)))
+            if not np.isfinite(inc):
+                rate[live] = np.inf
+                break
+            rate[live] += inc
+            cap -= inc * cnt
+            full = (cnt > 0) & (cap <= 1e-9 * np.maximum(self.link_cap[used], 1.0))
+            hit = np.zeros(na, dtype=bool)
+            if full.any():
+                hit[flow_of[full[link_of] & on]] = True
+            hit |= rate >= fcap * (1 - 1e-12)
+            live &= ~hit
+        return rate

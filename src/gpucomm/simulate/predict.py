@@ -1,0 +1,241 @@
+"""predict(): build the schedule(s) for a collective and time them; `auto` picks like NCCL.
+
+NCCL's tuner takes the argmin of predicted time over every (algorithm, protocol) pair it may
+use; `predict(algorithm="auto", protocol="auto")` does the same over the registered
+algorithms of the collective, plus in-switch reduction (`nvls`) where the NVSwitch reduces,
+and reports the pair it chose (and every candidate's time in `candidates`).
+
+Channels: NCCL runs `CHANNELS` channels; the schedule gets one channel per NIC rail (so the
+channels spread over the NICs) and each stands for the rest (`lanes`), which scales the
+protocol's per-channel caps.
+
+    >>> from gpucomm.topology import build_topology
+    >>> predict("all_reduce", "8", build_topology("dgx-h100")).protocol
+    'll'
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..algorithms import algorithms, get_algorithm
+from ..collectives import get_collective, layout
+from ..dtypes import parse_size
+from ..errors import ConfigError, GpucommError
+from . import constants as K
+from .core import _placement, path_table, simulate
+from .protocol import PROTOCOLS, generation_of, get_protocol
+from .result import SimResult
+from .paths import NVLINK
+from .rings import ring_orders
+
+CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
+NVLS_COLLECTIVES = ("all_reduce",)
+MAX_PIPELINE_CHUNKS = 64
+
+
+def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
+            protocol="auto", ranks=None, root=0, redop="sum", exclude=(), **params) -> SimResult:
+    """Predict one nccl-tests point: the time of `collective` on `nbytes` (size S).
+
+    `algorithm`: "auto", a registered name, or "nvls". `exclude`: algorithms auto may not
+    pick (like NCCL_ALGO=^NVLS). `protocol`: "auto", one name, or a list of the protocols auto
+    may pick (like NCCL_PROTO=LL,Simple). `model` is used for the final answer; auto ranks candidates
+    with the analytic model, as NCCL's tuner ranks them with its own cheap model.
+    """
+    coll = get_collective(collective)
+    nbytes = parse_size(nbytes)
+    p = len(list(ranks)) if ranks is not None else topology.nranks
+    placement = _placement(p, topology, ranks)
+    names = _candidates(coll, algorithm, topology, p, exclude)
+    if isinstance(protocol, (list, tuple, set, frozenset)):
+        protos = [str(x).lower() for x in protocol]  # the protocols auto may use
+        if not protos:
+            raise ConfigError(f"no protocol allowed: choose from {', '.join(PROTOCOLS)}")
+    elif str(protocol).lower() == "auto":
+        protos = list(PROTOCOLS)
+    else:
+        protos = [str(protocol).lower()]
+    for pr in protos:
+        get_protocol(pr)  # validates the name
+    if not _ll128_allowed(topology, placement):
+        protos = [pr for pr in protos if pr != "ll128"] or protos
+    tried, errors = [], []
+    for name in names:
+        for pr in protos:
+            try:
+                res = _time(coll, name, nbytes, topology, placement, dtype, "analytic", pr,
+                            root, redop, params)
+            except GpucommError as e:
+                errors.append(f"{name}: {e}")
+                break
+            if res is not None:
+                tried.append(res)
+    if not tried:
+        detail = "; ".join(errors) or "none applies"
+        raise ConfigError(f"no algorithm can run {coll.name} on {p} ranks ({detail})")
+    best = min(tried, key=lambda r: r.time_s)
+    if model != "analytic":
+        best = _time(coll, best.algorithm, nbytes, topology, placement, dtype, model,
+                     best.protocol, root, redop, params)
+    return dataclasses.replace(best, candidates=tuple((r.algorithm, r.protocol, r.time_s)
+                                                      for r in tried))
+
+
+def _candidates(coll, algorithm, topology, p, exclude):
+    exclude = {e.lower() for e in exclude}
+    has_nvls = _nvls_ok(coll, topology)
+    if algorithm != "auto":
+        if algorithm == "nvls":
+            if not has_nvls:
+                raise ConfigError(f"nvls needs an NVSwitch that reduces (topology "
+                                  f"{topology.name!r} has none) and one of "
+                                  f"{', '.join(NVLS_COLLECTIVES)}")
+            return ["nvls"]
+        get_algorithm(coll, algorithm)  # raises with the allowed names
+        return [algorithm]
+    names = [a.name for a in algorithms(coll) if a.name not in exclude]
+    if has_nvls and "nvls" not in exclude and p > 1:
+        names.append("nvls")
+    if not names:
+        raise ConfigError(f"no algorithm registered for {coll.name}")
+    return names
+
+
+def _nvls_ok(coll, topology) -> bool:
+    gen = generation_of(topology)
+    return (coll.name in NVLS_COLLECTIVES and bool(getattr(topology, "in_switch_reduction", False))
+            and K.NVLS_EFFICIENCY.get(gen, 0) > 0)
+
+
+def _ll128_allowed(topology, placement) -> bool:
+    """NCCL enables LL128 by default only where GPUs of a node talk over NVLink (typeIntra <=
+    NVB in tuning.cc) on Volta..Blackwell; not over PCIe switches or through the host."""
+    if generation_of(topology) not in K.LL128_GENERATIONS:
+        return False
+    if len(placement) < 2:
+        return True
+    orders = _ring_orders(topology, placement)  # NCCL judges the rings its search found
+    ring = orders[0] if orders is not None else placement
+    paths = path_table(topology, ring)
+    src = np.arange(len(ring))
+    dst = np.roll(src, -1)
+    node = np.array([topology.node_of(int(r)) for r in ring])
+    same = node[src] == node[dst]
+    if not same.any():
+        return True
+    _, cls, _ = paths.properties(paths.routes(src[same], dst[same], 0))
+    return bool((cls == NVLINK).all())
+
+
+def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, redop, params):
+    p = len(placement)
+    paths = path_table(topology, placement)
+    if name == "nvls":
+        return _nvls(coll, nbytes, topology, placement, dtype, proto, paths, model)
+    alg = get_algorithm(coll, name)
+    kw = dict(params)
+    accepted = {k for k, _ in alg.params}
+    rails = paths.rails_per_node if _multi_node(topology, placement) else 1
+    ranks = placement
+    if "channels" in accepted and "channels" not in kw:
+        kw["channels"] = rails
+        if name == "ring":  # one ring order per channel where the node is not a switch
+            orders = _ring_orders(topology, placement)
+            if orders is not None:
+                kw["channels"], ranks = len(orders), orders
+    if "chunks" in accepted and "chunks" not in kw:
+        # pipelined chains (broadcast/reduce) move the buffer in protocol-sized slices, as
+        # NCCL's ring broadcast does; capped to keep the schedule small
+        kw["chunks"] = int(np.clip(np.ceil(float(nbytes) / K.SLICE_BYTES[proto]), 1,
+                                   MAX_PIPELINE_CHUNKS))
+    kw = {k: v for k, v in kw.items() if k in accepted}
+    sched = alg.build(p, root=root, **kw)
+    lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
+    return simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
+                    ranks=ranks, lanes=lanes, redop=redop)
+
+
+_ORDERS: dict = {}
+
+
+def _ring_orders(topology, placement):
+    key = (id(topology), placement.tobytes())
+    hit = _ORDERS.get(key)
+    if hit is None or hit[0] is not topology:
+        if len(_ORDERS) > 64:
+            _ORDERS.clear()
+        hit = _ORDERS[key] = (topology, ring_orders(topology, placement))
+    return hit[1]
+
+
+def _multi_node(topology, placement) -> bool:
+    return len({topology.node_of(int(r)) for r in placement}) > 1
+
+
+def _nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
+    """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch.
+
+    All-reduce with multimem loads/stores: a GPU's link to the switch carries S + S/g in each
+    direction (the switch pulls every GPU's slice of each reduction and returns the reduced
+    slice; then each GPU's reduced slice is broadcast to all). Data moves in chunks; a chunk
+    reaches chunk / (chunk + overhead) of the link, the overhead set by NCCL's nvlsEfficiency
+    at its default chunk, and NCCL shrinks the chunk for smaller messages (constants.py).
+    Across nodes (NVLSTree) each GPU's reduced 1/g of the buffer also crosses its NIC rail,
+    pipelined with the NVLink part, and the latency adds 2·log2(nodes) network hops.
+    """
+    if proto != "simple":
+        return None  # NVLS runs the Simple protocol only
+    lay = layout(coll, nbytes, dtype, len(placement))
+    gen = generation_of(topology)
+    nodes = {}
+    for r in placement.tolist():
+        nodes.setdefault(topology.node_of(r), []).append(r)
+    g = max(len(v) for v in nodes.values())
+    if g < 2:
+        return None
+    local = np.array([v for v in nodes.values() if len(v) > 1][0][:2])
+    link = float(paths.properties(paths.routes(local[:1], local[1:], 0))[2][0])
+    size = float(lay.size)
+    eff = nvls_efficiency(gen, size, g)
+    t_nvl = size * (1 + 1 / g) / (link * eff)
+    lat = K.NVLS_LATENCY_S
+    t_net, tree = 0.0, 1.0
+    if len(nodes) > 1:
+        first = [v[0] for v in nodes.values()]
+        table = paths.routes(np.array(first[:1]), np.array(first[1:2]), 0)
+        lat_s, _, cap = paths.properties(table)
+        nic_bw = float(cap[0]) * paths.rails_per_node
+        tree = 1.0 if len(nodes) == 2 else 2.0  # double binary tree: 2 transfers per node
+        t_net = size * tree / nic_bw
+        lat += 2 * np.log2(len(nodes)) * (K.NVLSTREE_NET_LATENCY_S + float(lat_s[0]))
+    t = lat + max(t_nvl, t_net)
+    algbw, busbw = lay.busbw(t)
+    # every GPU's links to and from the switch carry S(1 + 1/g) (the ring of pairs covers each
+    # GPU's uplink and downlink once); the NIC rails carry the inter-node shards
+    ring = paths.routes(np.arange(len(placement)), np.roll(np.arange(len(placement)), -1), 0)
+    busy = {}
+    for li in np.unique(ring[ring >= 0]).tolist():
+        carried = size * tree / g if paths.link_class[li] != 0 else size * (1 + 1 / g) / eff
+        busy[int(li)] = float(min(carried / paths.capacity[li], t))
+    # one record per rank: its share reduced in the switch and multicast back, over [0, t]
+    timeline = tuple((0, r, r, r, 0, 0.0, t, int(size // len(placement)))
+                     for r in range(len(placement)))
+    return SimResult(lay.collective.name, "nvls", "simple", model, len(placement), lay.size,
+                     lay.count, lay.dtype.name, t, algbw, busbw, busy, 1, len(placement),
+                     timeline)
+
+
+def nvls_efficiency(generation: str, nbytes: float, gpus: int) -> float:
+    """Fraction of NVLink bandwidth NVLS reaches for a message (chunk size rules of NCCL)."""
+    full = K.NVLS_EFFICIENCY.get(generation, 0.0)
+    if full <= 0:
+        return 0.0
+    overhead = K.NVLS_CHUNK_BYTES * (1 - full) / full
+    chunk = K.NVLS_CHUNK_BYTES
+    concurrent = K.NVLS_CHANNELS * gpus
+    for factor, smaller in K.NVLS_CHUNK_STEPS:
+        if nbytes < factor * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk / (chunk + overhead)

@@ -1,0 +1,109 @@
+"""The protocol model: how one op's bytes cross a path, applied to every op of any schedule.
+
+An op of `b` payload bytes over a path costs
+
+    alpha = hop software latency of the protocol on the path's class (NVLink / PCIe / network)
+          + the sum of the links' latencies (catalog)
+    rate  = min(bottleneck share x wire efficiency,           # LL 1/2, LL128 120/128, Simple 1
+                per-channel cap x lanes,                      # LL128 per-channel cap, LL total cap
+                slice payload / per-message overhead)         # network message rate, per slice
+    time  = alpha + b / rate
+
+and a collective pays the protocol's base latency (kernel launch, connection setup) once.
+Data moves in slices through a few buffers, so a multi-hop path is cut-through (its links'
+latencies add, its bandwidths do not) and consecutive ops of a channel pipeline.
+
+`lanes` is how many of NCCL's channels one schedule channel stands for (predict builds one
+schedule channel per NIC rail and lets it carry the rest), so the per-channel caps scale.
+
+    >>> p = get_protocol("ll")
+    >>> p.wire_efficiency
+    0.5
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from . import constants as K
+from .paths import CLASS_NAMES, NET
+
+PROTOCOLS = ("ll", "ll128", "simple")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    wire_efficiency: float
+    hop_latency_s: tuple  # by path class (nvlink, pcie, net)
+    base_latency_s: float
+    slice_bytes: int
+    message_overhead_s: float  # per slice on network paths
+    channel_cap_Bps: float  # payload rate one NCCL channel can reach (inf = none)
+    total_cap_Bps: float  # payload rate of the whole collective per rank (inf = none)
+
+    def op_rate(self, share_Bps, cls, lanes: float = 1.0, channels: int = 1) -> np.ndarray:
+        """Payload rate (B/s) of ops given their bottleneck share of link capacity."""
+        rate = np.asarray(share_Bps, dtype=np.float64) * self.wire_efficiency
+        rate = np.minimum(rate, self.channel_cap_Bps * lanes)
+        rate = np.minimum(rate, self.total_cap_Bps / max(channels, 1))
+        if self.message_overhead_s > 0:
+            msg = self.slice_bytes * self.wire_efficiency / self.message_overhead_s
+            rate = np.where(np.asarray(cls) == NET, np.minimum(rate, msg), rate)
+        return rate
+
+    def alpha(self, link_latency_s, cls) -> np.ndarray:
+        hop = np.asarray(self.hop_latency_s)[np.asarray(cls, dtype=np.int64)]
+        return np.asarray(link_latency_s) + hop
+
+
+def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
+                 nodes: int = 1) -> Protocol:
+    """The protocol model for a GPU generation and node count (NCCL's caps depend on both)."""
+    key = str(name).lower()
+    if key not in PROTOCOLS:
+        raise ConfigError(f"unknown protocol {name!r}: allowed are {', '.join(PROTOCOLS)}, auto")
+    gen = generation if generation in K.LL_MAX_BW else K.DEFAULT_GENERATION
+    col = 0 if nodes <= 1 else 1 if nodes == 2 else 2
+    channel_cap = float("inf")
+    total_cap = float("inf")
+    if key == "ll128":
+        channel_cap = K.LL128_PER_CHANNEL_BW[gen][col] * K.GB
+    if key == "ll":
+        total_cap = K.LL_MAX_BW[gen][col] * K.GB
+    return Protocol(key, K.WIRE_EFFICIENCY[key],
+                    tuple(K.HOP_LATENCY_S[key][c] for c in CLASS_NAMES),
+                    K.BASE_LATENCY_S[key], K.SLICE_BYTES[key], K.NET_MESSAGE_OVERHEAD_S[key],
+                    channel_cap, total_cap)
+
+
+def ideal_protocol() -> Protocol:
+    """No protocol overheads at all: the pure alpha-beta of the links (for closed forms)."""
+    return Protocol("ideal", 1.0, (0.0, 0.0, 0.0), 0.0, 1 << 30, 0.0, float("inf"),
+                    float("inf"))
+
+
+def generation_of(topology) -> str:
+    """The GPU generation of a topology's ranks (from the catalog's SM architecture)."""
+    model = ""
+    for d in topology.devices:
+        if d.kind == "gpu" and d.model:
+            model = d.model
+            break
+    try:
+        from ..hardware import get_gpu
+        sm = get_gpu(model).sm if model else ""
+    except Exception:  # no catalog entry: fall back on the name
+        sm = ""
+    if sm in K.GENERATION_OF_SM:
+        return K.GENERATION_OF_SM[sm]
+    low = model.lower()
+    for prefix, gen in (("v100", "volta"), ("a100", "ampere"), ("a800", "ampere"),
+                        ("rtx4090", "ampere"), ("l40", "ampere"), ("h100", "hopper"),
+                        ("h200", "hopper"), ("h800", "hopper"), ("b200", "blackwell"),
+                        ("gb200", "blackwell")):
+        if low.startswith(prefix):
+            return gen
+    return K.DEFAULT_GENERATION

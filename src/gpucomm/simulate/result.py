@@ -1,0 +1,48 @@
+"""SimResult: what a simulation says, as a frozen value that prints and serialises."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SimResult:
+    collective: str
+    algorithm: str
+    protocol: str
+    model: str
+    nranks: int
+    size: int  # nccl-tests S, bytes
+    count: int  # elements
+    dtype: str
+    time_s: float
+    algbw_GBps: float
+    busbw_GBps: float
+    link_busy_s: dict = field(default_factory=dict, repr=False)  # link index -> busy seconds
+    events: int = 0  # ops simulated (analytic) or event batches (flow)
+    ops: int = 0
+    timeline: tuple = field(default=(), repr=False)  # (step, src, dst, chunk, channel, start, end, bytes)
+    redop: str = "sum"
+    root: int = -1
+    channels: int = 1
+    candidates: tuple = field(default=(), repr=False)  # (algorithm, protocol, time_s) tried by auto
+
+    @property
+    def time_us(self) -> float:
+        return self.time_s * 1e6
+
+    def utilisation(self) -> dict:
+        """Link index -> busy fraction of the collective's time."""
+        if self.time_s <= 0:
+            return {k: 0.0 for k in self.link_busy_s}
+        return {k: v / self.time_s for k, v in self.link_busy_s.items()}
+
+    def to_row(self) -> dict:
+        return {"size": self.size, "count": self.count, "type": self.dtype, "redop": self.redop,
+                "root": self.root, "time_us": round(self.time_us, 3),
+                "algbw": round(self.algbw_GBps, 4), "busbw": round(self.busbw_GBps, 4),
+                "algorithm": self.algorithm, "protocol": self.protocol}
+
+    def __str__(self) -> str:
+        return (f"{self.collective} {self.algorithm}/{self.protocol} on {self.nranks} ranks, "
+                f"{self.size} B: {self.time_us:.2f} us, algbw {self.algbw_GBps:.2f} GB/s, "
+                f"busbw {self.busbw_GBps:.2f} GB/s ({self.model} model)")

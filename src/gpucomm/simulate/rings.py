@@ -1,0 +1,68 @@
+"""Ring search: which orders of the GPUs a ring's channels follow, as NCCL's graph search does.
+
+On an NVSwitch every order is as good as any other. On a direct NVLink mesh (DGX-1's hybrid
+cube mesh, 4-GPU NVLink boards) a ring must follow NVLink pairs, and one ring uses only one or
+two of a GPU's links; NCCL therefore searches several rings (one per channel) whose union
+covers the links (`src/graph/search.cc`). Here: enumerate the Hamiltonian cycles of the
+node (both directions; up to 8 GPUs), then pick rings greedily, each time the one whose
+busiest link stays least loaded relative to its capacity, and keep the number of rings that
+maximises `rings x min over links (capacity / rings on it)` — the bandwidth of equal channels.
+
+    >>> from gpucomm.topology import build_topology
+    >>> rings = ring_orders(build_topology("dgx-v100"), [0, 1, 2, 3, 4, 5, 6, 7])
+    >>> len(rings) > 1
+    True
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .paths import PathTable
+
+MAX_SEARCH_GPUS = 8
+MAX_RINGS = 12
+
+
+def ring_orders(topology, ranks) -> np.ndarray | None:
+    """(rings, P) table of rank orders for a ring's channels, or None if any order will do."""
+    ranks = np.asarray(ranks, dtype=np.int64)
+    p = len(ranks)
+    if p < 3 or p > MAX_SEARCH_GPUS:
+        return None
+    if len({topology.node_of(int(r)) for r in ranks}) != 1:
+        return None
+    paths = PathTable(topology)
+    src, dst = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
+    off = src != dst
+    table = paths.routes(ranks[src[off]], ranks[dst[off]], 0)
+    _, _, cap = paths.properties(table)
+    if np.allclose(cap, cap[0]):
+        return None  # a switch: every ring is the same
+    pair = {}
+    for (i, j), row in zip(zip(src[off].tolist(), dst[off].tolist()), table):
+        pair[(i, j)] = row[row >= 0]
+    cycles = [(0,) + perm for perm in itertools.permutations(range(1, p))]
+    links = [np.concatenate([pair[(c[k], c[(k + 1) % p])] for k in range(p)]) for c in cycles]
+    width = max(len(x) for x in links)
+    mat = np.full((len(cycles), width), -1, dtype=np.int64)
+    for i, x in enumerate(links):
+        mat[i, :len(x)] = x
+    valid = mat >= 0
+    safe = np.where(valid, mat, 0)
+    capacity = paths.capacity
+    bottleneck = np.where(valid, capacity[safe], np.inf).min(axis=1)
+    usage = np.zeros(len(capacity))
+    chosen, best, best_k = [], 0.0, 0
+    for k in range(1, MAX_RINGS + 1):
+        load = np.where(valid, (usage[safe] + 1) / capacity[safe], 0).max(axis=1)
+        # least loaded busiest link; then the widest ring
+        i = int(np.lexsort((-bottleneck, load))[0])
+        chosen.append(i)
+        np.add.at(usage, mat[i][valid[i]], 1)
+        used = usage > 0
+        bw = k * float((capacity[used] / usage[used]).min())
+        if bw > best * (1 + 1e-9):
+            best, best_k = bw, k
+    return ranks[np.array([cycles[i] for i in chosen[:best_k]])]

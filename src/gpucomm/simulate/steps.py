@@ -1,0 +1,83 @@
+"""What both engines need of a step: op sizes, routes and per-op costs, memoised by pattern.
+
+Steps of one schedule repeat their (src, dst, channel) columns (every ring step has the same
+ones), so routes, latencies and link shares are computed once per distinct pattern.
+
+Timing semantics shared by the engines (schedule.py gives the data flow):
+- an op starts when its source chunks hold their value (their last writer finished) and its
+  destination chunks are free (their last writer and the readers since then finished);
+- each rank runs a channel's steps in order, as one NCCL thread block per channel does: an
+  op waits until the previous step's sends of its source on that channel, and the previous
+  step's receives of its destination on that channel, have put their bytes on the wire; ops
+  of one step run together. Latency is not serialised: a channel keeps NCCL_STEPS slices in
+  flight, so the next step's bytes follow the previous ones without waiting for them to land.
+  An op thus occupies its engines for bytes/rate and its data lands alpha after that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .paths import PathTable
+from .protocol import Protocol
+
+
+@dataclass
+class Pattern:
+    table: np.ndarray  # (ops, hops) link indices, -1 padded
+    alpha: np.ndarray  # per-op latency, s
+    cls: np.ndarray  # path class per op
+    flow_cap: np.ndarray  # per-op payload rate cap from the protocol (B/s)
+    share_rate: np.ndarray  # payload rate with the step's links split among its ops (analytic)
+    local: np.ndarray  # bool: a copy inside one rank (no link)
+    alone_rate: np.ndarray  # payload rate of an op with every link to itself (flow)
+
+
+class StepCoster:
+    def __init__(self, paths: PathTable, protocol: Protocol, lanes: float, channels: int):
+        self.paths, self.proto, self.lanes, self.channels = paths, protocol, lanes, channels
+        self.memo: dict = {}
+        self.link_cap = paths.capacity * protocol.wire_efficiency  # payload B/s per link
+
+    def pattern(self, step) -> Pattern:
+        key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
+        pat = self.memo.get(key)
+        if pat is None:
+            if len(self.memo) > 4096:  # schedules whose steps never repeat: bound the memory
+                self.memo.clear()
+            pat = self.memo[key] = self._build(step)
+        return pat
+
+    def _build(self, step) -> Pattern:
+        table = self.paths.routes(step.src, step.dst, step.channel)
+        lat, cls, _ = self.paths.properties(table)
+        local = step.src == step.dst
+        valid = table >= 0
+        counts = np.bincount(table[valid], minlength=self.paths.nlinks) if valid.any() else \
+            np.zeros(self.paths.nlinks)
+        safe = np.where(valid, table, 0)
+        share = np.where(valid, self.paths.capacity[safe] / np.maximum(counts[safe], 1), np.inf)
+        share = share.min(axis=1) if table.shape[1] else np.full(len(step), np.inf)
+        proto = self.proto
+        alpha = np.where(local, 0.0, proto.alpha(lat, cls))
+        inf = np.full(len(step), np.inf)
+        flow_cap = np.where(local, np.inf, proto.op_rate(inf, cls, self.lanes, self.channels))
+        share_rate = np.where(local, np.inf, proto.op_rate(share, cls, self.lanes, self.channels))
+        _, _, bottleneck = self.paths.properties(table)
+        alone = np.where(local, np.inf, proto.op_rate(bottleneck, cls, self.lanes, self.channels))
+        return Pattern(table, alpha, cls, flow_cap, share_rate, local, alone)
+
+
+def op_bytes(step, bounds: np.ndarray, itemsize: int) -> np.ndarray:
+    """Payload bytes of each op of a step."""
+    return (bounds[step.src_chunk + step.nchunks] - bounds[step.src_chunk]) * itemsize
+
+
+def expand(rank: np.ndarray, first: np.ndarray, n: np.ndarray, total_chunks: int):
+    """Flat (rank*T + chunk) indices of every chunk of every op, and the op each belongs to."""
+    if n.size == 0 or int(n.max()) == 1:
+        return rank * total_chunks + first, None
+    owner = np.repeat(np.arange(len(n)), n)
+    offs = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    return np.repeat(rank * total_chunks + first, n) + offs, owner

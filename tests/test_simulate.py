@@ -1,0 +1,205 @@
+"""Simulator: closed forms on contention-free topologies, contention, protocol choice."""
+
+import numpy as np
+import pytest
+
+from gpucomm.algorithms import build
+from gpucomm.errors import ConfigError
+from gpucomm.schedule import Schedule, step
+from gpucomm.simulate import closed_form as cf
+from gpucomm.simulate import get_protocol, ideal_protocol, predict, simulate
+from gpucomm.topology import Device, Link, Topology, build_topology
+
+BW, LAT = 100e9, 1e-6
+ALPHA, BETA = 2 * LAT, 1 / BW  # GPU -> switch -> GPU: two links' latency, one link's bandwidth
+
+
+def star(p, bw=BW, lat=LAT):
+    """p GPUs on one non-blocking switch: no two ring/pairwise messages share a link."""
+    devs = [Device(f"g{i}", "gpu", 0, "h100") for i in range(p)] + [Device("sw", "nvswitch", 0)]
+    links = []
+    for i in range(p):
+        links += [Link(f"g{i}", "sw", bw, lat, "nvlink4"), Link("sw", f"g{i}", bw, lat, "nvlink4")]
+    return Topology("star", devs, links, tuple(f"g{i}" for i in range(p)), p, 1)
+
+
+CASES = [
+    ("all_reduce", "ring", {}, cf.ring_all_reduce),
+    ("reduce_scatter", "ring", {}, cf.ring_reduce_scatter),
+    ("all_gather", "ring", {}, cf.ring_all_gather),
+    ("all_reduce", "recursive_halving_doubling", {}, cf.recursive_halving_doubling_all_reduce),
+    ("all_reduce", "recursive_doubling", {}, cf.recursive_doubling_all_reduce),
+    ("all_gather", "recursive_doubling", {}, cf.recursive_doubling_all_gather),
+    ("broadcast", "binomial_tree", {}, cf.binomial_tree_broadcast),
+    ("all_to_all", "direct", {}, cf.pairwise_all_to_all),
+    ("broadcast", "ring", {"chunks": 4}, lambda p, a, b, n: cf.chain_broadcast(p, a, b, n, 4)),
+]
+
+
+@pytest.mark.parametrize("coll,name,params,formula", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+@pytest.mark.parametrize("model", ["analytic", "flow"])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_models_match_closed_forms(coll, name, params, formula, model, p):
+    n = 1 << 20
+    sched = build(coll, name, p, **params)
+    res = simulate(sched, star(p), n, model=model, protocol=ideal_protocol())
+    assert res.time_s == pytest.approx(formula(p, ALPHA, BETA, res.size), rel=1e-9)
+
+
+def test_ring_frontier_equals_general_engine():
+    topo = build_topology("dgx-h100", nodes=2)
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        sched = build(coll, "ring", 16, channels=4)
+        fast = simulate(sched, topo, 1 << 24, protocol="simple")
+        general = simulate(sched, topo, 1 << 24, protocol="simple", trace=True)
+        assert fast.time_s == pytest.approx(general.time_s, rel=1e-12)
+        assert len(general.timeline) == general.ops
+
+
+def test_flow_equals_analytic_without_contention():
+    topo = build_topology("dgx-h100", nodes=2)
+    sched = build("all_reduce", "ring", 16, channels=8)
+    a = simulate(sched, topo, 1 << 26, protocol="simple", lanes=2)
+    f = simulate(sched, topo, 1 << 26, protocol="simple", lanes=2, model="flow")
+    assert f.time_s == pytest.approx(a.time_s, rel=1e-6)
+
+
+def _pairs(p, pairs):
+    src, dst = zip(*pairs)
+    return Schedule("sendrecv", p, "pairs", 1, (step(list(src), list(dst), 0, 1),))
+
+
+def test_two_flows_on_one_nic_take_twice_as_long():
+    topo = build_topology("dgx-h100", nodes=2, nics_per_node=1)
+    n = 1 << 28
+    one = simulate(_pairs(16, [(0, 8)]), topo, n, model="flow", protocol=ideal_protocol())
+    two = simulate(_pairs(16, [(0, 8), (1, 9)]), topo, n, model="flow", protocol=ideal_protocol())
+    assert two.time_s / one.time_s == pytest.approx(2.0, rel=0.01)
+
+
+def test_oversubscribed_fabric_slows_all_to_all():
+    kw = dict(nodes=4, fabric="fat-tree", leaf_ports=8)
+    full = build_topology("dgx-h100", oversubscription=1.0, **kw)
+    over = build_topology("dgx-h100", oversubscription=4.0, **kw)
+    sched = build("all_to_all", "direct", 32)
+    t_full = simulate(sched, full, 1 << 28, model="flow", protocol="simple").time_s
+    t_over = simulate(sched, over, 1 << 28, model="flow", protocol="simple").time_s
+    assert t_over > 1.5 * t_full
+
+
+def test_pcie_through_host_is_slower_than_nvlink_by_the_catalog_ratio():
+    nvl = build_topology("dgx-h100")
+    pcie = build_topology("pcie", gpus_per_node=2)
+    n = 1 << 30
+    t_nvl = simulate(_pairs(2, [(0, 1)]), nvl, n, protocol=ideal_protocol()).time_s
+    t_pcie = simulate(_pairs(2, [(0, 1)]), pcie, n, protocol=ideal_protocol()).time_s
+    assert t_pcie / t_nvl == pytest.approx(nvl.path_bandwidth(0, 1) / pcie.path_bandwidth(0, 1),
+                                           rel=0.01)
+    assert t_pcie / t_nvl > 3
+
+
+def test_auto_picks_ll_small_and_simple_large():
+    topo = build_topology("dgx-h100")
+    small = predict("all_reduce", 1024, topo, algorithm="ring")
+    large = predict("all_reduce", 1 << 30, topo, algorithm="ring")
+    assert small.protocol == "ll" and large.protocol == "simple"
+    assert {c[1] for c in large.candidates} == {"ll", "ll128", "simple"}
+    auto = predict("all_reduce", 1 << 30, topo)
+    assert auto.algorithm == "nvls"  # H100 NVSwitch reduces in the switch
+    assert predict("all_reduce", 1 << 30, topo, exclude=["nvls"]).algorithm != "nvls"
+
+
+def test_protocol_efficiency_and_latency_order():
+    topo = build_topology("dgx-h100")
+    sched = build("all_reduce", "ring", 8)
+    t = {p: simulate(sched, topo, 8, protocol=p).time_s for p in ("ll", "ll128", "simple")}
+    assert t["ll"] < t["ll128"] < t["simple"]
+    big = {p: simulate(sched, topo, 1 << 30, protocol=p, lanes=16).time_s
+           for p in ("ll", "simple")}
+    assert big["ll"] > 1.9 * big["simple"]  # half of every LL line is flags
+    assert get_protocol("ll128").wire_efficiency == pytest.approx(120 / 128)
+
+
+def test_nvls_busbw_scales_like_in_switch_traffic():
+    topo = build_topology("dgx-h100")
+    r4 = predict("all_reduce", 8 << 30, topo, algorithm="nvls", ranks=range(4))
+    r8 = predict("all_reduce", 8 << 30, topo, algorithm="nvls")
+    # per-GPU traffic S(1 + 1/g): busbw = B·2(g-1)/(g+1)
+    assert r8.busbw_GBps / r4.busbw_GBps == pytest.approx((14 / 9) / (6 / 5), rel=0.01)
+
+
+def test_result_fields_and_busbw():
+    topo = build_topology("dgx-h100")
+    r = predict("all_gather", 1 << 20, topo, algorithm="ring")
+    row = r.to_row()
+    assert set(row) == {"size", "count", "type", "redop", "root", "time_us", "algbw", "busbw",
+                        "algorithm", "protocol"}
+    assert r.busbw_GBps == pytest.approx(r.algbw_GBps * 7 / 8)
+    assert r.link_busy_s and max(r.utilisation().values()) <= 1.0 + 1e-9
+
+
+def test_bad_inputs():
+    topo = build_topology("dgx-h100")
+    sched = build("all_reduce", "ring", 8)
+    with pytest.raises(ConfigError, match="model"):
+        simulate(sched, topo, 1024, model="magic")
+    with pytest.raises(ConfigError, match="protocol"):
+        simulate(sched, topo, 1024, protocol="fast")
+    with pytest.raises(ConfigError, match="only 8 GPUs"):
+        simulate(build("all_reduce", "ring", 9), topo, 1024)
+    with pytest.raises(ConfigError, match="unknown algorithm"):
+        predict("all_reduce", 1024, topo, algorithm="nope")
+    with pytest.raises(ConfigError, match="nvls"):
+        predict("all_reduce", 1024, build_topology("dgx-a100"), algorithm="nvls")
+
+
+def test_ring_search_follows_nvlink_on_a_cube_mesh():
+    from gpucomm.simulate.rings import ring_orders
+    topo = build_topology("dgx-v100")
+    rings = ring_orders(topo, list(range(8)))
+    assert rings is not None and len(rings) > 1
+    for ring in rings:  # every hop of every ring is a direct NVLink pair
+        for a, b in zip(ring, np.roll(ring, -1)):
+            assert topo.links[topo.route(int(a), int(b))[0]].tech.startswith("nvlink")
+    assert ring_orders(build_topology("dgx-h100"), list(range(8))) is None  # a switch
+    flat = simulate(build("all_reduce", "ring", 8), topo, 1 << 28, protocol="simple")
+    searched = predict("all_reduce", 1 << 28, topo, algorithm="ring", protocol="simple")
+    assert searched.busbw_GBps > 3 * flat.busbw_GBps
+
+
+def test_per_channel_ranks_are_validated():
+    topo = build_topology("dgx-h100")
+    sched = build("all_reduce", "ring", 4, channels=2)
+    ok = simulate(sched, topo, 1 << 20, ranks=[[0, 1, 2, 3], [3, 2, 1, 0]])
+    assert ok.time_s > 0
+    with pytest.raises(ConfigError, match="same GPUs"):
+        simulate(sched, topo, 1 << 20, ranks=[[0, 1, 2, 3], [4, 5, 6, 7]])
+    with pytest.raises(ConfigError, match="twice"):
+        simulate(sched, topo, 1 << 20, ranks=[0, 1, 1, 3])
+
+
+def test_nvls_chunk_rules_follow_nccl():
+    from gpucomm.simulate.predict import nvls_efficiency
+    effs = [nvls_efficiency("hopper", s, 8) for s in (1 << 20, 16 << 20, 256 << 20, 2 << 30)]
+    assert effs == sorted(effs) and len(set(effs)) == 4
+    assert effs[-1] == pytest.approx(0.85)  # NCCL's nvlsEfficiency at its 128 KiB chunk
+    assert nvls_efficiency("ampere", 1 << 30, 8) == 0.0
+
+
+def test_broadcast_chain_is_pipelined_in_slices():
+    topo = build_topology("dgx-a100")
+    big = predict("broadcast", 1 << 28, topo, algorithm="ring", protocol="simple")
+    assert big.busbw_GBps > 0.8 * topo.path_bandwidth(0, 1) / 1e9
+
+
+@pytest.mark.parametrize("coll,name", [("all_reduce", "double_binary_tree"),
+                                       ("all_reduce", "recursive_halving_doubling"),
+                                       ("all_to_all", "direct")])
+def test_flow_window_matches_exact_event_checks(monkeypatch, coll, name):
+    from gpucomm.simulate import flow
+    topo = build_topology("dgx-h100", nodes=4)
+    sched = build(coll, name, 32)
+    exact = simulate(sched, topo, 1 << 22, model="flow", protocol="simple").time_s
+    monkeypatch.setattr(flow, "EXACT_OPS", 0)
+    windowed = simulate(sched, topo, 1 << 22, model="flow", protocol="simple").time_s
+    assert windowed == pytest.approx(exact, rel=1e-9)
