@@ -1,0 +1,200 @@
+"""Every collective of one training or inference step, with its group, size and count.
+
+Sizes are nccl-tests' S (bytes of the whole buffer one call moves: the all-reduce buffer, the
+all-gather output, the reduce-scatter input, one rank's all-to-all buffer, one sendrecv
+message). Counts are per microbatch on one GPU of the most loaded pipeline stage (TP, CP, EP,
+PP), or per step (DP). Activations and gradients exchanged are bf16.
+
+Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
+- TP: 2 all-reduces of b*s*h elements in the forward pass (after attention and after the MLP)
+  and 2 in the backward (Shoeybi et al. 2019, sec. 3); with sequence parallelism each becomes
+  a reduce-scatter plus an all-gather of the same buffer (Korthikanti et al. 2022, sec. 4.2.2).
+  Full recomputation repeats the forward ones during backward.
+- CP: an all-gather of K and V over the CP group in forward; in backward another all-gather
+  of K, V and a reduce-scatter of their gradients (the ring exchange of Liu et al. 2023 and
+  Megatron-LM's context parallelism moves exactly these volumes).
+- EP: per MoE layer an all-to-all dispatch and an all-to-all combine of top_k copies of each
+  token in forward, and the same two in backward (Lepikhin et al. 2020, GShard).
+- PP: per microbatch one activation sent forward and one gradient sent backward across each
+  stage boundary, vpp times with interleaving; with sequence parallelism only 1/tp of the
+  activation crosses (Narayanan et al. 2021, sec. 4.1 scatter/gather).
+- DP: gradients reduced once per step, in buckets of max(40M, 1M*dp) elements (Megatron-core's
+  default): all-reduce (ZeRO-0), or reduce-scatter of gradients + all-gather of updated bf16
+  parameters (ZeRO-1/2, same volume). ZeRO-3/FSDP all-gathers each layer's parameters in
+  forward and again in backward for every microbatch, and reduce-scatters gradients once.
+  Expert parameters are reduced over the expert-data-parallel group (dp/ep ranks).
+Inference (forward only, no sequence parallelism, one batch in flight): 2 TP all-reduces per
+layer of tokens*h elements (prefill: b*s tokens, decode: b tokens), EP all-to-alls, CP
+all-gather of K and V (prefill), and one PP send per stage boundary.
+Not modelled: vocab-parallel embedding/loss collectives (b*s scalars), MoE router statistics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .compute import BF16, GRAD_BYTES, kv_heads_per_gpu, layer_params_per_gpu, \
+    stage_params_per_gpu
+from .layout import Layout, layers_per_stage
+from .models import ModelConfig
+
+
+@dataclass(frozen=True)
+class Comm:
+    """`count` calls of one collective of `nbytes` (nccl-tests S) on a group of one kind."""
+    kind: str  # "TP" | "CP" | "EP" | "PP" | "DP"
+    collective: str
+    nbytes: int
+    count: float
+    group: str  # layout group: "tp", "cp", "ep", "pp", "dp", "edp"
+    phase: str  # "fwd" | "bwd" | "step"
+    per: str  # "microbatch" | "step"
+    what: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def dp_bucket_bytes(dp: int) -> int:
+    """Megatron-core's default DDP bucket: max(40M, 1M * dp) bf16 elements."""
+    return max(40_000_000, 1_000_000 * dp) * GRAD_BYTES
+
+
+def _bucketed(kind, collective, total, bucket, group, what) -> list[Comm]:
+    full, rest = divmod(int(total), bucket)
+    out = []
+    if full:
+        out.append(Comm(kind, collective, bucket, full, group, "step", "step", what))
+    if rest:
+        out.append(Comm(kind, collective, rest, 1, group, "step", "step", what))
+    return out
+
+
+def training_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
+    """Collectives of one training step (see the module docstring for the formulas).
+
+    >>> from gpucomm.workloads.models import get_model
+    >>> c = training_comms(get_model("llama3-8b"), Layout(tp=4, seq=8192, sp=False))
+    >>> [(x.collective, x.nbytes, x.count) for x in c if x.kind == "TP" and x.phase == "fwd"]
+    [('all_reduce', 67108864, 64)]
+    """
+    n = layers_per_stage(model, lay)
+    n_moe = n if model.moe else 0
+    tokens = lay.batch * lay.seq / lay.cp  # one GPU's sequence shard of a microbatch
+    act = int(BF16 * tokens * model.hidden)
+    redo = 1 if lay.recompute == "full" else 0
+    out: list[Comm] = []
+    if lay.tp > 1:
+        if lay.sequence_parallel:
+            for coll in ("all_gather", "reduce_scatter"):
+                out.append(Comm("TP", coll, act, 2 * n, "tp", "fwd", "microbatch",
+                                f"SP {coll.replace('_', '-')} around attention and MLP"))
+                out.append(Comm("TP", coll, act, 2 * n * (1 + redo), "tp", "bwd", "microbatch",
+                                f"SP {coll.replace('_', '-')} in backward"
+                                + (" (+ recompute)" if redo else "")))
+        else:
+            out.append(Comm("TP", "all_reduce", act, 2 * n, "tp", "fwd", "microbatch",
+                            "all-reduce after attention and after MLP"))
+            out.append(Comm("TP", "all_reduce", act, 2 * n * (1 + redo), "tp", "bwd",
+                            "microbatch", "all-reduce of input gradients"
+                            + (" (+ recompute)" if redo else "")))
+    if lay.cp > 1:
+        kv = int(BF16 * 2 * kv_heads_per_gpu(model, lay.tp) * model.head_dim
+                 * lay.batch * lay.seq)
+        out.append(Comm("CP", "all_gather", kv, n * (1 + redo), "cp", "fwd", "microbatch",
+                        "K,V exchange of ring attention"))
+        out.append(Comm("CP", "all_gather", kv, n, "cp", "bwd", "microbatch",
+                        "K,V exchange in backward"))
+        out.append(Comm("CP", "reduce_scatter", kv, n, "cp", "bwd", "microbatch",
+                        "dK,dV exchange in backward"))
+    if lay.ep > 1 and n_moe:
+        t = lay.tp if lay.sequence_parallel else 1
+        a2a = int(BF16 * tokens / t * model.top_k * model.hidden)
+        out.append(Comm("EP", "all_to_all", a2a, 2 * n_moe * (1 + redo), "ep", "fwd",
+                        "microbatch", "MoE dispatch and combine"))
+        out.append(Comm("EP", "all_to_all", a2a, 2 * n_moe, "ep", "bwd", "microbatch",
+                        "MoE dispatch and combine gradients"))
+    if lay.pp > 1:
+        p2p = act // (lay.tp if lay.sequence_parallel else 1)
+        out.append(Comm("PP", "sendrecv", p2p, lay.vpp, "pp", "fwd", "microbatch",
+                        "activation to the next stage"))
+        out.append(Comm("PP", "sendrecv", p2p, lay.vpp, "pp", "bwd", "microbatch",
+                        "gradient to the previous stage"))
+    out += _dp_comms(model, lay)
+    return out
+
+
+def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
+    dense, expert = stage_params_per_gpu(model, lay)
+    out: list[Comm] = []
+    for params, group, size, label in ((dense, "dp", lay.dp, "dense"),
+                                       (expert, "edp", lay.dp // lay.ep, "expert")):
+        if params == 0 or size == 1:
+            continue
+        gbytes = GRAD_BYTES * params
+        if lay.zero == 3:
+            d, e = layer_params_per_gpu(model, lay)
+            layer_bytes = int(BF16 * (d if label == "dense" else e))
+            n = layers_per_stage(model, lay)
+            out.append(Comm("DP", "all_gather", layer_bytes, n, group, "fwd", "microbatch",
+                            f"FSDP gather of {label} layer weights"))
+            out.append(Comm("DP", "all_gather", layer_bytes, n, group, "bwd", "microbatch",
+                            f"FSDP re-gather of {label} layer weights"))
+            out += _bucketed("DP", "reduce_scatter", gbytes, max(layer_bytes, 1), group,
+                             f"FSDP reduce-scatter of {label} gradients")
+            continue
+        bucket = dp_bucket_bytes(size)
+        if lay.zero == 0:
+            out += _bucketed("DP", "all_reduce", gbytes, bucket, group,
+                             f"all-reduce of {label} gradients")
+        else:
+            out += _bucketed("DP", "reduce_scatter", gbytes, bucket, group,
+                             f"ZeRO-{lay.zero} reduce-scatter of {label} gradients")
+            out += _bucketed("DP", "all_gather", BF16 * params, bucket, group,
+                             f"ZeRO-{lay.zero} all-gather of updated {label} weights")
+    return out
+
+
+def inference_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
+    """Collectives of one prefill pass or one decode step (one token per sequence).
+
+    One batch visits every pipeline stage in turn, so the counts cover all layers (the
+    critical path), not one stage.
+    """
+    if lay.mode == "decode" and lay.cp > 1:
+        raise ConfigError("context parallelism splits the prompt in prefill; decode needs cp=1")
+    n = model.layers
+    new = lay.batch * (lay.seq / lay.cp if lay.mode == "prefill" else 1)
+    act = int(BF16 * new * model.hidden)
+    out: list[Comm] = []
+    if lay.tp > 1:
+        out.append(Comm("TP", "all_reduce", act, 2 * n, "tp", "fwd", "step",
+                        "all-reduce after attention and after MLP"))
+    if lay.cp > 1:
+        kv = int(BF16 * 2 * kv_heads_per_gpu(model, lay.tp) * model.head_dim
+                 * lay.batch * lay.seq)
+        out.append(Comm("CP", "all_gather", kv, n, "cp", "fwd", "step",
+                        "K,V exchange of ring attention"))
+    if lay.ep > 1 and model.moe:
+        a2a = int(BF16 * new * model.top_k * model.hidden)
+        out.append(Comm("EP", "all_to_all", a2a, 2 * n, "ep", "fwd", "step",
+                        "MoE dispatch and combine"))
+    if lay.pp > 1:
+        out.append(Comm("PP", "sendrecv", act, lay.pp - 1, "pp", "fwd", "step",
+                        "activation to the next stage (all boundaries)"))
+    return out
+
+
+def step_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
+    return training_comms(model, lay) if lay.mode == "train" else inference_comms(model, lay)
+
+
+def totals(comms: list[Comm], lay: Layout) -> dict:
+    """Calls and bytes per kind over a whole step (microbatch counts times microbatches)."""
+    out: dict = {}
+    for c in comms:
+        k = out.setdefault(c.kind, {"calls": 0.0, "bytes": 0.0})
+        mult = lay.microbatches if c.per == "microbatch" else 1
+        k["calls"] += c.count * mult
+        k["bytes"] += c.count * mult * c.nbytes
+    return out

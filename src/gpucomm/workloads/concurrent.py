@@ -1,0 +1,70 @@
+"""Identical groups running one collective at the same time, timed together on shared links.
+
+In a training step every TP group runs its all-reduce at once, every DP group its gradient
+reduction, and so on. When these groups' traffic crosses the same links (the NICs of a node
+that its GPUs share, the PCIe root complex of a PCIe box) each gets a share of them. The
+simulator times one schedule; this module builds one schedule that is the side-by-side union
+of g copies of the algorithm the simulator chose for one group (copy j runs on ranks
+j*n .. j*n+n-1, placed on group j's GPUs) and lets the simulator's flow model (links shared
+max-min fairly) time them together. No network model lives here: only the composition.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms import get_algorithm
+from ..collectives import get_collective
+from ..schedule import FIELDS, Schedule, concat, step
+
+
+def _shift(st, offset: int, channel_offset: int = 0):
+    cols = dict(zip(FIELDS, st.columns()))
+    return step(cols["src"] + offset, cols["dst"] + offset, cols["src_chunk"],
+                cols["dst_chunk"], cols["nchunks"], cols["reduce"],
+                cols["channel"] + channel_offset)
+
+
+def union_schedule(sched: Schedule, copies: int, channel_offsets=None) -> Schedule:
+    """`copies` independent copies of `sched` on disjoint ranks, as one schedule.
+
+    Chunk numbering is kept: a collective whose buffer has one block per rank keeps its block
+    size when the caller scales nbytes by `copies` (see `union_nbytes`). Copy j's channels are
+    shifted by channel_offsets[j]: the simulator sends channel c of a node through NIC rail c,
+    and NCCL gives each communicator the NICs nearest its own GPUs, so a group whose GPUs have
+    index k in their nodes starts at rail k.
+    """
+    offs = list(channel_offsets) if channel_offsets is not None else [0] * copies
+    steps = tuple(concat([_shift(s, j * sched.nranks, offs[j]) for j in range(copies)])
+                  for s in sched.steps())
+    return Schedule(sched.collective, sched.nranks * copies, f"{sched.algorithm}x{copies}",
+                    sched.chunks_per_block, steps, sched.scratch_blocks, sched.root,
+                    sched.channels, sched.params)
+
+
+def union_nbytes(collective, nbytes: int, n: int, copies: int) -> int:
+    """The nccl-tests size of the union that keeps each copy's block size."""
+    coll = get_collective(collective)
+    return nbytes * coll.size_blocks(n * copies) // coll.size_blocks(n)
+
+
+def time_together(collective, nbytes: int, topology, groups: list, single, *,
+                  dtype="bfloat16", model="flow", gpus_per_node: int = 0) -> float | None:
+    """Seconds until all `groups` (lists of topology ranks) finish, each running the
+    algorithm/protocol of `single` (a SimResult of one group). None where the algorithm is not
+    a schedule (in-switch reduction) and cannot be composed. With `gpus_per_node`, each
+    group's channels start at the NIC rail of its first GPU (see `union_schedule`).
+    """
+    from ..simulate import simulate
+    from ..simulate.predict import CHANNELS
+    if single.algorithm == "nvls" or not groups:
+        return None
+    n = len(groups[0])
+    alg = get_algorithm(collective, single.algorithm)
+    kw = {"channels": single.channels} if "channels" in {k for k, _ in alg.params} else {}
+    offsets = [g[0] % gpus_per_node if gpus_per_node else 0 for g in groups]
+    sched = union_schedule(alg.build(n, **kw), len(groups), offsets)
+    placement = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
+    res = simulate(sched, topology, union_nbytes(collective, nbytes, n, len(groups)),
+                   dtype=dtype, model=model, protocol=single.protocol, ranks=placement,
+                   lanes=CHANNELS / max(sched.channels, 1))
+    return float(res.time_s)

@@ -1,0 +1,181 @@
+"""A parallel layout (TP, SP, PP, DP with ZeRO, EP, CP) checked against a model, and rank placement.
+
+Placement follows Megatron-LM's default order "tp-cp-ep-dp-pp": tensor parallelism is innermost
+(consecutive ranks, so a TP group sits inside one node's NVLink/NVSwitch domain), then context
+parallelism, then data parallelism (expert parallelism is carved out of the DP dimension, EP
+innermost within it), and pipeline stages outermost. With a node-major topology rank order,
+global rank g = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)) and
+dp_rank = ep_rank + ep * expert_dp_rank.
+
+    >>> lay = Layout(tp=8, pp=16, dp=128, seq=8192, global_batch=2048)
+    >>> lay.world, lay.microbatches
+    (16384, 16)
+    >>> group_ranks(lay, "dp")[:3]
+    (0, 8, 16)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..errors import ConfigError
+from .models import ModelConfig
+
+MODES = ("train", "prefill", "decode")
+KINDS = ("TP", "CP", "EP", "PP", "DP")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one job is split: degrees, batch, sequence, and the memory-saving options.
+
+    `seq` is the training / prompt sequence length, or the KV-cache context length in decode.
+    `global_batch` counts sequences per optimizer step (train) or sequences served (inference).
+    `vpp` is the number of interleaved virtual pipeline stages per GPU (Narayanan et al. 2021).
+    `zero`: 0 plain DP, 1/2 shard optimizer states / and gradients, 3 also parameters (= FSDP).
+    `recompute`: "none" or "full" (every layer re-runs its forward during backward).
+    """
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    seq: int = 2048
+    global_batch: int = 1
+    micro_batch: int = 1
+    sp: bool = True
+    zero: int = 1
+    vpp: int = 1
+    recompute: str = "none"
+    mode: str = "train"
+
+    def __post_init__(self):
+        for f in ("tp", "pp", "dp", "cp", "ep", "seq", "global_batch", "micro_batch", "vpp"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{f} must be an integer >= 1, got {v!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError(f"zero must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero!r}")
+        if self.recompute not in ("none", "full"):
+            raise ConfigError(f"recompute must be none or full, got {self.recompute!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode {self.mode!r} is unknown: allowed are {', '.join(MODES)}")
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.sp and self.tp > 1
+
+    @property
+    def batch_per_replica(self) -> int:
+        return self.global_batch // self.dp
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches per step of one pipeline (train); 1 in inference (one batch in flight)."""
+        if self.mode != "train":
+            return 1
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def batch(self) -> int:
+        """Sequences in one microbatch (train) or in one replica's batch (inference)."""
+        return self.micro_batch if self.mode == "train" else self.batch_per_replica
+
+    def with_(self, **kw) -> "Layout":
+        return replace(self, **kw)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def validate(model: ModelConfig, lay: Layout, world: int | None = None) -> Layout:
+    """Check the layout against the model and the GPU count; ConfigError names what would be valid."""
+    if model.heads % lay.tp:
+        ok = [d for d in _divisors(model.heads) if model.hidden % d == 0 and d <= 64]
+        raise ConfigError(f"tp={lay.tp} does not divide the {model.heads} attention heads of "
+                          f"{model.name}: valid tp are {', '.join(map(str, ok))}")
+    if model.kv_heads % lay.tp and lay.tp % model.kv_heads:
+        raise ConfigError(f"tp={lay.tp} and the {model.kv_heads} KV heads of {model.name}: one "
+                          f"must divide the other (KV heads are split or replicated)")
+    if model.ffn % lay.tp:
+        raise ConfigError(f"tp={lay.tp} does not divide ffn={model.ffn} of {model.name}")
+    if lay.pp > model.layers:
+        raise ConfigError(f"pp={lay.pp} exceeds the {model.layers} layers of {model.name}")
+    if lay.vpp > 1 and (lay.pp == 1 or math.ceil(model.layers / lay.pp) < lay.vpp):
+        raise ConfigError(f"vpp={lay.vpp} needs pp > 1 and at least vpp layers per stage "
+                          f"({model.layers} layers / pp={lay.pp})")
+    if lay.ep > 1:
+        if not model.moe:
+            raise ConfigError(f"ep={lay.ep} but {model.name} is dense: ep must be 1")
+        if model.experts % lay.ep or lay.dp % lay.ep:
+            ok = [d for d in _divisors(model.experts) if lay.dp % d == 0]
+            raise ConfigError(f"ep={lay.ep} must divide the {model.experts} experts and dp="
+                              f"{lay.dp}: valid ep are {', '.join(map(str, ok))}")
+    if lay.seq % lay.cp or (lay.cp > 1 and (lay.seq // lay.cp) % 2):
+        raise ConfigError(f"cp={lay.cp} must split seq={lay.seq} into equal even chunks")
+    if lay.sequence_parallel and (lay.seq // lay.cp) % lay.tp:
+        raise ConfigError(f"sequence parallelism splits seq/cp={lay.seq // lay.cp} over tp="
+                          f"{lay.tp}: it must divide (or pass --no-sp)")
+    if world is not None and lay.world != world:
+        others = lay.tp * lay.pp * lay.cp
+        hint = (f"; with tp={lay.tp} pp={lay.pp} cp={lay.cp} use dp={world // others}"
+                if world % others == 0 else
+                f"; tp*pp*cp={others} does not divide {world}")
+        raise ConfigError(f"tp*pp*dp*cp = {lay.tp}*{lay.pp}*{lay.dp}*{lay.cp} = {lay.world} "
+                          f"but the system has {world} GPUs{hint}")
+    if lay.global_batch % lay.dp:
+        raise ConfigError(f"global batch {lay.global_batch} is not a multiple of dp={lay.dp}")
+    if lay.mode == "train" and lay.batch_per_replica % lay.micro_batch:
+        raise ConfigError(f"global batch {lay.global_batch} / dp={lay.dp} = "
+                          f"{lay.batch_per_replica} sequences per replica is not a multiple of "
+                          f"micro-batch {lay.micro_batch}")
+    if lay.mode != "train" and (lay.zero or lay.recompute != "none" or lay.sp):
+        # no optimizer, no backward; TP inference all-reduces (no sequence parallelism)
+        lay = lay.with_(zero=0, recompute="none", sp=False)
+    return lay
+
+
+def layers_per_stage(model: ModelConfig, lay: Layout) -> int:
+    """Layers on the most loaded pipeline stage (stages get ceil(L/pp) or floor(L/pp))."""
+    return math.ceil(model.layers / lay.pp)
+
+
+def coords(lay: Layout, rank: int) -> dict:
+    """Parallel coordinates of a global rank."""
+    tp_r, rest = rank % lay.tp, rank // lay.tp
+    cp_r, rest = rest % lay.cp, rest // lay.cp
+    dp_r, pp_r = rest % lay.dp, rest // lay.dp
+    return {"tp": tp_r, "cp": cp_r, "dp": dp_r, "ep": dp_r % lay.ep, "pp": pp_r}
+
+
+def rank_of(lay: Layout, tp=0, cp=0, dp=0, pp=0) -> int:
+    return tp + lay.tp * (cp + lay.cp * (dp + lay.dp * pp))
+
+
+def group_ranks(lay: Layout, kind: str, rank: int = 0) -> tuple[int, ...]:
+    """Global ranks of `rank`'s group of one kind ("tp", "cp", "dp", "ep", "edp", "pp").
+
+    "edp" is the expert-data-parallel group (ranks holding the same experts), "pp" the stages.
+    """
+    c = coords(lay, rank)
+    kind = kind.lower()
+    if kind == "tp":
+        return tuple(rank_of(lay, t, c["cp"], c["dp"], c["pp"]) for t in range(lay.tp))
+    if kind == "cp":
+        return tuple(rank_of(lay, c["tp"], x, c["dp"], c["pp"]) for x in range(lay.cp))
+    if kind == "dp":
+        return tuple(rank_of(lay, c["tp"], c["cp"], d, c["pp"]) for d in range(lay.dp))
+    if kind == "ep":
+        base = c["dp"] - c["dp"] % lay.ep
+        return tuple(rank_of(lay, c["tp"], c["cp"], base + e, c["pp"]) for e in range(lay.ep))
+    if kind == "edp":
+        return tuple(rank_of(lay, c["tp"], c["cp"], c["ep"] + lay.ep * j, c["pp"])
+                     for j in range(lay.dp // lay.ep))
+    if kind == "pp":
+        return tuple(rank_of(lay, c["tp"], c["cp"], c["dp"], s) for s in range(lay.pp))
+    raise ConfigError(f"unknown group kind {kind!r}: allowed are tp, cp, dp, ep, edp, pp")

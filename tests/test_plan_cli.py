@@ -1,0 +1,100 @@
+"""`gpucomm plan` end to end: the simulator times the collectives on the preset topologies."""
+import json
+
+import pytest
+
+from gpucomm.cli import main
+
+
+def run(capsys, *argv):
+    rc = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+DECODE = ["--model", "llama3-70b", "--mode", "decode", "--tp", "8", "--seq", "4096",
+          "--global-batch", "1"]
+
+
+def test_json_has_the_documented_fields(capsys):
+    rc, out, _ = run(capsys, "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2",
+                     "--tp", "4", "--pp", "2", "--seq", "4096", "--global-batch", "16",
+                     "--format", "json")
+    assert rc == 0
+    d = json.loads(out)
+    for key in ("step_time_s", "compute_time_s", "comm_time_s", "exposed_comm_s",
+                "tokens_per_s", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes"):
+        assert key in d
+    assert d["layout"]["dp"] == 2 and d["gpus"] == 16
+    assert set(d["comm_time_s"]) == {"TP", "PP", "DP"}
+    assert all(v > 0 for v in d["comm_time_s"].values())
+    assert d["step_time_s"] == pytest.approx(d["compute_time_s"] + d["exposed_comm_s"]
+                                             + d["bubble_s"])
+    assert d["tokens_per_s"] == pytest.approx(16 * 4096 / d["step_time_s"])
+    assert 0 < d["mfu"] < 1
+
+
+def test_table_names_every_part_of_the_step(capsys):
+    rc, out, _ = run(capsys, "--model", "mixtral-8x7b", "--nodes", "2", "--tp", "2",
+                     "--ep", "8", "--seq", "4096", "--global-batch", "16", "--collectives")
+    assert rc == 0
+    for word in ("step time", "compute", "TP comm", "EP comm", "DP comm", "tokens/s", "MFU",
+                 "memory per GPU", "all_to_all"):
+        assert word in out
+
+
+def test_tp_over_pcie_costs_more_than_over_nvswitch(capsys):
+    rc, out, _ = run(capsys, *DECODE, "--gpu", "h100", "--pcie-gen", "5", "--format", "json",
+                     "--compare", "system=dgx-h100,pcie")
+    assert rc == 0
+    nv, pcie = json.loads(out)
+    assert nv["variant"] == "system=dgx-h100" and pcie["variant"] == "system=pcie"
+    assert nv["compute_time_s"] == pytest.approx(pcie["compute_time_s"])  # same GPU
+    assert pcie["comm_time_s"]["TP"] > 1.5 * nv["comm_time_s"]["TP"]
+
+
+def test_dp_across_nodes_feels_the_nic(capsys):
+    rc, out, _ = run(capsys, "--model", "llama3-8b", "--nodes", "2", "--tp", "8", "--seq",
+                     "4096", "--global-batch", "8", "--format", "json",
+                     "--compare", "nic=ib-ndr,roce-100g")
+    assert rc == 0
+    fast, slow = json.loads(out)
+    assert slow["comm_time_s"]["DP"] > 2 * fast["comm_time_s"]["DP"]
+    assert fast["comm_time_s"]["TP"] == pytest.approx(slow["comm_time_s"]["TP"])
+
+
+def test_search_ranks_layouts_that_fit(capsys):
+    rc, out, _ = run(capsys, "--model", "llama3-8b", "--nodes", "1", "--seq", "4096",
+                     "--global-batch", "16", "--search", "--format", "json", "--top", "50")
+    assert rc == 0
+    rows = json.loads(out)
+    times = [r["step_time_s"] for r in rows]
+    assert times == sorted(times) and len(rows) >= 3
+    assert all(r["memory_per_gpu_bytes"] <= r["hbm_bytes"] for r in rows)
+    assert all(r["layout"]["tp"] * r["layout"]["pp"] * r["layout"]["dp"] == 8 for r in rows)
+
+
+def test_plot_writes_a_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "step.png"
+    rc, _, _ = run(capsys, *DECODE, "--plot", str(path))
+    assert rc == 0 and path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "gpt-9"], "unknown model 'gpt-9': allowed are"),
+    (["--model", "llama3-8b", "--system", "cray-1"], "cray-1"),
+    (["--model", "llama3-70b", "--tp", "3", "--nodes", "1", "--dp", "1", "--pp", "1"],
+     None),
+    (["--model", "llama3-70b", "--tp", "8", "--nodes", "2", "--dp", "1"],
+     "use dp=2"),
+    (["--model", "llama3-70b", "--tp", "6", "--dp", "1", "--nodes", "1"], "valid tp are"),
+    (["--model", "llama3-405b", "--tp", "8", "--seq", "8192"], "does not fit"),
+    (["--model", "llama3-8b", "--compare", "colour=red"], "allowed are"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("gpucomm plan: error: ")
+    if message:
+        assert message in err
