@@ -42,4 +42,18 @@ def cmd_demo(args) -> int:
     print(f"   matches the numpy reference; rank 0 [:3] = {outs[0][:3]}; "
           f"identical bits on every rank: "
           f"{all(np.array_equal(o.view(np.uint32), outs[0].view(np.uint32)) for o in outs)}")
+
+    from . import main
+    print("\n== 4. the same question on real hardware, simulated: all-reduce on one DGX H100")
+    print("   $ gpucomm sim -c all_reduce --system dgx-h100 -b 8 -e 1G -f 8", flush=True)
+    main(["sim", "-c", "all_reduce", "--system", "dgx-h100", "-b", "8", "-e", "1G", "-f", "8"])
+
+    print("\n== 5. why the interconnect matters: NVLink vs PCIe, and Llama 3 70B decode at TP=8")
+    print("   $ gpucomm hw compare nvlink4 pcie5", flush=True)
+    main(["hw", "compare", "nvlink4", "pcie5"])
+    argv = ["plan", "--model", "llama3-70b", "--mode", "decode", "--tp", "8", "--seq", "4096",
+            "--global-batch", "1", "--gpu", "h100", "--pcie-gen", "5",
+            "--compare", "system=dgx-h100,pcie"]
+    print("   $ gpucomm " + " ".join(argv), flush=True)
+    main(argv)
     return 0
