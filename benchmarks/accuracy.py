@@ -5,7 +5,9 @@
 Each table's description (hardware, GPUs per node, nodes, interconnects, NCCL settings) is
 mapped to a topology preset and NCCL's choice of algorithms (`NCCL_ALGO=Ring` forces ring,
 `NCCL_ALGO=NVLS` forces in-switch reduction, `NCCL_NVLS_ENABLE=0` excludes it; the NCCL version
-decides which protocols exist: LL128 arrived in 2.5); nothing is fitted to a table. NCCL's tuner chooses among Ring, Tree and NVLS, so auto does the same here.
+decides which protocols exist: LL128 arrived in 2.5), and its nccl-tests command to how the
+host issued the collectives (`-g N`: one thread launches on N GPUs in turn; `-G 1`: CUDA
+graphs); nothing is fitted to a table. NCCL's tuner chooses among Ring, Tree and NVLS, so auto does the same here.
 
 Bars (issue 3): median |busbw error| <= 10% on rows >= 64 MiB and <= 25% on rows of
 1 MiB..64 MiB; time within a factor of 2 on rows <= 64 KiB.
@@ -101,6 +103,16 @@ def nccl_protocols(t: dict):
     return ["ll", "ll128", "simple"] if version >= (2, 5, 0) else ["ll", "simple"]
 
 
+def launch_of(t: dict) -> dict:
+    """How the table's nccl-tests run issued its collectives, from its command line: `-g N`
+    GPUs per host thread (default 1), `-G N` (N > 0) replayed from CUDA graphs."""
+    cmd = t.get("command") or ""
+    g = re.search(r"(?:^|\s)-g\s*(\d+)", cmd)
+    graph = re.search(r"(?:^|\s)-G\s*(\d+)", cmd)
+    return {"gpus_per_thread": int(g.group(1)) if g else 1,
+            "cuda_graph": bool(graph and int(graph.group(1)) > 0)}
+
+
 def dtype_of(t: dict) -> str:
     d = t["dtype"].split()[0]
     return {"double": "float64", "float": "float32", "half": "float16"}.get(d, d)
@@ -117,6 +129,7 @@ def evaluate(data, model="analytic", verbose=False):
             continue
         choice = choice_of(t)
         dtype = dtype_of(t)
+        launch = launch_of(t)
         p = int(t["gpus"])
         factor = get_collective(coll).busbw_factor(p)
         for row in t["rows"]:
@@ -130,7 +143,7 @@ def evaluate(data, model="analytic", verbose=False):
                                  if a.name not in choice["allowed"]] + (
                     [] if "nvls" in choice["allowed"] else ["nvls"])
             res = predict(coll, size, topo, dtype=dtype, model=model,
-                          protocol=nccl_protocols(t), **kw)
+                          protocol=nccl_protocols(t), **launch, **kw)
             meas_t = row.get("time_us")
             meas_bus = row.get("busbw_gbs")
             if meas_t is None and meas_bus:

@@ -77,6 +77,48 @@ def test_two_flows_on_one_nic_take_twice_as_long():
     assert two.time_s / one.time_s == pytest.approx(2.0, rel=0.01)
 
 
+def _nics_of(topo, table):
+    """The NICs each route leaves its node by (NIC -> fabric switch links)."""
+    return [{topo.links[i].src for i in row if i >= 0 and topo.device(
+        topo.links[i].src).kind == "nic" and topo.device(topo.links[i].dst).kind == "switch"}
+        for row in table]
+
+
+def test_inter_node_ops_leave_by_the_sending_gpus_own_nics():
+    from gpucomm.simulate.paths import PathTable
+    dgx = build_topology("dgx-h100", nodes=2)
+    # one GPU per node (a DP group of GPU k): its own NIC, whatever the channel
+    for k in (0, 3, 7):
+        paths = PathTable(dgx, [k, 8 + k])
+        assert paths.rails_per_node == 1
+        for c in range(3):
+            assert _nics_of(dgx, paths.routes([0], [1], c)) == [{f"n0.nic{k}"}]
+    # a full-node ring: its channels spread over all 8 rails of the node
+    paths = PathTable(dgx, list(range(16)))
+    assert paths.rails_per_node == 8
+    left = [_nics_of(dgx, paths.routes([7], [8], c))[0] for c in range(8)]
+    assert set().union(*left) == {f"n0.nic{i}" for i in range(8)}
+    # the 8 DP groups as one schedule (rank 2k, 2k+1 = GPU k of node 0, node 1): NIC k each
+    union = PathTable(dgx, [r for k in range(8) for r in (k, 8 + k)])
+    got = _nics_of(dgx, union.routes(np.arange(0, 16, 2), np.arange(1, 16, 2), 0))
+    assert got == [{f"n0.nic{k}"} for k in range(8)]
+    # a PCIe box: GPUs 0-3 sit next to nic0, 4-7 next to nic1
+    pcie = build_topology("pcie", nodes=2)
+    union = PathTable(pcie, [r for k in range(8) for r in (k, 8 + k)])
+    got = _nics_of(pcie, union.routes(np.arange(0, 16, 2), np.arange(1, 16, 2), 0))
+    assert got == [{f"n0.nic{k // 4}"} for k in range(8)]
+
+
+def test_groups_with_own_nics_do_not_queue_on_nic0():
+    n = 1 << 28
+    for system, slowdown in (("dgx-h100", 1.0), ("pcie", 4.0)):
+        topo = build_topology(system, nodes=2)
+        one = simulate(_pairs(16, [(0, 8)]), topo, n, model="flow", protocol=ideal_protocol())
+        all8 = simulate(_pairs(16, [(k, 8 + k) for k in range(8)]), topo, n, model="flow",
+                        protocol=ideal_protocol())
+        assert all8.time_s / one.time_s == pytest.approx(slowdown, rel=0.02), system
+
+
 def test_oversubscribed_fabric_slows_all_to_all():
     kw = dict(nodes=4, fabric="fat-tree", leaf_ports=8)
     full = build_topology("dgx-h100", oversubscription=1.0, **kw)
@@ -203,3 +245,25 @@ def test_flow_window_matches_exact_event_checks(monkeypatch, coll, name):
     monkeypatch.setattr(flow, "EXACT_OPS", 0)
     windowed = simulate(sched, topo, 1 << 22, model="flow", protocol="simple").time_s
     assert windowed == pytest.approx(exact, rel=1e-9)
+
+
+def test_host_issue_time_bounds_back_to_back_collectives():
+    from gpucomm.simulate import constants as K
+    from gpucomm.simulate.predict import host_issue_s
+    topo = build_topology("dgx-a100")
+    device = predict("all_reduce", 8, topo)
+    assert device.time_s > host_issue_s(1)  # one GPU per thread: the device time shows
+    assert predict("all_reduce", 8, topo, gpus_per_thread=1).time_s == device.time_s
+    # one thread launching on 8 GPUs in turn (nccl-tests -g 8): 8 launches per collective
+    g8 = predict("all_reduce", 8, topo, gpus_per_thread=8)
+    assert g8.time_s == pytest.approx(8 * K.HOST_LAUNCH_S) and g8.time_s > device.time_s
+    assert g8.busbw_GBps == pytest.approx(device.busbw_GBps * device.time_s / g8.time_s)
+    # replayed from a CUDA graph (-G): no host launch cost
+    assert predict("all_reduce", 8, topo, gpus_per_thread=8, cuda_graph=True).time_s == \
+        device.time_s
+    # large messages: the device time dominates, the bound changes nothing
+    big = predict("all_reduce", 1 << 28, topo)
+    assert predict("all_reduce", 1 << 28, topo, gpus_per_thread=8).time_s == big.time_s
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="gpus_per_thread"):
+            predict("all_reduce", 8, topo, gpus_per_thread=bad)

@@ -119,3 +119,28 @@ def test_compare_reads_old_logs_without_root_column():
     rows = parse_log(old)["rows"]
     assert [(r["size"], r["root"], r["time_us"], r["busbw"]) for r in rows] == \
         [(8, -1, 48.46, 0.0), (1048576, -1, 89.27, 20.56)]
+
+
+def test_compare_reads_gpus_per_thread_from_the_log_header(capsys, tmp_path):
+    small = LOG.replace("nGpus 1", "nGpus 8").replace("     1048576        262144",
+                                                      "           8             2")
+    parsed = parse_log(small)
+    assert parsed["launch"] == {"gpus_per_thread": 8}
+    log = tmp_path / "g8.log"
+    log.write_text(small)
+    args = ["--compare", str(log), "--system", "dgx-h100", "--gpus-per-node", "2", "--format",
+            "json"]
+    rc, out, _ = run(capsys, *args)
+    g8 = json.loads(out)["rows"][0]["predicted_time_us"]
+    rc, out, _ = run(capsys, *args, "--gpus-per-thread", "1")
+    g1 = json.loads(out)["rows"][0]["predicted_time_us"]
+    assert rc == 0 and g8 == pytest.approx(40.0) and g1 < 20
+    assert parse_log(small.replace("iters: 20", "iters: 20 graph: 1"))["launch"]["cuda_graph"]
+
+
+def test_sweep_with_gpus_per_thread(capsys):
+    rc, out, _ = run(capsys, "-b", "8", "-e", "8", "--gpus-per-thread", "8", "--format", "json")
+    assert rc == 0 and json.loads(out)["rows"][0]["time_us"] == pytest.approx(40.0)
+    rc, out, _ = run(capsys, "-b", "8", "-e", "8", "--gpus-per-thread", "8", "--cuda-graph",
+                     "--format", "json")
+    assert json.loads(out)["rows"][0]["time_us"] < 40.0

@@ -159,6 +159,25 @@ def test_nic_override_and_affinity():
     assert pc.nic_affinity[:8] == ("n0.nic0",) * 8
 
 
+def test_fewer_gpus_with_fewer_nics_spread_over_all_nics():
+    # 4 of a DGX A100's GPUs with 2 NICs (Polaris-like): GPU i uses NIC floor(i*2/4), and each
+    # NIC sits on the PCIe switch of the GPUs that use it
+    t = build_topology("dgx-a100", nodes=2, gpus_per_node=4, nics_per_node=2)
+    assert t.nic_affinity[:4] == ("n0.nic0", "n0.nic0", "n0.nic1", "n0.nic1")
+    parents = {ln.src: ln.dst for ln in t.links if ln.src in ("n0.nic0", "n0.nic1")
+               and ln.dst.startswith("n0.")}
+    gpu_parent = {ln.src: ln.dst for ln in t.links if ln.src in ("n0.gpu0", "n0.gpu2")
+                  and ln.dst.startswith("n0.pcie")}
+    assert parents == {"n0.nic0": gpu_parent["n0.gpu0"], "n0.nic1": gpu_parent["n0.gpu2"]}
+    assert "n0.nic1" in devices_on(t, t.route(2, 6)) and "n0.nic0" in devices_on(t, t.route(0, 4))
+    # the preset's own NICs keep their slots: GPU i of a DGX A100 uses nic i
+    own = build_topology("dgx-a100", nodes=2, gpus_per_node=4)
+    assert own.nic_affinity[:4] == tuple(f"n0.nic{i}" for i in range(4))
+    # more NICs than GPUs in use: each GPU gets the first NIC of its share
+    wide = build_topology("dgx-h100", nodes=2, gpus_per_node=2, nics_per_node=4)
+    assert wide.nic_affinity[:2] == ("n0.nic0", "n0.nic2")
+
+
 def test_fat_tree_oversubscription_reduces_bisection():
     full = build_topology("dgx-h100", nodes=16, fabric="fat-tree")
     half = build_topology("dgx-h100", nodes=16, fabric="fat-tree", oversubscription=2)

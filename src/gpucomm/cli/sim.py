@@ -42,6 +42,12 @@ def register(sub) -> None:
     p.add_argument("-d", "--datatype", default="float32")
     p.add_argument("-o", "--op", default="sum")
     p.add_argument("-r", "--root", type=int, default=0)
+    p.add_argument("--gpus-per-thread", type=positive_int, metavar="G",
+                   help="GPUs one host thread drives, as nccl-tests -g (default 1; with "
+                        "--compare: the log's nGpus); the host launches on each in turn")
+    p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+                   help="collectives replayed from CUDA graphs, as nccl-tests -G (no host "
+                        "launch cost; with --compare: the log's 'graph:')")
     p.add_argument("--compare", metavar="LOGFILE", help="an nccl-tests log to predict row by row")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
@@ -72,7 +78,9 @@ def cmd_sim(args) -> int:
     for size in sizes:
         results.append(predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
                                model=args.model, protocol=args.protocol,
-                               root=args.root if coll.rooted else 0, redop=args.op))
+                               root=args.root if coll.rooted else 0, redop=args.op,
+                               gpus_per_thread=args.gpus_per_thread or 1,
+                               cuda_graph=bool(args.cuda_graph)))
     rows = [r.to_row() for r in results]
     if not coll.reduces:
         for row in rows:
@@ -124,11 +132,18 @@ _RANKS = re.compile(r"#\s+Rank\s+\d+\s+Group")
 
 def parse_log(text: str) -> dict:
     """nccl-tests output -> {"collective", "nranks", "rows": [{size, count, type, redop, root,
-    time_us, algbw, busbw}]}, from the out-of-place columns. Raises ConfigError if no rows."""
-    rows, coll, nranks = [], None, 0
+    time_us, algbw, busbw}], "launch": {gpus_per_thread, cuda_graph} as the header gives them},
+    from the out-of-place columns. Raises ConfigError if no rows."""
+    rows, coll, nranks, launch = [], None, 0, {}
     for line in text.splitlines():
         if _RANKS.search(line):
             nranks += 1
+        g = re.search(r"nGpus\s+(\d+)", line)
+        if g and "gpus_per_thread" not in launch:
+            launch["gpus_per_thread"] = int(g.group(1))
+        g = re.search(r"\bgraph:\s*(\d+)", line)
+        if g and "cuda_graph" not in launch:
+            launch["cuda_graph"] = int(g.group(1)) > 0
         m = re.search(r"(\w+?)_perf", line) or re.search(r"concluded:\s*(\w+)", line)
         if m and coll is None:
             coll = m.group(1)
@@ -152,7 +167,7 @@ def parse_log(text: str) -> dict:
     if not rows:
         raise ConfigError("no nccl-tests result rows found in the log (expected lines like "
                           "'  1048576  262144  float  sum  -1  12.3  85.2  149.1  0 ...')")
-    return {"collective": coll, "nranks": nranks, "rows": rows}
+    return {"collective": coll, "nranks": nranks, "rows": rows, "launch": launch}
 
 
 def _compare(args, topo) -> int:
@@ -167,10 +182,14 @@ def _compare(args, topo) -> int:
     if log["nranks"] and log["nranks"] != topo.nranks:
         print(f"# note: the log has {log['nranks']} ranks, the topology {topo.nranks}",
               file=sys.stderr)
+    launch = {"gpus_per_thread": args.gpus_per_thread or log["launch"].get("gpus_per_thread", 1),
+              "cuda_graph": args.cuda_graph if args.cuda_graph is not None
+              else log["launch"].get("cuda_graph", False)}
     out = []
     for row in log["rows"]:
         res = predict(coll, row["size"], topo, algorithm=args.algorithm,
-                      dtype=_dtype(row["type"]), model=args.model, protocol=args.protocol)
+                      dtype=_dtype(row["type"]), model=args.model, protocol=args.protocol,
+                      **launch)
         err = (res.busbw_GBps - row["busbw"]) / row["busbw"] if row["busbw"] > 0 else None
         out.append({"size": row["size"], "measured_time_us": row["time_us"],
                     "predicted_time_us": round(res.time_us, 3), "measured_busbw": row["busbw"],

@@ -73,3 +73,19 @@ MAX_CHANNELS = 32
 GENERATION_OF_SM = {"sm70": "volta", "sm75": "volta", "sm80": "ampere", "sm86": "ampere",
                     "sm89": "ampere", "sm90": "hopper", "sm100": "blackwell"}
 DEFAULT_GENERATION = "hopper"
+
+# --- the host: issuing one collective -------------------------------------------------------
+# nccl-tests times `iters` collectives launched back to back by the host and divides the host
+# clock around the loop (closed by one stream synchronisation) by `iters` (the loop of
+# src/common.cu, quoted in NVIDIA/nccl-tests issue #72), so a collective cannot appear faster
+# than the host issues it. A process driving G GPUs from one thread (`-g G`) issues, inside
+# ncclGroupStart/End, one NCCL launch per GPU in turn (NCCL user guide, "Group Calls:
+# management of multiple GPUs from one thread"): G launches per collective. One launch costs
+# the host a cudaLaunchKernel and NCCL's enqueue; Meta's Holistic Trace Analysis documentation
+# ("CUDA kernel launch stats") gives 5-20 us for a launch's CPU-side runtime event: the low end
+# is taken, as NCCL's launch path is a tuned one. With CUDA graphs (`-G`) the loop is replayed
+# from a graph and the per-launch host cost is gone. With one GPU per process the host cost is
+# below the device time of any collective (NCCL's own base latency alone is 6.6-14 us), so it
+# only shows with several GPUs per thread: ~40 us for 8 GPUs, what nccl-tests -g 8 tables on
+# DGX V100/A100/H100 show at small sizes where -g 1 runs on the same systems show 17-25 us.
+HOST_LAUNCH_S = 5.0 * US

@@ -1,11 +1,21 @@
 """Which links an op crosses: routes per (source, destination, channel), rail by rail.
 
-Inside a node an op follows the topology's route. Between nodes, channel `c` uses NIC rail
-`c mod NICs`: the op is charged on the route from the GPU that owns that rail's NIC to the GPU
-owning the same rail in the destination node. That is how NCCL lays channels out: it searches
-one ring per NIC and rotates each channel's ring so that the node is entered and left by the
-GPUs next to that channel's NIC (and PXN moves other traffic to the rail GPU over NVLink, which
-is not charged here), so the channels of one collective spread over all NICs of a node.
+Inside a node an op follows the topology's route. Between nodes an op uses the NICs local to
+the GPUs that run the schedule on that node (their `nic_affinity`), never a NIC none of them
+sits next to: NCCL gives each communicator its own GPUs' nearest NICs. The node's rails for a
+placement are those NICs in NIC order, each owned by the first placed GPU next to it. An op
+leaving GPU `s` on channel `c` takes rail `(position of s's own NIC + c) mod rails` and is
+charged on the route from that rail's owner GPU to the owner of the same rail in the
+destination node. So:
+
+- a full-node ring on a DGX (a NIC per GPU) spreads its channels over all the node's rails:
+  that is how NCCL lays channels out, one ring per NIC, each rotated so that the node is
+  entered and left by the GPUs next to that channel's NIC (PXN moves other traffic to the rail
+  GPU over NVLink, which is not charged here);
+- a group with one GPU per node sends through that GPU's own NIC;
+- several groups timed as one schedule (the planner's side-by-side union) each start at their
+  own GPUs' NICs, so groups with NICs of their own do not queue on NIC 0, and groups whose
+  GPUs share a NIC (a PCIe box: 2 NICs for 8 GPUs) do share it.
 
 Routes are cached as rows of a padded int32 table (`-1` = no link), so the engines gather the
 links of thousands of ops with one numpy fancy-index.
@@ -41,7 +51,7 @@ class PathTable:
         self.placement = np.atleast_2d(np.arange(n, dtype=np.int64) if ranks is None else
                                        np.asarray(ranks, dtype=np.int64))
         self.node = np.array([topology.node_of(r) for r in range(n)], dtype=np.int64)
-        self._rails = _rails(topology, self.node)
+        self._rails, self._home = _rails(topology, self.node, self.placement[0])
         self._cache: dict = {}
 
     @property
@@ -59,8 +69,7 @@ class PathTable:
         inter = (self.node[s] != self.node[d]) & (s != d)
         if inter.any() and self._rails:
             idx = np.flatnonzero(inter)
-            gs = self._rail_gpu(self.node[s[idx]], c[idx])
-            gd = self._rail_gpu(self.node[d[idx]], c[idx])
+            gs, gd = self._rail_gpus(s[idx], d[idx], c[idx])
             rows = _matrix(self.topo, gs, gd, c[idx])
             width = max(out.shape[1], rows.shape[1])
             out = _widen(out, width)
@@ -68,12 +77,19 @@ class PathTable:
         out[s == d] = -1  # a local copy crosses no link
         return out
 
-    def _rail_gpu(self, nodes, channels):
-        res = np.empty(len(nodes), dtype=np.int64)
-        for k, (nd, ch) in enumerate(zip(nodes.tolist(), channels.tolist())):
-            rail = self._rails.get(nd)
-            res[k] = rail[ch % len(rail)] if rail is not None and len(rail) else -1
-        return res
+    def _rail_gpus(self, src, dst, channels):
+        """The GPUs owning the rail an inter-node op leaves by and the one it arrives at."""
+        gs = np.empty(len(src), dtype=np.int64)
+        gd = np.empty(len(src), dtype=np.int64)
+        node = self.node
+        for k, (a, b, ch) in enumerate(zip(src.tolist(), dst.tolist(), channels.tolist())):
+            out, into = self._rails.get(int(node[a])), self._rails.get(int(node[b]))
+            if out is None or into is None:  # a node without NICs: the plain route
+                gs[k], gd[k] = a, b
+                continue
+            i = (self._home.get(a, 0) + ch) % len(out)
+            gs[k], gd[k] = out[i], into[i % len(into)]
+        return gs, gd
 
     def properties(self, table: np.ndarray):
         """Per op: (latency sum, path class, bottleneck capacity) of padded route rows."""
@@ -109,22 +125,28 @@ def _join(parts) -> np.ndarray:
     return np.take_along_axis(full, order, axis=1)
 
 
-def _rails(topo, node_of_rank) -> dict:
-    """node -> the ranks that own each of the node's NICs (one per rail), in NIC order."""
+def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
+    """Rails of a placement: node -> owner ranks of the NICs next to its placed GPUs (NIC
+    order), and rank -> position of its own NIC in its node's list."""
     affinity = tuple(getattr(topo, "nic_affinity", ()) or ())
     if not affinity:
-        nics = [d for d in topo.devices if d.kind == "nic"]
-        if not nics:
-            return {}
+        if not any(d.kind == "nic" for d in topo.devices):
+            return {}, {}
         affinity = tuple(_closest_nic(topo, r) for r in range(topo.nranks))
-    rails: dict = {}
-    seen = set()
-    for r, nic in enumerate(affinity):
-        if nic is None or nic in seen:
-            continue
-        seen.add(nic)
-        rails.setdefault(int(node_of_rank[r]), []).append(r)
-    return {k: np.array(v, dtype=np.int64) for k, v in rails.items()}
+    order = {d.name: i for i, d in enumerate(topo.devices)}
+    ranks = sorted(set(np.asarray(placed).tolist()))
+    per_node: dict = {}
+    for r in ranks:
+        if affinity[r] is not None:
+            per_node.setdefault(int(node_of_rank[r]), {}).setdefault(affinity[r], r)
+    rails, pos = {}, {}
+    for nd, owners in per_node.items():
+        nics = sorted(owners, key=lambda name: order.get(name, 0))
+        rails[nd] = np.array([owners[x] for x in nics], dtype=np.int64)
+        pos.update({(nd, x): i for i, x in enumerate(nics)})
+    home = {r: pos[(int(node_of_rank[r]), affinity[r])] for r in ranks
+            if affinity[r] is not None}
+    return rails, home
 
 
 def _closest_nic(topo, rank):

@@ -5,9 +5,13 @@ use; `predict(algorithm="auto", protocol="auto")` does the same over the registe
 algorithms of the collective, plus in-switch reduction (`nvls`) where the NVSwitch reduces,
 and reports the pair it chose (and every candidate's time in `candidates`).
 
-Channels: NCCL runs `CHANNELS` channels; the schedule gets one channel per NIC rail (so the
-channels spread over the NICs) and each stands for the rest (`lanes`), which scales the
-protocol's per-channel caps.
+Channels: NCCL runs `CHANNELS` channels; the schedule gets one channel per NIC rail of its GPUs
+(the NICs next to them, paths.py; so the channels spread over those NICs) and each stands for
+the rest (`lanes`), which scales the protocol's per-channel caps.
+
+Host: nccl-tests launches collectives back to back, so a collective looks no faster than the
+host issues it: `gpus_per_thread` launches per collective (nccl-tests `-g`), none with CUDA
+graphs (`-G`); see constants.HOST_LAUNCH_S.
 
     >>> from gpucomm.topology import build_topology
     >>> predict("all_reduce", "8", build_topology("dgx-h100")).protocol
@@ -36,16 +40,25 @@ MAX_PIPELINE_CHUNKS = 64
 
 
 def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
-            protocol="auto", ranks=None, root=0, redop="sum", exclude=(), **params) -> SimResult:
+            protocol="auto", ranks=None, root=0, redop="sum", exclude=(), gpus_per_thread=1,
+            cuda_graph=False, **params) -> SimResult:
     """Predict one nccl-tests point: the time of `collective` on `nbytes` (size S).
 
     `algorithm`: "auto", a registered name, or "nvls". `exclude`: algorithms auto may not
     pick (like NCCL_ALGO=^NVLS). `protocol`: "auto", one name, or a list of the protocols auto
     may pick (like NCCL_PROTO=LL,Simple). `model` is used for the final answer; auto ranks candidates
     with the analytic model, as NCCL's tuner ranks them with its own cheap model.
+    `gpus_per_thread` (nccl-tests `-g`) and `cuda_graph` (`-G`): how the host issues the
+    collective; the time is at least the host's issue time (`host_issue_s`).
+
+        >>> from gpucomm.topology import build_topology
+        >>> t = build_topology("dgx-a100")
+        >>> predict("all_reduce", 8, t, gpus_per_thread=8).time_us >= 40
+        True
     """
     coll = get_collective(collective)
     nbytes = parse_size(nbytes)
+    host_s = host_issue_s(gpus_per_thread, cuda_graph)
     p = len(list(ranks)) if ranks is not None else topology.nranks
     placement = _placement(p, topology, ranks)
     names = _candidates(coll, algorithm, topology, p, exclude)
@@ -79,8 +92,31 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
     if model != "analytic":
         best = _time(coll, best.algorithm, nbytes, topology, placement, dtype, model,
                      best.protocol, root, redop, params)
+    best = _host_bound(best, host_s, coll, dtype)
     return dataclasses.replace(best, candidates=tuple((r.algorithm, r.protocol, r.time_s)
                                                       for r in tried))
+
+
+def host_issue_s(gpus_per_thread=1, cuda_graph=False) -> float:
+    """Host seconds to issue one collective, the floor of nccl-tests' time per iteration:
+    one NCCL launch per GPU the thread drives, none when replayed from a CUDA graph.
+
+        >>> round(host_issue_s(8) * 1e6, 1)
+        40.0
+    """
+    if isinstance(gpus_per_thread, bool) or not isinstance(gpus_per_thread, (int, np.integer)) \
+            or gpus_per_thread < 1:
+        raise ConfigError(f"gpus_per_thread {gpus_per_thread!r} not allowed: must be an "
+                          "integer >= 1 (the GPUs one host thread drives, nccl-tests -g)")
+    return 0.0 if cuda_graph else int(gpus_per_thread) * K.HOST_LAUNCH_S
+
+
+def _host_bound(res: SimResult, host_s: float, coll, dtype) -> SimResult:
+    """Back-to-back collectives run no faster than the host issues them."""
+    if res.nranks < 2 or res.time_s >= host_s:
+        return res
+    algbw, busbw = layout(coll, res.size, dtype, res.nranks).busbw(host_s)
+    return dataclasses.replace(res, time_s=host_s, algbw_GBps=algbw, busbw_GBps=busbw)
 
 
 def _candidates(coll, algorithm, topology, p, exclude):

@@ -115,6 +115,7 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
 
     # --- NICs -----------------------------------------------------------------------------
     nic_devs = [d for d in devices if d.kind == "nic"]
+    served = G   # the GPUs the NICs are laid out for: the preset's, or the K in use
     if nic is not None:
         get_nic(nic)
     if nics_per_node is not None:
@@ -133,8 +134,9 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
                 if ln.src in old:
                     attach[ln.src] = (ln.dst, ln.tech)
             slots = [attach.get(d.name) or _parent(base, ranks_all[0]) for d in nic_devs]
-        else:                    # NIC j next to GPU j*G/M (same PCIe switch)
-            slots = [_parent(base, ranks_all[j * G // M]) for j in range(M)]
+        else:   # M NICs for the K GPUs in use: NIC j next to GPU j*K/M (same PCIe switch)
+            served = K
+            slots = [_parent(base, ranks_all[j * K // M]) for j in range(M)]
         links = [ln for ln in links if ln.src not in old and ln.dst not in old]
         first = next((i for i, d in enumerate(devices) if d.kind == "nic"), len(devices))
         devices = [d for d in devices if d.name not in old]
@@ -147,8 +149,11 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
             links.append(Link(parent, d.name, pt.bandwidth_Bps, pt.latency_s, pt.name,
                               pt.efficiency))
     M = len(nic_devs)
-    # GPU i uses NIC i*M/G of the full node (affinity does not change when fewer GPUs run)
-    affinity = {ranks_all[i]: nic_devs[i * M // G].name for i in range(G)} if M else {}
+    # GPU i uses NIC floor(i*M/n), the NIC on its PCIe switch: n = G for the preset's own NICs
+    # (affinity does not change when fewer GPUs run), n = K when M NICs were laid out for the
+    # K GPUs in use (so they spread over all M NICs, not all onto nic0)
+    affinity = {ranks_all[i]: nic_devs[min(i * M // served, M - 1)].name
+                for i in range(G)} if M else {}
 
     # --- PCIe generation ------------------------------------------------------------------
     if pcie_gen is not None:

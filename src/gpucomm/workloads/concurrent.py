@@ -29,9 +29,8 @@ def union_schedule(sched: Schedule, copies: int, channel_offsets=None) -> Schedu
 
     Chunk numbering is kept: a collective whose buffer has one block per rank keeps its block
     size when the caller scales nbytes by `copies` (see `union_nbytes`). Copy j's channels are
-    shifted by channel_offsets[j]: the simulator sends channel c of a node through NIC rail c,
-    and NCCL gives each communicator the NICs nearest its own GPUs, so a group whose GPUs have
-    index k in their nodes starts at rail k.
+    shifted by channel_offsets[j] (default: none). No shift is needed to keep the copies on
+    their own NICs: the simulator sends each op through the NICs next to its own GPUs.
     """
     offs = list(channel_offsets) if channel_offsets is not None else [0] * copies
     steps = tuple(concat([_shift(s, j * sched.nranks, offs[j]) for j in range(copies)])
@@ -48,11 +47,12 @@ def union_nbytes(collective, nbytes: int, n: int, copies: int) -> int:
 
 
 def time_together(collective, nbytes: int, topology, groups: list, single, *,
-                  dtype="bfloat16", model="flow", gpus_per_node: int = 0) -> float | None:
+                  dtype="bfloat16", model="flow") -> float | None:
     """Seconds until all `groups` (lists of topology ranks) finish, each running the
     algorithm/protocol of `single` (a SimResult of one group). None where the algorithm is not
-    a schedule (in-switch reduction) and cannot be composed. With `gpus_per_node`, each
-    group's channels start at the NIC rail of its first GPU (see `union_schedule`).
+    a schedule (in-switch reduction) and cannot be composed. Each group's inter-node traffic
+    leaves by its own GPUs' NICs (the simulator's rail rule), so groups contend exactly where
+    they share a NIC.
     """
     from ..simulate import simulate
     from ..simulate.predict import CHANNELS
@@ -61,8 +61,7 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     n = len(groups[0])
     alg = get_algorithm(collective, single.algorithm)
     kw = {"channels": single.channels} if "channels" in {k for k, _ in alg.params} else {}
-    offsets = [g[0] % gpus_per_node if gpus_per_node else 0 for g in groups]
-    sched = union_schedule(alg.build(n, **kw), len(groups), offsets)
+    sched = union_schedule(alg.build(n, **kw), len(groups))
     placement = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
     res = simulate(sched, topology, union_nbytes(collective, nbytes, n, len(groups)),
                    dtype=dtype, model=model, protocol=single.protocol, ranks=placement,

@@ -132,9 +132,9 @@ class Timer:
                     res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
                                   model=self.sim_model)
                 together = time_together(collective, int(nbytes), topo, local, res,
-                                         dtype=dtype, gpus_per_node=gpn)
+                                         dtype=dtype)
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
-                                      dtype=dtype, gpus_per_node=gpn)
+                                      dtype=dtype)
                 if together is not None and alone:
                     # the flow model's slowdown from sharing, applied to the chosen model's
                     # time of one group (so the two models' other differences stay out)
