@@ -19,6 +19,9 @@ FORBIDDEN = {
     "runtime": {"simulate", "bench", "workloads", "cli", "report"},
     "report": {"runtime", "bench", "workloads", "cli"},
     "workloads": {"runtime", "bench", "cli"},
+    "emulate": {"simulate", "bench", "workloads", "cli"},
+    "torch": {"simulate", "bench", "workloads", "cli", "report"},
+    "bench": {"workloads", "cli"},
 }
 
 
