@@ -7,6 +7,18 @@ from .schedule import Schedule, Step, step
 from .verify import VerifyError, verify
 
 __version__ = "0.1.0"
+
+
+def init(timeout=None):
+    """This process's communicator, from the torchrun/mpiexec environment (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT). See `gpucomm.runtime.init`.
+
+    >>> comm = gpucomm.init()          # doctest: +SKIP  (under `gpucomm launch -n 2 script.py`)
+    >>> comm.all_reduce(x)             # doctest: +SKIP
+    """
+    from .runtime import init as _init
+    return _init(timeout=timeout)
+
 __all__ = ["COLLECTIVES", "DTYPES", "REDUCE_OPS", "CommTimeout", "ConfigError", "GpucommError",
            "Schedule", "ScheduleError", "Step", "TopologyError", "TransportError", "VerifyError",
-           "get_collective", "get_dtype", "layout", "parse_size", "reference", "step", "verify"]
+           "get_collective", "get_dtype", "init", "layout", "parse_size", "reference", "step", "verify"]

@@ -43,12 +43,21 @@ def cmd_demo(args) -> int:
           f"identical bits on every rank: "
           f"{all(np.array_equal(o.view(np.uint32), outs[0].view(np.uint32)) for o in outs)}")
 
+    print("\n== 4. the same schedules on real processes: all-reduce on 2 local ranks over shared "
+          "memory,\n   measured (nccl-tests columns) beside the simulator's prediction for this host")
+    from ..bench import format_table, run_bench
+    from ..bench.predict import add_predictions
+    rows = run_bench("shm", 2, "all_reduce", [8, 1 << 16, 1 << 20, 1 << 24], iters=10, warmup=3)
+    note = add_predictions(rows, "all_reduce", 2)
+    print(format_table(rows))
+    print(f"# predicted: {note}")
+
     from . import main
-    print("\n== 4. the same question on real hardware, simulated: all-reduce on one DGX H100")
+    print("\n== 5. the same question on real hardware, simulated: all-reduce on one DGX H100")
     print("   $ gpucomm sim -c all_reduce --system dgx-h100 -b 8 -e 1G -f 8", flush=True)
     main(["sim", "-c", "all_reduce", "--system", "dgx-h100", "-b", "8", "-e", "1G", "-f", "8"])
 
-    print("\n== 5. why the interconnect matters: NVLink vs PCIe, and Llama 3 70B decode at TP=8")
+    print("\n== 6. why the interconnect matters: NVLink vs PCIe, and Llama 3 70B decode at TP=8")
     print("   $ gpucomm hw compare nvlink4 pcie5", flush=True)
     main(["hw", "compare", "nvlink4", "pcie5"])
     argv = ["plan", "--model", "llama3-70b", "--mode", "decode", "--tp", "8", "--seq", "4096",

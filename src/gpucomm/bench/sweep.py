@@ -1,0 +1,166 @@
+"""nccl-tests' sweep, run inside every rank: for each size, time the out-of-place and the in-place
+call (`warmup` untimed, then `iters` timed back to back, the slowest rank's average), then
+check one call against `gpucomm.collectives.reference` and count wrong elements.
+
+Run by `gpucomm bench` as `python -m gpucomm.bench.sweep CONFIG.json` under the launcher (shm,
+gloo) or mpiexec (mpi); rank 0 appends one JSON row per size to the config's `out` file.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..collectives import buffer_counts, get_collective, layout, reference, tolerance
+from .backends import make_backend
+
+CHECK_MAX_ELEMS = 1 << 24  # reference for all ranks' data costs P x count elements
+
+
+def pattern(q: int, n: int, dtype: dt.DType, op: str, salt: int = 0) -> np.ndarray:
+    """Rank q's data: small integers, so sums and products are exact in every dtype."""
+    i = np.arange(n, dtype=np.int64)
+    if op == "prod":
+        vals = np.where((i + q + salt) % 5 == 0, 2, 1)
+    elif dtype.name in ("uint8",):
+        vals = (i * 7 + q * 13 + salt) % 9
+    else:
+        vals = (i * 7 + q * 13 + salt) % 9 - 4
+    if dtype.name == "bfloat16":
+        return dt.f32_to_bf16(vals.astype(np.float32))
+    return vals.astype(dtype.storage)
+
+
+def buffers(coll, rank, p, bc, dtype, op, root, inplace, salt=0):
+    """(input, output, the output view to check) as nccl-tests lays them out."""
+    n_in, n_out = buffer_counts(coll, bc, rank, p, root)
+    name = coll.name
+    inp = pattern(rank, n_in, dtype, op, salt) if n_in else None
+    if not inplace:
+        out = np.zeros(n_out, dtype.storage) if n_out else None
+        return inp, out, out
+    if name in ("all_reduce", "reduce", "broadcast"):
+        buf = inp if inp is not None else np.zeros(n_out, dtype.storage)
+        return inp, (buf if n_out else None), (buf if n_out else None)
+    if name == "reduce_scatter":
+        return inp, inp[rank * bc:(rank + 1) * bc], inp[rank * bc:(rank + 1) * bc]
+    if name in ("all_gather", "gather") and n_out:
+        out = np.zeros(n_out, dtype.storage)
+        out[rank * bc:(rank + 1) * bc] = inp
+        return out[rank * bc:(rank + 1) * bc], out, out
+    if name == "scatter" and n_in:
+        return inp, inp[rank * bc:(rank + 1) * bc], inp[rank * bc:(rank + 1) * bc]
+    if name == "all_to_all":
+        return inp, inp, inp
+    out = np.zeros(n_out, dtype.storage) if n_out else None
+    return inp, out, out
+
+
+def count_wrong(coll, got, rank, p, bc, dtype, op, root, salt=0) -> int:
+    """Elements of this rank's output that differ from the reference (-1: not checked)."""
+    if got is None:
+        return 0
+    if p * max(bc, 1) * coll.size_blocks(p) > CHECK_MAX_ELEMS:
+        return -1
+    ins = [pattern(q, buffer_counts(coll, bc, q, p, root)[0] or
+                   buffer_counts(coll, bc, root, p, root)[0], dtype, op, salt) for q in range(p)]
+    want = reference(coll, ins, op, dtype, root)[rank]
+    if want is None:
+        return 0
+    tol = tolerance(op, dtype, p) if coll.reduces else 0.0
+    if tol == 0.0:
+        gb = got.view(np.uint8).reshape(got.size, -1)
+        return int((gb != want.view(np.uint8).reshape(want.size, -1)).any(axis=1).sum())
+    g = dt.to_compute(got, dtype).astype(np.float64)
+    w = dt.to_compute(want, dtype).astype(np.float64)
+    return int(np.count_nonzero(np.abs(g - w) > tol * np.maximum(np.abs(w), 4.0 * p) + 1e-30))
+
+
+def _engine_view(backend, coll, inplace, rank, root, inp, view, bc):
+    """Where an engine whose API differs from nccl-tests' leaves this rank's result."""
+    if backend == "mpi" and inplace and coll == "reduce_scatter":
+        return inp[:bc]  # MPI's in-place reduce-scatter leaves it in block 0
+    if backend != "shm" and coll == "broadcast" and not inplace and rank == root:
+        return inp  # MPI and gloo broadcast in place: the root sends from its input
+    return view
+
+
+def run_rank(cfg: dict) -> None:
+    backend = make_backend(cfg["backend"], cfg.get("timeout"))
+    rank, p = backend.rank, backend.size
+    coll = get_collective(cfg["collective"])
+    dtype = dt.get_dtype(cfg["dtype"])
+    op, root = cfg["op"], cfg["root"]
+    why = backend.supports(coll.name, dtype, op)
+    out = open(cfg["out"], "a") if rank == 0 else None
+    try:
+        if why:
+            raise SystemExit(f"gpucomm bench: error: {cfg['backend']}: {why}")
+        for size in cfg["sizes"]:
+            lay = layout(coll, size, dtype, p)
+            row = {"size": lay.size, "count": lay.count, "type": dtype.name,
+                   "redop": op if coll.reduces else "none", "root": root if coll.rooted else -1,
+                   "algorithm": backend.algorithm(coll.name, lay.size, cfg["algorithm"], root),
+                   "nranks": p, "backend": cfg["backend"]}
+            for half in ("oop", "ip"):
+                inplace = half == "ip"
+                inp, outb, view = buffers(coll, rank, p, lay.block_count, dtype, op, root,
+                                          inplace)
+                view = _engine_view(cfg["backend"], coll.name, inplace, rank, root, inp, view,
+                                    lay.block_count)
+                run = backend.prepare(coll.name, inp, outb, op, dtype, root, cfg["algorithm"],
+                                      lay.size, inplace)
+                for _ in range(cfg["warmup"]):
+                    run()
+                backend.barrier()
+                t0 = time.perf_counter()
+                for _ in range(cfg["iters"]):
+                    run()
+                t = (time.perf_counter() - t0) / max(cfg["iters"], 1)
+                t = backend.allreduce_max(t)
+                wrong = 0
+                if cfg["check"]:
+                    inp, outb, view = buffers(coll, rank, p, lay.block_count, dtype, op, root,
+                                              inplace, salt=1)
+                    view = _engine_view(cfg["backend"], coll.name, inplace, rank, root, inp,
+                                        view, lay.block_count)
+                    backend.prepare(coll.name, inp, outb, op, dtype, root, cfg["algorithm"],
+                                    lay.size, inplace)()
+                    mine = count_wrong(coll, view, rank, p, lay.block_count, dtype, op, root,
+                                       salt=1)
+                    worst = backend.allreduce_max(-1.0 if mine < 0 else 0.0)
+                    total = backend.allreduce_max(float(max(mine, 0)))
+                    wrong = -1 if worst < 0 else int(total)
+                algbw, busbw = lay.busbw(t)
+                key = "" if half == "oop" else "ip_"
+                row.update({f"{key}time_us": t * 1e6, f"{key}algbw": algbw,
+                            f"{key}busbw": busbw, f"{key}wrong": wrong})
+            if out is not None:
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+    finally:
+        if out is not None:
+            out.close()
+        backend.close()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        cfg = json.load(f)
+    try:
+        run_rank(cfg)
+    except SystemExit:
+        raise
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""`gpucomm launch -n N script.py [args]`: N local ranks with torchrun's environment."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import positive_int
+
+
+def register(sub) -> None:
+    p = sub.add_parser("launch", help="start N local ranks of a script (like torchrun)",
+                       description="Start N local ranks with RANK, WORLD_SIZE, LOCAL_RANK, "
+                       "MASTER_ADDR and MASTER_PORT set; output lines are prefixed with "
+                       "[rank k]; if one rank fails the others are stopped and the exit "
+                       "status is the failed rank's.")
+    p.add_argument("-n", "--nproc", type=positive_int, required=True, help="number of ranks")
+    p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines")
+    p.add_argument("--no-bind", action="store_true",
+                   help="do not pin rank k to core k (pinning is on when ranks <= cores)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="stop every rank after this many seconds (exit status 124)")
+    p.add_argument("script", help="a Python script (.py), or a program with -m/--exec")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    p.add_argument("--exec", dest="as_program", action="store_true",
+                   help="run SCRIPT as a program instead of a Python script")
+    p.set_defaults(func=cmd_launch)
+
+
+def cmd_launch(args) -> int:
+    from ..runtime.launch import launch
+    cmd = [args.script, *args.args] if args.as_program else [sys.executable, args.script,
+                                                             *args.args]
+    return launch(cmd, args.nproc, prefix=not args.no_prefix, timeout=args.timeout,
+                  bind=not args.no_bind)

@@ -1,0 +1,303 @@
+"""The communicator: a torch.distributed-like API that turns each call into a Schedule and
+hands it to a transport (`execute(schedule, inp, out, op, dtype, timeout)`).
+
+    import gpucomm
+    comm = gpucomm.init()               # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    x = np.full(4, comm.rank, np.float32)
+    comm.all_reduce(x)                  # rank 0 and 1 (of 2): array([1., 1., 1., 1.])
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..algorithms import REGISTRY, build
+from ..collectives import get_collective
+from ..errors import CommTimeout, ConfigError, GpucommError
+from ..schedule import Schedule
+
+# "auto": what works best on shared memory, where a rank reads any peer directly. Few large
+# direct rounds beat many small ring steps (each step costs a synchronisation, not bandwidth);
+# one-shot wins for small messages, where latency is all there is.
+SMALL_BYTES = 32 << 10
+DIRECT_BCAST_BYTES = 4 << 20
+PREFERENCE = {
+    "all_reduce": (("one_shot", "recursive_doubling", "ring"), ("two_shot", "ring")),
+    "reduce_scatter": (("direct", "ring"), ("direct", "ring")),
+    "all_gather": (("direct", "ring"), ("direct", "ring")),
+    "broadcast": (("direct", "binomial_tree", "ring"), ("direct", "ring")),
+    "reduce": (("direct", "binomial_tree", "ring"), ("direct", "ring")),
+    "all_to_all": (("direct", "bruck"), ("direct", "bruck")),
+    "gather": (("direct", "binomial_tree"), ("direct", "binomial_tree")),
+    "scatter": (("direct", "binomial_tree"), ("direct", "binomial_tree")),
+    "sendrecv": (("direct",), ("direct",)),
+}
+
+
+def choose_algorithm(collective, nbytes: int, nranks: int, direct: bool = False) -> str:
+    """The algorithm `auto` runs: by collective, message size and rank count (deterministic,
+    so every rank picks the same one). `direct`: the transport reads large chunks straight
+    from the peers' buffers, so a large broadcast is best read whole (one copy per rank, the
+    root idle) rather than pipelined through staging chunks (two copies of every byte)."""
+    coll = get_collective(collective).name
+    small, large = PREFERENCE.get(coll, ((), ()))
+    if direct and coll == "broadcast" and nbytes >= DIRECT_BCAST_BYTES:
+        large = ("binomial_tree", *large)
+    for name in (small if nbytes <= SMALL_BYTES else large):
+        if (coll, name) in REGISTRY:
+            return name
+    names = [n for (c, n) in REGISTRY if c == coll]
+    if not names:
+        raise ConfigError(f"no algorithm is registered for {coll}")
+    return names[0]
+
+
+@lru_cache(maxsize=512)
+def _schedule(coll: str, name: str, nranks: int, root: int) -> Schedule:
+    return build(coll, name, nranks, root=root).materialize()
+
+
+class Work:
+    """The handle of an `async_op=True` call. `wait()` blocks until it is done (or raises)."""
+
+    def __init__(self, future):
+        self._future = future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        try:
+            self._future.result(timeout=timeout)
+        except TimeoutError:
+            raise CommTimeout(f"Work.wait timed out after {timeout:g}s") from None
+        return True
+
+
+class Communicator:
+    """Collectives among the ranks of one job. Build it with `gpucomm.init()`.
+
+    Buffers: numpy arrays, CPU torch tensors, anything with the buffer protocol or DLPack;
+    C-contiguous; every rank passes the same sizes and dtype. bfloat16 comes from torch
+    tensors or `dtype="bfloat16"` on uint16 arrays.
+    """
+
+    def __init__(self, rank: int, world_size: int, transport, timeout: float, local_rank=None):
+        self.rank, self.world_size, self.timeout = rank, world_size, timeout
+        self.local_rank = rank if local_rank is None else local_rank
+        self.transport = transport
+        self._pool = None
+        self._schedules = {}
+        self._pending = []
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    @property
+    def size(self) -> int:
+        return self.world_size
+
+    # --- collectives --------------------------------------------------------------------
+    def all_reduce(self, buf, op="sum", *, algorithm="auto", async_op=False, dtype=None):
+        """In place: every rank ends with the reduction of every rank's `buf`.
+
+        >>> # Rank 0: x = [1, 2]   Rank 1: x = [10, 20]
+        >>> # comm.all_reduce(x)   both ranks: x = [11, 22]
+        """
+        a, d = _array(buf, "buf", dtype)
+        return self._call("all_reduce", a, a, op, d, algorithm, 0, async_op)
+
+    def reduce_scatter(self, out, inp, op="sum", *, algorithm="auto", async_op=False,
+                       dtype=None):
+        """Rank r ends with block r (of P equal blocks) of the reduction of every `inp`."""
+        o, d = _array(out, "out", dtype)
+        i, _ = _array(inp, "inp", d)
+        return self._call("reduce_scatter", i, o, op, d, algorithm, 0, async_op)
+
+    def all_gather(self, out, inp, *, algorithm="auto", async_op=False, dtype=None):
+        """`out` = every rank's `inp`, concatenated in rank order."""
+        o, d = _array(out, "out", dtype)
+        i, _ = _array(inp, "inp", d)
+        return self._call("all_gather", i, o, "sum", d, algorithm, 0, async_op)
+
+    def broadcast(self, buf, root=0, *, algorithm="auto", async_op=False, dtype=None):
+        """Every rank's `buf` becomes the root's."""
+        a, d = _array(buf, "buf", dtype)
+        return self._call("broadcast", a if self.rank == root else None, a, "sum", d,
+                          algorithm, root, async_op)
+
+    def reduce(self, buf, root=0, op="sum", *, algorithm="auto", async_op=False, dtype=None):
+        """The root's `buf` becomes the reduction of every rank's; the others' are unchanged."""
+        a, d = _array(buf, "buf", dtype)
+        return self._call("reduce", a, a if self.rank == root else None, op, d, algorithm,
+                          root, async_op)
+
+    def all_to_all(self, out, inp, *, algorithm="auto", async_op=False, dtype=None):
+        """Block j of rank i's `inp` becomes block i of rank j's `out`."""
+        o, d = _array(out, "out", dtype)
+        i, _ = _array(inp, "inp", d)
+        return self._call("all_to_all", i, o, "sum", d, algorithm, 0, async_op)
+
+    def gather(self, out, inp, root=0, *, algorithm="auto", async_op=False, dtype=None):
+        """The root's `out` = every rank's `inp` in rank order (`out` may be None elsewhere)."""
+        i, d = _array(inp, "inp", dtype)
+        o = _array(out, "out", d)[0] if self.rank == root else None
+        return self._call("gather", i, o, "sum", d, algorithm, root, async_op)
+
+    def scatter(self, out, inp=None, root=0, *, algorithm="auto", async_op=False, dtype=None):
+        """Rank r's `out` = block r of the root's `inp` (`inp` may be None elsewhere)."""
+        o, d = _array(out, "out", dtype)
+        i = _array(inp, "inp", d)[0] if self.rank == root else None
+        return self._call("scatter", i, o, "sum", d, algorithm, root, async_op)
+
+    def barrier(self, *, async_op=False):
+        """No rank returns before every rank has called it."""
+        return self._submit(lambda: self.transport.barrier(), async_op)
+
+    def send(self, buf, peer: int, *, dtype=None, async_op=False):
+        """Send `buf` to `peer`, which must `recv` a buffer of the same size and dtype."""
+        a, d = _array(buf, "buf", dtype)
+        self._check_peer(peer)
+        return self._submit(lambda: self.transport.send(a, peer, d), async_op)
+
+    def recv(self, buf, peer: int, *, dtype=None, async_op=False):
+        """Receive into `buf` what `peer` sends."""
+        a, d = _array(buf, "buf", dtype)
+        self._check_peer(peer)
+        return self._submit(lambda: self.transport.recv(a, peer, d), async_op)
+
+    # --- machinery ----------------------------------------------------------------------
+    def schedule(self, collective, nbytes: int, algorithm="auto", root=0) -> Schedule:
+        """The schedule a call runs (`auto` resolved by size and rank count)."""
+        direct = getattr(self.transport, "cma", False)
+        key = (collective, nbytes <= SMALL_BYTES, direct and nbytes >= DIRECT_BCAST_BYTES,
+               algorithm, root)
+        sched = self._schedules.get(key)
+        if sched is None:
+            coll = get_collective(collective).name
+            name = choose_algorithm(coll, nbytes, self.world_size, direct) \
+                if algorithm == "auto" else algorithm
+            sched = self._schedules[key] = _schedule(coll, name, self.world_size, root)
+        return sched
+
+    def _call(self, coll, inp, out, op, dtype, algorithm, root, async_op):
+        if not 0 <= root < self.world_size:
+            raise ConfigError(f"root {root} is out of range: allowed are 0..{self.world_size - 1}")
+        ref = inp if inp is not None else out
+        nbytes = ref.nbytes * (self.world_size if coll == "all_gather" else 1)
+        sched = self.schedule(coll, nbytes, algorithm, root)
+        if sched.collective.reduces:
+            dt.check_op(op, dtype)
+        return self._submit(lambda: self.transport.execute(sched, inp, out, op, dtype,
+                                                           self.timeout), async_op)
+
+    def _submit(self, fn, async_op):
+        if not async_op:
+            self._drain()
+            fn()
+            return None
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucomm")
+            fut = self._pool.submit(fn)
+            self._pending.append(fut)
+        return Work(fut)
+
+    def _drain(self) -> None:
+        """Calls run in program order: a blocking call first finishes the async ones."""
+        while self._pending:
+            fut = self._pending.pop(0)
+            fut.result()
+
+    def _check_peer(self, peer) -> None:
+        if not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.world_size \
+                or peer == self.rank:
+            raise ConfigError(f"rank {self.rank}: peer {peer!r} must be another rank in "
+                              f"0..{self.world_size - 1}")
+
+    def close(self) -> None:
+        """Leave the job (also done at exit). Removes this rank's shared memory."""
+        if self._pool is not None:
+            try:
+                self._drain()
+            except GpucommError:
+                pass
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self.transport.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Communicator(rank={self.rank}, world_size={self.world_size})"
+
+
+_DTYPE_OF = {d.storage: d for d in dt.DTYPES.values() if d.name != "bfloat16"}
+_DTYPE_OF.update({d: d for d in dt.DTYPES.values()})
+_DTYPE_OF.update({name: d for name, d in dt.DTYPES.items()})
+
+
+def _array(buf, what: str, dtype=None):
+    """(flat numpy view of `buf`, DType) without copying; ConfigError when impossible.
+
+    Buffers named `inp` are only read, so they may be read-only."""
+    if buf is None:
+        raise ConfigError(f"{what} is None: this call needs a buffer here")
+    arr, native = _as_numpy(buf)
+    if not arr.flags.c_contiguous:
+        raise ConfigError(f"{what} must be C-contiguous (got strides {arr.strides}); "
+                          f"pass a contiguous copy")
+    if not arr.flags.writeable and what != "inp":
+        raise ConfigError(f"{what} is read-only; collectives write into their buffers")
+    if dtype is None:
+        dtype = native if native is not None else arr.dtype
+        if native is None and arr.dtype == np.uint16:
+            raise ConfigError(f"{what} is uint16: pass dtype='bfloat16' to reduce it as "
+                              f"bfloat16 (uint16 is not a reduction type)")
+    dtype = _DTYPE_OF.get(dtype) or dt.get_dtype(dtype)
+    if arr.dtype != dtype.storage and not isinstance(buf, np.ndarray) and arr.dtype == np.uint8:
+        if arr.nbytes % dtype.itemsize:
+            raise ConfigError(f"{what} has {arr.nbytes} bytes, not a whole number of "
+                              f"{dtype.name} elements ({dtype.itemsize} B)")
+        arr = arr.reshape(-1).view(dtype.storage)  # raw bytes read as the given dtype
+    if arr.dtype != dtype.storage:
+        raise ConfigError(f"{what} holds {arr.dtype}, but the call is for {dtype.name} "
+                          f"(stored as {dtype.storage}); every buffer must have one dtype")
+    return arr.reshape(-1), dtype
+
+
+def _as_numpy(buf):
+    if isinstance(buf, np.ndarray):
+        return buf, None
+    mod = type(buf).__module__
+    if mod.startswith("torch"):
+        import torch
+        if buf.device.type != "cpu":
+            raise ConfigError(f"torch tensor on {buf.device}: the shm transport needs CPU "
+                              f"tensors")
+        t = buf.detach()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16), "bfloat16"
+        return t.numpy(), None
+    if hasattr(buf, "__dlpack__"):
+        try:
+            return np.from_dlpack(buf), None
+        except (TypeError, RuntimeError, BufferError) as e:
+            raise ConfigError(f"cannot read buffer via DLPack: {e}") from None
+    try:
+        return np.asarray(memoryview(buf)), None
+    except TypeError:
+        raise ConfigError(f"{type(buf).__name__} is not a buffer: pass a numpy array, a CPU "
+                          f"torch tensor or an object with the buffer protocol or DLPack") \
+            from None
+
+
+__all__ = ["Communicator", "Work", "choose_algorithm"]

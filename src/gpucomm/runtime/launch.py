@@ -1,0 +1,145 @@
+"""Start N local ranks like torchrun: the same environment, output prefixed by rank, and if one
+rank fails the others are stopped and the launcher exits non-zero.
+
+    launch(["python3", "train.py"], nranks=4)   # -> exit status (0 when every rank succeeded)
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from ..errors import ConfigError
+from .segment import leftovers, unlink_name
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank: int, nranks: int, port: int, session: str, base=None) -> dict:
+    env = dict(os.environ if base is None else base)
+    env.update(RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(nranks), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), GPUCOMM_SHM_SESSION=session, PYTHONUNBUFFERED="1")
+    return env
+
+
+def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: float = 3.0,
+           out=None, timeout: float | None = None, bind: bool = True) -> int:
+    """Run `cmd` as ranks 0..N-1; returns 0, or the exit status of the first rank that failed.
+
+    Output lines are written to `out` (default stdout) as "[rank k] line". A rank killed by a
+    signal counts as failed (status 128+signal). With `bind` and no more ranks than cores,
+    rank k is pinned to the k-th core (as `mpirun --bind-to core`), so two ranks never take
+    turns on one core while the other core serves something else. After every run, shared-memory segments the
+    ranks left (named with this launch's session tag) are removed.
+    """
+    if not isinstance(nranks, int) or nranks < 1:
+        raise ConfigError(f"-n must be an integer >= 1, got {nranks!r}")
+    if not cmd:
+        raise ConfigError("nothing to launch: give a script or command")
+    out = out if out is not None else sys.stdout
+    session = secrets.token_hex(6)
+    port = free_port()
+    lock = threading.Lock()
+    procs, pumps = [], []
+    try:
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        pin = bind and 1 < nranks <= len(cores)
+        for r in range(nranks):
+            p = subprocess.Popen(cmd, env=rank_env(r, nranks, port, session, env),
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 start_new_session=True,
+                                 preexec_fn=_pinner(cores[r]) if pin else None)
+            procs.append(p)
+            t = threading.Thread(target=_pump, args=(p.stdout, r, prefix, out, lock),
+                                 daemon=True)
+            t.start()
+            pumps.append(t)
+        status = _watch(procs, grace_s, timeout)
+    except KeyboardInterrupt:
+        _stop(procs, grace_s)
+        status = 130
+    finally:
+        _stop(procs, grace_s)
+        for t in pumps:
+            t.join(timeout=2)
+        for name in leftovers(session):
+            unlink_name(name)
+    return status
+
+
+def _pinner(core: int):
+    def pin():
+        try:
+            os.sched_setaffinity(0, {core})
+        except OSError:
+            pass  # binding is an optimisation, never a reason to fail
+    return pin
+
+
+def _watch(procs, grace_s, timeout) -> int:
+    """Wait for all ranks; on the first failure stop the rest and return its status."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            r, c = bad[0]
+            status = 128 - c if c < 0 else c
+            how = f"was killed by signal {-c}" if c < 0 else f"exited with status {c}"
+            others = [q for q, cc in enumerate(codes) if cc is None]
+            print(f"gpucomm launch: rank {r} {how}" + (
+                f"; stopping rank(s) {', '.join(map(str, others))}" if others else ""),
+                file=sys.stderr, flush=True)
+            _stop(procs, grace_s)
+            return status
+        if all(c == 0 for c in codes):
+            return 0
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"gpucomm launch: timed out after {timeout:g}s; stopping every rank",
+                  file=sys.stderr, flush=True)
+            _stop(procs, grace_s)
+            return 124
+        time.sleep(0.01)
+
+
+def _stop(procs, grace_s) -> None:
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        _signal(p, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    for p in live:
+        try:
+            p.wait(timeout=max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(p, signal.SIGKILL)
+            p.wait()
+
+
+def _signal(p, sig) -> None:
+    try:
+        os.killpg(p.pid, sig)  # the rank and anything it started
+    except (ProcessLookupError, PermissionError):
+        try:
+            p.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def _pump(stream, rank, prefix, out, lock) -> None:
+    tag = f"[rank {rank}] " if prefix else ""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        with lock:
+            out.write(tag + line if line.endswith("\n") else tag + line + "\n")
+            out.flush()
+    stream.close()

@@ -1,0 +1,139 @@
+"""Rendezvous over TCP: rank 0 listens on MASTER_ADDR:MASTER_PORT, the others connect.
+
+Only small JSON messages travel here (segment names, pids, host names) — never data. Each
+`allgather(obj)` round returns every rank's object in rank order; every socket operation has a
+deadline, so a rank that never shows up is reported by number instead of hanging the job.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+from ..errors import CommTimeout, TransportError
+
+
+class Rendezvous:
+    def __init__(self, rank: int, world: int, addr: str, port: int, timeout: float):
+        self.rank, self.world, self.timeout = rank, world, timeout
+        self.addr, self.port = addr, port
+        self._peers: dict[int, socket.socket] = {}  # rank 0: connection of every other rank
+        self._sock: socket.socket | None = None  # ranks > 0: connection to rank 0
+        self._buf: dict = {}
+        deadline = time.monotonic() + timeout
+        if world == 1:
+            return
+        if rank == 0:
+            self._serve(deadline)
+        else:
+            self._connect(deadline)
+
+    # --- set-up -------------------------------------------------------------------------
+    def _serve(self, deadline: float) -> None:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            srv.bind((self.addr, self.port))
+        except OSError as e:
+            srv.close()
+            raise TransportError(f"rank 0 cannot listen on {self.addr}:{self.port} "
+                                 f"(MASTER_ADDR/MASTER_PORT): {e.strerror}") from None
+        srv.listen(self.world)
+        try:
+            while len(self._peers) < self.world - 1:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(set(range(1, self.world)) - set(self._peers))
+                    raise CommTimeout(f"rendezvous timed out after {self.timeout:g}s: rank(s) "
+                                      f"{_ranks(missing)} never connected to "
+                                      f"{self.addr}:{self.port}")
+                srv.settimeout(left)
+                try:
+                    conn, _ = srv.accept()
+                except socket.timeout:
+                    continue
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                hello = self._recv(conn, deadline, "a connecting rank")
+                r = hello.get("rank") if isinstance(hello, dict) else None
+                if hello.get("world") != self.world or not isinstance(r, int) or \
+                        not 0 < r < self.world or r in self._peers:
+                    conn.close()
+                    raise TransportError(f"rendezvous: bad hello {hello!r} (WORLD_SIZE is "
+                                         f"{self.world}; ranks 1..{self.world - 1} connect once)")
+                self._peers[r] = conn
+        finally:
+            srv.close()
+
+    def _connect(self, deadline: float) -> None:
+        while True:
+            try:
+                s = socket.create_connection((self.addr, self.port),
+                                             timeout=max(0.05, deadline - time.monotonic()))
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise CommTimeout(f"rank {self.rank}: rendezvous timed out after "
+                                      f"{self.timeout:g}s: nothing listens on {self.addr}:"
+                                      f"{self.port} (is rank 0 running? MASTER_ADDR/PORT)") from None
+                time.sleep(0.02)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = s
+        self._send(s, {"rank": self.rank, "world": self.world})
+
+    # --- rounds -------------------------------------------------------------------------
+    def allgather(self, obj) -> list:
+        """Every rank's `obj`, in rank order."""
+        if self.world == 1:
+            return [obj]
+        deadline = time.monotonic() + self.timeout
+        if self.rank == 0:
+            got = {0: obj}
+            for r, conn in sorted(self._peers.items()):
+                got[r] = self._recv(conn, deadline, f"rank {r}")
+            everything = [got[r] for r in range(self.world)]
+            for conn in self._peers.values():
+                self._send(conn, everything)
+            return everything
+        self._send(self._sock, obj)
+        return self._recv(self._sock, deadline, "rank 0")
+
+    def close(self) -> None:
+        for s in [*self._peers.values(), self._sock]:
+            if s is not None:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+        self._peers, self._sock = {}, None
+
+    # --- framing: one JSON document per line --------------------------------------------
+    @staticmethod
+    def _send(sock: socket.socket, obj) -> None:
+        sock.sendall(json.dumps(obj).encode() + b"\n")
+
+    def _recv(self, sock: socket.socket, deadline: float, who: str):
+        buf = self._buf.get(sock, b"")
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CommTimeout(f"rank {self.rank}: rendezvous timed out after "
+                                  f"{self.timeout:g}s waiting for {who}")
+            sock.settimeout(left)
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError as e:
+                raise TransportError(f"rank {self.rank}: rendezvous connection to {who} "
+                                     f"failed: {e}") from None
+            if not data:
+                raise TransportError(f"rank {self.rank}: {who} closed the rendezvous "
+                                     f"connection (it exited or was killed)")
+            buf += data
+        line, rest = buf.split(b"\n", 1)
+        self._buf[sock] = rest
+        return json.loads(line)
+
+
+def _ranks(rs) -> str:
+    return ", ".join(str(r) for r in rs)

@@ -1,0 +1,144 @@
+"""`gpucomm bench`: the sweep on real ranks (shm; MPICH and gloo when installed), the nccl-tests
+table, JSON rows, #wrong counting, calibration and the predicted column."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpucomm.bench import format_table, run_bench
+from gpucomm.bench.backends import mpiexec
+from gpucomm.bench.predict import add_predictions, host_topology
+from gpucomm.bench.sweep import buffers, count_wrong, pattern
+from gpucomm.collectives import get_collective, reference
+from gpucomm.dtypes import get_dtype
+from gpucomm.errors import ConfigError
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+SIM_KEYS = {"size", "count", "type", "redop", "root", "time_us", "algbw", "busbw", "algorithm"}
+
+
+def _cli(*args, env=None, timeout=120):
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "gpucomm", *args], capture_output=True,
+                          text=True, env=e, timeout=timeout)
+
+
+@pytest.fixture
+def host_yaml(tmp_path, monkeypatch):
+    path = tmp_path / "host.yaml"
+    path.write_text("bandwidth_Bps: 10.0e9\nlatency_s: 2.0e-5\n")
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    return str(path)
+
+
+def test_shm_sweep_json_rows_are_checked_and_predicted(host_yaml):
+    p = _cli("bench", "-n", "2", "-c", "all_reduce", "-b", "8", "-e", "64K", "-f", "8",
+             "--iters", "3", "-w", "1", "--format", "json", env={"GPUCOMM_HOST_YAML": host_yaml})
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [r["size"] for r in rows] == [8, 64, 512, 4096, 32768]
+    for r in rows:
+        assert SIM_KEYS | {"predicted_time_us", "wrong"} <= set(r)
+        assert r["wrong"] == 0 and r["ip_wrong"] == 0 and r["time_us"] > 0
+        assert r["busbw"] == pytest.approx(r["algbw"] * 2 * (2 - 1) / 2)
+        # the prediction: at least one op's latency, growing with size
+        assert r["predicted_time_us"] >= 20.0
+    assert rows[-1]["predicted_time_us"] > rows[0]["predicted_time_us"]
+
+
+@pytest.mark.parametrize("coll", ["reduce_scatter", "all_gather", "reduce", "scatter"])
+def test_every_bench_collective_runs_and_checks_on_three_ranks(coll):
+    rows = run_bench("shm", 3, coll, [24, 3 << 12], iters=2, warmup=1, check=1, root=1)
+    assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), rows
+    assert rows[0]["root"] == (1 if get_collective(coll).rooted else -1)
+
+
+def test_table_has_nccl_tests_columns_and_both_halves(host_yaml):
+    p = _cli("bench", "-n", "2", "-c", "all_gather", "-b", "1K", "-e", "4K", "--iters", "2",
+             "-w", "1", "-d", "int32", "--plot", os.path.join(os.path.dirname(host_yaml),
+                                                              "bw.png"),
+             env={"GPUCOMM_HOST_YAML": host_yaml})
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "out-of-place" in out and "in-place" in out and "predicted" in out
+    assert "#wrong" in out and "busbw" in out and "Out of bounds values : 0 OK" in out
+    assert "int32" in out
+    assert os.path.getsize(os.path.join(os.path.dirname(host_yaml), "bw.png")) > 1000
+
+
+def test_count_wrong_finds_corrupted_elements():
+    coll, d = get_collective("all_reduce"), get_dtype("float32")
+    ins = [pattern(q, 100, d, "sum", 1) for q in range(2)]
+    good = reference(coll, ins, "sum", d)[0]
+    assert count_wrong(coll, good.copy(), 0, 2, 100, d, "sum", 0, salt=1) == 0
+    bad = good.copy()
+    bad[[3, 50, 99]] += 1
+    assert count_wrong(coll, bad, 0, 2, 100, d, "sum", 0, salt=1) == 3
+    ints = get_dtype("int64")
+    x = reference(coll, [pattern(q, 10, ints, "max") for q in range(3)], "max", ints)[1]
+    x[0] -= 1
+    assert count_wrong(coll, x, 1, 3, 10, ints, "max", 0) == 1
+
+
+def test_in_place_buffers_follow_nccl_tests_layout():
+    d = get_dtype("float32")
+    inp, out, view = buffers(get_collective("all_gather"), 1, 3, 4, d, "sum", 0, True)
+    assert np.shares_memory(inp, out) and out[4:8].tolist() == inp.tolist()
+    inp, out, view = buffers(get_collective("reduce_scatter"), 2, 3, 4, d, "sum", 0, True)
+    assert np.shares_memory(inp, out) and out.size == 4
+    inp, out, view = buffers(get_collective("reduce"), 1, 3, 4, d, "sum", 0, True)
+    assert out is None  # a non-root rank has no output
+
+
+def test_predictions_use_the_host_topology(host_yaml):
+    topo = host_topology(4, 10e9, 2e-5)
+    assert topo.nranks == 4 and topo.path_bandwidth(0, 3) == pytest.approx(10e9)
+    assert topo.path_latency(0, 3) == pytest.approx(2e-5)
+    rows = [{"size": s, "count": s // 4, "type": "float32", "root": -1, "algorithm": "ring"}
+            for s in (1 << 10, 1 << 24)]
+    note = add_predictions(rows, "all_reduce", 4)
+    assert "10.00 GB/s" in note
+    small, big = (r["predicted_time_us"] * 1e-6 for r in rows)
+    # ring all-reduce: 2(P-1) steps of S/P bytes -> 6 alphas + 6 * (S/4) / B
+    assert small == pytest.approx(6 * 2e-5 + 6 * (1 << 10) / 4 / 10e9, rel=0.05)
+    assert big == pytest.approx(6 * 2e-5 + 6 * (1 << 24) / 4 / 10e9, rel=0.05)
+
+
+def test_without_calibration_the_column_says_how(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(tmp_path / "none.yaml"))
+    rows = [{"size": 8, "count": 2, "type": "float32", "root": -1, "algorithm": "ring"}]
+    assert "--calibrate" in add_predictions(rows, "all_reduce", 2)
+    assert rows[0]["predicted_time_us"] is None
+    assert " -" in format_table([dict(rows[0], time_us=1.0, algbw=0.0, busbw=0.0, wrong=0,
+                                      redop="sum")])
+
+
+def test_bad_arguments_are_one_line_errors():
+    with pytest.raises(ConfigError, match="allowed are shm, mpi, gloo"):
+        run_bench("nccl", 2, "all_reduce", [8])
+    with pytest.raises(ConfigError, match="only with --backend shm"):
+        run_bench("mpi", 2, "all_reduce", [8], algorithm="ring")
+    p = _cli("bench", "-c", "all_reduce", "-d", "int32", "-o", "avg", "-e", "8")
+    assert p.returncode == 2 and "avg" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or mpiexec() is None,
+                    reason="mpi4py/mpiexec not installed (pip install 'gpucomm[mpi]')")
+def test_mpi_backend_runs_mpich_collectives():
+    for coll in ("all_reduce", "reduce_scatter", "broadcast", "all_to_all"):
+        rows = run_bench("mpi", 2, coll, [64, 4096], iters=2, warmup=1, check=1)
+        assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), (coll, rows)
+        assert rows[0]["algorithm"] == "mpich"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch not installed (pip install 'gpucomm[torch]')")
+def test_gloo_backend_runs_torch_distributed():
+    rows = run_bench("gloo", 2, "all_reduce", [64, 4096], iters=2, warmup=1, check=1)
+    assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), rows
+    assert rows[0]["algorithm"] == "gloo"
