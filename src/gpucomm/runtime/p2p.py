@@ -1,0 +1,372 @@
+"""Run one rank's part of a Schedule over any point-to-point engine (torch.distributed, MPI, ...).
+
+The rank holds the collective's logical buffer (see `gpucomm.collectives`): its input is copied
+into its block range, the steps run in order, the output is read from its block range. For
+every step the rank posts, at once, one receive per peer that sends to it (into a temporary
+buffer, or straight into place for a lone copy) and one send per peer it sends to (its chunks
+for that peer packed in op order), waits for all of them, then copies or reduces what arrived
+and does its local copies. Both ends list a step's ops in the same order, so a message's
+layout needs no header. Because each write happens in the step the schedule gives it, and the
+numerics are `dtypes.reduce_into`'s, results equal `gpucomm.execute.execute` bit for bit.
+
+Messages longer than `slice_bytes` travel as slices, each reduced as soon as it arrives, so
+reduction overlaps the transfer of the rest.
+
+An engine only has to move bytes:
+
+    class Engine(Protocol):
+        rank: int
+        nranks: int
+        def post(self, sends, recvs) -> list
+            # sends/recvs: lists of (peer, contiguous 1-D array, tag); start them all, return
+            # one pending handle per buffer (receives first, then sends)
+        def wait(self, pending: list, deadline: float) -> None
+            # until `deadline` (time.monotonic()); raise TransportError / CommTimeout naming
+            # the peer
+
+and an `Arrays` value says how to allocate, pack and reduce buffers of the engine's kind
+(numpy here; torch tensors on the group's device in `torch_transport`).
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import ConfigError, TransportError
+from ..schedule import Schedule
+
+DEFAULT_TIMEOUT_S = 60.0
+SLICE_BYTES = 512 << 10  # messages are cut in slices of this size (NCCL Simple's slot size)
+P2P_TAG = (1 << 30) + 1  # send/recv outside collectives (step tags count up from 0)
+
+
+def _tag(step: int, slice_index: int) -> int:
+    return step * 4096 + slice_index % 4096
+
+
+# --- the per-rank plan ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Message:
+    """What this rank sends to or receives from one peer in one step: element ranges of the
+    logical buffer, in the step's op order (`reduce` matters on the receiving side only)."""
+    peer: int
+    ranges: tuple  # ((lo, hi, reduce), ...)
+    nelems: int
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    index: int
+    sends: tuple  # Message, ...
+    recvs: tuple  # Message, ...
+    local: tuple  # ((src_lo, src_hi, dst_lo, reduce), ...)
+
+
+def plan_rank(schedule: Schedule, rank: int, block_count: int) -> tuple:
+    """This rank's steps with their element ranges; steps where it has nothing to do are left out.
+
+    >>> from gpucomm.algorithms import build
+    >>> plan_rank(build("all_reduce", "ring", 2), 0, 4)[0].sends[0]
+    Message(peer=1, ranges=((0, 2, False),), nelems=2)
+    """
+    bounds = schedule.chunk_bounds(block_count)
+    plan = []
+    for i, st in enumerate(schedule.steps()):
+        src, dst, sc, dc, n, red = st.columns()[:6]
+        mine = np.flatnonzero((src == rank) | (dst == rank))
+        if not len(mine):
+            continue
+        sends: dict = {}
+        recvs: dict = {}
+        local = []
+        for j in mine.tolist():
+            lo_s, hi_s = int(bounds[sc[j]]), int(bounds[sc[j] + n[j]])
+            lo_d = int(bounds[dc[j]])
+            if hi_s == lo_s:  # empty chunk: both ends skip it alike
+                continue
+            s, d, r = int(src[j]), int(dst[j]), bool(red[j])
+            if s == d:
+                local.append((lo_s, hi_s, lo_d, r))
+            elif s == rank:
+                sends.setdefault(d, []).append((lo_s, hi_s, r))
+            else:
+                recvs.setdefault(s, []).append((lo_d, lo_d + hi_s - lo_s, r))
+        if sends or recvs or local:
+            plan.append(StepPlan(i, _messages(sends), _messages(recvs), tuple(local)))
+    return tuple(plan)
+
+
+def _messages(by_peer: dict) -> tuple:
+    return tuple(Message(p, tuple(rs), sum(hi - lo for lo, hi, _ in rs))
+                 for p, rs in sorted(by_peer.items()))
+
+
+# --- arrays: numpy ----------------------------------------------------------------------------
+
+class NumpyArrays:
+    """Buffers as 1-D numpy arrays in the dtype's storage type (bfloat16 as uint16)."""
+
+    def empty(self, n: int, dtype: dt.DType):
+        return np.empty(n, dtype=dtype.storage)
+
+    def pack(self, views: list, n: int, dtype: dt.DType):
+        return np.concatenate(views) if len(views) > 1 else views[0]
+
+    def reduce(self, dst, src, op: str, dtype: dt.DType) -> None:
+        dt.reduce_into(dst, src, op, dtype)
+
+    def finish_avg(self, buf, nranks: int, dtype: dt.DType) -> None:
+        dt.finish_avg(buf, nranks, dtype)
+
+    def as_buffer(self, x, dtype: dt.DType, what: str):
+        """A user array as a flat array of the storage type (a view where possible)."""
+        a = np.asarray(x)
+        if a.dtype != dtype.storage:
+            raise ConfigError(f"{what} is {a.dtype}, the collective runs in {dtype.name} "
+                              f"(storage {dtype.storage}): pass arrays of one dtype")
+        return a.reshape(-1)
+
+    def dtype_of(self, x) -> dt.DType:
+        return dt.get_dtype(np.asarray(x).dtype)
+
+    def write_back(self, out, flat) -> None:
+        """Make sure the user's `out` holds `flat` (a no-op when flat is a view of out)."""
+        if isinstance(out, np.ndarray) and not np.shares_memory(out, flat):
+            out.reshape(-1)[:] = flat
+
+
+NUMPY = NumpyArrays()
+
+
+# --- the transport ----------------------------------------------------------------------------
+
+class P2PTransport:
+    """Executes one Schedule for this rank over a point-to-point `engine`.
+
+    >>> # on every rank (engine: e.g. MPIEngine(MPI.COMM_WORLD)):
+    >>> # P2PTransport(engine).execute(build("all_reduce", "ring", P), x, out)
+    """
+
+    def __init__(self, engine, arrays=NUMPY, timeout: float = DEFAULT_TIMEOUT_S,
+                 slice_bytes: int = SLICE_BYTES):
+        if not (timeout and timeout > 0):
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if not (isinstance(slice_bytes, int) and slice_bytes >= 1):
+            raise ConfigError(f"slice_bytes must be an integer >= 1, got {slice_bytes!r}")
+        self.engine, self.arrays, self.timeout = engine, arrays, float(timeout)
+        self.slice_bytes = slice_bytes
+        self._plans: OrderedDict = OrderedDict()
+
+    @property
+    def rank(self) -> int:
+        return self.engine.rank
+
+    @property
+    def nranks(self) -> int:
+        return self.engine.nranks
+
+    def execute(self, schedule: Schedule, inp, out, op: str = "sum", dtype=None,
+                timeout: float | None = None) -> None:
+        """Run this rank's part of `schedule`: read `inp`, write `out` (None where the collective
+        gives this rank no input/output). Every rank of the engine must call it alike."""
+        coll, p, me = schedule.collective, schedule.nranks, self.rank
+        if p != self.nranks:
+            raise ConfigError(f"schedule is for {p} ranks, this transport has {self.nranks}")
+        deadline = self._deadline(timeout)
+        rin, rout = coll.inputs(me, p, schedule.root), coll.outputs(me, p, schedule.root)
+        if rin is not None and inp is None:
+            raise ConfigError(f"rank {me} needs an input buffer for {coll.name}")
+        if rout is not None and out is None:
+            raise ConfigError(f"rank {me} needs an output buffer for {coll.name}")
+        if coll.name == "barrier":  # zero bytes would move nothing: pass one-byte tokens
+            dtype, bc = dt.get_dtype("uint8"), 1
+        else:
+            dtype = dt.get_dtype(dtype) if dtype is not None else self.arrays.dtype_of(
+                inp if rin is not None else out)
+            bc = self._block_count(coll, rin, rout, inp, out, dtype)
+        if coll.reduces:
+            dt.check_op(op, dtype)
+        plan = self._plan(schedule, bc)
+        nb = (schedule.nblocks + schedule.scratch_blocks) * bc
+        xin = self.arrays.as_buffer(inp, dtype, f"rank {me} input") if rin is not None else None
+        xout = self.arrays.as_buffer(out, dtype, f"rank {me} output") if rout is not None else None
+
+        # all-reduce without scratch: the output array is the whole logical buffer, work in it
+        in_place = (xout is not None and rin == rout == (0, schedule.nblocks)
+                    and not schedule.scratch_blocks and _writable(xout))
+        buf = xout if in_place else self.arrays.empty(nb, dtype)
+        if not in_place:
+            buf[:] = 0  # blocks nobody writes are never read by a verified schedule; be tidy
+        if xin is not None:
+            if xin.shape[0] != rin[1] * bc:
+                raise ConfigError(f"rank {me}: input has {xin.shape[0]} elements, "
+                                  f"want {rin[1] * bc}")
+            if not (in_place and _same(xin, buf)):
+                buf[rin[0] * bc:(rin[0] + rin[1]) * bc] = xin
+        self._run(plan, buf, op, dtype, deadline, schedule)
+        if xout is not None:
+            seg = buf if in_place else buf[rout[0] * bc:(rout[0] + rout[1]) * bc]
+            if coll.reduces and op == "avg":
+                self.arrays.finish_avg(seg, p, dtype)
+            if not in_place:
+                xout[:] = seg
+            self._written(out, xout)
+
+    # --- internals ---
+    def _block_count(self, coll, rin, rout, inp, out, dtype) -> int:
+        me = self.rank
+        x, rng, what = (inp, rin, "input") if rin is not None else (out, rout, "output")
+        if rng is None:
+            return 0
+        n = int(np.prod(getattr(x, "shape", (len(x),))))
+        if n % rng[1]:
+            raise ConfigError(f"rank {me}: {coll.name} {what} of {n} elements does not divide "
+                              f"into {rng[1]} blocks")
+        bc = n // rng[1]
+        if rin is not None and rout is not None:
+            m = int(np.prod(getattr(out, "shape", (len(out),))))
+            if m != rout[1] * bc:
+                raise ConfigError(f"rank {me}: {coll.name} output has {m} elements, want "
+                                  f"{rout[1] * bc} ({rout[1]} block(s) of {bc})")
+        return bc
+
+    def _plan(self, schedule: Schedule, bc: int) -> tuple:
+        # keyed by identity (the schedule is kept alive with its plan, so ids are not reused)
+        key = (id(schedule), bc)
+        hit = self._plans.get(key)
+        if hit is None:
+            hit = (schedule, plan_rank(schedule, self.rank, bc))
+            self._plans[key] = hit
+            if len(self._plans) > 64:
+                self._plans.popitem(last=False)
+        self._plans.move_to_end(key)
+        return hit[1]
+
+    def _run(self, plan, buf, op, dtype, deadline, schedule) -> None:
+        arrays, engine = self.arrays, self.engine
+        k = max(1, self.slice_bytes // dtype.itemsize)
+        for sp in plan:
+            # Large messages go in slices, so what arrived is reduced while the rest is still
+            # on the wire. Each slice has a tag of its own: step * 4096 + slice.
+            recvs, posted_r = [], []
+            for m in sp.recvs:
+                direct = len(m.ranges) == 1 and not m.ranges[0][2]
+                b = buf[m.ranges[0][0]:m.ranges[0][1]] if direct else arrays.empty(m.nelems,
+                                                                                     dtype)
+                recvs.append((m, b, direct))
+                posted_r.append([(m.peer, b[o:o + k], o) for o in range(0, m.nelems, k)])
+            posted_s = []
+            for m in sp.sends:
+                b = arrays.pack([buf[lo:hi] for lo, hi, _ in m.ranges], m.nelems, dtype)
+                posted_s.append([(m.peer, b[o:o + k], o) for o in range(0, m.nelems, k)])
+            try:
+                # one post call for the whole step: NCCL needs a step's ops grouped
+                handles = [] if not (posted_r or posted_s) else engine.post(
+                    [(peer, v, _tag(sp.index, i)) for sl in posted_s
+                     for i, (peer, v, _) in enumerate(sl)],
+                    [(peer, v, _tag(sp.index, i)) for sl in posted_r
+                     for i, (peer, v, _) in enumerate(sl)])
+                nr = sum(len(sl) for sl in posted_r)
+                handles_r, handles_s, at = [], handles[nr:], 0
+                for sl in posted_r:
+                    handles_r.append(handles[at:at + len(sl)])
+                    at += len(sl)
+                for (m, b, direct), sl, hs in zip(recvs, posted_r, handles_r):
+                    for (_, v, o), h in zip(sl, hs):
+                        engine.wait([h], deadline)
+                        if not direct:
+                            self._land(buf, m.ranges, b, o, o + len(v), op, dtype)
+                engine.wait(handles_s, deadline)
+            except TransportError as e:
+                raise type(e)(f"{e} (step {sp.index} of {schedule.algorithm} "
+                              f"{schedule.collective.name} on {schedule.nranks} ranks)") from e
+            for lo_s, hi_s, lo_d, red in sp.local:
+                src = buf[lo_s:hi_s]
+                if red:
+                    arrays.reduce(buf[lo_d:lo_d + hi_s - lo_s], src, op, dtype)
+                else:
+                    buf[lo_d:lo_d + hi_s - lo_s] = src
+
+    def _land(self, buf, ranges, b, start, end, op, dtype) -> None:
+        """Copy or reduce elements start..end of a packed message into their ranges."""
+        off = 0
+        for lo, hi, red in ranges:
+            a, z = max(start, off), min(end, off + hi - lo)
+            if a < z:
+                dst, part = buf[lo + a - off:lo + z - off], b[a:z]
+                if red:
+                    self.arrays.reduce(dst, part, op, dtype)
+                else:
+                    dst[:] = part
+            off += hi - lo
+            if off >= end:
+                break
+
+    def _written(self, out, xout) -> None:
+        self.arrays.write_back(out, xout)
+
+    # --- the rest of the transport interface (see gpucomm.runtime) ---
+    def barrier(self, timeout: float | None = None) -> None:
+        """No rank leaves before every rank has arrived (tokens of a registered barrier)."""
+        from ..algorithms import algorithms, build
+        sched = self.__dict__.get("_barrier")
+        if sched is None:
+            sched = build("barrier", algorithms("barrier")[0].name, self.nranks).materialize()
+            self._barrier = sched
+        self.execute(sched, None, None, timeout=timeout)
+
+    def send(self, arr, dst: int, dtype=None, timeout: float | None = None) -> None:
+        """Send `arr` to rank `dst` (returns when the engine has taken the data)."""
+        x, _ = self._p2p_buffer(arr, dtype, dst, "send")
+        self.engine.wait(self.engine.post([(dst, x, P2P_TAG)], []), self._deadline(timeout))
+
+    def recv(self, arr, src: int, dtype=None, timeout: float | None = None) -> None:
+        """Receive into `arr` from rank `src`; the sizes must match."""
+        x, _ = self._p2p_buffer(arr, dtype, src, "recv")
+        self.engine.wait(self.engine.post([], [(src, x, P2P_TAG)]), self._deadline(timeout))
+        self._written(arr, x)
+
+    def _p2p_buffer(self, arr, dtype, peer, what):
+        if not (0 <= peer < self.nranks) or peer == self.rank:
+            raise ConfigError(f"rank {self.rank}: cannot {what} with rank {peer}: allowed are "
+                              f"the other ranks of 0..{self.nranks - 1}")
+        d = dt.get_dtype(dtype) if dtype is not None else self.arrays.dtype_of(arr)
+        return self.arrays.as_buffer(arr, d, f"rank {self.rank} {what} buffer"), d
+
+    def _deadline(self, timeout) -> float:
+        return time.monotonic() + (timeout if timeout is not None else self.timeout)
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+
+def _writable(a) -> bool:
+    flags = getattr(a, "flags", None)
+    return flags is None or bool(flags.writeable and flags.c_contiguous)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return np.shares_memory(a, b) and a.shape == b.shape
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape
+
+
+def peer_error(me: int, peer: int, what: str, detail: str, timed_out: bool) -> TransportError:
+    """The error a transport raises when a wait on `peer` fails: it names both ranks."""
+    from ..errors import CommTimeout
+    if timed_out:
+        return CommTimeout(f"rank {me}: timed out waiting for rank {peer} ({what}); rank {peer} "
+                           f"may be dead, hung or cut off: {detail}")
+    return TransportError(f"rank {me}: rank {peer} failed ({what}): {detail}")
+
+
+def check_deadline(deadline: float) -> float:
+    """Seconds left before `deadline`, at least a millisecond (so a wait still polls once)."""
+    return max(deadline - time.monotonic(), 1e-3)
