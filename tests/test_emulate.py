@@ -91,8 +91,10 @@ def test_sweep_removes_leftovers_of_dead_runs():
 @needs_netns
 def test_measured_link_matches_the_shaping(cluster, tmp_path):
     m = cluster.measure(nbytes=8 << 20, pings=200)
-    # TCP over 1500-byte frames carries at most 1448/1514 of the shaped rate
-    assert 0.85 * RATE / 8 < m.inter_bandwidth_Bps <= 1.01 * RATE / 8
+    # The shaped rate is the bottleneck: never above it (TCP carries at most 1448/1514 of it),
+    # and far above what a loaded 2-core machine could make of an unshaped veth's share. The
+    # lower bound is loose on purpose: CPU load from other work must not fail this test.
+    assert 0.5 * RATE / 8 < m.inter_bandwidth_Bps <= 1.01 * RATE / 8
     assert m.intra_bandwidth_Bps > 3 * m.inter_bandwidth_Bps  # loopback is not shaped
     assert 0 < m.intra_latency_s < 5e-3 and 0 < m.inter_latency_s < 5e-3
     text = cluster.write_topology(tmp_path / "emu.yaml", m)
