@@ -138,7 +138,7 @@ def test_a_rank_that_never_calls_times_out_naming_it(tmp_path):
     results, outputs, codes = spawn(2, "timeout", tmp_path, {"GPUCOMM_TIMEOUT": "1"})
     err = results[0].get("error", "")
     assert err.startswith("CommTimeout") and "rank 1" in err, (err, outputs[0])
-    assert results[0]["elapsed"] < 2.5
+    assert results[0]["elapsed"] < 6  # the 1 s timeout plus slack for a loaded machine
 
 
 def test_launch_prefixes_output_and_stops_everyone_when_a_rank_fails(tmp_path):
