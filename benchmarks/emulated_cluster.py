@@ -54,6 +54,30 @@ def predict_times(topo_path: str, algorithms: list, sizes: list, rph: int, model
     return out
 
 
+def engine_model(tcp: Measured, e: dict, inter_bandwidth: str = "engine") -> Measured:
+    """The links as the ranks use them (gloo through the torch transport), for the topology.
+
+    Latency: the per-message latency the ranks see, the engine's ping-pong (median round trip
+    / 2 of a 4-byte message through the transport: ~0.1 ms where raw TCP sees ~10 us; it
+    includes gloo and the waking of a process), in a host and between hosts.
+    Goodput inside a host: each host's ranks running a ring all-reduce among themselves over
+    the transport, every host at once (slices, reductions and the competition for this
+    machine's cores, as a collective's in-host part meets them); one lone TCP flow over
+    loopback gets 5-10x more. Between hosts: the engine's bulk transfer in the transport's
+    slices (default) or raw TCP's (`tcp`)."""
+    lat_intra = e.get("intra_latency_s", tcp.intra_latency_s)
+    lat_inter = e.get("inter_latency_s", tcp.inter_latency_s)
+    inter_bw = tcp.inter_bandwidth_Bps
+    if inter_bandwidth == "engine" and e.get("inter_bandwidth_Bps"):
+        inter_bw = e["inter_bandwidth_Bps"]
+    intra_bw = e.get("intra_bandwidth_Bps") or tcp.intra_bandwidth_Bps
+    return Measured(lat_inter, inter_bw, lat_intra, intra_bw,
+                    {"engine": e, "tcp": tcp.raw,
+                     "method": "latency: engine ping-pong (gloo via the torch transport); "
+                               f"inter-host goodput: {inter_bandwidth} bulk; in-host goodput: "
+                               "engine, every host's ranks all-reducing at once"})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=2)
@@ -67,6 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", choices=("flow", "analytic"), default="flow")
     ap.add_argument("--link-probe", choices=("engine", "tcp"), default="engine",
                     help="measure the links with the engine (gloo send/recv, default) or raw TCP")
+    ap.add_argument("--inter-bandwidth", choices=("engine", "tcp"), default="engine",
+                    help="inter-host goodput in the topology: the engine's bulk transfer "
+                    "(default) or raw TCP's")
     ap.add_argument("--topology-out", default=None, help="where to write the topology YAML")
     ap.add_argument("--format", choices=("table", "json"), default="table")
     a = ap.parse_args(argv)
@@ -93,16 +120,7 @@ def main(argv=None) -> int:
         probes = [json.loads(line[6:]) for line in lines if line.startswith("PROBE ")]
         m = tcp
         if probes:
-            # Between hosts: the raw TCP numbers (latency of a ping-pong, as the brief of the
-            # harness asks; the shaped link's goodput). gloo's own ping-pong adds the waking of
-            # a process, which on a loaded machine swings from 0.1 to 2 ms, run to run. Inside
-            # a host: gloo's goodput with every local pair exchanging at once, the concurrency
-            # of a collective's intra-host step (the emulated hosts share this machine's cores,
-            # so that is what a rank gets; one lone TCP flow over loopback gets 5-10x more).
-            e = probes[0]
-            m = Measured(tcp.inter_latency_s, tcp.inter_bandwidth_Bps, tcp.intra_latency_s,
-                         e.get("intra_bandwidth_Bps", tcp.intra_bandwidth_Bps),
-                         {"engine": e, "tcp": tcp.raw})
+            m = engine_model(tcp, probes[0], a.inter_bandwidth)
         c.write_topology(topo_path, m)
     pred = predict_times(topo_path, algos, sizes, a.ranks_per_host, a.model)
     p = spec.nranks
@@ -119,6 +137,8 @@ def main(argv=None) -> int:
         return 0
     print(f"# emulated cluster: {spec.hosts} hosts x {spec.ranks_per_host} ranks, tc {spec.qdisc} "
           f"{spec.rate_bps / 1e9:g} Gbit/s per direction, {'bridge' if spec.bridge else 'direct'}")
+    if m.raw.get("method"):
+        print(f"# model: {m.raw['method']}")
     for what, x in (("raw TCP", tcp), ("in the topology", m)):
         print(f"# link, {what}: {x.inter_bandwidth_Bps / 1e6:.1f} MB/s goodput, "
               f"{x.inter_latency_s * 1e6:.1f} us one-way; in a host "

@@ -11,7 +11,7 @@ import pytest
 
 from gpucomm.bench import format_table, run_bench
 from gpucomm.bench.backends import mpiexec
-from gpucomm.bench.predict import add_predictions, host_topology
+from gpucomm.bench.predict import add_predictions, host_topology, load_host
 from gpucomm.bench.sweep import buffers, count_wrong, pattern
 from gpucomm.collectives import get_collective, reference
 from gpucomm.dtypes import get_dtype
@@ -109,20 +109,77 @@ def test_predictions_use_the_host_topology(host_yaml):
     assert big == pytest.approx(6 * 2e-5 + 6 * (1 << 24) / 4 / 10e9, rel=0.05)
 
 
-def test_without_calibration_the_column_says_how(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(tmp_path / "none.yaml"))
-    rows = [{"size": 8, "count": 2, "type": "float32", "root": -1, "algorithm": "ring"}]
-    assert "--calibrate" in add_predictions(rows, "all_reduce", 2)
-    assert rows[0]["predicted_time_us"] is None
-    assert " -" in format_table([dict(rows[0], time_us=1.0, algbw=0.0, busbw=0.0, wrong=0,
-                                      redop="sum")])
+V2_HOST = """format: 2
+cma: true
+bandwidth_Bps: 10.0e9
+latency_s: 1.0e-5
+cores: 2
+cache_bytes: 1048576
+rates:
+  1: {copy_Bps: 20.0e9, reduce_Bps: 10.0e9, copy_cache_Bps: 80.0e9, reduce_cache_Bps: 40.0e9}
+  2: {copy_Bps: 10.0e9, reduce_Bps: 5.0e9, copy_cache_Bps: 40.0e9, reduce_cache_Bps: 20.0e9}
+"""
+
+
+def test_predictions_charge_copies_and_reductions_by_memory_traffic(tmp_path, monkeypatch):
+    """Calibrated per-rank rates with both ranks busy; the runtime's plan for 64 MiB on 2
+    ranks (cross-memory reads, far beyond the 1 MiB cache): closed forms of its work."""
+    path = tmp_path / "host.yaml"
+    path.write_text(V2_HOST)
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    S, a, copy, red = 64 << 20, 1e-5, 10e9, 5e9
+    # a copy moves each byte twice; the peer's half read into a cache-sized buffer once (half
+    # a copy), the reduction then loads my half and stores the sum (a copy), and two_shot
+    # writes that sum, still in cache, into the peer (half a copy)
+    want = {
+        "all_reduce": 2 * a + (0.5 + 1 + 0.5) * (S / 2) / copy,
+        "reduce_scatter": a + (0.5 + 1) * (S / 2) / copy,
+        "all_gather": a + S / 2 / copy + S / 2 / copy,  # the peer's half and my own
+    }
+    for coll, t in want.items():
+        rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+        note = add_predictions(rows, coll, 2)
+        assert "copy 10.0 GB/s, reduce 5.0 GB/s" in note
+        assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(t, rel=1e-6), coll
+    # a working set inside the cache moves at the cache rates
+    small = [{"size": 1 << 12, "count": 1 << 10, "type": "float32", "root": -1,
+              "algorithm": "direct"}]
+    add_predictions(small, "all_gather", 2)
+    assert small[0]["predicted_time_us"] * 1e-6 < a + 4096 / 40e9 * 2 + 1e-9
+    # four ranks on two cores: each gets half a core
+    four = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+    add_predictions(four, "all_gather", 4)
+    assert four[0]["predicted_time_us"] * 1e-6 > 1.9 * (S * 3 / 4 / copy)
+    # reductions whose operands both sit in memory cost the calibrated reduction rate
+    staged = [{"size": S, "count": S // 4, "type": "float32", "root": -1,
+               "algorithm": "recursive_doubling"}]
+    add_predictions(staged, "all_reduce", 2)
+    assert staged[0]["predicted_time_us"] * 1e-6 > S / red
+
+
+def test_without_calibration_a_quick_one_runs_and_is_saved(tmp_path, monkeypatch):
+    path = tmp_path / "fresh" / "host.yaml"
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    rows = [{"size": 8, "count": 2, "type": "float32", "root": -1, "algorithm": "one_shot"},
+            {"size": 1 << 24, "count": 1 << 22, "type": "float32", "root": -1,
+             "algorithm": "two_shot"}]
+    note = add_predictions(rows, "all_reduce", 2)
+    assert "quick" in note and path.exists()
+    host = load_host(str(path))
+    assert host["format"] == 2 and 0 < host["latency_s"] < 0.01
+    r = host["rates"][1]
+    assert 1e8 < r["copy_Bps"] <= r["copy_cache_Bps"] and 1e8 < r["reduce_Bps"]
+    small, big = (row["predicted_time_us"] for row in rows)
+    assert 0 < small < big
+    assert " -" in format_table([dict(rows[0], predicted_time_us=None, time_us=1.0, algbw=0.0,
+                                      busbw=0.0, wrong=0, redop="sum")])
 
 
 def test_bad_arguments_are_one_line_errors():
     with pytest.raises(ConfigError, match="allowed are shm, mpi, gloo"):
         run_bench("nccl", 2, "all_reduce", [8])
-    with pytest.raises(ConfigError, match="only with --backend shm"):
-        run_bench("mpi", 2, "all_reduce", [8], algorithm="ring")
+    with pytest.raises(ConfigError, match="use --backend torch"):
+        run_bench("gloo", 2, "all_reduce", [8], algorithm="ring")
     p = _cli("bench", "-c", "all_reduce", "-d", "int32", "-o", "avg", "-e", "8")
     assert p.returncode == 2 and "avg" in p.stderr and "Traceback" not in p.stderr
 
@@ -142,3 +199,37 @@ def test_gloo_backend_runs_torch_distributed():
     rows = run_bench("gloo", 2, "all_reduce", [64, 4096], iters=2, warmup=1, check=1)
     assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), rows
     assert rows[0]["algorithm"] == "gloo"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch not installed (pip install 'gpucomm[torch]')")
+def test_torch_backend_runs_our_schedules_over_gloo_or_its_own():
+    for coll, name in (("all_reduce", "ring"), ("all_gather", "direct")):
+        rows = run_bench("torch", 2, coll, [64, 4096], algorithm=name, iters=2, warmup=1)
+        assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), (coll, rows)
+        assert rows[0]["algorithm"] == name and rows[0]["backend"] == "torch"
+    rows = run_bench("torch", 2, "broadcast", [64], root=1, iters=2, warmup=1)
+    assert rows[0]["algorithm"] == "gloo" and rows[0]["wrong"] == 0, rows
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or mpiexec() is None,
+                    reason="mpi4py/mpiexec not installed (pip install 'gpucomm[mpi]')")
+def test_mpi_backend_runs_our_schedules_over_mpi():
+    for coll, name in (("all_reduce", "recursive_doubling"), ("reduce_scatter", "ring")):
+        rows = run_bench("mpi", 2, coll, [64, 4096], algorithm=name, iters=2, warmup=1)
+        assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), (coll, rows)
+        assert rows[0]["algorithm"] == name and rows[0]["backend"] == "mpi"
+
+
+def test_direct_plans_with_pushes_are_checked_in_and_out_of_place(monkeypatch):
+    """Cross-memory reads and writes forced on for small sizes: a broadcast root that calls in
+    place writes a share into its peers (out of place it copies its own output instead), and
+    on 2 ranks the reducer of a half writes it into the peer; both halves checked."""
+    monkeypatch.setenv("GPUCOMM_DIRECT_MIN_BYTES", "0")
+    monkeypatch.setenv("GPUCOMM_DIRECT_SLICE_BYTES", "4096")
+    monkeypatch.setenv("GPUCOMM_SLICE_BYTES", "1024")
+    for coll, n, algo in (("broadcast", 2, "auto"), ("broadcast", 3, "binomial_tree"),
+                          ("all_reduce", 2, "two_shot"), ("all_reduce", 2, "ring")):
+        rows = run_bench("shm", n, coll, [8, 12288], iters=2, warmup=1, check=1,
+                         root=n - 1 if coll == "broadcast" else 0, algorithm=algo)
+        assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), (coll, n, rows)

@@ -178,3 +178,40 @@ def test_cut_link_fails_every_rank_within_the_timeout(cluster, tmp_path):
     for f in faults:
         if f["rank"] in across:
             assert any(r in f["message"] for r in across[f["rank"]]), f
+
+
+def test_sim_groups_hierarchical_by_the_emulated_hosts(tmp_path):
+    """predict(algorithm="hierarchical") takes the topology's ranks per host as group_size
+    (the builder's own default would make 2 hosts x 2 ranks one group, a ring), and
+    `gpucomm sim -p group_size=4` overrides it."""
+    from gpucomm.simulate import predict, simulate
+    from gpucomm.algorithms import build
+    from gpucomm.topology import Topology
+    spec = ClusterSpec(hosts=2, ranks_per_host=2)
+    d = emulated_topology_dict(spec, Measured(150e-6, 119e6, 100e-6, 0.5e9))
+    path = tmp_path / "emulated.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump(d))
+    topo = Topology.load(str(path))
+    size = 4 << 20
+    got = predict("all_reduce", size, topo, algorithm="hierarchical", protocol="simple").time_s
+    by_host = simulate(build("all_reduce", "hierarchical", 4, group_size=2), topo, size,
+                       protocol="simple").time_s
+    one_group = simulate(build("all_reduce", "hierarchical", 4, group_size=4), topo, size,
+                         protocol="simple").time_s
+    assert got == pytest.approx(by_host) and got < 0.95 * one_group
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+    def sim(*extra):
+        p = subprocess.run([sys.executable, "-m", "gpucomm", "sim", "--topology", str(path),
+                            "--algorithm", "hierarchical", "--protocol", "simple", "-b", "4M",
+                            "-e", "4M", "--format", "json", *extra], capture_output=True,
+                           text=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["rows"][0]["time_us"]
+    assert sim() == pytest.approx(got * 1e6, rel=1e-6)
+    assert sim("-p", "group_size=4") == pytest.approx(one_group * 1e6, rel=1e-6)
+    bad = subprocess.run([sys.executable, "-m", "gpucomm", "sim", "--topology", str(path),
+                          "--algorithm", "ring", "-p", "group_size=2", "-e", "8"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "no parameter 'group_size'" in bad.stderr

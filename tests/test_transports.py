@@ -10,8 +10,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
+
+from gpucomm.bench.backends import mapped_shm, remove_stale_mpich, shm_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "test_transports_worker.py")
@@ -69,12 +72,20 @@ def run(request):
     args = ("kill", str(VICTIM), str(TIMEOUT))
     cmd = _torch_cmd(NRANKS, *args) if engine == "torch" else \
         _mpi_cmd(NRANKS, *args, cleanup=False)  # Hydra would stop the job at the death
-    rc, out = _run(cmd)
-    return engine, rc, out
+    if engine != "mpi":
+        rc, out = _run(cmd)
+        return engine, rc, out, []
+    # ranks that exit without MPI_Finalize leave MPICH's /dev/shm segments: remove this job's
+    before = shm_names()
+    try:
+        rc, out = _run(cmd)
+    finally:
+        removed = remove_stale_mpich(before)
+    return engine, rc, out, (before, removed)
 
 
 def test_correctness_suite(run):
-    engine, rc, out = run
+    engine, rc, out, _ = run
     summary = re.findall(r"SUITE rank (\d+): (\d+) cases, (\d+) failures", out)
     assert len(summary) == NRANKS, out[-4000:]
     assert all(int(f) == 0 for _, _, f in summary), out[-4000:]
@@ -84,7 +95,7 @@ def test_correctness_suite(run):
 
 
 def test_dead_rank_is_named_within_timeout(run):
-    engine, rc, out = run
+    engine, rc, out, _ = run
     failed = re.findall(r"FAILED rank (\d+) after ([\d.]+) s: (\w+): ([^\n]*)", out)
     assert sorted(int(r) for r, *_ in failed) == [r for r in range(NRANKS) if r != VICTIM], \
         out[-4000:]
@@ -92,3 +103,47 @@ def test_dead_rank_is_named_within_timeout(run):
         assert float(secs) < TIMEOUT + 2.0, (rank, secs)
         assert kind in ("TransportError", "CommTimeout") and f"rank {VICTIM}" in msg, msg
     assert "NOFAIL" not in out
+
+
+def test_nothing_left_in_dev_shm(run):
+    """The dead-rank job leaves MPICH segments (no MPI_Finalize); the fixture removes them,
+    and no segment of the job remains that no process maps."""
+    engine, rc, out, cleanup = run
+    if engine != "mpi":
+        pytest.skip("only MPICH keeps segments in /dev/shm")
+    before, removed = cleanup
+    assert all(n.startswith("mpich_shm_") for n in removed), removed
+    # of what appeared during the job, only segments a live process maps (another job running
+    # beside this one) may remain; one that was being set up or torn down gets a moment
+    for _ in range(10):
+        left = (shm_names() - before) - mapped_shm()
+        if not left:
+            break
+        time.sleep(0.2)
+    assert not left, f"left in /dev/shm: {sorted(left)}"
+
+
+@pytest.mark.parametrize("engine", ["torch", "mpi"])
+def test_init_builds_a_communicator_on_the_engine(engine):
+    """gpucomm.runtime.init(transport=...) under torchrun / mpiexec with 2 ranks: the
+    Communicator API (several collectives, async, send/recv) over the engine's transport."""
+    cmd = _torch_cmd(2) if engine == "torch" else _mpi_cmd(2)
+    assert cmd[-1] == engine
+    cmd[-1:] = ["comm", engine]  # the worker's `comm ENGINE` mode
+    before = shm_names()
+    try:
+        rc, out = _run(cmd, timeout=120)
+    finally:
+        remove_stale_mpich(before)
+    got = re.findall(rf"COMM {engine} rank (\d+) of 2 \((\w+), local rank (\d+)\): (\d+) "
+                     "failures", out)
+    assert rc == 0 and sorted(int(r) for r, *_ in got) == [0, 1], out[-3000:]
+    want = "TorchTransport" if engine == "torch" else "MPITransport"
+    assert all(t == want and lr == r and f == "0" for r, t, lr, f in got), got
+
+
+def test_init_names_the_transports_it_knows():
+    from gpucomm.errors import ConfigError
+    from gpucomm.runtime import init
+    with pytest.raises(ConfigError, match="allowed are shm, torch, mpi"):
+        init(transport="nccl")

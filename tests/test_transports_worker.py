@@ -11,6 +11,7 @@ bit for bit and with `check_outputs`. Prints one
 `SUITE rank R: N cases, M failures` line; exits 1 on a failure. With `kill RANK TIMEOUT` after
 it: then RANK leaves silently, the others run all-reduces and print how they failed
 (`FAILED rank R after S s: ...`). `backend` mode: torch.distributed on backend "gpucomm".
+`comm torch|mpi` mode: the Communicator of `gpucomm.runtime.init(transport=...)`.
 """
 import os
 import sys
@@ -227,10 +228,58 @@ def backend() -> int:
     return 1 if failures or not ok else 0
 
 
+def comm(engine: str) -> int:
+    """gpucomm.runtime.init(transport=engine): the Communicator API over torch / MPI."""
+    from gpucomm.runtime import init
+    c = init(timeout=20.0, transport=engine)
+    me, p = c.rank, c.world_size
+    failures = []
+
+    def check(name, got, want):
+        if not np.array_equal(np.asarray(got), np.asarray(want)):
+            failures.append(f"{name}: got {np.asarray(got).tolist()[:6]}, want "
+                            f"{np.asarray(want).tolist()[:6]}")
+
+    for algorithm in ("auto", "ring"):
+        x = np.arange(1000, dtype=np.float32) + me
+        c.all_reduce(x, algorithm=algorithm)
+        check(f"all_reduce {algorithm}", x, sum(np.arange(1000, dtype=np.float32) + r
+                                                for r in range(p)))
+    x = np.full(7, me + 1, np.int64)
+    c.all_reduce(x, op="max")
+    check("all_reduce max", x, np.full(7, p))
+    out = np.empty(3 * p, np.float64)
+    c.all_gather(out, np.full(3, float(me)))
+    check("all_gather", out, np.repeat(np.arange(p, dtype=np.float64), 3))
+    rs = np.empty(2, np.float32)
+    c.reduce_scatter(rs, np.arange(2 * p, dtype=np.float32))
+    check("reduce_scatter", rs, np.arange(2 * p, dtype=np.float32)[2 * me:2 * me + 2] * p)
+    b = np.full(5, float(me), np.float32)
+    w = c.broadcast(b, root=p - 1, async_op=True)
+    w.wait()
+    check("broadcast async", b, np.full(5, float(p - 1), np.float32))
+    c.barrier()
+    if me in (0, 1):
+        t = np.zeros(3, np.int32)
+        if me == 0:
+            c.send(np.array([7, 8, 9], np.int32), 1)
+        else:
+            c.recv(t, 0)
+            check("send/recv", t, [7, 8, 9])
+    for f in failures:
+        say(f"FAIL rank {me}: {f}")
+    say(f"COMM {engine} rank {me} of {p} ({type(c.transport).__name__}, local rank "
+        f"{c.local_rank}): {len(failures)} failures")
+    c.close()
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "backend":
         sys.exit(backend())
+    if mode == "comm":
+        sys.exit(comm(sys.argv[2]))
     whole, part = world(mode, 30.0)
     rc = suite(whole, part, mode)
     if len(sys.argv) > 2 and sys.argv[2] == "kill":

@@ -9,15 +9,16 @@ from .verify import VerifyError, verify
 __version__ = "0.1.0"
 
 
-def init(timeout=None):
+def init(timeout=None, **kwargs):
     """This process's communicator, from the torchrun/mpiexec environment (RANK, WORLD_SIZE,
-    LOCAL_RANK, MASTER_ADDR, MASTER_PORT). See `gpucomm.runtime.init`.
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `transport="shm"` (one host, the default),
+    `"torch"` (torch.distributed: gloo, or NCCL on GPUs) or `"mpi"`. See `gpucomm.runtime.init`.
 
     >>> comm = gpucomm.init()          # doctest: +SKIP  (under `gpucomm launch -n 2 script.py`)
     >>> comm.all_reduce(x)             # doctest: +SKIP
     """
     from .runtime import init as _init
-    return _init(timeout=timeout)
+    return _init(timeout=timeout, **kwargs)
 
 __all__ = ["COLLECTIVES", "DTYPES", "REDUCE_OPS", "CommTimeout", "ConfigError", "GpucommError",
            "Schedule", "ScheduleError", "Step", "TopologyError", "TransportError", "VerifyError",

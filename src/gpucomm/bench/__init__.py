@@ -1,5 +1,7 @@
 """nccl-tests-style benchmarks on real processes: `run_bench(...)` starts the ranks (our
-launcher for shm and gloo, mpiexec for mpi), collects one row per size and returns them.
+launcher, which sets torchrun's environment, for shm, gloo and torch; mpiexec for mpi),
+collects one row per size and returns them. `algorithm` other than auto runs that gpucomm
+schedule: on shared memory (shm) or over the engine's point-to-point ops (torch, mpi).
 
     rows = run_bench("shm", 2, "all_reduce", sizes=[8, 1 << 20])
     print(format_table(rows))
@@ -15,7 +17,7 @@ import time
 from ..collectives import get_collective
 from ..dtypes import get_dtype, check_op
 from ..errors import ConfigError, TransportError
-from .backends import BACKENDS, mpiexec
+from .backends import BACKENDS, mpiexec, remove_stale_mpich, shm_names
 from .table import format_table
 
 __all__ = ["run_bench", "format_table", "BACKENDS"]
@@ -33,9 +35,9 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
                           f"reduce, all_to_all, gather and scatter, not {coll.name}")
     if coll.reduces:
         check_op(op, d)
-    if backend != "shm" and algorithm != "auto":
-        raise ConfigError(f"--algorithm picks a gpucomm schedule: only with --backend shm "
-                          f"({backend} uses its own algorithms)")
+    if backend == "gloo" and algorithm != "auto":
+        raise ConfigError("--algorithm picks a gpucomm schedule: --backend gloo is gloo's own "
+                          "collectives; use --backend torch to run the schedule over gloo")
     if not 0 <= root < nranks:
         raise ConfigError(f"root {root} is out of range: allowed are 0..{nranks - 1}")
     with tempfile.TemporaryDirectory(prefix="gpucomm-bench-") as tmp:
@@ -49,21 +51,16 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         open(cfg["out"], "w").close()
         cmd = [sys.executable, "-m", "gpucomm.bench.sweep", path]
         logf = open(os.path.join(tmp, "log.txt"), "w+")
+        before = shm_names() if backend == "mpi" else None
         proc = _start(backend, nranks, cmd, logf)
-        rows, seen = [], 0
-        while True:
-            done = proc.poll() if hasattr(proc, "poll") else None
-            with open(cfg["out"]) as f:
-                lines = f.read().splitlines()
-            for line in lines[seen:]:
-                row = json.loads(line)
-                rows.append(row)
-                if on_row:
-                    on_row(row)
-            seen = len(lines)
-            if done is not None:
-                break
-            time.sleep(0.05)
+        try:
+            rows = _collect(proc, cfg["out"], on_row)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+            if before is not None:  # what MPICH leaves when ranks die (a clean exit leaves none)
+                remove_stale_mpich(before)
         logf.seek(0)
         text = logf.read()
         logf.close()
@@ -74,6 +71,24 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         if log is not None and text.strip():
             log.write(text)
     return rows
+
+
+def _collect(proc, path, on_row) -> list:
+    """Rows as rank 0 appends them, until the job ends."""
+    rows, seen = [], 0
+    while True:
+        done = proc.poll()
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for line in lines[seen:]:
+            row = json.loads(line)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+        seen = len(lines)
+        if done is not None:
+            return rows
+        time.sleep(0.05)
 
 
 def _start(backend, nranks, cmd, logf):

@@ -1,9 +1,11 @@
 """The engines a benchmark runs on, behind one small interface.
 
-A backend runs one collective on numpy buffers with that engine's own implementation:
-`shm` is gpucomm's runtime (our schedules), `mpi` is mpi4py's (MPICH from PyPI, its own shared
-memory algorithms), `gloo` is torch.distributed's gloo. Buffers are numpy arrays in every case
-(torch tensors share their memory), so the timed work is the collective, not a conversion.
+A backend runs one collective on numpy buffers: `shm` is gpucomm's runtime (our schedules
+over shared memory); `mpi` is mpi4py's own collectives (MPICH from PyPI) and `gloo` (or `torch`)
+torch.distributed's. With an algorithm other than `auto`, `mpi` and `torch` run OUR schedule
+on that engine instead (MPITransport / TorchTransport over gloo), so a schedule can be timed
+on the engine a cluster already has. Buffers are numpy arrays in every case (torch tensors
+share their memory), so the timed work is the collective, not a conversion.
 """
 from __future__ import annotations
 
@@ -14,15 +16,19 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ConfigError
 
-BACKENDS = ("shm", "mpi", "gloo")
+BACKENDS = ("shm", "mpi", "gloo", "torch")
 
 
 class ShmBackend:
+    """gpucomm's schedules through a Communicator: on shared memory, or (`transport`
+    "torch" / "mpi") over that engine's point-to-point operations."""
     name = "shm"
+    ours = True  # results land where gpucomm's API puts them (see sweep._engine_view)
 
-    def __init__(self, timeout=None):
+    def __init__(self, timeout=None, transport="shm"):
         import gpucomm.runtime as rt
-        self.comm = rt.init(timeout=timeout)
+        self.comm = rt.init(timeout=timeout, transport=transport)
+        self.name = transport
         self.rank, self.size = self.comm.rank, self.comm.world_size
 
     def supports(self, coll: str, dtype: dt.DType, op: str):
@@ -51,6 +57,7 @@ class ShmBackend:
 
 class MpiBackend:
     name = "mpi"
+    ours = False
     OPS = {"sum": "SUM", "prod": "PROD", "min": "MIN", "max": "MAX"}
 
     def __init__(self, timeout=None):
@@ -116,6 +123,7 @@ class MpiBackend:
 
 class GlooBackend:
     name = "gloo"
+    ours = False
 
     def __init__(self, timeout=None):
         try:
@@ -198,11 +206,26 @@ class GlooBackend:
         self.dist.destroy_process_group()
 
 
-def make_backend(name: str, timeout=None):
-    cls = {"shm": ShmBackend, "mpi": MpiBackend, "gloo": GlooBackend}.get(name)
-    if cls is None:
+def make_backend(name: str, timeout=None, algorithm: str = "auto"):
+    """The backend a sweep runs on: `algorithm` other than auto on mpi/torch means our
+    schedule over that engine, auto its own collectives (torch's own is gloo's)."""
+    if name not in BACKENDS:
         raise ConfigError(f"unknown backend {name!r}: allowed are {', '.join(BACKENDS)}")
-    return cls(timeout)
+    if name == "shm":
+        return ShmBackend(timeout)
+    if name in ("mpi", "torch") and algorithm != "auto":
+        if name == "mpi":
+            _need_mpi()
+        return ShmBackend(timeout, transport=name)
+    return MpiBackend(timeout) if name == "mpi" else GlooBackend(timeout)
+
+
+def _need_mpi():
+    try:
+        from mpi4py import MPI  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(f"--backend mpi needs mpi4py and an MPI (pip install mpi4py "
+                          f"mpich): {e}") from None
 
 
 def mpiexec() -> str | None:
@@ -211,3 +234,56 @@ def mpiexec() -> str | None:
     import sys
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
+# --- MPICH's shared memory ----------------------------------------------------------------
+# MPICH (ch4:shm) keeps its intra-node segments in /dev/shm as mpich_shm_*; it unlinks them
+# at a clean MPI_Finalize, but a job whose ranks die or exit without finalising (a killed
+# rank, mpiexec -disable-auto-cleanup) leaves them behind. Whoever starts mpiexec snapshots
+# /dev/shm first and afterwards removes the new segments no live process maps any more.
+SHM_DIR = "/dev/shm"
+MPICH_PREFIX = "mpich_shm_"
+
+
+def shm_names(prefix: str = MPICH_PREFIX) -> set:
+    """Names in /dev/shm starting with `prefix` (empty where there is no /dev/shm)."""
+    try:
+        return {n for n in os.listdir(SHM_DIR) if n.startswith(prefix)}
+    except OSError:
+        return set()
+
+
+def mapped_shm(prefix: str = MPICH_PREFIX) -> set:
+    """Names under /dev/shm starting with `prefix` that some live process has mapped (from
+    /proc/*/maps; processes we may not read are skipped)."""
+    mark = f"{SHM_DIR}/{prefix}"
+    found = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    at = line.find(mark)
+                    if at >= 0:
+                        found.add(line[at + len(SHM_DIR) + 1:].split()[0])
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def remove_stale_mpich(before: set) -> list:
+    """Remove the mpich_shm_* segments created since `before` (a shm_names() snapshot taken
+    before starting mpiexec) that no live process maps; returns the names removed."""
+    new = shm_names() - set(before)
+    if not new:
+        return []
+    busy = mapped_shm()
+    gone = []
+    for name in sorted(new - busy):
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+            gone.append(name)
+        except FileNotFoundError:
+            pass
+    return gone

@@ -1,12 +1,35 @@
 """The `predicted` column: the simulator's time for this host.
 
-`gpucomm bench --calibrate` measures two numbers and saves them (~/.cache/gpucomm/host.yaml):
-the memory bandwidth one rank gets copying from a peer's shared buffer into its own memory,
-and the latency of one shared-memory op (a 1-op broadcast of 8 bytes between 2 ranks, so it
-includes the runtime's per-call synchronisation). The host becomes a topology of P ranks
-around one CPU: rank -> cpu -> rank, each direction a link of that bandwidth and half that
-latency; the schedule the runtime ran is then timed on it by `gpucomm.simulate` with the pure
-alpha-beta protocol (no GPU protocol overheads). Reductions are costed as copies.
+What the shm runtime spends its time on is memory traffic: every byte a rank receives is
+copied by that rank's core (a load from the peer's buffer, a store into its own), a reduction
+loads two operands and stores one, and ranks copy their own input to their output too. All
+cores share the memory system, so a rate measured on one idle core overstates what each of P
+busy ranks gets.
+
+`gpucomm bench --calibrate` (or, when nothing is saved yet, a quick automatic run) measures
+on this host, with P processes working at once for P = 1 .. cores:
+- `copy_Bps`: bytes per second each process copies (`np.copyto`), and
+- `reduce_Bps`: output bytes per second each process reduces (`np.add(a, b, out=c)`),
+both for buffers far larger than the last-level cache (memory) and for buffers that fit in
+it (`*_cache_Bps`), and the latency of one runtime call (an 8-byte broadcast between 2 ranks).
+It saves them in ~/.cache/gpucomm/host.yaml.
+
+The host becomes a topology of P ranks around one CPU: rank -> cpu -> rank, where the link
+into a rank is that rank's core (the reader does the copy in a pull transport) and the link
+out of a rank is not a limit. Its bandwidth is *effective*: the runtime's compiled plan for
+this call (`runtime.plan`) says exactly which copies and reductions each rank executes,
+staging copies and local copies included; their cost at the calibrated rates, on the busiest
+rank, divided into the bytes that rank receives in the schedule, is the link bandwidth. The
+simulator then times the schedule (latency per op, dependencies, overlap) on that topology
+with the pure alpha-beta protocol. Which rates apply depends on the call's working set
+(every rank's input, output and staging buffer) against the last-level cache: the cached
+fraction moves at the cache rates, the rest at the memory rates (all of it is cached up to
+the cache's size, none from twice that on: streaming evicts what the next pass needs).
+
+The simulator itself has no notion of a local copy or of a reduction's cost (local ops are
+free, every op costs bytes / link bandwidth); the effective bandwidth is how this module
+charges them. It is exact when each rank's work is spread evenly over the bytes it receives
+(symmetric schedules: all of the `auto` choices on 2 ranks).
 """
 from __future__ import annotations
 
@@ -18,32 +41,43 @@ import yaml
 from ..errors import ConfigError
 
 DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "gpucomm", "host.yaml")
+FORMAT = 2
+UNLIMITED_Bps = 1e15  # the link out of a rank: reading a peer costs the reader, not the owner
 
 
 def host_path() -> str:
     return os.environ.get("GPUCOMM_HOST_YAML", DEFAULT_PATH)
 
 
-def host_topology(nranks: int, bandwidth_Bps: float, latency_s: float):
-    """P rank processes around one host CPU (a star through memory)."""
+def host_topology(nranks: int, bandwidth_Bps: float, latency_s: float,
+                  out_bandwidth_Bps: float | None = None):
+    """P rank processes around one host CPU (a star through memory).
+
+    `bandwidth_Bps` is the link into each rank (its core copying in), `out_bandwidth_Bps`
+    the link out (default: the same)."""
     from ..topology import Device, Link, Topology
     cpu = Device("host.cpu", "cpu", 0, "host")
     ranks = [Device(f"host.rank{k}", "gpu", 0, "") for k in range(nranks)]
+    out_bw = bandwidth_Bps if out_bandwidth_Bps is None else out_bandwidth_Bps
     links = []
     for d in ranks:
-        links.append(Link(d.name, cpu.name, bandwidth_Bps, latency_s / 2, "host-memory"))
+        links.append(Link(d.name, cpu.name, out_bw, latency_s / 2, "host-memory"))
         links.append(Link(cpu.name, d.name, bandwidth_Bps, latency_s / 2, "host-memory"))
     return Topology("host", (cpu, *ranks), tuple(links), tuple(d.name for d in ranks),
                     gpus_per_node=nranks, nodes=1)
 
 
 def load_host(path=None) -> dict | None:
+    """The saved calibration, or None if there is none. Format 1 files (bandwidth_Bps and
+    latency_s only) still load: every op then costs its bytes at that bandwidth."""
     path = path or host_path()
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}
     except FileNotFoundError:
         return None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a calibration file (run `gpucomm bench --calibrate`)")
     for key in ("bandwidth_Bps", "latency_s"):
         try:  # YAML 1.1 reads 1e9 (no dot) as a string
             data[key] = float(data.get(key))
@@ -52,71 +86,268 @@ def load_host(path=None) -> dict | None:
         if not data[key] > 0:
             raise ConfigError(f"{path}: {key} must be a number > 0 (run `gpucomm bench "
                               f"--calibrate` again)")
+    if data.get("format") == FORMAT:
+        try:
+            data["rates"] = {int(p): {k: float(v) for k, v in r.items()}
+                             for p, r in data["rates"].items()}
+            data["cache_bytes"] = float(data.get("cache_bytes") or 0)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ConfigError(f"{path}: malformed `rates` table (run `gpucomm bench "
+                              f"--calibrate` again)") from None
     return data
 
 
-def measure_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
-    """Bytes/s one core copies from a shared-memory segment into private memory."""
-    import numpy as np
-    from ..runtime.segment import Segment
-    seg = Segment.create(nbytes)
+# --- measuring -------------------------------------------------------------------------
+def cache_bytes() -> int:
+    """Size of the last-level cache (0 if the system does not say)."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    best = 0
     try:
-        seg.unlink()
-        src = np.frombuffer(seg.mm, np.uint8, nbytes)
-        src[:] = 1
-        dst = np.empty(nbytes, np.uint8)
-        dst[:] = 0
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            np.copyto(dst, src)
-            best = min(best, time.perf_counter() - t0)
-        del src
+        for idx in os.listdir(base):
+            try:
+                with open(os.path.join(base, idx, "size")) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            num = text[:-1] if text[-1:] in "KMG" else text
+            if num.isdigit():
+                best = max(best, int(num) * mult)
+    except OSError:
+        pass
+    return best
+
+
+def cma_allowed() -> bool:
+    """Whether the runtime's ranks (sibling processes) may read each other's memory, so large
+    chunks go by cross-memory attach (Yama ptrace_scope 0, or no Yama; not GPUCOMM_CMA=0)."""
+    if os.environ.get("GPUCOMM_CMA", "1") == "0" or not hasattr(os, "sched_getaffinity"):
+        return False
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return f.read().strip() == "0"
+    except OSError:
+        return True
+
+
+def _rates_worker(nbytes, repeats, barrier, queue):
+    import numpy as np
+    n = nbytes // 4
+    a, b, c = (np.ones(n, np.float32) for _ in range(3))
+    c[:] = 0
+    best_copy = best_add = float("inf")
+    for _ in range(repeats):
+        barrier.wait()  # everyone copies at once: the memory system is shared
+        t0 = time.perf_counter()
+        np.copyto(c, a)
+        best_copy = min(best_copy, time.perf_counter() - t0)
+        barrier.wait()
+        t0 = time.perf_counter()
+        np.add(a, b, out=c)
+        best_add = min(best_add, time.perf_counter() - t0)
+    queue.put((nbytes / best_copy, nbytes / best_add))
+
+
+def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, float]:
+    """(copy, reduce) bytes/s per process while `nprocs` processes work at once; the slowest
+    process's best repeat (a collective waits for its slowest rank)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    barrier, queue = ctx.Barrier(nprocs), ctx.Queue()
+    procs = [ctx.Process(target=_rates_worker, args=(nbytes, repeats, barrier, queue))
+             for _ in range(nprocs)]
+    for p in procs:
+        p.start()
+    try:
+        got = [queue.get(timeout=60) for _ in procs]
     finally:
-        seg.close()
-    return nbytes / best
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return min(g[0] for g in got), min(g[1] for g in got)
 
 
-def calibrate(path=None) -> tuple[str, dict]:
+def measure_latency(iters: int = 2000) -> float:
+    """Seconds of one runtime call: an 8-byte 1-op broadcast between 2 shm ranks."""
     from . import run_bench
-    bw = measure_bandwidth()
-    rows = run_bench("shm", 2, "broadcast", [8], algorithm="ring", iters=2000, warmup=200,
-                     check=0)
-    lat = min(rows[0]["time_us"], rows[0]["ip_time_us"]) * 1e-6
-    host = {"bandwidth_Bps": float(bw), "latency_s": float(lat), "cores": os.cpu_count(),
+    rows = run_bench("shm", 2, "broadcast", [8], algorithm="ring", iters=iters,
+                     warmup=max(10, iters // 10), check=0)
+    return min(rows[0]["time_us"], rows[0]["ip_time_us"]) * 1e-6
+
+
+def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
+    """Measure this host and save it. `quick`: fewer repeats and iterations (about a second),
+    what a first prediction uses when nothing is saved yet."""
+    cores = os.cpu_count() or 1
+    llc = cache_bytes()
+    repeats = 3 if quick else 7
+    big = 32 << 20 if quick else 64 << 20
+    rates = {}
+    for p in range(1, cores + 1):
+        # cache rates: the three buffers of every process fit in the cache together
+        small = max(64 << 10, (llc // (4 * p)) // 4096 * 4096) if llc else 1 << 20
+        copy, red = measure_rates(p, big, repeats)
+        copy_c, red_c = measure_rates(p, small, repeats * 3)
+        rates[p] = {"copy_Bps": copy, "reduce_Bps": red, "copy_cache_Bps": max(copy, copy_c),
+                    "reduce_cache_Bps": max(red, red_c)}
+    lat = measure_latency(200 if quick else 2000)
+    host = {"format": FORMAT, "cma": cma_allowed(),
+            "bandwidth_Bps": rates[cores]["copy_Bps"], "latency_s": float(lat),
+            "cores": cores, "cache_bytes": llc, "rates": rates,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "method": "bandwidth: np.copyto of 64 MiB from a shm segment, best of 5; latency: "
-                      "8-byte 1-op broadcast between 2 shm ranks, 2000 iterations"}
+            "method": (f"{'quick' if quick else 'full'}: P = 1..{cores} processes at once, "
+                       f"np.copyto and np.add(out=) of {big >> 20} MiB buffers (memory) and of "
+                       f"cache-sized buffers, best of {repeats}, slowest process; latency: "
+                       f"8-byte 1-op broadcast between 2 shm ranks")}
     path = path or host_path()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         yaml.safe_dump(host, f, sort_keys=False)
     return path, host
 
 
+# --- the model ---------------------------------------------------------------------------
+def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, float]:
+    """(copy, reduce) bytes/s of one of `nranks` busy ranks for a call touching
+    `working_set` bytes in all. More ranks than cores share them."""
+    rates = host["rates"]
+    cores = max(rates)
+    r = rates[min(nranks, cores)]
+    share = min(1.0, cores / nranks)  # oversubscribed: a core's time is split
+    llc = host.get("cache_bytes") or 0
+    # Streaming through more than the cache evicts what the next pass needs, so the cached
+    # fraction falls fast: all of it up to the cache size, nothing from twice the size on.
+    hit = min(1.0, max(0.0, 2.0 - working_set / llc)) if llc else 0.0
+
+    def blend(mem, cache):  # time per byte adds: the cached part fast, the rest slow
+        return share / (hit / cache + (1 - hit) / mem)
+    return (blend(r["copy_Bps"], r["copy_cache_Bps"]),
+            blend(r["reduce_Bps"], r["reduce_cache_Bps"]))
+
+
+def plan_work(plan, itemsize: int) -> list[tuple[float, float]]:
+    """(copy-equivalent bytes, reduced bytes) each rank executes in a compiled plan.
+
+    Costs follow memory traffic, a copy moving each byte twice (load, store): a reduction
+    with both operands in memory is a calibrated reduction; one whose peer operand is first
+    read by cross-memory attach into a cache-sized buffer costs half a copy for that read
+    (memory to cache) and a copy for the reduction (one operand and the store in memory); a
+    write of that result into the peer straight after (`plan._push_results`) reads it from
+    cache: half a copy. Every other copy is a copy.
+    """
+    from ..runtime.plan import PEER_IN, PEER_OUT
+    work = []
+    for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
+        copied = reduced = 0.0
+        prev = None
+        for a in acts:
+            red, sl, _, slo, dl, dlo, n, _, _, _ = a
+            nb = n * itemsize
+            if red and sl in (PEER_IN, PEER_OUT):
+                copied += 1.5 * nb
+            elif red:
+                reduced += nb
+            elif dl == PEER_OUT and prev is not None and prev[0] and prev[4] == sl \
+                    and prev[5] == slo and prev[6] == n and prev[1] in (PEER_IN, PEER_OUT):
+                copied += 0.5 * nb  # the fused write of a result still in cache
+            else:
+                copied += nb
+            prev = a
+        work.append((copied, reduced))
+    return work
+
+
+def received_bytes(schedule, block_count: int, itemsize: int) -> list[int]:
+    """Bytes each rank receives from other ranks in the schedule (what the links carry)."""
+    bounds = schedule.chunk_bounds(block_count)
+    got = [0] * schedule.nranks
+    for st in schedule.steps():
+        nb = (bounds[st.src_chunk + st.nchunks] - bounds[st.src_chunk]) * itemsize
+        for s, d, b in zip(st.src.tolist(), st.dst.tolist(), nb.tolist()):
+            if s != d:
+                got[d] += b
+    return got
+
+
+def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
+                        direct: bool) -> float:
+    """The link bandwidth at which the busiest rank's received bytes take as long as its
+    copies and reductions in the runtime's plan at the calibrated rates."""
+    from ..runtime.plan import compile_plan
+    from ..runtime.shm import DIRECT_SLICE_BYTES, SLICE_BYTES
+    coll, p = schedule.collective, schedule.nranks
+    slice_bytes = DIRECT_SLICE_BYTES if direct else SLICE_BYTES
+    plan = compile_plan(schedule, block_count, slice_elems=max(1, slice_bytes // itemsize),
+                        direct=direct)
+    ws = 0
+    for r in range(p):
+        for rng in (coll.inputs(r, p, schedule.root), coll.outputs(r, p, schedule.root)):
+            ws += rng[1] * block_count * itemsize if rng else 0
+    ws += p * plan.shm_elems * itemsize * (not direct)
+    copy_Bps, reduce_Bps = rank_rates(host, p, ws)
+    work = [c / copy_Bps + r / reduce_Bps for c, r in plan_work(plan, itemsize)]
+    got = received_bytes(schedule, block_count, itemsize)
+    busiest = max(range(p), key=lambda r: work[r])
+    if work[busiest] <= 0:
+        return copy_Bps
+    moved = got[busiest] or max(got)
+    if moved <= 0:  # nothing crosses ranks (one rank): the simulator charges nothing anyway
+        return copy_Bps
+    return moved / work[busiest]
+
+
 def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto") -> str:
-    """Fill `predicted_time_us` in place; returns a note for the table's footer."""
+    """Fill `predicted_time_us` in place; returns a note for the table's footer. With no
+    saved calibration, a quick one runs first (about a second) and is saved."""
     for r in rows:
         r["predicted_time_us"] = None
     host = load_host()
+    fresh = ""
     if host is None:
-        return f"run `gpucomm bench --calibrate` once to measure this host ({host_path()})"
+        try:
+            path, _ = calibrate(quick=True)
+            host, fresh = load_host(path), " just now, quick: `gpucomm bench --calibrate` " \
+                                            "measures more carefully"
+        except Exception as e:  # a prediction must never break the measurement
+            return (f"no calibration and a quick one failed ({e}); run `gpucomm bench "
+                    f"--calibrate` ({host_path()})")
     try:
         from ..simulate import simulate
         from ..simulate.protocol import ideal_protocol
     except ImportError as e:
         return f"simulator unavailable ({e})"
     from ..algorithms import REGISTRY, build
-    from ..collectives import get_collective
+    from ..collectives import get_collective, layout
+    from ..dtypes import get_dtype
     from ..runtime.communicator import choose_algorithm
+    from ..runtime.shm import DIRECT_MIN_BYTES
     coll = get_collective(collective).name
-    topo = host_topology(nranks, host["bandwidth_Bps"], host["latency_s"])
+    modern = host.get("format") == FORMAT
+    cma = modern and bool(host.get("cma", True))  # large chunks: read straight from peers
     for r in rows:
+        lay = layout(coll, r["size"], r["type"], nranks)
+        isz = get_dtype(r["type"]).itemsize
         name = r["algorithm"] if (coll, r["algorithm"]) in REGISTRY else \
             choose_algorithm(coll, r["size"], nranks)
         sched = build(coll, name, nranks, root=max(r.get("root", 0), 0))
+        if modern:
+            direct = cma and lay.block_count * isz // sched.chunks_per_block >= DIRECT_MIN_BYTES
+            bw = effective_bandwidth(host, sched.materialize(), lay.block_count, isz, direct)
+            topo = host_topology(nranks, bw, host["latency_s"], UNLIMITED_Bps)
+        else:
+            topo = host_topology(nranks, host["bandwidth_Bps"], host["latency_s"])
         res = simulate(sched, topo, r["size"], dtype=r["type"], protocol=ideal_protocol())
         r["predicted_time_us"] = res.time_s * 1e6
         r["predicted_algorithm"] = name
-    return (f"simulated on this host: {host['bandwidth_Bps'] / 1e9:.2f} GB/s, "
-            f"{host['latency_s'] * 1e6:.1f} us per op (calibrated {host.get('measured', '?')})")
+    if not modern:
+        return (f"simulated on this host: {host['bandwidth_Bps'] / 1e9:.2f} GB/s, "
+                f"{host['latency_s'] * 1e6:.1f} us per op (calibrated "
+                f"{host.get('measured', '?')}; an old calibration: every op costed as a copy, "
+                f"run `gpucomm bench --calibrate`)")
+    rr = host["rates"][min(nranks, max(host["rates"]))]
+    return (f"simulated on this host: per rank with {min(nranks, max(host['rates']))} busy, "
+            f"copy {rr['copy_Bps'] / 1e9:.1f} GB/s, reduce {rr['reduce_Bps'] / 1e9:.1f} GB/s "
+            f"from memory ({rr['copy_cache_Bps'] / 1e9:.1f}/{rr['reduce_cache_Bps'] / 1e9:.1f} "
+            f"in cache), {host['latency_s'] * 1e6:.1f} us per op (calibrated "
+            f"{host.get('measured', '?')}{fresh})")

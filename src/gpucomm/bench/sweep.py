@@ -3,7 +3,7 @@ call (`warmup` untimed, then `iters` timed back to back, the slowest rank's aver
 check one call against `gpucomm.collectives.reference` and count wrong elements.
 
 Run by `gpucomm bench` as `python -m gpucomm.bench.sweep CONFIG.json` under the launcher (shm,
-gloo) or mpiexec (mpi); rank 0 appends one JSON row per size to the config's `out` file.
+gloo, torch) or mpiexec (mpi); rank 0 appends one JSON row per size to the config's `out` file.
 """
 from __future__ import annotations
 
@@ -81,16 +81,19 @@ def count_wrong(coll, got, rank, p, bc, dtype, op, root, salt=0) -> int:
 
 
 def _engine_view(backend, coll, inplace, rank, root, inp, view, bc):
-    """Where an engine whose API differs from nccl-tests' leaves this rank's result."""
-    if backend == "mpi" and inplace and coll == "reduce_scatter":
+    """Where an engine whose API differs from nccl-tests' leaves this rank's result (our
+    schedules leave it where nccl-tests does, on whichever engine they run)."""
+    if backend.ours:
+        return view
+    if backend.name == "mpi" and inplace and coll == "reduce_scatter":
         return inp[:bc]  # MPI's in-place reduce-scatter leaves it in block 0
-    if backend != "shm" and coll == "broadcast" and not inplace and rank == root:
+    if coll == "broadcast" and not inplace and rank == root:
         return inp  # MPI and gloo broadcast in place: the root sends from its input
     return view
 
 
 def run_rank(cfg: dict) -> None:
-    backend = make_backend(cfg["backend"], cfg.get("timeout"))
+    backend = make_backend(cfg["backend"], cfg.get("timeout"), cfg["algorithm"])
     rank, p = backend.rank, backend.size
     coll = get_collective(cfg["collective"])
     dtype = dt.get_dtype(cfg["dtype"])
@@ -110,7 +113,7 @@ def run_rank(cfg: dict) -> None:
                 inplace = half == "ip"
                 inp, outb, view = buffers(coll, rank, p, lay.block_count, dtype, op, root,
                                           inplace)
-                view = _engine_view(cfg["backend"], coll.name, inplace, rank, root, inp, view,
+                view = _engine_view(backend, coll.name, inplace, rank, root, inp, view,
                                     lay.block_count)
                 run = backend.prepare(coll.name, inp, outb, op, dtype, root, cfg["algorithm"],
                                       lay.size, inplace)
@@ -126,7 +129,7 @@ def run_rank(cfg: dict) -> None:
                 if cfg["check"]:
                     inp, outb, view = buffers(coll, rank, p, lay.block_count, dtype, op, root,
                                               inplace, salt=1)
-                    view = _engine_view(cfg["backend"], coll.name, inplace, rank, root, inp,
+                    view = _engine_view(backend, coll.name, inplace, rank, root, inp,
                                         view, lay.block_count)
                     backend.prepare(coll.name, inp, outb, op, dtype, root, cfg["algorithm"],
                                     lay.size, inplace)()

@@ -12,9 +12,10 @@ def register(sub) -> None:
                        description="Run a collective over N local ranks for a range of sizes "
                        "and print nccl-tests' table (out-of-place and in-place time, algbw, "
                        "busbw, #wrong) with the simulator's prediction for this host.")
-    p.add_argument("--backend", choices=("shm", "mpi", "gloo"), default="shm",
-                   help="gpucomm's shared-memory runtime (default), MPICH via mpi4py, or "
-                   "torch.distributed gloo")
+    p.add_argument("--backend", choices=("shm", "mpi", "gloo", "torch"), default="shm",
+                   help="gpucomm's shared-memory runtime (default); MPICH via mpi4py; "
+                   "torch.distributed (gloo = torch). mpi and torch run the engine's own "
+                   "collectives, or with --algorithm gpucomm's schedule over the engine")
     p.add_argument("-n", "--nranks", type=positive_int, default=2, help="ranks (default 2)")
     p.add_argument("-c", "--collective", default="all_reduce")
     p.add_argument("-b", "--minbytes", type=size_arg, default=size_arg("8"))
@@ -24,7 +25,9 @@ def register(sub) -> None:
     p.add_argument("-d", "--datatype", default="float32")
     p.add_argument("-o", "--op", default="sum")
     p.add_argument("-r", "--root", type=int, default=0)
-    p.add_argument("--algorithm", default="auto", help="a registered schedule (shm only)")
+    p.add_argument("--algorithm", default="auto",
+                   help="a registered gpucomm schedule (shm, torch, mpi); auto: shm's choice, "
+                   "or the engine's own collectives for torch and mpi")
     p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("-w", "--warmup", type=int, default=5)
     p.add_argument("--check", type=int, default=1, help="check results (1) or not (0)")

@@ -34,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--oversubscription", type=float, default=1.0)
     p.add_argument("--topology", help="a topology YAML file instead of --system")
     p.add_argument("--algorithm", default="auto")
+    p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
+                   help="a builder parameter of --algorithm, e.g. -p group_size=2 (as in "
+                   "`gpucomm algo show`); hierarchical defaults to the topology's GPUs per node")
     p.add_argument("--protocol", default="auto", choices=("auto", "ll", "ll128", "simple"))
     p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
     p.add_argument("-b", "--minbytes", type=size_arg, default=8)
@@ -73,6 +76,7 @@ def cmd_sim(args) -> int:
     if args.compare:
         return _compare(args, topo)
     coll = get_collective(args.collective)
+    params = _builder_params(args, coll)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
     results = []
     for size in sizes:
@@ -80,7 +84,7 @@ def cmd_sim(args) -> int:
                                model=args.model, protocol=args.protocol,
                                root=args.root if coll.rooted else 0, redop=args.op,
                                gpus_per_thread=args.gpus_per_thread or 1,
-                               cuda_graph=bool(args.cuda_graph)))
+                               cuda_graph=bool(args.cuda_graph), **params))
     rows = [r.to_row() for r in results]
     if not coll.reduces:
         for row in rows:
@@ -100,15 +104,38 @@ def cmd_sim(args) -> int:
     return 0
 
 
+def _builder_params(args, coll) -> dict:
+    """-p NAME=VALUE pairs, checked against --algorithm's builder parameters."""
+    from .algo import _params
+    params = _params(getattr(args, "param", None) or [])
+    if not params:
+        return {}
+    if args.algorithm in ("auto", "nvls"):
+        raise ConfigError(f"-p/--param sets parameters of one algorithm: pass --algorithm NAME "
+                          f"(not {args.algorithm})")
+    from ..algorithms import get_algorithm
+    accepted = [k for k, _ in get_algorithm(coll, args.algorithm).params]
+    for k in params:
+        if k not in accepted:
+            raise ConfigError(f"{coll.name} {args.algorithm} has no parameter {k!r}: allowed "
+                              f"are {', '.join(accepted) or 'none'}")
+    return params
+
+
 def _traced(coll, size, topo, args, res):
     from ..algorithms import build
     from ..simulate import simulate
     if res.algorithm == "nvls":
         return res
     from ..algorithms import get_algorithm
-    kw = {}
-    if any(k == "channels" for k, _ in get_algorithm(coll, res.algorithm).params):
+    kw = _builder_params(args, coll) if res.algorithm == args.algorithm else {}
+    accepted = [k for k, _ in get_algorithm(coll, res.algorithm).params]
+    if "channels" in accepted and "channels" not in kw:
         kw["channels"] = max(res.channels, 1)
+    g = topo.gpus_per_node
+    if "group_size" in accepted and "group_size" not in kw and 1 <= g < topo.nranks \
+            and topo.nranks % g == 0:
+        kw["group_size"] = g  # as predict() builds it
     sched = build(coll, res.algorithm, topo.nranks, root=args.root if coll.rooted else 0, **kw)
     return simulate(sched, topo, size, dtype=args.datatype, model=args.model,
                     protocol=res.protocol, trace=True)
@@ -179,6 +206,7 @@ def _compare(args, topo) -> int:
         raise ConfigError(f"cannot read log {str(path)!r}: {e.strerror}") from None
     log = parse_log(text)
     coll = get_collective(log["collective"] or args.collective)
+    params = _builder_params(args, coll)
     if log["nranks"] and log["nranks"] != topo.nranks:
         print(f"# note: the log has {log['nranks']} ranks, the topology {topo.nranks}",
               file=sys.stderr)
@@ -189,7 +217,7 @@ def _compare(args, topo) -> int:
     for row in log["rows"]:
         res = predict(coll, row["size"], topo, algorithm=args.algorithm,
                       dtype=_dtype(row["type"]), model=args.model, protocol=args.protocol,
-                      **launch)
+                      **launch, **params)
         err = (res.busbw_GBps - row["busbw"]) / row["busbw"] if row["busbw"] > 0 else None
         out.append({"size": row["size"], "measured_time_us": row["time_us"],
                     "predicted_time_us": round(res.time_us, 3), "measured_busbw": row["busbw"],

@@ -58,12 +58,12 @@ def emulated_topology_dict(spec, measured, qdiscs: dict | None = None) -> dict:
     raw = measured.raw or {}
     source = (f"gpucomm.emulate: {spec.hosts} network namespaces x {spec.ranks_per_host} ranks, "
               f"{'bridge' if spec.bridge else 'direct veth'}, tc {spec.qdisc} at "
-              f"{spec.rate_bps / 1e9:g} Gbit/s per direction, MTU {spec.mtu}; measured with "
-              f"gpucomm.emulate.probe: inter-host one-way latency "
-              f"{measured.inter_latency_s * 1e6:.1f} us (median TCP ping-pong / 2), goodput "
-              f"{measured.inter_bandwidth_Bps / 1e6:.1f} MB/s; loopback "
+              f"{spec.rate_bps / 1e9:g} Gbit/s per direction, MTU {spec.mtu}; measured "
+              f"inter-host one-way latency {measured.inter_latency_s * 1e6:.1f} us, goodput "
+              f"{measured.inter_bandwidth_Bps / 1e6:.1f} MB/s; in a host "
               f"{measured.intra_latency_s * 1e6:.1f} us, {measured.intra_bandwidth_Bps / 1e9:.2f}"
-              f" GB/s")
+              f" GB/s; " + raw.get("method", "with gpucomm.emulate.probe (median TCP ping-pong "
+                                   "/ 2, bulk TCP goodput)"))
     if qdiscs:
         source += "; qdiscs: " + "; ".join(f"{ns}/{dev}: {text}" for (ns, dev), text in
                                             sorted(qdiscs.items()))

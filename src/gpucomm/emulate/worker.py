@@ -83,11 +83,12 @@ def probe(tr, rph: int, nbytes: int = 16 << 20, pings: int = 200) -> dict | None
     """Latency and goodput as the engine sees them (gloo + this transport, not raw TCP).
 
     Latency: median round trip / 2 of 4-byte messages, rank 0 <-> rank 1 (same host) and
-    rank 0 <-> rank `rph` (first rank of host 1). Goodput (best of three): `nbytes` from rank 0
+    rank 0 <-> rank `rph` (first rank of host 1). Goodput (median of three): `nbytes` from rank 0
     to rank `rph`, one flow; within a host, every local pair exchanging `nbytes` both ways at
-    once (what a collective's intra-host step does), per flow. Idle ranks wait in a receive (as in a
-    collective), not in a gloo barrier, whose waiting costs the busy ranks CPU. Returns the
-    numbers on rank 0, None elsewhere."""
+    once (what a collective's intra-host step does), per flow. Step latency: what one step of a
+    schedule costs this transport beyond its bytes (see step_cost). Idle ranks wait in a
+    receive (as in a collective), not in a gloo barrier, whose waiting costs the busy ranks
+    CPU. Returns the numbers on rank 0, None elsewhere."""
     import torch
     me, p = tr.rank, tr.nranks
     tok = torch.zeros(1)
@@ -143,26 +144,73 @@ def probe(tr, rph: int, nbytes: int = 16 << 20, pings: int = 200) -> dict | None
                 (tr.send if recvs else tr.recv)(tok, peer)
         return slowest(time.perf_counter() - t0)
 
+    def step_cost(reps=40):
+        # For the record: a step of a schedule with (almost) no bytes, back-to-back ring
+        # all-reduces of one element per chunk, per step, on the slowest rank. With 4 ranks
+        # on a loaded 2-core machine it is ~10x a ping-pong's latency (every step wakes every
+        # rank), but at >= 1 MiB those wake-ups overlap the transfers, so the topology takes
+        # the per-message latency of the ping-pong instead.
+        sched = _schedule("ring", p, rph)
+        nsteps = sum(1 for _ in sched.steps())
+        x = torch.ones(p)
+        for _ in range(5):
+            tr.execute(sched, x, x, "sum", "float32")
+        release(0)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            tr.execute(sched, x, x, "sum", "float32")
+        worst = slowest(time.perf_counter() - t0)
+        release(0)
+        return None if worst is None else worst / (reps * nsteps)
+
+    def in_host(reps=5):
+        # In-host goodput as a collective's in-host part uses it: every host at once runs a
+        # ring all-reduce of `nbytes` among its own ranks over the transport (slices, the
+        # reduction of each arriving slice, the other hosts' ranks competing for the cores).
+        # 2(g-1) steps of nbytes/g each: goodput = their bytes / (time - steps * latency).
+        import torch.distributed as dist
+        from ..runtime.torch_transport import TorchTransport
+        groups = [dist.new_group(list(range(h * rph, (h + 1) * rph))) for h in range(p // rph)]
+        sub = TorchTransport(groups[me // rph], timeout=tr.timeout)
+        sched = _schedule("ring", rph, rph)
+        x = torch.ones(nbytes // 4)
+        sub.execute(sched, x, x, "sum", "float32")
+        times = []
+        for _ in range(reps):
+            release(0)
+            t0 = time.perf_counter()
+            sub.execute(sched, x, x, "sum", "float32")
+            times.append(slowest(time.perf_counter() - t0))
+        release(0)
+        return None if me != 0 else statistics.median(times)
+
+    alpha = step_cost()
     inter_peer = rph if p > rph else None
     lat_intra = pingpong(0, 1) if rph > 1 else None
     lat_inter = pingpong(0, inter_peer) if inter_peer is not None else None
-    # best of three: noise from other load only ever slows a transfer down
+    coll_t = in_host() if rph > 1 else None
+    coll_bw = None
+    if coll_t is not None:  # 2(g-1) steps of nbytes/g, each also paying a message's latency
+        steps = 2 * (rph - 1)
+        coll_bw = steps * nbytes / rph / max(coll_t - steps * lat_intra, 1e-9)
+    # median of three, as the benchmark reports its times (a loaded machine slows some runs)
     t_inter = [bulk([(0, inter_peer)]) for _ in range(3)] if inter_peer is not None else None
     local_pairs = [(h * rph + i, h * rph + i + 1) for h in range(p // rph)
                    for i in range(0, rph - 1, 2)]
     t_intra = [bulk(local_pairs) for _ in range(3)] if local_pairs else None
     if me != 0:
         return None
-    t_inter = min(t_inter) if t_inter else None
-    t_intra = min(t_intra) if t_intra else None
-    out = {"engine": "gloo", "pings": pings, "nbytes": nbytes}
+    t_inter = statistics.median(t_inter) if t_inter else None  # as the bench reports
+    t_intra = statistics.median(t_intra) if t_intra else None
+    out = {"engine": "gloo", "pings": pings, "nbytes": nbytes, "step_latency_s": alpha}
     if lat_inter is not None:
         out.update(inter_latency_s=lat_inter,
                    inter_bandwidth_Bps=nbytes / max(t_inter - 2 * lat_inter, 1e-9))
     if lat_intra is not None:
         out.update(intra_latency_s=lat_intra,
-                   intra_bandwidth_Bps=nbytes / max(t_intra - lat_intra, 1e-9),
-                   intra_concurrent_flows=2 * len(local_pairs))
+                   intra_bulk_bandwidth_Bps=nbytes / max(t_intra - lat_intra, 1e-9),
+                   intra_concurrent_flows=2 * len(local_pairs),
+                   intra_bandwidth_Bps=coll_bw, intra_allreduce_s=coll_t)
     return out
 
 

@@ -5,7 +5,9 @@
     comm.all_reduce(x)               # numpy array or CPU torch tensor, in place
 
 Transports implement `execute(schedule, inp, out, op, dtype, timeout)` for their rank, plus
-`barrier`, `send`, `recv` and `close`; `ShmTransport` is the one for ranks on one host.
+`barrier`, `send`, `recv` and `close`; `ShmTransport` is the one for ranks on one host,
+`TorchTransport` and `MPITransport` run the same schedules over torch.distributed and MPI
+(`init(transport="torch" | "mpi")`), across hosts.
 """
 from __future__ import annotations
 
@@ -47,25 +49,41 @@ def resolve_timeout(timeout=None) -> float:
     return float(timeout)
 
 
+TRANSPORTS = ("shm", "torch", "mpi")
+
+
 def init(timeout=None, transport: str = "shm") -> Communicator:
     """The communicator of this process, from the torchrun/mpiexec environment.
 
-    Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (WORLD_SIZE 1 needs none
-    of the others). Rank 0 listens on MASTER_ADDR:MASTER_PORT for the rendezvous.
+    `transport`: "shm" (default; ranks on one host, over shared memory), "torch" (gpucomm's
+    schedules over torch.distributed point-to-point: gloo on CPUs, NCCL when CUDA is there;
+    any number of hosts, e.g. under `torchrun --nnodes N`) or "mpi" (over mpi4py, under
+    mpiexec). For shm and torch it reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    MASTER_PORT (WORLD_SIZE 1 needs none of the others); for mpi, MPI's own world.
 
     >>> comm = init()  # doctest: +SKIP
     >>> comm.rank, comm.world_size  # doctest: +SKIP
     (0, 2)
+    >>> comm = init(transport="torch")  # doctest: +SKIP  (under torchrun, on any host)
     """
     timeout = resolve_timeout(timeout)
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"unknown transport {transport!r}: allowed are {', '.join(TRANSPORTS)}")
+    if transport == "torch":
+        from .torch_transport import init_torch_transport
+        tr = init_torch_transport(timeout)
+        return Communicator(tr.rank, tr.nranks, tr, timeout,
+                            env_int("LOCAL_RANK", tr.rank))
+    if transport == "mpi":
+        from .mpi_transport import MPITransport, local_rank
+        tr = MPITransport(timeout=timeout)
+        return Communicator(tr.rank, tr.nranks, tr, timeout, local_rank(tr.engine.comm))
     world = env_int("WORLD_SIZE", 1)
     rank = env_int("RANK", 0 if world == 1 else None)
     if world < 1 or not 0 <= rank < world:
         raise ConfigError(f"RANK={rank} is out of range for WORLD_SIZE={world}: allowed are "
                           f"0..{world - 1}")
     local_rank = env_int("LOCAL_RANK", rank)
-    if transport != "shm":
-        raise ConfigError(f"unknown transport {transport!r}: allowed is shm")
     from .shm import ShmTransport
     rdzv = None
     if world > 1:
@@ -79,4 +97,4 @@ def init(timeout=None, transport: str = "shm") -> Communicator:
     return Communicator(rank, world, tr, timeout, local_rank)
 
 
-__all__ = ["Communicator", "Work", "init", "choose_algorithm", "resolve_timeout"]
+__all__ = ["Communicator", "TRANSPORTS", "Work", "init", "choose_algorithm", "resolve_timeout"]

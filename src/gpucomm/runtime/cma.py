@@ -1,5 +1,6 @@
-"""Cross-memory attach: copy straight out of a peer process's private memory (Linux
-process_vm_readv, the single-copy path MPI libraries use for large messages on one host).
+"""Cross-memory attach: copy straight out of (or into) a peer process's private memory (Linux
+process_vm_readv / process_vm_writev, the single-copy path MPI libraries use for large
+messages on one host).
 
 It needs the permission to ptrace the peer (same user, and Yama's ptrace_scope <= 1 or
 PR_SET_PTRACER); `probe` checks that before the runtime relies on it.
@@ -16,24 +17,33 @@ class _IOVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
-_libc = None
+_fns: dict = {}
 
 
-def _readv():
-    global _libc
-    if _libc is None:
-        lib = ctypes.CDLL(None, use_errno=True)
-        fn = lib.process_vm_readv
+def _fn(name: str):
+    fn = _fns.get(name)
+    if fn is None:
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
         fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
                        ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
         fn.restype = ctypes.c_ssize_t
-        _libc = fn
-    return _libc
+        _fns[name] = fn
+    return fn
 
 
 def read(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
     """Copy `nbytes` from `remote_addr` in process `pid` to `local_addr` here."""
-    fn = _readv()
+    _copy("process_vm_readv", "read", pid, remote_addr, local_addr, nbytes)
+
+
+def write(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+    """Copy `nbytes` from `local_addr` here to `remote_addr` in process `pid` (the same
+    permission as reading it)."""
+    _copy("process_vm_writev", "write", pid, remote_addr, local_addr, nbytes)
+
+
+def _copy(name, what, pid, remote_addr, local_addr, nbytes) -> None:
+    fn = _fn(name)
     local, remote = _IOVec(local_addr, nbytes), _IOVec(remote_addr, nbytes)
     done = 0
     while done < nbytes:
@@ -42,7 +52,7 @@ def read(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
         got = fn(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
         if got <= 0:
             err = ctypes.get_errno()
-            raise TransportError(f"cross-memory read of {nbytes} B from pid {pid} failed: "
+            raise TransportError(f"cross-memory {what} of {nbytes} B from pid {pid} failed: "
                                  f"{os.strerror(err) if err else 'no progress'}")
         done += got
 

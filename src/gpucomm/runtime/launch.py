@@ -137,9 +137,15 @@ def _signal(p, sig) -> None:
 
 def _pump(stream, rank, prefix, out, lock) -> None:
     tag = f"[rank {rank}] " if prefix else ""
+    closed = False  # our reader went away (`gpucomm launch ... | head`): keep draining
     for raw in iter(stream.readline, b""):
+        if closed:
+            continue
         line = raw.decode(errors="replace")
         with lock:
-            out.write(tag + line if line.endswith("\n") else tag + line + "\n")
-            out.flush()
+            try:
+                out.write(tag + line if line.endswith("\n") else tag + line + "\n")
+                out.flush()
+            except BrokenPipeError:
+                closed = True
     stream.close()

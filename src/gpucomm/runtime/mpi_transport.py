@@ -114,3 +114,16 @@ class MPITransport(P2PTransport):
     def __init__(self, comm=None, timeout: float = DEFAULT_TIMEOUT_S,
                  slice_bytes: int = SLICE_BYTES):
         super().__init__(MPIEngine(comm), timeout=timeout, slice_bytes=slice_bytes)
+
+
+def local_rank(comm=None) -> int:
+    """This rank's index among the ranks of `comm` on its host (MPI_COMM_TYPE_SHARED)."""
+    if MPI is None:
+        raise ConfigError("the mpi transport needs mpi4py and an MPI library: "
+                          "pip install mpi4py mpich")
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, comm.Get_rank())
+    try:
+        return node.Get_rank()
+    finally:
+        node.Free()

@@ -4,8 +4,10 @@ The rank holds the collective's logical buffer (see `gpucomm.collectives`): its 
 into its block range, the steps run in order, the output is read from its block range. For
 every step the rank posts, at once, one receive per peer that sends to it (into a temporary
 buffer, or straight into place for a lone copy) and one send per peer it sends to (its chunks
-for that peer packed in op order), waits for all of them, then copies or reduces what arrived
-and does its local copies. Both ends list a step's ops in the same order, so a message's
+for that peer packed in op order), waits for its receives, copies or reduces what arrived and
+does its local copies. It does not wait for the step's sends: they complete while later steps
+run (a send is waited for before anything overwrites what it reads, and all before `execute`
+returns), so a slow outgoing link stays busy across steps. Both ends list a step's ops in the same order, so a message's
 layout needs no header. Because each write happens in the step the schedule gives it, and the
 numerics are `dtypes.reduce_into`'s, results equal `gpucomm.execute.execute` bit for bit.
 
@@ -248,49 +250,131 @@ class P2PTransport:
         return hit[1]
 
     def _run(self, plan, buf, op, dtype, deadline, schedule) -> None:
-        arrays, engine = self.arrays, self.engine
+        engine = self.engine
         k = max(1, self.slice_bytes // dtype.itemsize)
-        for sp in plan:
+        # Sends still in flight from earlier steps: (handles, source ranges they read (none
+        # for a packed copy), step, the posted buffers). A step does not wait for its own
+        # sends: it moves on once its receives have landed, so a rank whose outgoing link is
+        # the slow one keeps it busy with the next step's bytes while the fast side catches up
+        # (the cross-step pipelining NCCL gets from its slots). A send is waited for before
+        # anything writes the range it reads, and every send before execute returns.
+        # The next step's receives are posted one step ahead (into buffers of their own), so
+        # an engine whose sender waits for the receiver to be ready (gloo) has its answer
+        # there when the data comes; not on engines that need a step's ops in one group
+        # (NCCL: a receive-only group ahead of the sends could deadlock its stream).
+        ahead = not getattr(engine, "batched", False)
+        inflight: list = []
+        pre = None
+        try:
+            for i, sp in enumerate(plan):
+                nxt = plan[i + 1] if ahead and i + 1 < len(plan) else None
+                pre = self._step(sp, buf, op, dtype, deadline, k, inflight, pre, nxt)
+            for hs, _, step, _ in inflight:
+                try:
+                    engine.wait(hs, deadline)
+                except TransportError as e:
+                    e.step = step
+                    raise
+        except TransportError as e:
+            e = self._earlier(e, inflight)
+            raise type(e)(f"{e} (step {getattr(e, 'step', '?')} of {schedule.algorithm} "
+                          f"{schedule.collective.name} on {schedule.nranks} ranks)") from e
+
+    def _earlier(self, err, inflight):
+        """On a timeout, a send of an earlier step that is still open names the rank that
+        stopped first (the peer we timed out on may just be stuck behind it, as it would be
+        in lock step): report that one."""
+        from ..errors import CommTimeout
+        if not isinstance(err, CommTimeout):
+            return err
+        for hs, _, step, _ in inflight:
+            if step >= getattr(err, "step", -1):
+                continue
+            try:
+                self.engine.wait(hs, time.monotonic())  # past the deadline: one poll
+            except TransportError as e:
+                e.step = step
+                return type(e)(f"{e}; then timed out on a later step: {err}")
+        return err
+
+    def _recv_buffers(self, sp, buf, dtype, k, into_place: bool):
+        """(message, buffer, direct) and its slices [(peer, view, offset)] per receive."""
+        recvs, posted = [], []
+        for m in sp.recvs:
+            direct = into_place and len(m.ranges) == 1 and not m.ranges[0][2]
+            b = buf[m.ranges[0][0]:m.ranges[0][1]] if direct else self.arrays.empty(m.nelems,
+                                                                                      dtype)
+            recvs.append((m, b, direct))
+            posted.append([(m.peer, b[o:o + k], o) for o in range(0, m.nelems, k)])
+        return recvs, posted
+
+    def _step(self, sp, buf, op, dtype, deadline, k, inflight, pre, nxt):
+        """Run one step; returns the next step's receives if this posted them (`nxt`)."""
+        arrays, engine = self.arrays, self.engine
+        ahead = None
+        try:
+            # ranges this step writes: wait for earlier sends still reading them
+            writes = [(lo, hi) for m in sp.recvs for lo, hi, _ in m.ranges]
+            writes += [(lo_d, lo_d + hi_s - lo_s) for lo_s, hi_s, lo_d, _ in sp.local]
+            if inflight and writes:
+                keep = []
+                for item in inflight:
+                    if any(a < hi and lo < z for a, z in item[1] for lo, hi in writes):
+                        engine.wait(item[0], deadline)
+                    else:
+                        keep.append(item)
+                inflight[:] = keep
             # Large messages go in slices, so what arrived is reduced while the rest is still
             # on the wire. Each slice has a tag of its own: step * 4096 + slice.
-            recvs, posted_r = [], []
-            for m in sp.recvs:
-                direct = len(m.ranges) == 1 and not m.ranges[0][2]
-                b = buf[m.ranges[0][0]:m.ranges[0][1]] if direct else arrays.empty(m.nelems,
-                                                                                     dtype)
-                recvs.append((m, b, direct))
-                posted_r.append([(m.peer, b[o:o + k], o) for o in range(0, m.nelems, k)])
-            posted_s = []
+            if pre is None:
+                recvs, posted_r = self._recv_buffers(sp, buf, dtype, k, True)
+            else:
+                recvs, posted_r, handles_r = pre
+            posted_s, reads = [], []
             for m in sp.sends:
                 b = arrays.pack([buf[lo:hi] for lo, hi, _ in m.ranges], m.nelems, dtype)
+                if len(m.ranges) == 1:  # a view of the buffer, not a packed copy
+                    reads.append((m.ranges[0][0], m.ranges[0][1]))
                 posted_s.append([(m.peer, b[o:o + k], o) for o in range(0, m.nelems, k)])
-            try:
-                # one post call for the whole step: NCCL needs a step's ops grouped
-                handles = [] if not (posted_r or posted_s) else engine.post(
-                    [(peer, v, _tag(sp.index, i)) for sl in posted_s
-                     for i, (peer, v, _) in enumerate(sl)],
-                    [(peer, v, _tag(sp.index, i)) for sl in posted_r
-                     for i, (peer, v, _) in enumerate(sl)])
-                nr = sum(len(sl) for sl in posted_r)
-                handles_r, handles_s, at = [], handles[nr:], 0
+            # one post call for the step's ops: NCCL needs a step's ops grouped
+            rlist = [] if pre is not None else [(peer, v, _tag(sp.index, i))
+                                                for sl in posted_r
+                                                for i, (peer, v, _) in enumerate(sl)]
+            slist = [(peer, v, _tag(sp.index, i)) for sl in posted_s
+                     for i, (peer, v, _) in enumerate(sl)]
+            handles = engine.post(slist, rlist) if (rlist or slist) else []
+            nr = len(rlist)
+            if len(handles) > nr:
+                inflight.append((handles[nr:], reads, sp.index, posted_s))  # keeps buffers
+            if pre is None:
+                handles_r, at = [], 0
                 for sl in posted_r:
                     handles_r.append(handles[at:at + len(sl)])
                     at += len(sl)
-                for (m, b, direct), sl, hs in zip(recvs, posted_r, handles_r):
-                    for (_, v, o), h in zip(sl, hs):
-                        engine.wait([h], deadline)
-                        if not direct:
-                            self._land(buf, m.ranges, b, o, o + len(v), op, dtype)
-                engine.wait(handles_s, deadline)
-            except TransportError as e:
-                raise type(e)(f"{e} (step {sp.index} of {schedule.algorithm} "
-                              f"{schedule.collective.name} on {schedule.nranks} ranks)") from e
-            for lo_s, hi_s, lo_d, red in sp.local:
-                src = buf[lo_s:hi_s]
-                if red:
-                    arrays.reduce(buf[lo_d:lo_d + hi_s - lo_s], src, op, dtype)
-                else:
-                    buf[lo_d:lo_d + hi_s - lo_s] = src
+            if nxt is not None and nxt.recvs:
+                nrecvs, nposted = self._recv_buffers(nxt, buf, dtype, k, False)
+                nh = engine.post([], [(peer, v, _tag(nxt.index, i)) for sl in nposted
+                                      for i, (peer, v, _) in enumerate(sl)])
+                nhandles, at = [], 0
+                for sl in nposted:
+                    nhandles.append(nh[at:at + len(sl)])
+                    at += len(sl)
+                ahead = (nrecvs, nposted, nhandles)
+            for (m, b, direct), sl, hs in zip(recvs, posted_r, handles_r):
+                for (_, v, o), h in zip(sl, hs):
+                    engine.wait([h], deadline)
+                    if not direct:
+                        self._land(buf, m.ranges, b, o, o + len(v), op, dtype)
+        except TransportError as e:
+            e.step = sp.index
+            raise
+        for lo_s, hi_s, lo_d, red in sp.local:
+            src = buf[lo_s:hi_s]
+            if red:
+                arrays.reduce(buf[lo_d:lo_d + hi_s - lo_s], src, op, dtype)
+            else:
+                buf[lo_d:lo_d + hi_s - lo_s] = src
+        return ahead
 
     def _land(self, buf, ranges, b, start, end, op, dtype) -> None:
         """Copy or reduce elements start..end of a packed message into their ranges."""

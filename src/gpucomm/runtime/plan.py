@@ -69,8 +69,13 @@ class Plan:
         for i, (red, sl, sr, slo, dl, dlo, n, cl, clo, deps) in enumerate(self.actions[rank]):
             src = {PEER: f"r{sr}.shm", PEER_IN: f"r{sr}.in", PEER_OUT: f"r{sr}.out"}.get(
                 sl, LOC_NAMES[sl])
-            what = (f"{LOC_NAMES[dl]}[{dlo}:+{n}] = {LOC_NAMES[cl]}[{clo}] op {src}[{slo}]" if red
-                    else f"{LOC_NAMES[dl]}[{dlo}:+{n}] = {src}[{slo}:+{n}]")
+            dst = f"r{sr}.out" if dl == PEER_OUT else LOC_NAMES[dl]
+            if dl == PEER_OUT:
+                what = f"{dst}[{dlo}:+{n}] = {LOC_NAMES[sl]}[{slo}:+{n}]"
+            elif red:
+                what = f"{dst}[{dlo}:+{n}] = {LOC_NAMES[cl]}[{clo}] op {src}[{slo}]"
+            else:
+                what = f"{dst}[{dlo}:+{n}] = {src}[{slo}:+{n}]"
             dep = ", ".join(f"r{q}>={k}" for q, k in deps)
             lines.append(f"{i}: {what}" + (f"  after {dep}" if dep else ""))
         return "\n".join(lines)
@@ -82,13 +87,21 @@ def schedule_key(s: Schedule) -> tuple:
 
 
 def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 16,
-                 direct: bool = False) -> Plan:
+                 direct: bool = False, push_root: int | None = None,
+                 push: bool = True) -> Plan:
     """The per-rank action lists of `schedule` for blocks of `block_count` elements.
 
     `direct`: peers read a value wherever its owner keeps it, its private input and output
     included (the transport copies those with cross-memory attach), so nothing is staged in
     shared memory for peers; a rank then ends only after every peer finished reading its
     buffers.
+
+    `push_root` (with `direct`): that rank calls in place (its input is its output), so its
+    local input-to-output copies are no-ops; if it then has nothing else to do (the root of a
+    broadcast), it *writes* a share of every chunk that peers read from it into their outputs
+    while they read the rest: two cores copy instead of one (see `_push_split`). On 2 ranks a
+    reduced range the peer reads is written into the peer by its reducer (`_push_results`).
+    `push=False` turns both off (plain pull plans).
 
     >>> from gpucomm.algorithms import build
     >>> plan = compile_plan(build("all_reduce", "ring", 2), 4)
@@ -220,6 +233,10 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
             acts[r].append(Action(False, SHM, r, 0, SHM, 0, 0, SHM, 0,
                                   tuple(sorted(user_readers[r].items()))))
 
+    if direct and push and push_root is not None:
+        acts = _push_split(acts, push_root, in_rng[push_root], out_rng[push_root])
+    if direct and push and p == 2:
+        acts = _push_results(acts, in_rng, out_rng)
     rows = tuple(tuple(a.as_tuple() for a in acts[r] if a.n > 0 or a.deps) for r in range(p))
     # dropping empty actions shifts indices: recompile indices only when something was dropped
     if any(len(rows[r]) != len(acts[r]) for r in range(p)):
@@ -227,6 +244,142 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
     peers = tuple(frozenset(a[2] for a in rows[r] if a[1] in (PEER, PEER_IN, PEER_OUT))
                   for r in range(p))
     return Plan(schedule_key(schedule), p, block_count, bounds[-1], rows, peers)
+
+
+def _push_results(acts, in_rng, out_rng) -> list:
+    """On 2 ranks, a rank that reduces a final output range the peer then reads (the second
+    half of two_shot) writes it into the peer's output itself, slice by slice while the slice
+    is still in its cache (the runtime fuses the reduction and the write), instead of the
+    peer reading it from memory later: one pass over memory less, and no rank waits for the
+    other's reduction to finish before moving data.
+
+    The peer's read becomes a wait for the write. The write may start as soon as the peer
+    has entered the call if nothing the peer does before that read touches the range (its
+    input and output may be one buffer, so both count); otherwise the plan is left as it is.
+    """
+    p = len(acts)
+
+    def logical(loc, r, off, n):
+        if loc == IN:
+            return (in_rng[r][0] + off, n)
+        if loc == OUT:
+            return (out_rng[r][0] + off, n)
+        return None
+
+    def overlaps(a, b):
+        return a is not None and b is not None and a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+    fuse = {}  # (writer rank, writer index) -> (reader rank, reader index)
+    for q in range(p):
+        for j, b in enumerate(acts[q]):
+            if b.reduce or b.src_loc != PEER_OUT or b.dst_loc != OUT or not b.n:
+                continue
+            r = b.src_rank
+            k = dict(b.deps).get(r, 0)
+            if not k:
+                continue
+            a = acts[r][k - 1]
+            if not (a.reduce and a.dst_loc == OUT and a.dlo == b.slo and a.n == b.n
+                    and a.src_loc in (PEER_IN, PEER_OUT) and a.src_rank == q):
+                continue
+            span = logical(OUT, q, b.dlo, b.n)
+            if any(overlaps(span, logical(e.dst_loc, q, e.dlo, e.n))
+                   or overlaps(span, logical(e.src_loc, q, e.slo, e.n))
+                   or (e.reduce and overlaps(span, logical(e.cur_loc, q, e.clo, e.n)))
+                   for e in acts[q][:j]):
+                continue
+            if any(q2 != r for q2, _ in b.deps):
+                continue
+            fuse[(r, k - 1)] = (q, j)
+    if not fuse:
+        return acts
+    newcount = []
+    for r in range(p):
+        row, cnt = [0], 0
+        for i in range(len(acts[r])):
+            cnt += 1 + ((r, i) in fuse)
+            row.append(cnt)
+        newcount.append(row)
+    reader_wait = {v: newcount[k[0]][k[1] + 1] for k, v in fuse.items()}  # after the write
+    out = [[] for _ in acts]
+    for r in range(p):
+        for i, a in enumerate(acts[r]):
+            deps = tuple((q, newcount[q][k]) for q, k in a.deps)
+            w = reader_wait.get((r, i))
+            if w is not None:  # the read, now done by the writer: wait for it
+                out[r].append(Action(False, SHM, a.src_rank, 0, SHM, 0, 0, SHM, 0,
+                                     ((a.src_rank, w),)))
+                continue
+            out[r].append(Action(a.reduce, a.src_loc, a.src_rank, a.slo, a.dst_loc, a.dlo,
+                                 a.n, a.cur_loc, a.clo, deps))
+            if (r, i) in fuse:
+                q, j = fuse[(r, i)]
+                out[r].append(Action(False, OUT, q, a.dlo, PEER_OUT, acts[q][j].dlo, a.n, OUT,
+                                     0, ((q, 0),)))
+    return out
+
+
+def _push_split(acts, s, in_rng, out_rng) -> list:
+    """Let an idle in-place rank `s` push part of what its peers pull from it.
+
+    A peer's copy `out[dlo:+n] = s.in[slo:+n]` becomes: the peer pulls the first part, `s`
+    writes the rest into the peer's output (a PEER_OUT destination: a cross-memory write),
+    and the peer waits for that write before going on (a zero-length action whose only
+    content is the dependency). With k readers `s` takes the share 1/(k+1) of each transfer,
+    so it moves about as many bytes as each reader. Dependencies are renumbered: the pushes come
+    first in `s`'s list, and every split adds one action to its reader's list.
+    """
+    if in_rng is None or in_rng != out_rng:
+        return acts
+    if any(a.n > 0 and not (a.src_loc == IN and a.dst_loc == OUT and a.slo == a.dlo
+                            and not a.reduce) for a in acts[s]):
+        return acts  # not idle: its own work already overlaps the peers' reads
+    pulls = sorted((i, d) for d in range(len(acts)) if d != s for i, a in enumerate(acts[d])
+                   if not a.reduce and a.src_rank == s and a.src_loc in (PEER_IN, PEER_OUT)
+                   and a.dst_loc == OUT and a.n > 1)
+    if not pulls:
+        return acts
+    # s moves as many bytes as each reader: 1/(k+1) of every transfer to its k readers
+    share, base = 1.0 / (len({d for _, d in pulls}) + 1), len(pulls)
+    push_no = {(d, i): j for j, (i, d) in enumerate(pulls)}
+    newcount = []  # rank r's new action count after its first k original actions
+    for r in range(len(acts)):
+        row, cnt = [0], 0
+        for i in range(len(acts[r])):
+            cnt += 1 + ((r, i) in push_no)
+            row.append(cnt)
+        newcount.append(row)
+
+    def remap(deps):
+        return tuple((q, (k + base if k else 0) if q == s else newcount[q][k]) for q, k in deps)
+
+    out = [[] for _ in acts]
+    pushes = [None] * base
+    for d in range(len(acts)):
+        if d == s:
+            continue
+        for i, a in enumerate(acts[d]):
+            deps = remap(a.deps)
+            j = push_no.get((d, i))
+            if j is None:
+                out[d].append(Action(a.reduce, a.src_loc, a.src_rank, a.slo, a.dst_loc, a.dlo,
+                                     a.n, a.cur_loc, a.clo, deps))
+                continue
+            give = max(1, int(a.n * share))
+            keep = a.n - give
+            out[d].append(Action(False, a.src_loc, s, a.slo, OUT, a.dlo, keep, a.cur_loc,
+                                 a.clo, deps))
+            out[d].append(Action(False, SHM, s, 0, SHM, 0, 0, SHM, 0, ((s, j + 1),)))
+            # s writes the tail once d has started this action (so d's earlier work, which
+            # might touch that memory, is done)
+            loc = IN if a.src_loc == PEER_IN else OUT
+            pdeps = dict(q_k for q_k in deps if q_k[0] != s)
+            pdeps[d] = max(pdeps.get(d, 0), newcount[d][i])
+            pushes[j] = Action(False, loc, d, a.slo + keep, PEER_OUT, a.dlo + keep, give, loc,
+                               0, tuple(sorted(pdeps.items())))
+    out[s] = pushes + [Action(a.reduce, a.src_loc, a.src_rank, a.slo, a.dst_loc, a.dlo, a.n,
+                              a.cur_loc, a.clo, remap(a.deps)) for a in acts[s]]
+    return out
 
 
 def _drop_empty(acts) -> tuple:

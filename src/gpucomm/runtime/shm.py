@@ -5,7 +5,10 @@ segment holding its logical buffer (see `collectives`). A rank executes the ops 
 destination it is (`plan.compile_plan`), reading the source straight from the peer's mapped
 buffer and reducing with numpy ufuncs (`out=`): no pickling, no intermediate copies. Chunks of
 3 MiB and more skip the staging altogether where Linux allows cross-memory attach (`cma`): the
-reader copies them out of the peer's own input or output array, one copy instead of two.
+reader copies them out of the peer's own input or output array, one copy instead of two; and
+where that balances the work or saves a pass over memory, a rank writes into a peer's output
+instead (an idle broadcast root takes a share; on 2 ranks a reduced half goes to the peer
+straight from cache) — see `plan._push_split` and `plan._push_results`.
 
 Synchronisation is one 64-bit counter per rank, `seq << 32 | actions done`: a dependency
 "peer q has done k actions of call seq" is one load. Waits spin briefly, then yield, then sleep
@@ -28,12 +31,13 @@ from ..collectives import COLLECTIVES
 from ..errors import CommTimeout, ConfigError, TransportError
 from ..schedule import Schedule
 from . import cma
-from .plan import IN, OUT, PEER, PEER_IN, compile_plan
+from .plan import IN, OUT, PEER, PEER_IN, PEER_OUT, compile_plan
 from .segment import Segment, unlink_name
 
 DONE = 0xFFFFFFFF
 # control segment layout, in int64 words
 PROG, PID, STATE, GEN, CAP, IN_ADDR, OUT_ADDR = 0, 8, 9, 10, 11, 12, 13  # progress: own line
+IN_PLACE = 14  # this call's input is its output (a broadcast root's peers read it)
 DESC = 16  # 8 words: seq, collective, algorithm hash, nranks, root, block count, dtype, op
 ACK = 32  # + j: generation of rank j's data segment that this rank has mapped
 P2P = 32 + 64  # + 4j: messages sent to j, their nbytes, dtype, generation of the segment for j
@@ -54,6 +58,13 @@ DIRECT_SLICE_BYTES = int(os.environ.get("GPUCOMM_DIRECT_SLICE_BYTES", 16 << 20))
 # Staged chunks are cut into slices of this size so consecutive steps pipeline; 4 MiB copies
 # are large enough for non-temporal stores (measured: 2 MiB pieces copy ~30% slower here).
 SLICE_BYTES = int(os.environ.get("GPUCOMM_SLICE_BYTES", 4 << 20))
+# A reduction read by cross-memory attach goes through a buffer this large, so the peer's
+# piece, the sum and (pushed on to the peer) the result stay in the core's L2 cache
+# (measured, 16 MiB all-reduce on 2 ranks: 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
+PIECE_BYTES = int(os.environ.get("GPUCOMM_PIECE_BYTES", 1 << 20))
+# Direct plans let a rank write into a peer's output where that saves a pass over memory or
+# puts an idle core to work (`plan._push_split`, `plan._push_results`); 0 turns that off.
+PUSH = os.environ.get("GPUCOMM_PUSH", "1") != "0"
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
 DTYPE_IDS = {name: i for i, name in enumerate(dt.DTYPES)}
 OP_IDS = {name: i for i, name in enumerate(dt.REDUCE_OPS)}
@@ -76,6 +87,7 @@ class ShmTransport:
         self._spin_s = 50e-6
         self.broken = None  # the error that broke this communicator
         self._plans: dict = {}
+        self._tmp = None  # cache-sized buffer for reductions read by cross-memory attach
         self._ctrl = Segment.create(CTRL_BYTES)
         self._mine = self._ctrl.mm
         self._me = memoryview(self._mine).cast("q")
@@ -186,9 +198,10 @@ class ShmTransport:
         return seg
 
     # --- executing a schedule ---------------------------------------------------------
-    def plan(self, schedule: Schedule, block_count: int, itemsize: int):
-        """The compiled plan and the schedule's hash for the call descriptor (cached)."""
-        key = (id(schedule), block_count, itemsize)
+    def plan(self, schedule: Schedule, block_count: int, itemsize: int, in_place_root=False):
+        """The compiled plan and the schedule's hash for the call descriptor (cached).
+        `in_place_root`: the schedule's root calls in place (every rank must agree)."""
+        key = (id(schedule), block_count, itemsize, in_place_root)
         hit = self._plans.get(key)
         if hit is None or hit[0] is not schedule:
             if len(self._plans) > 256:
@@ -199,7 +212,9 @@ class ShmTransport:
             # calls and let large copies use non-temporal stores.
             slice_bytes = DIRECT_SLICE_BYTES if direct else self.slice_bytes
             plan = compile_plan(schedule, block_count,
-                                slice_elems=max(1, slice_bytes // itemsize), direct=direct)
+                                slice_elems=max(1, slice_bytes // itemsize), direct=direct,
+                                push_root=schedule.root if in_place_root else None,
+                                push=PUSH)
             hit = (schedule, plan, zlib.crc32(repr((plan.schedule_key, direct)).encode()))
             self._plans[key] = hit
         return hit[1], hit[2]
@@ -236,6 +251,11 @@ class ShmTransport:
     def _run(self, schedule, bc, inp, out, op, dtype, timeout) -> None:
         coll, p, me = schedule.collective, self.nranks, self.rank
         plan, algo_hash = self.plan(schedule, bc, dtype.itemsize)
+        # A large broadcast whose root calls in place leaves the root idle while the others
+        # read: let it write a share into their outputs (`plan._push_split`). Only the root
+        # knows, so it says so in its control segment and the others read it on entry.
+        split = PUSH and coll.name == "broadcast" and p > 1 and self.cma and \
+            bc * dtype.itemsize // schedule.chunks_per_block >= DIRECT_MIN_BYTES
         self.seq += 1
         seq = self.seq
         base = seq << 32
@@ -255,15 +275,27 @@ class ShmTransport:
         for i, v in enumerate(desc):
             self._me[DESC + i] = v
         self._me[IN_ADDR], self._me[OUT_ADDR] = in_addr, out_addr
+        self._me[IN_PLACE] = int(in_addr == out_addr)
         self._me[PROG] = base
+        checked = [False] * p
+        checked[me] = True
+        if split:
+            root = schedule.root
+            if root != me:
+                self._wait(root, base, deadline)
+                self._check_peer(root, desc, schedule, dtype, op)
+                checked[root] = True
+            if self._progs[root][IN_PLACE]:
+                plan, _ = self.plan(schedule, bc, dtype.itemsize, in_place_root=True)
         arrs = [self._view(dtype), inp, out]
         tmp = None
         ufunc = dt._UFUNCS[op] if coll.reduces else None
         native = dtype.compute == dtype.storage
-        checked = [False] * p
-        checked[me] = True
         progs, mine = self._progs, self._me
-        for i, (red, sl, sr, slo, dl, dlo, n, cl, clo, deps) in enumerate(plan.actions[me]):
+        acts, skip = plan.actions[me], -1
+        for i, (red, sl, sr, slo, dl, dlo, n, cl, clo, deps) in enumerate(acts):
+            if i == skip:
+                continue
             for q, k in deps:
                 if not checked[q]:
                     self._wait(q, base, deadline)
@@ -279,10 +311,27 @@ class ShmTransport:
                               n * isz)
                     mine[PROG] = base | (i + 1)
                     continue
-                # reduce piece by piece through a cache-sized buffer
-                step = max(1, self.slice_bytes // isz)
-                if tmp is None:
-                    tmp = np.empty(step, dtype.storage)
+                # reduce piece by piece through a cache-sized buffer; where the next action
+                # writes the result into the peer's output (plan._push_results), write each
+                # piece right after reducing it, while it is still in cache
+                nxt = acts[i + 1] if i + 1 < len(acts) else None
+                fused = None
+                if nxt is not None and not nxt[0] and nxt[4] == PEER_OUT and nxt[1] == dl \
+                        and nxt[3] == dlo and nxt[6] == n:
+                    for q, k in nxt[9]:
+                        if not checked[q]:
+                            self._wait(q, base, deadline)
+                            self._check_peer(q, desc, schedule, dtype, op)
+                            checked[q] = True
+                        if k and progs[q][PROG] < (base | k):
+                            self._wait(q, base | k, deadline)
+                    fused = (nxt[2], progs[nxt[2]][OUT_ADDR] + nxt[5] * isz)
+                step = max(1, min(self.slice_bytes, PIECE_BYTES) // isz)
+                if tmp is None:  # one buffer for the communicator's life: no per-call malloc
+                    if self._tmp is None:
+                        self._tmp = np.empty(max(min(self.slice_bytes, PIECE_BYTES), 64),
+                                             np.uint8)
+                    tmp = self._tmp[:step * isz].view(dtype.storage)
                 cur, dsts = arrs[cl], arrs[dl]
                 for j in range(0, n, step):
                     m = min(step, n - j)
@@ -293,6 +342,19 @@ class ShmTransport:
                         dsts[dlo + j:dlo + j + m] = dt.to_storage(ufunc(
                             dt.to_compute(cur[clo + j:clo + j + m], dtype),
                             dt.to_compute(tmp[:m], dtype)), dtype)
+                    if fused is not None:
+                        self._cma(fused[0], fused[1] + j * isz,
+                                  dsts.__array_interface__["data"][0] + (dlo + j) * isz,
+                                  m * isz, write=True)
+                mine[PROG] = base | (i + 1)
+                if fused is not None:
+                    mine[PROG] = base | (i + 2)
+                    skip = i + 1
+                continue
+            elif dl == PEER_OUT:  # push into the peer's output: one cross-memory write
+                self._cma(sr, progs[sr][OUT_ADDR] + dlo * isz,
+                          arrs[sl].__array_interface__["data"][0] + slo * isz, n * isz,
+                          write=True)
                 mine[PROG] = base | (i + 1)
                 continue
             else:
@@ -318,12 +380,13 @@ class ShmTransport:
                 self._check_peer(q, desc, schedule, dtype, op)
         mine[PROG] = base | DONE
 
-    def _cma(self, q: int, remote: int, local: int, nbytes: int) -> None:
+    def _cma(self, q: int, remote: int, local: int, nbytes: int, write=False) -> None:
         try:
-            cma.read(self.pids[q], remote, local, nbytes)
+            (cma.write if write else cma.read)(self.pids[q], remote, local, nbytes)
         except TransportError as e:
             self._check_alive(q, 1 << 62, PROG)  # names the rank if it died
-            raise TransportError(f"rank {self.rank}: reading rank {q}'s buffer: {e}") from None
+            what = "writing" if write else "reading"
+            raise TransportError(f"rank {self.rank}: {what} rank {q}'s buffer: {e}") from None
 
     def barrier(self, timeout: float | None = None) -> None:
         """No rank leaves before every rank has arrived."""

@@ -171,6 +171,17 @@ class TorchEngine:
             out.append((w, p, v))
         return out
 
+    owns_group = False  # set by init_torch_transport when it started the default group
+
+    def close(self) -> None:
+        """Destroy the default process group if this transport's init started it."""
+        if self.owns_group and dist.is_initialized():
+            self.owns_group = False
+            try:
+                dist.destroy_process_group()
+            except Exception:  # a peer already gone: nothing left to tear down cleanly
+                pass
+
     def wait(self, pending: list, deadline: float) -> None:
         for w, peer, verb in pending:
             try:
@@ -270,3 +281,26 @@ class TorchTransport(P2PTransport):
         if key not in cache:
             cache[key] = build(coll, algorithm, self.nranks, **params).materialize()
         return cache[key]
+
+
+def init_torch_transport(timeout: float = DEFAULT_TIMEOUT_S) -> TorchTransport:
+    """A TorchTransport on the default process group, which it starts from the torchrun
+    environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) if nobody has: NCCL when CUDA
+    is available, gloo otherwise. A group it started is destroyed by the transport's close().
+    """
+    _require_torch()
+    owns = False
+    if not dist.is_initialized():
+        import os
+        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            if not os.environ.get(name):
+                raise ConfigError(f"environment variable {name} is not set: run under torchrun "
+                                  "(or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
+        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend, timeout=timedelta(seconds=max(timeout, 30.0)))
+        owns = True
+    tr = TorchTransport(timeout=timeout)
+    tr.engine.owns_group = owns
+    return tr

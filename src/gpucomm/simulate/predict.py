@@ -181,6 +181,12 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
             orders = _ring_orders(topology, placement)
             if orders is not None:
                 kw["channels"], ranks = len(orders), orders
+    if "group_size" in accepted and kw.get("group_size") is None:
+        # a hierarchical schedule's groups are the nodes: the builder's own default (largest
+        # divisor <= 8) would put 2 nodes x 2 ranks in one group, a flat ring
+        g = int(getattr(topology, "gpus_per_node", 0) or 0)
+        if 1 <= g < p and p % g == 0:
+            kw["group_size"] = g
     if "chunks" in accepted and "chunks" not in kw:
         # pipelined chains (broadcast/reduce) move the buffer in protocol-sized slices, as
         # NCCL's ring broadcast does; capped to keep the schedule small
