@@ -45,8 +45,8 @@ def cmd_bench(args) -> int:
     from ..bench.predict import add_predictions, calibrate
     if args.calibrate:
         path, host = calibrate()
-        print(f"saved {path}: memory bandwidth {host['bandwidth_Bps'] / 1e9:.2f} GB/s per "
-              f"direction, latency {host['latency_s'] * 1e6:.2f} us")
+        print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
+              f"cores busy, latency {host['latency_s'] * 1e6:.2f} us per call")
         return 0
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     progress = _progress(len(sizes), args.format == "table")
