@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 from ..errors import ConfigError, TransportError
+from ..runtime.shm import pid_alive
 
 PREFIX = "gcx"  # every namespace the harness makes starts with this
 
@@ -108,21 +109,11 @@ def sweep(prefix: str = PREFIX, keep_pids: tuple = ()) -> list[str]:
     removed = []
     for ns in list_ns(prefix):
         owner = ns[len(prefix):].split("-", 1)[0]
-        if owner.isdigit() and (int(owner) in keep_pids or _alive(int(owner))):
+        if owner.isdigit() and (int(owner) in keep_pids or pid_alive(int(owner))):
             continue
         del_ns(ns)
         removed.append(ns)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def available() -> tuple[bool, str]:

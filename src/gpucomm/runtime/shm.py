@@ -296,13 +296,7 @@ class ShmTransport:
         for i, (red, sl, sr, slo, dl, dlo, n, cl, clo, deps) in enumerate(acts):
             if i == skip:
                 continue
-            for q, k in deps:
-                if not checked[q]:
-                    self._wait(q, base, deadline)
-                    self._check_peer(q, desc, schedule, dtype, op)
-                    checked[q] = True
-                if k and progs[q][PROG] < (base | k):
-                    self._wait(q, base | k, deadline)
+            self._await(deps, checked, base, deadline, desc, schedule, dtype, op)
             if sl >= PEER_IN:  # the peer's private buffer: one cross-memory copy
                 raddr = progs[sr][IN_ADDR if sl == PEER_IN else OUT_ADDR] + slo * isz
                 if not red:
@@ -318,13 +312,7 @@ class ShmTransport:
                 fused = None
                 if nxt is not None and not nxt[0] and nxt[4] == PEER_OUT and nxt[1] == dl \
                         and nxt[3] == dlo and nxt[6] == n:
-                    for q, k in nxt[9]:
-                        if not checked[q]:
-                            self._wait(q, base, deadline)
-                            self._check_peer(q, desc, schedule, dtype, op)
-                            checked[q] = True
-                        if k and progs[q][PROG] < (base | k):
-                            self._wait(q, base | k, deadline)
+                    self._await(nxt[9], checked, base, deadline, desc, schedule, dtype, op)
                     fused = (nxt[2], progs[nxt[2]][OUT_ADDR] + nxt[5] * isz)
                 step = max(1, min(self.slice_bytes, PIECE_BYTES) // isz)
                 if tmp is None:  # one buffer for the communicator's life: no per-call malloc
@@ -404,6 +392,18 @@ class ShmTransport:
                 f"collective mismatch at call #{desc[0]}: rank {self.rank} called "
                 f"{_describe(desc, schedule)} but rank {q} called {_describe(theirs)}")
         self._map_peer(q)  # map a grown buffer now, so its owner can unlink the name
+
+    def _await(self, deps, checked, base, deadline, desc, schedule, dtype, op) -> None:
+        """Wait until every (peer q, action count k) in `deps` holds; the first wait on a
+        peer in a call also checks that it runs the same collective."""
+        progs = self._progs
+        for q, k in deps:
+            if not checked[q]:
+                self._wait(q, base, deadline)
+                self._check_peer(q, desc, schedule, dtype, op)
+                checked[q] = True
+            if k and progs[q][PROG] < (base | k):
+                self._wait(q, base | k, deadline)
 
     def _wait(self, q: int, need: int, deadline: float, word: int = PROG) -> None:
         prog = self._progs[q]

@@ -73,14 +73,19 @@ def _placement(p, topology, ranks):
     return arr
 
 
-def path_table(topology, placement) -> PathTable:
+def per_placement(cache: dict, topology, placement, build):
+    """`build(topology, placement)`, memoised per (topology object, placement) in `cache`."""
     key = (id(topology), placement.tobytes())
-    hit = _PATHS.get(key)
-    if hit is None or hit[0] is not topology:
-        if len(_PATHS) > 64:
-            _PATHS.clear()
-        hit = _PATHS[key] = (topology, PathTable(topology, placement))
+    hit = cache.get(key)
+    if hit is None or hit[0] is not topology:  # an id reused by a new topology is a miss
+        if len(cache) > 64:
+            cache.clear()
+        hit = cache[key] = (topology, build(topology, placement))
     return hit[1]
+
+
+def path_table(topology, placement) -> PathTable:
+    return per_placement(_PATHS, topology, placement, PathTable)
 
 
 def coster(paths, proto, lanes, channels) -> StepCoster:

@@ -28,7 +28,7 @@ from ..collectives import get_collective, layout
 from ..dtypes import parse_size
 from ..errors import ConfigError, GpucommError
 from . import constants as K
-from .core import _placement, path_table, simulate
+from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, generation_of, get_protocol
 from .result import SimResult
 from .paths import NVLINK
@@ -203,13 +203,7 @@ _ORDERS: dict = {}
 
 
 def _ring_orders(topology, placement):
-    key = (id(topology), placement.tobytes())
-    hit = _ORDERS.get(key)
-    if hit is None or hit[0] is not topology:
-        if len(_ORDERS) > 64:
-            _ORDERS.clear()
-        hit = _ORDERS[key] = (topology, ring_orders(topology, placement))
-    return hit[1]
+    return per_placement(_ORDERS, topology, placement, ring_orders)
 
 
 def _multi_node(topology, placement) -> bool:
