@@ -13,6 +13,7 @@ from pathlib import Path
 from ..collectives import get_collective
 from ..dtypes import REDUCE_OPS
 from ..errors import ConfigError
+from .topo import add_topology_args, topology_from_args
 from .common import add_format, positive_int, print_json, size_arg, sweep_sizes
 
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
@@ -22,17 +23,7 @@ HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "a
 def register(sub) -> None:
     p = sub.add_parser("sim", help="simulate a collective sweep on a modelled cluster")
     p.add_argument("-c", "--collective", default="all_reduce")
-    p.add_argument("--system", default="dgx-h100", help="node preset (dgx-h100, pcie, ...)")
-    p.add_argument("--nodes", type=positive_int, default=1)
-    p.add_argument("--gpus-per-node", type=positive_int)
-    p.add_argument("--nic")
-    p.add_argument("--nics-per-node", type=positive_int)
-    p.add_argument("--pcie-gen", type=int)
-    p.add_argument("--p2p", action=argparse.BooleanOptionalAction, default=True,
-                   help="GPU peer-to-peer over PCIe (--no-p2p: bounce through host memory)")
-    p.add_argument("--fabric", default="rail")
-    p.add_argument("--oversubscription", type=float, default=1.0)
-    p.add_argument("--topology", help="a topology YAML file instead of --system")
+    add_topology_args(p)
     p.add_argument("--algorithm", default="auto")
     p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
                    help="a builder parameter of --algorithm, e.g. -p group_size=2 (as in "
@@ -56,16 +47,6 @@ def register(sub) -> None:
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
     add_format(p)
     p.set_defaults(func=cmd_sim)
-
-
-def topology_from_args(args):
-    from ..topology import build_topology, load_topology
-    if args.topology:
-        return load_topology(args.topology)
-    kw = dict(nodes=args.nodes, gpus_per_node=args.gpus_per_node, nic=args.nic,
-              nics_per_node=args.nics_per_node, pcie_gen=args.pcie_gen, p2p=args.p2p,
-              fabric=args.fabric, oversubscription=args.oversubscription)
-    return build_topology(args.system, **kw)
 
 
 def cmd_sim(args) -> int:
