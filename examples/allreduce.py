@@ -4,7 +4,7 @@
 """
 import numpy as np
 
-import gpucomm.runtime
+import gpucomm
 
 comm = gpucomm.init()
 x = np.full(8, comm.rank + 1, dtype=np.float32)
