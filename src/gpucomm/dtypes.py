@@ -45,7 +45,7 @@ ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "
            "fp64": "float64"}
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
-_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
 def get_dtype(name) -> DType:
@@ -102,7 +102,7 @@ def to_storage(a: np.ndarray, dtype: DType) -> np.ndarray:
 
 def reduce_into(dst: np.ndarray, src: np.ndarray, op: str, dtype: DType) -> None:
     """dst = dst (op) src, elementwise, in dst's storage type. avg reduces as sum."""
-    ufunc = _UFUNCS[op]
+    ufunc = UFUNCS[op]
     if dtype.compute == dtype.storage:
         ufunc(dst, src, out=dst)
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes as dt
-from .collectives import buffer_counts
 from .errors import ConfigError
 from .schedule import Schedule
 
@@ -87,6 +86,3 @@ def execute(schedule: Schedule, inputs: list, op: str = "sum", dtype=None) -> li
         outputs.append(out)
     return outputs
 
-
-def expected_counts(schedule: Schedule, block_count: int, rank: int) -> tuple[int, int]:
-    return buffer_counts(schedule.collective, block_count, rank, schedule.nranks, schedule.root)

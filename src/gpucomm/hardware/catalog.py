@@ -137,26 +137,24 @@ def _norm(name) -> str:
     return str(name).strip().lower()
 
 
+def _lookup(table: str, what: str, name):
+    entries = catalog()[table]
+    if _norm(name) not in entries:
+        _fail(what, name, entries)
+    return entries[_norm(name)]
+
+
 def get_link_tech(name: str) -> LinkTech:
     """A link technology by name, e.g. "nvlink4", "pcie5", "ib-ndr", "roce-400g"."""
-    links = catalog()["links"]
-    if _norm(name) not in links:
-        _fail("link technology", name, links)
-    return links[_norm(name)]
+    return _lookup("links", "link technology", name)
 
 
 def get_gpu(name: str) -> GPU:
-    gpus = catalog()["gpus"]
-    if _norm(name) not in gpus:
-        _fail("GPU", name, gpus)
-    return gpus[_norm(name)]
+    return _lookup("gpus", "GPU", name)
 
 
 def get_nvswitch(name: str) -> NVSwitch:
-    switches = catalog()["nvswitches"]
-    if _norm(name) not in switches:
-        _fail("NVSwitch generation", name, switches)
-    return switches[_norm(name)]
+    return _lookup("nvswitches", "NVSwitch generation", name)
 
 
 def get_nic(name: str) -> LinkTech:

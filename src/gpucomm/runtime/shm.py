@@ -289,7 +289,7 @@ class ShmTransport:
                 plan, _ = self.plan(schedule, bc, dtype.itemsize, in_place_root=True)
         arrs = [self._view(dtype), inp, out]
         tmp = None
-        ufunc = dt._UFUNCS[op] if coll.reduces else None
+        ufunc = dt.UFUNCS[op] if coll.reduces else None
         native = dtype.compute == dtype.storage
         progs, mine = self._progs, self._me
         acts, skip = plan.actions[me], -1
