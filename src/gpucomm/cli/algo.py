@@ -1,15 +1,14 @@
 """`gpucomm algo list | show | verify`: the algorithms, their schedules, their proofs."""
 from __future__ import annotations
 
-import sys
 import time
 
 from ..algorithms import algorithms, build, get_algorithm
-from ..collectives import COLLECTIVES, get_collective, layout
+from ..collectives import get_collective, layout
 from ..dtypes import format_size
 from ..errors import ConfigError, ScheduleError
 from ..verify import verify
-from .common import add_format, positive_int, print_json, size_arg
+from .common import add_format, param_pairs, positive_int, print_json, size_arg
 
 
 def register(sub) -> None:
@@ -55,19 +54,6 @@ def register(sub) -> None:
     vp.set_defaults(func=cmd_verify)
 
 
-def _params(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"parameter {pair!r} must look like NAME=VALUE")
-        k, v = pair.split("=", 1)
-        try:
-            out[k] = int(v)
-        except ValueError:
-            out[k] = v
-    return out
-
-
 def cmd_list(args) -> int:
     rows = [{"collective": a.collective, "algorithm": a.name,
              "params": {k: v for k, v in a.params}, "doc": a.doc} for a in algorithms()]
@@ -88,7 +74,7 @@ def cmd_show(args) -> int:
     if args.ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
     sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
-                  **_params(args.param))
+                  **param_pairs(args.param))
     lay = layout(sched.collective, args.size, args.dtype, args.ranks)
     sent = sched.bytes_sent(lay)
     if args.format == "json":
@@ -112,7 +98,7 @@ def cmd_run(args) -> int:
     if args.ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
     sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
-                  **_params(args.param))
+                  **param_pairs(args.param))
     lay = layout(sched.collective, args.size, args.dtype, args.ranks)
     op = dt.check_op(args.op, lay.dtype) if sched.collective.reduces else args.op
     rng = np.random.default_rng(args.seed)

@@ -58,3 +58,17 @@ def sweep_sizes(minbytes: int, maxbytes: int, factor: float = 2.0, step: int = 0
         sizes.append(int(s))
         s = s * factor
     return sizes
+
+
+def param_pairs(pairs: list[str]) -> dict:
+    """`-p NAME=VALUE` builder parameters as a dict (integers where they parse)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"parameter {pair!r} must look like NAME=VALUE")
+        k, v = pair.split("=", 1)
+        try:
+            out[k] = int(v)
+        except ValueError:
+            out[k] = v
+    return out

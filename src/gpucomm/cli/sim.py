@@ -14,7 +14,7 @@ from ..collectives import get_collective
 from ..dtypes import REDUCE_OPS
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
-from .common import add_format, positive_int, print_json, size_arg, sweep_sizes
+from .common import add_format, param_pairs, positive_int, print_json, size_arg, sweep_sizes
 
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
           "protocol")
@@ -87,8 +87,7 @@ def cmd_sim(args) -> int:
 
 def _builder_params(args, coll) -> dict:
     """-p NAME=VALUE pairs, checked against --algorithm's builder parameters."""
-    from .algo import _params
-    params = _params(getattr(args, "param", None) or [])
+    params = param_pairs(getattr(args, "param", None) or [])
     if not params:
         return {}
     if args.algorithm in ("auto", "nvls"):
