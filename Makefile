@@ -2,11 +2,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+BUILD := pyproject.toml setup.py src/gpucomm/runtime/_stream.c Makefile
+STAMP := $(VENV)/.installed-$(shell cat $(BUILD) | cksum | cut -d' ' -f1)
 
 .PHONY: demo test clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): $(BUILD)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,plot,mpi,torch]'

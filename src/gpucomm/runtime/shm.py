@@ -8,7 +8,10 @@ buffer and reducing with numpy ufuncs (`out=`): no pickling, no intermediate cop
 reader copies them out of the peer's own input or output array, one copy instead of two; and
 where that balances the work or saves a pass over memory, a rank writes into a peer's output
 instead (an idle broadcast root takes a share; on 2 ranks a reduced half goes to the peer
-straight from cache) — see `plan._push_split` and `plan._push_results`.
+straight from cache, and so does an all-gather's own block) — see `plan._push_split`,
+`plan._push_results` and `plan._push_copies`. Large local copies in those plans use streaming
+stores (`memcopy`), so an output nobody reads soon costs no read-for-ownership and does not
+evict the input the rank is about to send on.
 
 Synchronisation is one 64-bit counter per rank, `seq << 32 | actions done`: a dependency
 "peer q has done k actions of call seq" is one load. Waits spin briefly, then yield, then sleep
@@ -30,8 +33,8 @@ from .. import dtypes as dt
 from ..collectives import COLLECTIVES
 from ..errors import CommTimeout, ConfigError, TransportError
 from ..schedule import Schedule
-from . import cma
-from .plan import IN, OUT, PEER, PEER_IN, PEER_OUT, compile_plan
+from . import cma, memcopy
+from .plan import IN, OUT, PEER, PEER_IN, PEER_OUT, compile_plan, fused_push
 from .segment import Segment, unlink_name
 
 DONE = 0xFFFFFFFF
@@ -63,7 +66,8 @@ SLICE_BYTES = int(os.environ.get("GPUCOMM_SLICE_BYTES", 4 << 20))
 # (measured, 16 MiB all-reduce on 2 ranks: 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
 PIECE_BYTES = int(os.environ.get("GPUCOMM_PIECE_BYTES", 1 << 20))
 # Direct plans let a rank write into a peer's output where that saves a pass over memory or
-# puts an idle core to work (`plan._push_split`, `plan._push_results`); 0 turns that off.
+# puts an idle core to work (`plan._push_split`, `plan._push_results`, `plan._push_copies`);
+# 0 turns that off.
 PUSH = os.environ.get("GPUCOMM_PUSH", "1") != "0"
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
 DTYPE_IDS = {name: i for i, name in enumerate(dt.DTYPES)}
@@ -349,8 +353,29 @@ class ShmTransport:
                 src = self._peer_view(sr, dtype) if sl == PEER else arrs[sl]
             dst = arrs[dl]
             if not red:
+                nxt = acts[i + 1] if i + 1 < len(acts) else None
+                if nxt is not None and fused_push(acts[i], nxt):
+                    # the copy goes on to the peer (plan._push_copies): copy a piece past the
+                    # cache, then write it to the peer from the source, which is still cached
+                    self._await(nxt[9], checked, base, deadline, desc, schedule, dtype, op)
+                    q, raddr = nxt[2], progs[nxt[2]][OUT_ADDR] + nxt[5] * isz
+                    saddr = src.__array_interface__["data"][0] + slo * isz
+                    daddr = dst.__array_interface__["data"][0] + dlo * isz
+                    step = n if saddr == daddr else max(1, PIECE_BYTES // isz)
+                    for j in range(0, n, step):
+                        m = min(step, n - j) * isz
+                        if saddr != daddr:
+                            memcopy.copy(daddr + j * isz, saddr + j * isz, m)
+                        self._cma(q, raddr + j * isz, saddr + j * isz, m, write=True)
+                    mine[PROG] = base | (i + 2)
+                    skip = i + 1
+                    continue
                 if sl == IN and dl == OUT and in_addr + slo * isz == out_addr + dlo * isz:
                     pass  # in place: the input already sits where the output goes
+                elif plan.direct and n * isz >= memcopy.MIN_BYTES:
+                    # a large copy into memory nobody reads soon: stream it past the cache
+                    memcopy.copy(dst.__array_interface__["data"][0] + dlo * isz,
+                                 src.__array_interface__["data"][0] + slo * isz, n * isz)
                 else:
                     dst[dlo:dlo + n] = src[slo:slo + n]
             elif native:

@@ -1,0 +1,79 @@
+"""The shm transport's compiled plans and its streaming copy, without spawning processes
+(tests/test_runtime.py runs the plans on real ranks)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+from gpucomm.algorithms import build
+from gpucomm.runtime import memcopy
+from gpucomm.runtime.plan import IN, OUT, PEER_IN, PEER_OUT, _completes, compile_plan, \
+    fused_push
+
+
+def _addr(a):
+    return a.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_copy_matches_numpy_at_every_alignment_and_length(monkeypatch, streaming):
+    monkeypatch.setattr(memcopy, "MIN_BYTES", 0)
+    monkeypatch.setattr(memcopy, "ENABLED", streaming and bool(memcopy.STREAMING))
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, 256, 4096 + 64, dtype=np.uint8)
+    for n in [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 1000, 4096]:
+        for so in (0, 1, 7, 16, 33):
+            for do in (0, 3, 8, 15, 48):
+                dst = np.zeros(4096 + 64, np.uint8)
+                memcopy.copy(_addr(dst) + do, _addr(src) + so, n)
+                want = np.zeros_like(dst)
+                want[do:do + n] = src[so:so + n]
+                assert np.array_equal(dst, want), (n, so, do)
+
+
+def test_overlapping_copy_moves_like_memmove(monkeypatch):
+    monkeypatch.setattr(memcopy, "MIN_BYTES", 0)
+    buf = np.arange(1000, dtype=np.uint8)
+    want = buf.copy()
+    want[10:710] = buf[0:700]
+    memcopy.copy(_addr(buf) + 10, _addr(buf), 700)
+    assert np.array_equal(buf, want)
+
+
+def test_stream_extension_rejects_negative_size():
+    if memcopy._stream_copy is None:
+        pytest.skip("built without the C extension")
+    buf = ctypes.create_string_buffer(8)
+    with pytest.raises(ValueError, match="nbytes"):
+        memcopy._stream_copy(ctypes.addressof(buf), ctypes.addressof(buf), -1)
+
+
+@pytest.mark.parametrize("algo", ["ring", "direct", "bruck", "recursive_doubling"])
+def test_two_rank_all_gather_pushes_its_block_instead_of_being_read(algo):
+    """Each rank copies its block and writes it into the peer right after; nobody reads a
+    peer's input any more, and the plan runs to completion."""
+    plan = compile_plan(build("all_gather", algo, 2), 1 << 20, slice_elems=1 << 30,
+                        direct=True)
+    for r in range(2):
+        rows = plan.actions[r]
+        assert not any(a[1] == PEER_IN for a in rows), plan.describe(r)
+        fused = [i for i in range(len(rows) - 1) if fused_push(rows[i], rows[i + 1])]
+        assert len(fused) == 1, plan.describe(r)
+        copy, push = rows[fused[0]], rows[fused[0] + 1]
+        assert (copy[1], copy[4], push[4], push[2]) == (IN, OUT, PEER_OUT, 1 - r)
+        assert push[5] == r * (1 << 20)  # the peer's block r
+
+
+def test_plans_without_a_local_copy_to_share_keep_their_reads():
+    for coll, p in (("all_gather", 3), ("all_to_all", 2)):
+        plan = compile_plan(build(coll, "direct", p), 1 << 20, slice_elems=1 << 30,
+                            direct=True)
+        assert not any(a[4] == PEER_OUT for rows in plan.actions for a in rows)
+        assert any(a[1] == PEER_IN for rows in plan.actions for a in rows)
+
+
+def test_completes_detects_a_deadlock():
+    from gpucomm.runtime.plan import Action, SHM
+    wait = lambda q, k: Action(False, SHM, q, 0, SHM, 0, 0, SHM, 0, ((q, k),))  # noqa: E731
+    assert _completes([[wait(1, 1)], [wait(0, 0)]])
+    assert not _completes([[wait(1, 1)], [wait(0, 1)]])
