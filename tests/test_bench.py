@@ -117,7 +117,8 @@ cores: 2
 cache_bytes: 1048576
 rates:
   1: {copy_Bps: 20.0e9, reduce_Bps: 10.0e9, copy_cache_Bps: 80.0e9, reduce_cache_Bps: 40.0e9}
-  2: {copy_Bps: 10.0e9, reduce_Bps: 5.0e9, copy_cache_Bps: 40.0e9, reduce_cache_Bps: 20.0e9}
+  2: {copy_Bps: 10.0e9, reduce_Bps: 5.0e9, copy_cache_Bps: 40.0e9, reduce_cache_Bps: 20.0e9,
+      stream_Bps: 16.0e9}
 """
 
 
@@ -127,20 +128,27 @@ def test_predictions_charge_copies_and_reductions_by_memory_traffic(tmp_path, mo
     path = tmp_path / "host.yaml"
     path.write_text(V2_HOST)
     monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
-    S, a, copy, red = 64 << 20, 1e-5, 10e9, 5e9
+    S, a, copy, red, stream = 64 << 20, 1e-5, 10e9, 5e9, 16e9
     # a copy moves each byte twice; the peer's half read into a cache-sized buffer once (half
     # a copy), the reduction then loads my half and stores the sum (a copy), and two_shot
-    # writes that sum, still in cache, into the peer (half a copy)
+    # writes that sum, still in cache, into the peer (half a copy); all-gather streams its own
+    # half into its output and writes it, still in cache, into the peer (half a copy)
     want = {
         "all_reduce": 2 * a + (0.5 + 1 + 0.5) * (S / 2) / copy,
         "reduce_scatter": a + (0.5 + 1) * (S / 2) / copy,
-        "all_gather": a + S / 2 / copy + S / 2 / copy,  # the peer's half and my own
+        "all_gather": a + S / 2 / stream + 0.5 * (S / 2) / copy,
     }
     for coll, t in want.items():
         rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
         note = add_predictions(rows, coll, 2)
         assert "copy 10.0 GB/s, reduce 5.0 GB/s" in note
         assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(t, rel=1e-6), coll
+    # a calibration from before the runtime streamed: its copies cost the copy rate
+    path.write_text(V2_HOST.replace(",\n      stream_Bps: 16.0e9}", "}"))
+    rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+    add_predictions(rows, "all_gather", 2)
+    assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(a + 1.5 * (S / 2) / copy)
+    path.write_text(V2_HOST)
     # a working set inside the cache moves at the cache rates
     small = [{"size": 1 << 12, "count": 1 << 10, "type": "float32", "root": -1,
               "algorithm": "direct"}]

@@ -132,25 +132,27 @@ def cma_allowed() -> bool:
 
 def _rates_worker(nbytes, repeats, barrier, queue):
     import numpy as np
+
+    from ..runtime import memcopy
     n = nbytes // 4
     a, b, c = (np.ones(n, np.float32) for _ in range(3))
     c[:] = 0
-    best_copy = best_add = float("inf")
+    ca, aa = c.__array_interface__["data"][0], a.__array_interface__["data"][0]
+    best = [float("inf")] * 3
     for _ in range(repeats):
-        barrier.wait()  # everyone copies at once: the memory system is shared
-        t0 = time.perf_counter()
-        np.copyto(c, a)
-        best_copy = min(best_copy, time.perf_counter() - t0)
-        barrier.wait()
-        t0 = time.perf_counter()
-        np.add(a, b, out=c)
-        best_add = min(best_add, time.perf_counter() - t0)
-    queue.put((nbytes / best_copy, nbytes / best_add))
+        for k, work in enumerate((lambda: np.copyto(c, a), lambda: np.add(a, b, out=c),
+                                  lambda: memcopy.copy(ca, aa, nbytes))):
+            barrier.wait()  # everyone works at once: the memory system is shared
+            t0 = time.perf_counter()
+            work()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    queue.put(tuple(nbytes / t for t in best))
 
 
-def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, float]:
-    """(copy, reduce) bytes/s per process while `nprocs` processes work at once; the slowest
-    process's best repeat (a collective waits for its slowest rank)."""
+def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, float, float]:
+    """(copy, reduce, streaming copy) bytes/s per process while `nprocs` processes work at
+    once; the slowest process's best repeat (a collective waits for its slowest rank). The
+    streaming copy is the runtime's `memcopy.copy` (a plain copy where it is not built)."""
     import multiprocessing as mp
     ctx = mp.get_context("fork")
     barrier, queue = ctx.Barrier(nprocs), ctx.Queue()
@@ -165,7 +167,7 @@ def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, fl
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    return min(g[0] for g in got), min(g[1] for g in got)
+    return tuple(min(g[k] for g in got) for k in range(3))
 
 
 def measure_latency(iters: int = 2000) -> float:
@@ -187,17 +189,18 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
     for p in range(1, cores + 1):
         # cache rates: the three buffers of every process fit in the cache together
         small = max(64 << 10, (llc // (4 * p)) // 4096 * 4096) if llc else 1 << 20
-        copy, red = measure_rates(p, big, repeats)
-        copy_c, red_c = measure_rates(p, small, repeats * 3)
+        copy, red, stream = measure_rates(p, big, repeats)
+        copy_c, red_c, _ = measure_rates(p, small, repeats * 3)
         rates[p] = {"copy_Bps": copy, "reduce_Bps": red, "copy_cache_Bps": max(copy, copy_c),
-                    "reduce_cache_Bps": max(red, red_c)}
+                    "reduce_cache_Bps": max(red, red_c), "stream_Bps": stream}
     lat = measure_latency(200 if quick else 2000)
     host = {"format": FORMAT, "cma": cma_allowed(),
             "bandwidth_Bps": rates[cores]["copy_Bps"], "latency_s": float(lat),
             "cores": cores, "cache_bytes": llc, "rates": rates,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "method": (f"{'quick' if quick else 'full'}: P = 1..{cores} processes at once, "
-                       f"np.copyto and np.add(out=) of {big >> 20} MiB buffers (memory) and of "
+                       f"np.copyto, np.add(out=) and the streaming copy of {big >> 20} MiB "
+                       f"buffers (memory), the first two also of "
                        f"cache-sized buffers, best of {repeats}, slowest process; latency: "
                        f"8-byte 1-op broadcast between 2 shm ranks")}
     path = path or host_path()
@@ -208,9 +211,10 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
 
 
 # --- the model ---------------------------------------------------------------------------
-def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, float]:
-    """(copy, reduce) bytes/s of one of `nranks` busy ranks for a call touching
-    `working_set` bytes in all. More ranks than cores share them."""
+def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, float, float]:
+    """(copy, reduce, streaming copy) bytes/s of one of `nranks` busy ranks for a call
+    touching `working_set` bytes in all. More ranks than cores share them. (A calibration
+    without a streaming rate, from before the runtime streamed, uses the copy rate.)"""
     rates = host["rates"]
     cores = max(rates)
     r = rates[min(nranks, cores)]
@@ -223,23 +227,27 @@ def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, floa
     def blend(mem, cache):  # time per byte adds: the cached part fast, the rest slow
         return share / (hit / cache + (1 - hit) / mem)
     return (blend(r["copy_Bps"], r["copy_cache_Bps"]),
-            blend(r["reduce_Bps"], r["reduce_cache_Bps"]))
+            blend(r["reduce_Bps"], r["reduce_cache_Bps"]),
+            share * r.get("stream_Bps", r["copy_Bps"]))
 
 
-def plan_work(plan, itemsize: int) -> list[tuple[float, float]]:
-    """(copy-equivalent bytes, reduced bytes) each rank executes in a compiled plan.
+def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
+    """(copy-equivalent bytes, reduced bytes, streamed bytes) each rank executes in a
+    compiled plan.
 
     Costs follow memory traffic, a copy moving each byte twice (load, store): a reduction
     with both operands in memory is a calibrated reduction; one whose peer operand is first
     read by cross-memory attach into a cache-sized buffer costs half a copy for that read
     (memory to cache) and a copy for the reduction (one operand and the store in memory); a
-    write of that result into the peer straight after (`plan._push_results`) reads it from
-    cache: half a copy. Every other copy is a copy.
+    write into the peer of what is still in cache (a result just reduced,
+    `plan._push_results`, or a block just copied, `plan._push_copies`) is half a copy. A
+    large local copy in a direct plan streams (`runtime.memcopy`). Every other copy is a copy.
     """
-    from ..runtime.plan import PEER_IN, PEER_OUT
+    from ..runtime import memcopy
+    from ..runtime.plan import PEER_IN, PEER_OUT, fused_push
     work = []
     for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
-        copied = reduced = 0.0
+        copied = reduced = streamed = 0.0
         prev = None
         for a in acts:
             red, sl, _, slo, dl, dlo, n, _, _, _ = a
@@ -248,13 +256,17 @@ def plan_work(plan, itemsize: int) -> list[tuple[float, float]]:
                 copied += 1.5 * nb
             elif red:
                 reduced += nb
-            elif dl == PEER_OUT and prev is not None and prev[0] and prev[4] == sl \
-                    and prev[5] == slo and prev[6] == n and prev[1] in (PEER_IN, PEER_OUT):
-                copied += 0.5 * nb  # the fused write of a result still in cache
+            elif dl == PEER_OUT and prev is not None and (fused_push(prev, a) or (
+                    prev[0] and prev[4] == sl and prev[5] == slo and prev[6] == n
+                    and prev[1] in (PEER_IN, PEER_OUT))):
+                copied += 0.5 * nb  # the write of what is still in cache
+            elif plan.direct and sl not in (PEER_IN, PEER_OUT) and dl != PEER_OUT \
+                    and nb >= memcopy.MIN_BYTES:
+                streamed += nb
             else:
                 copied += nb
             prev = a
-        work.append((copied, reduced))
+        work.append((copied, reduced, streamed))
     return work
 
 
@@ -285,8 +297,9 @@ def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
         for rng in (coll.inputs(r, p, schedule.root), coll.outputs(r, p, schedule.root)):
             ws += rng[1] * block_count * itemsize if rng else 0
     ws += p * plan.shm_elems * itemsize * (not direct)
-    copy_Bps, reduce_Bps = rank_rates(host, p, ws)
-    work = [c / copy_Bps + r / reduce_Bps for c, r in plan_work(plan, itemsize)]
+    copy_Bps, reduce_Bps, stream_Bps = rank_rates(host, p, ws)
+    work = [c / copy_Bps + r / reduce_Bps + st / stream_Bps
+            for c, r, st in plan_work(plan, itemsize)]
     got = received_bytes(schedule, block_count, itemsize)
     busiest = max(range(p), key=lambda r: work[r])
     if work[busiest] <= 0:
@@ -349,5 +362,6 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
     return (f"simulated on this host: per rank with {min(nranks, max(host['rates']))} busy, "
             f"copy {rr['copy_Bps'] / 1e9:.1f} GB/s, reduce {rr['reduce_Bps'] / 1e9:.1f} GB/s "
             f"from memory ({rr['copy_cache_Bps'] / 1e9:.1f}/{rr['reduce_cache_Bps'] / 1e9:.1f} "
-            f"in cache), {host['latency_s'] * 1e6:.1f} us per op (calibrated "
+            f"in cache), streaming copy {rr.get('stream_Bps', rr['copy_Bps']) / 1e9:.1f} GB/s, "
+            f"{host['latency_s'] * 1e6:.1f} us per op (calibrated "
             f"{host.get('measured', '?')}{fresh})")
