@@ -13,7 +13,7 @@ from gpucomm.bench import format_table, run_bench
 from gpucomm.bench.backends import mpiexec
 from gpucomm.bench.predict import add_predictions, host_topology, load_host
 from gpucomm.bench.sweep import buffers, count_wrong, pattern
-from gpucomm.collectives import get_collective, reference
+from gpucomm.collectives import buffer_counts, get_collective, reference
 from gpucomm.dtypes import get_dtype
 from gpucomm.errors import ConfigError
 
@@ -83,6 +83,27 @@ def test_count_wrong_finds_corrupted_elements():
     x = reference(coll, [pattern(q, 10, ints, "max") for q in range(3)], "max", ints)[1]
     x[0] -= 1
     assert count_wrong(coll, x, 1, 3, 10, ints, "max", 0) == 1
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                  "reduce", "all_to_all", "gather", "scatter", "sendrecv"])
+def test_count_wrong_builds_the_reference_piece_by_piece(coll, monkeypatch):
+    """Against `reference` on whole arrays: every rank, pieces smaller than a block, dtypes
+    with exact and with rounded reductions; one flipped element is counted once."""
+    import gpucomm.bench.sweep as sweep
+    monkeypatch.setattr(sweep, "CHECK_PIECE", 7)
+    c, p, root, bc = get_collective(coll), 3, 1, 20
+    for dname, op in (("float32", "sum"), ("bfloat16", "prod"), ("int32", "max")):
+        d = get_dtype(dname)
+        ins = [pattern(q, buffer_counts(c, bc, q, p, root)[0] or 0, d, op, 1) for q in range(p)]
+        for r, want in enumerate(reference(c, ins, op, d, root)):
+            if want is None:
+                assert count_wrong(c, None, r, p, bc, d, op, root, salt=1) == 0
+                continue
+            assert count_wrong(c, want.copy(), r, p, bc, d, op, root, salt=1) == 0, (dname, r)
+            bad = want.copy()
+            bad[-1] = bad[-1] + 1 if dname != "bfloat16" else bad[-1] ^ 0x4000
+            assert count_wrong(c, bad, r, p, bc, d, op, root, salt=1) == 1, (dname, r)
 
 
 def test_in_place_buffers_follow_nccl_tests_layout():
@@ -190,6 +211,11 @@ def test_bad_arguments_are_one_line_errors():
         run_bench("gloo", 2, "all_reduce", [8], algorithm="ring")
     p = _cli("bench", "-c", "all_reduce", "-d", "int32", "-o", "avg", "-e", "8")
     assert p.returncode == 2 and "avg" in p.stderr and "Traceback" not in p.stderr
+    # what MPI's own collectives cannot do is refused before any rank starts
+    with pytest.raises(ConfigError, match="--backend mpi: MPI has no standard bfloat16"):
+        run_bench("mpi", 2, "all_gather", [8], dtype="bfloat16")
+    with pytest.raises(ConfigError, match="MPI has no avg reduction"):
+        run_bench("mpi", 2, "all_reduce", [8], op="avg")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or mpiexec() is None,

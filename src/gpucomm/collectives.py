@@ -217,7 +217,7 @@ def reference(collective, inputs: list, op: str = "sum", dtype="float32", root: 
     if coll.name == "barrier":
         return [None] * p
     if coll.name in ("all_reduce", "reduce_scatter", "reduce"):
-        total = _reduce_all(inputs, op, dtype)
+        total = reduce_all(inputs, op, dtype)
         if coll.name == "all_reduce":
             return [total.copy() for _ in range(p)]
         if coll.name == "reduce":
@@ -240,7 +240,9 @@ def reference(collective, inputs: list, op: str = "sum", dtype="float32", root: 
     raise ConfigError(f"no reference for {coll.name}")
 
 
-def _reduce_all(inputs: list, op: str, dtype: dt.DType) -> np.ndarray:
+def reduce_all(inputs: list, op: str, dtype) -> np.ndarray:
+    """The reduction of equal-length arrays as `reference` computes it."""
+    dtype = dt.get_dtype(dtype)
     if dtype.is_float:
         vals = np.stack([dt.to_compute(x, dtype).astype(np.float64) for x in inputs])
         total = dt.UFUNCS[op].reduce(vals, axis=0)

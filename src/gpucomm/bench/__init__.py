@@ -17,7 +17,7 @@ import time
 from ..collectives import get_collective
 from ..dtypes import get_dtype, check_op
 from ..errors import ConfigError, TransportError
-from .backends import BACKENDS, mpiexec, remove_stale_mpich, shm_names
+from .backends import BACKENDS, mpiexec, remove_stale_mpich, shm_names, unsupported
 from .table import format_table
 
 __all__ = ["run_bench", "format_table", "BACKENDS"]
@@ -40,6 +40,9 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
                           "collectives; use --backend torch to run the schedule over gloo")
     if not 0 <= root < nranks:
         raise ConfigError(f"root {root} is out of range: allowed are 0..{nranks - 1}")
+    why = unsupported(backend, algorithm, d, op, coll.reduces)
+    if why:
+        raise ConfigError(f"--backend {backend}: {why}")
     with tempfile.TemporaryDirectory(prefix="gpucomm-bench-") as tmp:
         cfg = {"backend": backend, "collective": coll.name, "dtype": d.name, "op": op,
                "root": root, "algorithm": algorithm, "iters": iters, "warmup": warmup,

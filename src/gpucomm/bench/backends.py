@@ -31,9 +31,6 @@ class ShmBackend:
         self.name = transport
         self.rank, self.size = self.comm.rank, self.comm.world_size
 
-    def supports(self, coll: str, dtype: dt.DType, op: str):
-        return None
-
     def algorithm(self, coll, nbytes, algorithm, root=0) -> str:
         return self.comm.schedule(coll, nbytes, algorithm, root).algorithm
 
@@ -69,13 +66,6 @@ class MpiBackend:
         self.MPI = MPI
         self.world = MPI.COMM_WORLD
         self.rank, self.size = self.world.rank, self.world.size
-
-    def supports(self, coll, dtype, op):
-        if dtype.name in ("float16", "bfloat16"):
-            return f"MPI has no standard {dtype.name} type"
-        if op not in self.OPS:
-            return f"MPI has no {op} reduction"
-        return None
 
     def algorithm(self, coll, nbytes, algorithm, root=0) -> str:
         return "mpich"
@@ -140,11 +130,6 @@ class GlooBackend:
                     "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
                     "avg": dist.ReduceOp.AVG}
 
-    def supports(self, coll, dtype, op):
-        if dtype.name == "uint8" and op in ("prod",):
-            return None
-        return None
-
     def algorithm(self, coll, nbytes, algorithm, root=0) -> str:
         return "gloo"
 
@@ -204,6 +189,17 @@ class GlooBackend:
 
     def close(self):
         self.dist.destroy_process_group()
+
+
+def unsupported(name: str, algorithm: str, dtype: dt.DType, op: str, reduces: bool):
+    """Why engine `name`'s own collectives cannot run this sweep (None: they can). Our
+    schedules (shm, or any engine with an algorithm named) run every dtype and op."""
+    if name == "mpi" and algorithm == "auto":
+        if dtype.name in ("float16", "bfloat16"):
+            return f"MPI has no standard {dtype.name} type"
+        if reduces and op not in MpiBackend.OPS:
+            return f"MPI has no {op} reduction"
+    return None
 
 
 def make_backend(name: str, timeout=None, algorithm: str = "auto"):
