@@ -7,6 +7,7 @@ Ranks are spawned once per (mode, rank count) and loop over their cases inside
 """
 import json
 import os
+import re
 import secrets
 import stat
 import subprocess
@@ -149,7 +150,8 @@ def test_launch_prefixes_output_and_stops_everyone_when_a_rank_fails(tmp_path):
     script.write_text(
         "import os, sys, time\n"
         "r = int(os.environ['RANK'])\n"
-        "print('hello from', r, 'of', os.environ['WORLD_SIZE'], flush=True)\n"
+        "print('hello from', r, 'of', os.environ['WORLD_SIZE'],\n"
+        "      'token', os.environ['GPUCOMM_RDZV_TOKEN'], flush=True)\n"
         "if r == 1:\n"
         "    time.sleep(1.0)\n"
         "    raise RuntimeError('boom on rank 1')\n"
@@ -164,6 +166,9 @@ def test_launch_prefixes_output_and_stops_everyone_when_a_rank_fails(tmp_path):
     for r in range(3):
         assert f"[rank {r}] hello from {r} of 3" in p.stdout
     assert "rank 1 exited with status 1" in p.stderr
+    # one secret rendezvous token for the whole launch, unrelated to the visible session tag
+    tokens = set(re.findall(r"token ([0-9a-f]+)", p.stdout))
+    assert len(tokens) == 1 and len(tokens.pop()) == 32
 
 
 def test_launch_runs_the_example(tmp_path):
@@ -222,6 +227,53 @@ def test_rendezvous_times_out_naming_the_missing_ranks(monkeypatch):
     with pytest.raises(CommTimeout, match="rank.*1, 2"):
         rt.init(timeout=0.5)
     assert time.monotonic() - t0 < 3
+
+
+def test_rendezvous_turns_away_stray_connections_and_wrong_tokens():
+    """A silent connection, garbage and a hello with another job's token, all made before
+    the real rank connects, neither stall nor end the job; the right token gets in."""
+    import socket
+    import threading
+
+    from gpucomm.runtime import rendezvous
+    from gpucomm.runtime.rendezvous import Rendezvous
+    port, got = free_port(), {}
+
+    def rank0():
+        try:
+            got[0] = Rendezvous(0, 2, "127.0.0.1", port, timeout=20, token="job-a")
+        except Exception as e:  # surfaced below
+            got[0] = e
+
+    t = threading.Thread(target=rank0)
+    t.start()
+    strays = []
+    for payload in (None, b"GET / HTTP/1.0\r\n\r\n", b'{"rank": 1, "world": 2, "token": "job-b"}\n',
+                    b"x" * (rendezvous.HELLO_MAX + 10)):
+        for _ in range(100):
+            try:
+                c = socket.create_connection(("127.0.0.1", port), timeout=5)
+                break
+            except OSError:
+                time.sleep(0.02)
+        if payload:
+            c.sendall(payload)
+        strays.append(c)
+    t0 = time.monotonic()
+    r1 = Rendezvous(1, 2, "127.0.0.1", port, timeout=20, token="job-a")
+    t.join(10)
+    r0 = got[0]
+    assert isinstance(r0, Rendezvous), r0
+    assert time.monotonic() - t0 < rendezvous.HELLO_S  # the silent one held nothing up
+    assert {"not a hello", "wrong job token", "oversized hello"} <= set(r0.rejected)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault(0, r0.allgather("zero")))
+    t.start()
+    assert r1.allgather("one") == ["zero", "one"]
+    t.join(10)
+    assert out[0] == ["zero", "one"]
+    for s in (r0, r1, *strays):
+        s.close()
 
 
 def test_segments_are_owner_only_with_random_names():

@@ -24,11 +24,15 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def rank_env(rank: int, nranks: int, port: int, session: str, base=None) -> dict:
+def rank_env(rank: int, nranks: int, port: int, session: str, base=None,
+             token: str = "") -> dict:
+    """torchrun's variables for rank `rank`, plus the launch's session tag (in shared-memory
+    names, so not secret) and its rendezvous token (a secret; see `rendezvous`)."""
     env = dict(os.environ if base is None else base)
     env.update(RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank),
                LOCAL_WORLD_SIZE=str(nranks), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), GPUCOMM_SHM_SESSION=session, PYTHONUNBUFFERED="1")
+               MASTER_PORT=str(port), GPUCOMM_SHM_SESSION=session, PYTHONUNBUFFERED="1",
+               GPUCOMM_RDZV_TOKEN=token)
     return env
 
 
@@ -47,7 +51,7 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
     if not cmd:
         raise ConfigError("nothing to launch: give a script or command")
     out = out if out is not None else sys.stdout
-    session = secrets.token_hex(6)
+    session, token = secrets.token_hex(6), secrets.token_hex(16)
     port = free_port()
     lock = threading.Lock()
     procs, pumps = [], []
@@ -55,7 +59,7 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         pin = bind and 1 < nranks <= len(cores)
         for r in range(nranks):
-            p = subprocess.Popen(cmd, env=rank_env(r, nranks, port, session, env),
+            p = subprocess.Popen(cmd, env=rank_env(r, nranks, port, session, env, token),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  start_new_session=True,
                                  preexec_fn=_pinner(cores[r]) if pin else None)

@@ -3,20 +3,37 @@
 Only small JSON messages travel here (segment names, pids, host names) — never data. Each
 `allgather(obj)` round returns every rank's object in rank order; every socket operation has a
 deadline, so a rank that never shows up is reported by number instead of hanging the job.
+
+The port is open to every local user, so rank 0 admits a connection only once its hello
+arrives (within `HELLO_S`; connections are read side by side, so none can hold up another),
+parses, and carries the job's token: `gpucomm launch` gives its
+ranks a random one (GPUCOMM_RDZV_TOKEN, readable only by the same user); under torchrun there
+is none, as with torchrun's own store. Anything else is closed and the wait goes on, so a
+stray or hostile connection can neither stall nor end the job; the timeout message counts
+what was turned away.
 """
 from __future__ import annotations
 
+import hmac
 import json
+import os
+import selectors
 import socket
 import time
 
 from ..errors import CommTimeout, TransportError
 
+HELLO_S = 5.0  # a connecting rank sends its hello at once; a silent connection is dropped
+HELLO_MAX = 4096  # bytes: a hello is one small JSON line
+
 
 class Rendezvous:
-    def __init__(self, rank: int, world: int, addr: str, port: int, timeout: float):
+    def __init__(self, rank: int, world: int, addr: str, port: int, timeout: float,
+                 token: str | None = None):
         self.rank, self.world, self.timeout = rank, world, timeout
         self.addr, self.port = addr, port
+        self.token = os.environ.get("GPUCOMM_RDZV_TOKEN", "") if token is None else token
+        self.rejected: list[str] = []  # why connections were turned away (rank 0)
         self._peers: dict[int, socket.socket] = {}  # rank 0: connection of every other rank
         self._sock: socket.socket | None = None  # ranks > 0: connection to rank 0
         self._buf: dict = {}
@@ -39,29 +56,79 @@ class Rendezvous:
             raise TransportError(f"rank 0 cannot listen on {self.addr}:{self.port} "
                                  f"(MASTER_ADDR/MASTER_PORT): {e.strerror}") from None
         srv.listen(self.world)
+        sel = selectors.DefaultSelector()
+        sel.register(srv, selectors.EVENT_READ)
+        pending: dict = {}  # connection -> [bytes so far, when it is dropped]
+
+        def drop(conn, why):
+            sel.unregister(conn)
+            del pending[conn]
+            conn.close()
+            self.rejected.append(why)
+
         try:
             while len(self._peers) < self.world - 1:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     missing = sorted(set(range(1, self.world)) - set(self._peers))
+                    turned = f"; turned away {len(self.rejected)} connection(s): " \
+                        f"{'; '.join(sorted(set(self.rejected)))}" if self.rejected else ""
                     raise CommTimeout(f"rendezvous timed out after {self.timeout:g}s: rank(s) "
                                       f"{_ranks(missing)} never connected to "
-                                      f"{self.addr}:{self.port}")
-                srv.settimeout(left)
-                try:
-                    conn, _ = srv.accept()
-                except socket.timeout:
-                    continue
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                hello = self._recv(conn, deadline, "a connecting rank")
-                r = hello.get("rank") if isinstance(hello, dict) else None
-                if hello.get("world") != self.world or not isinstance(r, int) or \
-                        not 0 < r < self.world or r in self._peers:
-                    conn.close()
-                    raise TransportError(f"rendezvous: bad hello {hello!r} (WORLD_SIZE is "
-                                         f"{self.world}; ranks 1..{self.world - 1} connect once)")
-                self._peers[r] = conn
+                                      f"{self.addr}:{self.port}{turned}")
+                for conn, (_, until) in list(pending.items()):
+                    if now >= until:
+                        drop(conn, "no hello in time")
+                wake = min([deadline, *(until for _, until in pending.values())])
+                for key, _ in sel.select(timeout=max(0.0, wake - now)):
+                    if key.fileobj is srv:
+                        try:
+                            conn, _ = srv.accept()
+                        except OSError:
+                            continue
+                        conn.setblocking(False)
+                        pending[conn] = [b"", time.monotonic() + HELLO_S]
+                        sel.register(conn, selectors.EVENT_READ)
+                        continue
+                    conn = key.fileobj
+                    try:
+                        data = conn.recv(HELLO_MAX)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        drop(conn, "connection error")
+                        continue
+                    if not data:
+                        drop(conn, "closed before its hello")
+                        continue
+                    pending[conn][0] += data
+                    buf = pending[conn][0]
+                    if b"\n" not in buf:
+                        if len(buf) > HELLO_MAX:
+                            drop(conn, "oversized hello")
+                        continue
+                    line, rest = buf.split(b"\n", 1)
+                    hello, why = self._check_hello(line)
+                    if why:
+                        drop(conn, why)
+                        continue
+                    sel.unregister(conn)
+                    del pending[conn]
+                    conn.setblocking(True)
+                    r = hello.get("rank")
+                    if hello.get("world") != self.world or not isinstance(r, int) or \
+                            not 0 < r < self.world or r in self._peers:
+                        conn.close()
+                        raise TransportError(
+                            f"rendezvous: bad hello {hello!r} (WORLD_SIZE is {self.world}; "
+                            f"ranks 1..{self.world - 1} connect once)")
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    self._buf[conn] = rest
+                    self._peers[r] = conn
         finally:
+            for conn in pending:
+                conn.close()
+            sel.close()
             srv.close()
 
     def _connect(self, deadline: float) -> None:
@@ -78,7 +145,19 @@ class Rendezvous:
                 time.sleep(0.02)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = s
-        self._send(s, {"rank": self.rank, "world": self.world})
+        self._send(s, {"rank": self.rank, "world": self.world, "token": self.token})
+
+    def _check_hello(self, line: bytes) -> tuple[dict | None, str]:
+        """A connecting rank's hello, or why the connection is not one of ours."""
+        try:
+            hello = json.loads(line)
+        except ValueError:
+            return None, "not a hello"
+        if not isinstance(hello, dict):
+            return None, "not a hello"
+        if not hmac.compare_digest(str(hello.get("token", "")).encode(), self.token.encode()):
+            return None, "wrong job token"
+        return hello, ""
 
     # --- rounds -------------------------------------------------------------------------
     def allgather(self, obj) -> list:
