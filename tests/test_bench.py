@@ -69,6 +69,12 @@ def test_table_has_nccl_tests_columns_and_both_halves(host_yaml):
     assert "#wrong" in out and "busbw" in out and "Out of bounds values : 0 OK" in out
     assert "int32" in out
     assert os.path.getsize(os.path.join(os.path.dirname(host_yaml), "bw.png")) > 1000
+    # --check 0: nothing was checked, and the table says so instead of a 0
+    p = _cli("bench", "-n", "2", "-c", "all_gather", "-b", "1K", "-e", "1K", "--iters", "2",
+             "-w", "1", "--check", "0", env={"GPUCOMM_HOST_YAML": host_yaml})
+    assert p.returncode == 0, p.stderr
+    row = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("1024")][0]
+    assert row.split().count("n/c") == 2
 
 
 def test_count_wrong_finds_corrupted_elements():

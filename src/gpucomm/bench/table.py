@@ -10,6 +10,11 @@ def _wrong(v) -> str:
     return "n/c" if v is None or v < 0 else str(v)
 
 
+def total_wrong(rows: list[dict]) -> int:
+    """Wrong elements over every row and both halves (unchecked halves count none)."""
+    return sum(max(r.get(k) or 0, 0) for r in rows for k in ("wrong", "ip_wrong"))
+
+
 def format_table(rows: list[dict], title: str = "") -> str:
     """The rows as nccl-tests prints them; `predicted` is the simulator's time ("-": none)."""
     head = (f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6} {'root':>5}"
@@ -33,7 +38,7 @@ def format_table(rows: list[dict], title: str = "") -> str:
             f" {_num(r.get('predicted_time_us'), '10.2f')}")
     if rows:
         busbw = [r["busbw"] for r in rows if r.get("busbw") is not None]
-        wrong = sum(max(r.get("wrong") or 0, 0) + max(r.get("ip_wrong") or 0, 0) for r in rows)
+        wrong = total_wrong(rows)
         lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
         lines.append(f"# Avg bus bandwidth    : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")
     return "\n".join(lines)

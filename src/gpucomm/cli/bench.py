@@ -42,6 +42,7 @@ def register(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import format_table, run_bench
+    from ..bench.table import total_wrong
     from ..bench.predict import add_predictions, calibrate
     if args.calibrate:
         path, host = calibrate()
@@ -67,8 +68,7 @@ def cmd_bench(args) -> int:
         from ..bench.plot import plot_rows
         plot_rows(rows, args.plot, f"{args.collective} on {args.nranks} ranks ({args.backend})")
         print(f"wrote {args.plot}", file=sys.stderr)
-    bad = sum(max(r.get("wrong", 0), 0) + max(r.get("ip_wrong", 0), 0) for r in rows)
-    return 1 if bad else 0
+    return 1 if total_wrong(rows) else 0
 
 
 class _progress:
