@@ -7,8 +7,9 @@ import pytest
 
 from gpucomm.algorithms import build
 from gpucomm.runtime import memcopy
-from gpucomm.runtime.plan import IN, OUT, PEER_IN, PEER_OUT, _completes, compile_plan, \
-    fused_push
+from gpucomm.runtime.actions import IN, OUT, PEER_IN, PEER_OUT, SHM, Action
+from gpucomm.runtime.plan import compile_plan
+from gpucomm.runtime.push import completes, fused_push
 
 
 def _addr(a):
@@ -73,7 +74,6 @@ def test_plans_without_a_local_copy_to_share_keep_their_reads():
 
 
 def test_completes_detects_a_deadlock():
-    from gpucomm.runtime.plan import Action, SHM
     wait = lambda q, k: Action(False, SHM, q, 0, SHM, 0, 0, SHM, 0, ((q, k),))  # noqa: E731
-    assert _completes([[wait(1, 1)], [wait(0, 0)]])
-    assert not _completes([[wait(1, 1)], [wait(0, 1)]])
+    assert completes([[wait(1, 1)], [wait(0, 0)]])
+    assert not completes([[wait(1, 1)], [wait(0, 1)]])

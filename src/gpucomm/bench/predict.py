@@ -240,11 +240,12 @@ def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
     read by cross-memory attach into a cache-sized buffer costs half a copy for that read
     (memory to cache) and a copy for the reduction (one operand and the store in memory); a
     write into the peer of what is still in cache (a result just reduced,
-    `plan._push_results`, or a block just copied, `plan._push_copies`) is half a copy. A
+    `push.push_results`, or a block just copied, `push.push_copies`) is half a copy. A
     large local copy in a direct plan streams (`runtime.memcopy`). Every other copy is a copy.
     """
     from ..runtime import memcopy
-    from ..runtime.plan import PEER_IN, PEER_OUT, fused_push
+    from ..runtime.actions import PEER_IN, PEER_OUT
+    from ..runtime.push import fused_push
     work = []
     for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
         copied = reduced = streamed = 0.0

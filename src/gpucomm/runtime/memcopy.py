@@ -4,7 +4,7 @@ A plain copy (numpy, memcpy below glibc's streaming threshold) reads every desti
 before overwriting it and leaves the destination in cache, evicting data that is still
 needed. For a large output that nobody reads soon, streaming stores write it out directly:
 one pass over memory less, and the source stays cached (so the transport can send it on to
-a peer right after; see `plan._push_copies`). Measured with benchmarks/runtime_vs_peers.py.
+a peer right after; see `push.push_copies`). Measured with benchmarks/runtime_vs_peers.py.
 """
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ buffer and reducing with numpy ufuncs (`out=`): no pickling, no intermediate cop
 reader copies them out of the peer's own input or output array, one copy instead of two; and
 where that balances the work or saves a pass over memory, a rank writes into a peer's output
 instead (an idle broadcast root takes a share; on 2 ranks a reduced half goes to the peer
-straight from cache, and so does an all-gather's own block) — see `plan._push_split`,
-`plan._push_results` and `plan._push_copies`. Large local copies in those plans use streaming
+straight from cache, and so does an all-gather's own block) — see `push.push_split`,
+`push.push_results` and `push.push_copies`. Large local copies in those plans use streaming
 stores (`memcopy`), so an output nobody reads soon costs no read-for-ownership and does not
 evict the input the rank is about to send on.
 
@@ -34,7 +34,9 @@ from ..collectives import COLLECTIVES
 from ..errors import CommTimeout, ConfigError, TransportError
 from ..schedule import Schedule
 from . import cma, memcopy
-from .plan import IN, OUT, PEER, PEER_IN, PEER_OUT, compile_plan, fused_push
+from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT
+from .plan import compile_plan
+from .push import fused_push
 from .segment import Segment, unlink_name
 
 DONE = 0xFFFFFFFF
@@ -66,7 +68,7 @@ SLICE_BYTES = int(os.environ.get("GPUCOMM_SLICE_BYTES", 4 << 20))
 # (measured, 16 MiB all-reduce on 2 ranks: 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
 PIECE_BYTES = int(os.environ.get("GPUCOMM_PIECE_BYTES", 1 << 20))
 # Direct plans let a rank write into a peer's output where that saves a pass over memory or
-# puts an idle core to work (`plan._push_split`, `plan._push_results`, `plan._push_copies`);
+# puts an idle core to work (`push.push_split`, `push.push_results`, `push.push_copies`);
 # 0 turns that off.
 PUSH = os.environ.get("GPUCOMM_PUSH", "1") != "0"
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
@@ -256,7 +258,7 @@ class ShmTransport:
         coll, p, me = schedule.collective, self.nranks, self.rank
         plan, algo_hash = self.plan(schedule, bc, dtype.itemsize)
         # A large broadcast whose root calls in place leaves the root idle while the others
-        # read: let it write a share into their outputs (`plan._push_split`). Only the root
+        # read: let it write a share into their outputs (`push.push_split`). Only the root
         # knows, so it says so in its control segment and the others read it on entry.
         split = PUSH and coll.name == "broadcast" and p > 1 and self.cma and \
             bc * dtype.itemsize // schedule.chunks_per_block >= DIRECT_MIN_BYTES
@@ -310,7 +312,7 @@ class ShmTransport:
                     mine[PROG] = base | (i + 1)
                     continue
                 # reduce piece by piece through a cache-sized buffer; where the next action
-                # writes the result into the peer's output (plan._push_results), write each
+                # writes the result into the peer's output (push.push_results), write each
                 # piece right after reducing it, while it is still in cache
                 nxt = acts[i + 1] if i + 1 < len(acts) else None
                 fused = None
@@ -355,7 +357,7 @@ class ShmTransport:
             if not red:
                 nxt = acts[i + 1] if i + 1 < len(acts) else None
                 if nxt is not None and fused_push(acts[i], nxt):
-                    # the copy goes on to the peer (plan._push_copies): copy a piece past the
+                    # the copy goes on to the peer (push.push_copies): copy a piece past the
                     # cache, then write it to the peer from the source, which is still cached
                     self._await(nxt[9], checked, base, deadline, desc, schedule, dtype, op)
                     q, raddr = nxt[2], progs[nxt[2]][OUT_ADDR] + nxt[5] * isz
