@@ -375,7 +375,8 @@ class ShmTransport:
                 if sl == IN and dl == OUT and in_addr + slo * isz == out_addr + dlo * isz:
                     pass  # in place: the input already sits where the output goes
                 elif plan.direct and n * isz >= memcopy.MIN_BYTES:
-                    # a large copy into memory nobody reads soon: stream it past the cache
+                    # a large copy (direct plans: beyond what stays cached until anyone
+                    # reads it): stream it past the cache, which keeps what this rank reuses
                     memcopy.copy(dst.__array_interface__["data"][0] + dlo * isz,
                                  src.__array_interface__["data"][0] + slo * isz, n * isz)
                 else:
