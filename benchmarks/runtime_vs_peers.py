@@ -71,7 +71,8 @@ def measure(backends, plan, rounds, nranks=2):
 def _handoff_worker(name, n, iters, side, out):
     import numpy as np
     from multiprocessing import shared_memory
-    os.sched_setaffinity(0, {side % os.cpu_count()})
+    cores = sorted(os.sched_getaffinity(0))  # the ranks' cores, as the launcher binds them
+    os.sched_setaffinity(0, {cores[side % len(cores)]})
     shm = shared_memory.SharedMemory(name=name)
     flag = np.ndarray(2, np.int64, shm.buf[:16])
     data = np.ndarray(n, np.uint8, shm.buf[64:64 + n])
