@@ -276,6 +276,35 @@ def test_rendezvous_turns_away_stray_connections_and_wrong_tokens():
         s.close()
 
 
+def test_rendezvous_names_a_misconfigured_rank_without_showing_the_token():
+    import socket
+    import threading
+
+    from gpucomm.runtime.rendezvous import Rendezvous
+    port, got = free_port(), {}
+
+    def rank0():
+        try:
+            Rendezvous(0, 2, "127.0.0.1", port, timeout=10, token="s3cret-token")
+        except Exception as e:
+            got["err"] = e
+
+    t = threading.Thread(target=rank0)
+    t.start()
+    for _ in range(100):
+        try:
+            c = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.02)
+    c.sendall(b'{"rank": 1, "world": 3, "token": "s3cret-token"}\n')
+    t.join(10)
+    c.close()
+    err = str(got.get("err"))
+    assert isinstance(got.get("err"), TransportError) and "WORLD_SIZE is 2" in err, err
+    assert "s3cret" not in err
+
+
 def test_segments_are_owner_only_with_random_names():
     a, b = Segment.create(4096), Segment.create(4096)
     try:

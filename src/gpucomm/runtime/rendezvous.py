@@ -6,9 +6,9 @@ deadline, so a rank that never shows up is reported by number instead of hanging
 
 The port is open to every local user, so rank 0 admits a connection only once its hello
 arrives (within `HELLO_S`; connections are read side by side, so none can hold up another),
-parses, and carries the job's token: `gpucomm launch` gives its
-ranks a random one (GPUCOMM_RDZV_TOKEN, readable only by the same user); under torchrun there
-is none, as with torchrun's own store. Anything else is closed and the wait goes on, so a
+parses, and carries the job's token: `gpucomm launch` gives its ranks a random one
+(GPUCOMM_RDZV_TOKEN, readable only by the same user, never printed); under torchrun there is
+none, as with torchrun's own store. Anything else is closed and the wait goes on, so a
 stray or hostile connection can neither stall nor end the job; the timeout message counts
 what was turned away.
 """
@@ -119,8 +119,9 @@ class Rendezvous:
                     if hello.get("world") != self.world or not isinstance(r, int) or \
                             not 0 < r < self.world or r in self._peers:
                         conn.close()
+                        shown = {k: v for k, v in hello.items() if k != "token"}
                         raise TransportError(
-                            f"rendezvous: bad hello {hello!r} (WORLD_SIZE is {self.world}; "
+                            f"rendezvous: bad hello {shown!r} (WORLD_SIZE is {self.world}; "
                             f"ranks 1..{self.world - 1} connect once)")
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     self._buf[conn] = rest
