@@ -229,10 +229,20 @@ def test_rendezvous_times_out_naming_the_missing_ranks(monkeypatch):
     assert time.monotonic() - t0 < 3
 
 
+def _connect_when_listening(port: int, tries: int = 250):
+    """A raw TCP connection to 127.0.0.1:port once something listens there."""
+    import socket
+    for _ in range(tries):
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            time.sleep(0.02)
+    raise AssertionError(f"nothing listened on port {port}")
+
+
 def test_rendezvous_turns_away_stray_connections_and_wrong_tokens():
     """A silent connection, garbage and a hello with another job's token, all made before
     the real rank connects, neither stall nor end the job; the right token gets in."""
-    import socket
     import threading
 
     from gpucomm.runtime import rendezvous
@@ -250,12 +260,7 @@ def test_rendezvous_turns_away_stray_connections_and_wrong_tokens():
     strays = []
     for payload in (None, b"GET / HTTP/1.0\r\n\r\n", b'{"rank": 1, "world": 2, "token": "job-b"}\n',
                     b"x" * (rendezvous.HELLO_MAX + 10)):
-        for _ in range(100):
-            try:
-                c = socket.create_connection(("127.0.0.1", port), timeout=5)
-                break
-            except OSError:
-                time.sleep(0.02)
+        c = _connect_when_listening(port)
         if payload:
             c.sendall(payload)
         strays.append(c)
@@ -277,7 +282,6 @@ def test_rendezvous_turns_away_stray_connections_and_wrong_tokens():
 
 
 def test_rendezvous_names_a_misconfigured_rank_without_showing_the_token():
-    import socket
     import threading
 
     from gpucomm.runtime.rendezvous import Rendezvous
@@ -291,12 +295,7 @@ def test_rendezvous_names_a_misconfigured_rank_without_showing_the_token():
 
     t = threading.Thread(target=rank0)
     t.start()
-    for _ in range(100):
-        try:
-            c = socket.create_connection(("127.0.0.1", port), timeout=5)
-            break
-        except OSError:
-            time.sleep(0.02)
+    c = _connect_when_listening(port)
     c.sendall(b'{"rank": 1, "world": 3, "token": "s3cret-token"}\n')
     t.join(10)
     c.close()
