@@ -127,7 +127,7 @@ def test_killed_rank_is_named_within_the_timeout(tmp_path):
     assert time.monotonic() - t0 < 40
 
 
-@pytest.mark.parametrize("kind", ["size", "op", "collective", "root", "dtype"])
+@pytest.mark.parametrize("kind", ["size", "op", "collective", "root", "dtype", "plan"])
 def test_mismatched_calls_fail_on_every_rank(kind, tmp_path):
     results, outputs, codes = spawn(2, "mismatch", tmp_path, {"MISMATCH": kind,
                                                               "GPUCOMM_TIMEOUT": "20"})

@@ -244,6 +244,10 @@ def mode_mismatch(comm, res):
             comm.broadcast(x, root=comm.rank)
         elif kinds == "dtype":
             comm.all_reduce(x if comm.rank == 0 else x.astype(np.float64))
+        elif kinds == "plan":  # same call, but this rank's settings compile another plan
+            if comm.rank == 1:
+                comm.transport.slice_bytes = 24
+            comm.all_reduce(x)
         res["failures"].append(f"mismatched ({kinds}) call returned")
     except GpucommError as e:
         res["error"] = f"{type(e).__name__}: {e}"

@@ -65,6 +65,14 @@ def test_two_rank_all_gather_pushes_its_block_instead_of_being_read(algo):
         assert push[5] == r * (1 << 20)  # the peer's block r
 
 
+def test_without_streaming_copies_the_all_gather_keeps_its_pull():
+    """Pushing a copied block from cache only pays when the copy streams past the cache."""
+    plan = compile_plan(build("all_gather", "ring", 2), 1 << 20, slice_elems=1 << 30,
+                        direct=True, stream=False)
+    assert not any(a[4] == PEER_OUT for rows in plan.actions for a in rows)
+    assert all(any(a[1] == PEER_IN for a in rows) for rows in plan.actions)
+
+
 def test_plans_without_a_local_copy_to_share_keep_their_reads():
     for coll, p in (("all_gather", 3), ("all_to_all", 2)):
         plan = compile_plan(build(coll, "direct", p), 1 << 20, slice_elems=1 << 30,

@@ -287,12 +287,13 @@ def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
                         direct: bool) -> float:
     """The link bandwidth at which the busiest rank's received bytes take as long as its
     copies and reductions in the runtime's plan at the calibrated rates."""
+    from ..runtime import memcopy
     from ..runtime.plan import compile_plan
     from ..runtime.shm import DIRECT_SLICE_BYTES, SLICE_BYTES
     coll, p = schedule.collective, schedule.nranks
     slice_bytes = DIRECT_SLICE_BYTES if direct else SLICE_BYTES
     plan = compile_plan(schedule, block_count, slice_elems=max(1, slice_bytes // itemsize),
-                        direct=direct)
+                        direct=direct, stream=memcopy.ENABLED)  # the plan the runtime runs
     ws = 0
     for r in range(p):
         for rng in (coll.inputs(r, p, schedule.root), coll.outputs(r, p, schedule.root)):

@@ -220,8 +220,10 @@ class ShmTransport:
             plan = compile_plan(schedule, block_count,
                                 slice_elems=max(1, slice_bytes // itemsize), direct=direct,
                                 push_root=schedule.root if in_place_root else None,
-                                push=PUSH)
-            hit = (schedule, plan, zlib.crc32(repr((plan.schedule_key, direct)).encode()))
+                                push=PUSH, stream=memcopy.ENABLED)
+            # the whole plan goes into the call descriptor's hash: ranks whose settings
+            # (slice sizes, push, streaming) would compile different plans fail the check
+            hit = (schedule, plan, zlib.crc32(repr((plan.schedule_key, plan.actions)).encode()))
             self._plans[key] = hit
         return hit[1], hit[2]
 
