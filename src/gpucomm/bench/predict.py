@@ -245,21 +245,19 @@ def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
     """
     from ..runtime import memcopy
     from ..runtime.actions import PEER_IN, PEER_OUT
-    from ..runtime.push import fused_push
+    from ..runtime.push import fused_push, fused_result_push
     work = []
     for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
         copied = reduced = streamed = 0.0
         prev = None
         for a in acts:
-            red, sl, _, slo, dl, dlo, n, _, _, _ = a
+            red, sl, _, _, dl, _, n, _, _, _ = a
             nb = n * itemsize
             if red and sl in (PEER_IN, PEER_OUT):
                 copied += 1.5 * nb
             elif red:
                 reduced += nb
-            elif dl == PEER_OUT and prev is not None and (fused_push(prev, a) or (
-                    prev[0] and prev[4] == sl and prev[5] == slo and prev[6] == n
-                    and prev[1] in (PEER_IN, PEER_OUT))):
+            elif prev is not None and (fused_push(prev, a) or fused_result_push(prev, a)):
                 copied += 0.5 * nb  # the write of what is still in cache
             elif plan.direct and sl not in (PEER_IN, PEER_OUT) and dl != PEER_OUT \
                     and nb >= memcopy.MIN_BYTES:

@@ -84,9 +84,10 @@ def count_wrong(coll, got, rank, p, bc, dtype, op, root, salt=0) -> int:
     and those are regenerated from `pattern` and reduced as `reference` does. Memory stays
     at one piece per contribution and only this rank's output is computed, at any size.
     """
-    if got is None or coll.outputs(rank, p, root) is None:
+    rng = coll.outputs(rank, p, root)
+    if got is None or rng is None:
         return 0
-    first, nblocks = coll.outputs(rank, p, root)
+    first, nblocks = rng
     tol = tolerance(op, dtype, p) if coll.reduces else 0.0
     wrong = 0
     for k in range(nblocks):

@@ -7,12 +7,12 @@ def _num(v, fmt) -> str:
 
 
 def _wrong(v) -> str:
-    return "n/c" if v is None or v < 0 else str(v)
+    return "n/c" if v is None else str(v)
 
 
 def total_wrong(rows: list[dict]) -> int:
     """Wrong elements over every row and both halves (unchecked halves count none)."""
-    return sum(max(r.get(k) or 0, 0) for r in rows for k in ("wrong", "ip_wrong"))
+    return sum(r.get(k) or 0 for r in rows for k in ("wrong", "ip_wrong"))
 
 
 def format_table(rows: list[dict], title: str = "") -> str:

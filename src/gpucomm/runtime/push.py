@@ -200,6 +200,13 @@ def push_copies(acts, in_rng, out_rng) -> list:
     return out if completes(out) else acts
 
 
+def fused_result_push(a: tuple, nxt: tuple) -> bool:
+    """Is action row `nxt` the push of the range that `a` has just reduced from a peer's
+    buffer (`push_results`)? The runtime writes each reduced piece on while it is in cache."""
+    return nxt is not None and a[0] and a[1] in (PEER_IN, PEER_OUT) and not nxt[0] \
+        and nxt[4] == PEER_OUT and nxt[1] == a[4] and nxt[3] == a[5] and nxt[6] == a[6]
+
+
 def fused_push(a: tuple, nxt: tuple) -> bool:
     """Is action row `nxt` the push of what local copy `a` just copied (`push_copies`)?
     The runtime runs the two as one: each piece is copied, then written to the peer while

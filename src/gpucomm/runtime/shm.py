@@ -36,7 +36,7 @@ from ..schedule import Schedule
 from . import cma, memcopy
 from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT
 from .plan import compile_plan
-from .push import fused_push
+from .push import fused_push, fused_result_push
 from .segment import Segment, unlink_name
 
 DONE = 0xFFFFFFFF
@@ -318,8 +318,7 @@ class ShmTransport:
                 # piece right after reducing it, while it is still in cache
                 nxt = acts[i + 1] if i + 1 < len(acts) else None
                 fused = None
-                if nxt is not None and not nxt[0] and nxt[4] == PEER_OUT and nxt[1] == dl \
-                        and nxt[3] == dlo and nxt[6] == n:
+                if fused_result_push(acts[i], nxt):
                     self._await(nxt[9], checked, base, deadline, desc, schedule, dtype, op)
                     fused = (nxt[2], progs[nxt[2]][OUT_ADDR] + nxt[5] * isz)
                 step = max(1, min(self.slice_bytes, PIECE_BYTES) // isz)
@@ -358,7 +357,7 @@ class ShmTransport:
             dst = arrs[dl]
             if not red:
                 nxt = acts[i + 1] if i + 1 < len(acts) else None
-                if nxt is not None and fused_push(acts[i], nxt):
+                if fused_push(acts[i], nxt):
                     # the copy goes on to the peer (push.push_copies): copy a piece past the
                     # cache, then write it to the peer from the source, which is still cached
                     self._await(nxt[9], checked, base, deadline, desc, schedule, dtype, op)
@@ -376,9 +375,10 @@ class ShmTransport:
                     continue
                 if sl == IN and dl == OUT and in_addr + slo * isz == out_addr + dlo * isz:
                     pass  # in place: the input already sits where the output goes
-                elif plan.direct and n * isz >= memcopy.MIN_BYTES:
-                    # a large copy (direct plans: beyond what stays cached until anyone
-                    # reads it): stream it past the cache, which keeps what this rank reuses
+                elif plan.direct:
+                    # direct plans' copies are large (beyond what stays cached until anyone
+                    # reads them): `memcopy` streams them past the cache, which keeps what
+                    # this rank reuses
                     memcopy.copy(dst.__array_interface__["data"][0] + dlo * isz,
                                  src.__array_interface__["data"][0] + slo * isz, n * isz)
                 else:
