@@ -175,7 +175,7 @@ def test_result_fields_and_busbw():
     r = predict("all_gather", 1 << 20, topo, algorithm="ring")
     row = r.to_row()
     assert set(row) == {"size", "count", "type", "redop", "root", "time_us", "algbw", "busbw",
-                        "algorithm", "protocol"}
+                        "algorithm", "protocol", "reason"}
     assert r.busbw_GBps == pytest.approx(r.algbw_GBps * 7 / 8)
     assert r.link_busy_s and max(r.utilisation().values()) <= 1.0 + 1e-9
 
@@ -221,7 +221,7 @@ def test_per_channel_ranks_are_validated():
 
 
 def test_nvls_chunk_rules_follow_nccl():
-    from gpucomm.simulate.predict import nvls_efficiency
+    from gpucomm.simulate.nccl import nvls_efficiency
     effs = [nvls_efficiency("hopper", s, 8) for s in (1 << 20, 16 << 20, 256 << 20, 2 << 30)]
     assert effs == sorted(effs) and len(set(effs)) == 4
     assert effs[-1] == pytest.approx(0.85)  # NCCL's nvlsEfficiency at its 128 KiB chunk

@@ -36,7 +36,7 @@ def test_json_schema(capsys):
     assert [r["size"] for r in doc["rows"]] == [8, 256, 8192, 262144]
     for r in doc["rows"]:
         assert set(r) == {"size", "count", "type", "redop", "root", "time_us", "algbw", "busbw",
-                          "algorithm", "protocol"}
+                          "algorithm", "protocol", "reason"}
         assert r["count"] == r["size"] // 4 and r["type"] == "float32"
         assert r["busbw"] == pytest.approx(r["algbw"] * 2 * 7 / 8, rel=1e-3, abs=2e-4)
 

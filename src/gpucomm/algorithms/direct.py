@@ -83,6 +83,16 @@ def direct_all_to_all(nranks: int, root: int = 0) -> Schedule:
     return Schedule("all_to_all", p, "direct", 1, steps)
 
 
+@algorithm("all_to_all", "grouped")
+def grouped_all_to_all(nranks: int, root: int = 0) -> Schedule:
+    """NCCL's all-to-all: a send and a receive to every peer inside one group call, all in
+    flight at once (ncclGroupStart/End; nccl-tests' alltoall), so one step of P(P-1) sends."""
+    p, r = nranks, np.arange(nranks)
+    src = np.repeat(r, p)
+    dst = np.tile(r, p)
+    return Schedule("all_to_all", p, "grouped", 1, (step(src, dst, dst, p + src),))
+
+
 @algorithm("gather", "direct")
 def direct_gather(nranks: int, root: int = 0) -> Schedule:
     """Every rank sends its block straight to the root."""

@@ -90,7 +90,8 @@ def _builder_params(args, coll) -> dict:
     params = param_pairs(getattr(args, "param", None) or [])
     if not params:
         return {}
-    if args.algorithm in ("auto", "nvls"):
+    from ..simulate.nccl import CLOSED_FORMS
+    if args.algorithm == "auto" or args.algorithm in CLOSED_FORMS:
         raise ConfigError(f"-p/--param sets parameters of one algorithm: pass --algorithm NAME "
                           f"(not {args.algorithm})")
     from ..algorithms import get_algorithm
@@ -105,31 +106,34 @@ def _builder_params(args, coll) -> dict:
 def _traced(coll, size, topo, args, res):
     from ..algorithms import build
     from ..simulate import simulate
-    if res.algorithm == "nvls":
+    from ..simulate.nccl import CLOSED_FORMS
+    from ..simulate.predict import PAT_SCHEDULES
+    if res.algorithm in CLOSED_FORMS:
         return res
     from ..algorithms import get_algorithm
     kw = _builder_params(args, coll) if res.algorithm == args.algorithm else {}
-    accepted = [k for k, _ in get_algorithm(coll, res.algorithm).params]
+    name = PAT_SCHEDULES[coll.name] if res.algorithm == "pat" else res.algorithm
+    accepted = [k for k, _ in get_algorithm(coll, name).params]
     if "channels" in accepted and "channels" not in kw:
         kw["channels"] = max(res.channels, 1)
     g = topo.gpus_per_node
     if "group_size" in accepted and "group_size" not in kw and 1 <= g < topo.nranks \
             and topo.nranks % g == 0:
         kw["group_size"] = g  # as predict() builds it
-    sched = build(coll, res.algorithm, topo.nranks, root=args.root if coll.rooted else 0, **kw)
+    sched = build(coll, name, topo.nranks, root=args.root if coll.rooted else 0, **kw)
     return simulate(sched, topo, size, dtype=args.datatype, model=args.model,
                     protocol=res.protocol, trace=True)
 
 
 def _table(rows) -> str:
     lines = ["#" + "".join(f"{h:>13}" for h in HEADER[:5]) + f"{'time':>11}{'algbw':>9}"
-             f"{'busbw':>9}  {'algorithm':<28}{'protocol'}",
+             f"{'busbw':>9}  algorithm/protocol channels (runner-up)",
              "#" + "".join(f"{h:>13}" for h in ("(B)", "(elements)", "", "", "")) +
              f"{'(us)':>11}{'(GB/s)':>9}{'(GB/s)':>9}"]
     for r in rows:
         lines.append(" " + f"{r['size']:>13}{r['count']:>13}{r['type']:>13}{r['redop']:>13}"
                      f"{r['root']:>13}{r['time_us']:>11.2f}{r['algbw']:>9.2f}{r['busbw']:>9.2f}"
-                     f"  {r['algorithm']:<28}{r['protocol']}")
+                     f"  {r.get('reason') or r['algorithm'] + '/' + r['protocol']}")
     return "\n".join(lines)
 
 

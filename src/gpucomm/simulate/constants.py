@@ -31,6 +31,29 @@ BASE_LATENCY_S = {"ll": 6.6 * US, "ll128": 14.0 * US, "simple": 8.4 * US}
 # nodes NVLSTree adds 2·log2(nodes) network hops of hwLatency[NET][NVLSTree][Simple] = 20.9 us.
 NVLS_LATENCY_S = 25.0 * US
 NVLSTREE_NET_LATENCY_S = 20.9 * US
+# NCCL's tree (trees.cc: a chain in the node, a double binary tree across nodes), tuning.cc
+# v2.23+: baseLatencies[Tree] and hwLatencies[hw][Tree][proto] by path class (nvlink, pcie,
+# net); perChMaxTreeBws (Simple) and perChMaxTreeLL128Bws per channel and node-count class;
+# trees run on as many channels as rings (16 on NVSwitch systems).
+TREE_BASE_LATENCY_S = {"ll": 6.8 * US, "ll128": 14.0 * US, "simple": 8.4 * US}
+TREE_HOP_LATENCY_S = {"ll": (0.6 * US, 1.0 * US, 5.0 * US),
+                      "ll128": (1.25 * US, 1.9 * US, 8.5 * US),
+                      "simple": (4.0 * US, 4.0 * US, 14.0 * US)}
+TREE_PER_CHANNEL_BW = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
+                       "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
+TREE_LL128_PER_CHANNEL_BW = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
+                             "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
+TREE_CHANNELS = 16
+# tuning.cc treeCorrectionFactor[proto][log2(bytes / 64)], 64 B .. 512 MiB: NCCL's own measured
+# efficiency of its trees by message size ("trees are not perfectly sticking to the model for
+# medium sizes"); it multiplies the tree's bandwidth. Sizes beyond the table use its last entry.
+TREE_CORRECTION = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9)}
 # nvlsEfficiency[gpu generation]: the fraction of NVLink bandwidth multimem loads/stores reach,
 # NCCL's figure for its default NVLS chunk (NCCL_NVLS_CHUNKSIZE = 128 KiB). We read it as a
 # fixed cost per chunk: chunk / (chunk + overhead), so smaller chunks reach less.

@@ -1,9 +1,10 @@
 """predict(): build the schedule(s) for a collective and time them; `auto` picks like NCCL.
 
 NCCL's tuner takes the argmin of predicted time over every (algorithm, protocol) pair it may
-use; `predict(algorithm="auto", protocol="auto")` does the same over the registered
-algorithms of the collective, plus in-switch reduction (`nvls`) where the NVSwitch reduces,
-and reports the pair it chose (and every candidate's time in `candidates`).
+use; `predict(algorithm="auto", protocol="auto")` does the same over NCCL's algorithms for the
+collective and placement (nccl.candidates: ring, tree, nvls / nvls_tree where the NVSwitch
+reduces, pat, grouped point-to-point), and reports the pair it chose (`reason`, and every
+candidate's time in `candidates`). Any registered schedule can still be asked for by name.
 
 Channels: NCCL runs `CHANNELS` channels; the schedule gets one channel per NIC rail of its GPUs
 (the NICs next to them, paths.py; so the channels spread over those NICs) and each stands for
@@ -30,13 +31,16 @@ from ..errors import ConfigError, GpucommError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, generation_of, get_protocol
-from .result import SimResult
+from . import nccl
 from .paths import NVLINK
+from .result import SimResult
 from .rings import ring_orders
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
-NVLS_COLLECTIVES = ("all_reduce",)
 MAX_PIPELINE_CHUNKS = 64
+# PAT (NCCL 2.23, arXiv 2506.20252) is Bruck-like: log2(P) steps, each moving a power-of-two
+# share; the schedules with that shape stand for it.
+PAT_SCHEDULES = {"all_gather": "bruck", "reduce_scatter": "recursive_halving"}
 
 
 def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
@@ -61,7 +65,7 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
     host_s = host_issue_s(gpus_per_thread, cuda_graph)
     p = len(list(ranks)) if ranks is not None else topology.nranks
     placement = _placement(p, topology, ranks)
-    names = _candidates(coll, algorithm, topology, p, exclude)
+    names = _candidates(coll, algorithm, topology, placement, exclude)
     if isinstance(protocol, (list, tuple, set, frozenset)):
         protos = [str(x).lower() for x in protocol]  # the protocols auto may use
         if not protos:
@@ -119,30 +123,28 @@ def _host_bound(res: SimResult, host_s: float, coll, dtype) -> SimResult:
     return dataclasses.replace(res, time_s=host_s, algbw_GBps=algbw, busbw_GBps=busbw)
 
 
-def _candidates(coll, algorithm, topology, p, exclude):
+def _candidates(coll, algorithm, topology, placement, exclude):
+    """The algorithms to time: NCCL's tuner's choices for `auto` (nccl.candidates), else the
+    one asked for (an NCCL_ALGO name or a registered schedule)."""
     exclude = {e.lower() for e in exclude}
-    has_nvls = _nvls_ok(coll, topology)
     if algorithm != "auto":
-        if algorithm == "nvls":
-            if not has_nvls:
-                raise ConfigError(f"nvls needs an NVSwitch that reduces (topology "
-                                  f"{topology.name!r} has none) and one of "
-                                  f"{', '.join(NVLS_COLLECTIVES)}")
-            return ["nvls"]
-        get_algorithm(coll, algorithm)  # raises with the allowed names
-        return [algorithm]
-    names = [a.name for a in algorithms(coll) if a.name not in exclude]
-    if has_nvls and "nvls" not in exclude and p > 1:
-        names.append("nvls")
+        name = str(algorithm).lower()
+        if name in nccl.NCCL_ALGORITHMS and name != "ring":
+            nccl.check(name, coll, topology, placement)
+            return [name]
+        get_algorithm(coll, name)  # raises with the allowed names
+        return [name]
+    names = [a for a in nccl.candidates(coll, topology, placement) if a not in exclude]
+    if "double_binary_tree" in exclude or "tree" in exclude:
+        names = [a for a in names if a != "tree"]
+    if "nvls" in exclude:
+        names = [a for a in names if a not in ("nvls", "nvls_tree")]
+    if not nccl.candidates(coll, topology, placement):  # e.g. barrier: every registered one
+        names = [a.name for a in algorithms(coll) if a.name not in exclude]
     if not names:
-        raise ConfigError(f"no algorithm registered for {coll.name}")
+        raise ConfigError(f"no algorithm left for {coll.name} after excluding "
+                          f"{', '.join(sorted(exclude))}")
     return names
-
-
-def _nvls_ok(coll, topology) -> bool:
-    gen = generation_of(topology)
-    return (coll.name in NVLS_COLLECTIVES and bool(getattr(topology, "in_switch_reduction", False))
-            and K.NVLS_EFFICIENCY.get(gen, 0) > 0)
 
 
 def _ll128_allowed(topology, placement) -> bool:
@@ -168,9 +170,9 @@ def _ll128_allowed(topology, placement) -> bool:
 def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, redop, params):
     p = len(placement)
     paths = path_table(topology, placement)
-    if name == "nvls":
-        return _nvls(coll, nbytes, topology, placement, dtype, proto, paths, model)
-    alg = get_algorithm(coll, name)
+    if name in nccl.CLOSED:
+        return nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
+    alg = get_algorithm(coll, PAT_SCHEDULES[coll.name] if name == "pat" else name)
     kw = dict(params)
     accepted = {k for k, _ in alg.params}
     rails = paths.rails_per_node if _multi_node(topology, placement) else 1
@@ -195,8 +197,9 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     kw = {k: v for k, v in kw.items() if k in accepted}
     sched = alg.build(p, root=root, **kw)
     lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
-    return simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
-                    ranks=ranks, lanes=lanes, redop=redop)
+    res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
+                   ranks=ranks, lanes=lanes, redop=redop)
+    return dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))
 
 
 _ORDERS: dict = {}
@@ -208,70 +211,3 @@ def _ring_orders(topology, placement):
 
 def _multi_node(topology, placement) -> bool:
     return len({topology.node_of(int(r)) for r in placement}) > 1
-
-
-def _nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
-    """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch.
-
-    All-reduce with multimem loads/stores: a GPU's link to the switch carries S + S/g in each
-    direction (the switch pulls every GPU's slice of each reduction and returns the reduced
-    slice; then each GPU's reduced slice is broadcast to all). Data moves in chunks; a chunk
-    reaches chunk / (chunk + overhead) of the link, the overhead set by NCCL's nvlsEfficiency
-    at its default chunk, and NCCL shrinks the chunk for smaller messages (constants.py).
-    Across nodes (NVLSTree) each GPU's reduced 1/g of the buffer also crosses its NIC rail,
-    pipelined with the NVLink part, and the latency adds 2·log2(nodes) network hops.
-    """
-    if proto != "simple":
-        return None  # NVLS runs the Simple protocol only
-    lay = layout(coll, nbytes, dtype, len(placement))
-    gen = generation_of(topology)
-    nodes = {}
-    for r in placement.tolist():
-        nodes.setdefault(topology.node_of(r), []).append(r)
-    g = max(len(v) for v in nodes.values())
-    if g < 2:
-        return None
-    local = np.array([v for v in nodes.values() if len(v) > 1][0][:2])
-    link = float(paths.properties(paths.routes(local[:1], local[1:], 0))[2][0])
-    size = float(lay.size)
-    eff = nvls_efficiency(gen, size, g)
-    t_nvl = size * (1 + 1 / g) / (link * eff)
-    lat = K.NVLS_LATENCY_S
-    t_net, tree = 0.0, 1.0
-    if len(nodes) > 1:
-        first = [v[0] for v in nodes.values()]
-        table = paths.routes(np.array(first[:1]), np.array(first[1:2]), 0)
-        lat_s, _, cap = paths.properties(table)
-        nic_bw = float(cap[0]) * paths.rails_per_node
-        tree = 1.0 if len(nodes) == 2 else 2.0  # double binary tree: 2 transfers per node
-        t_net = size * tree / nic_bw
-        lat += 2 * np.log2(len(nodes)) * (K.NVLSTREE_NET_LATENCY_S + float(lat_s[0]))
-    t = lat + max(t_nvl, t_net)
-    algbw, busbw = lay.busbw(t)
-    # every GPU's links to and from the switch carry S(1 + 1/g) (the ring of pairs covers each
-    # GPU's uplink and downlink once); the NIC rails carry the inter-node shards
-    ring = paths.routes(np.arange(len(placement)), np.roll(np.arange(len(placement)), -1), 0)
-    busy = {}
-    for li in np.unique(ring[ring >= 0]).tolist():
-        carried = size * tree / g if paths.link_class[li] != 0 else size * (1 + 1 / g) / eff
-        busy[int(li)] = float(min(carried / paths.capacity[li], t))
-    # one record per rank: its share reduced in the switch and multicast back, over [0, t]
-    timeline = tuple((0, r, r, r, 0, 0.0, t, int(size // len(placement)))
-                     for r in range(len(placement)))
-    return SimResult(lay.collective.name, "nvls", "simple", model, len(placement), lay.size,
-                     lay.count, lay.dtype.name, t, algbw, busbw, busy, 1, len(placement),
-                     timeline)
-
-
-def nvls_efficiency(generation: str, nbytes: float, gpus: int) -> float:
-    """Fraction of NVLink bandwidth NVLS reaches for a message (chunk size rules of NCCL)."""
-    full = K.NVLS_EFFICIENCY.get(generation, 0.0)
-    if full <= 0:
-        return 0.0
-    overhead = K.NVLS_CHUNK_BYTES * (1 - full) / full
-    chunk = K.NVLS_CHUNK_BYTES
-    concurrent = K.NVLS_CHANNELS * gpus
-    for factor, smaller in K.NVLS_CHUNK_STEPS:
-        if nbytes < factor * concurrent * chunk and chunk > smaller:
-            chunk = smaller
-    return chunk / (chunk + overhead)

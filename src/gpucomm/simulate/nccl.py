@@ -1,0 +1,229 @@
+"""NCCL's algorithms by NCCL's names, and the ones that are not schedules, as closed forms.
+
+`NCCL_ALGO` spells NCCL's algorithms ring, tree, nvls, nvls_tree, collnet_direct,
+collnet_chain and pat (NCCL's env.rst; `src/graph/tuning.cc` indexes them Tree, Ring,
+CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT). `auto` chooses among the ones NCCL's tuner
+may use for a collective on a topology (`candidates`), as NCCL does (tuning.cc):
+
+- all-reduce: ring, tree, nvls on one node whose NVSwitch reduces, nvls_tree across such
+  nodes (NVLS alone spans nodes only together with CollNet), collnet_* only with an in-network
+  reduction fabric (IB SHARP; no catalog fabric has one, so they are refused with the reason);
+- all-gather / reduce-scatter: ring, and pat where NCCL enables it by default (one GPU per node);
+- broadcast / reduce: ring; all-to-all, send/recv, gather, scatter: grouped point-to-point.
+
+`ring` and the point-to-point ones are schedules (algorithms/); `tree`, `nvls` and `nvls_tree`
+are closed forms here, costed from the topology's links and the same protocol model:
+
+- tree (trees.cc): a chain through the GPUs of each node and a double binary tree across the
+  nodes' chain heads, one per channel, pipelined. Each GPU sends the buffer up the chain
+  (reduce) and down (broadcast): where both go out of one port (an NVSwitch node) the port
+  carries 2S, over point-to-point links S each way. Across nodes, a node that is inner in one
+  binary tree and a leaf in the other receives 3/2 + 1/2 of the buffer and sends as much: 2S
+  per direction over the node's NICs. (With 2 nodes each tree is one edge and the count is S,
+  but NCCL's own model halves a tree's bandwidth at every node count, tuning.cc `algBw =
+  busBw * 0.5`, and so do the measurements: 2S is kept.) NCCL's treeCorrectionFactor, its
+  measured efficiency of trees by size, scales the bandwidth term.
+- nvls / nvls_tree: in-switch reduction; see `nvls`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..collectives import layout
+from ..errors import ConfigError
+from . import constants as K
+from .paths import NET
+from .protocol import generation_of, get_protocol
+from .result import SimResult
+
+NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
+                   "pat")
+CLOSED_FORMS = ("tree", "nvls", "nvls_tree")
+NVLS_COLLECTIVES = ("all_reduce",)
+P2P_COLLECTIVES = ("all_to_all", "sendrecv", "gather", "scatter")
+
+
+def candidates(coll, topology, placement) -> list[str]:
+    """The algorithms NCCL's tuner may choose from for `coll` on these ranks."""
+    name = coll.name
+    nodes = len(node_groups(topology, placement))
+    if name in P2P_COLLECTIVES:
+        return ["grouped" if name == "all_to_all" else "direct"]
+    if name == "all_reduce":
+        out = ["ring", "tree"]
+        if nvls_ok(coll, topology):
+            out.append("nvls" if nodes == 1 else "nvls_tree")
+        return out
+    if name in ("all_gather", "reduce_scatter"):
+        per_node = max(len(v) for v in node_groups(topology, placement).values())
+        return ["ring", "pat"] if nodes > 1 and per_node == 1 else ["ring"]
+    if name in ("broadcast", "reduce"):
+        return ["ring"]
+    return []
+
+
+def check(name: str, coll, topology, placement) -> None:
+    """Refuse an NCCL algorithm where NCCL itself would not run it, saying why."""
+    nodes = len(node_groups(topology, placement))
+    if name.startswith("collnet"):
+        raise ConfigError(f"{name} needs an in-network reduction fabric (CollNet plugin, e.g. "
+                          f"IB SHARP); topology {topology.name!r} has none: use ring, tree"
+                          + (", nvls_tree" if nvls_ok(coll, topology) and nodes > 1 else ""))
+    if name in ("nvls", "nvls_tree"):
+        if not nvls_ok(coll, topology):
+            raise ConfigError(f"{name} needs an NVSwitch that reduces (topology "
+                              f"{topology.name!r} has none) and one of "
+                              f"{', '.join(NVLS_COLLECTIVES)}")
+        if name == "nvls" and nodes > 1:
+            raise ConfigError(f"nvls spans {nodes} nodes only with CollNet (NCCL); across "
+                              "nodes use nvls_tree (NVLS inside the node, a tree across)")
+        if name == "nvls_tree" and nodes == 1:
+            raise ConfigError("nvls_tree is NVLS inside nodes and a tree across them: it needs "
+                              "ranks on 2 or more nodes (on one node use nvls)")
+    if name == "tree" and coll.name != "all_reduce":
+        raise ConfigError(f"NCCL's tree serves all_reduce only, not {coll.name}: use ring")
+    if name == "pat" and coll.name not in ("all_gather", "reduce_scatter"):
+        raise ConfigError(f"pat serves all_gather and reduce_scatter only, not {coll.name}")
+
+
+def nvls_ok(coll, topology) -> bool:
+    gen = generation_of(topology)
+    return (coll.name in NVLS_COLLECTIVES and bool(getattr(topology, "in_switch_reduction", False))
+            and K.NVLS_EFFICIENCY.get(gen, 0) > 0)
+
+
+def node_groups(topology, placement) -> dict:
+    nodes: dict = {}
+    for r in np.asarray(placement).tolist():
+        nodes.setdefault(topology.node_of(int(r)), []).append(int(r))
+    return nodes
+
+
+def _net(paths, placement, nodes):
+    """(latency, total payload capacity) of one node's NICs for this placement."""
+    first = _index(placement, [v[0] for v in nodes.values()][:2])
+    table = paths.routes(first[:1], first[1:2], 0)
+    lat_s, _, cap = paths.properties(table)
+    return float(lat_s[0]), float(cap[0]) * paths.rails_per_node
+
+
+def _index(placement, ranks):
+    where = {int(r): i for i, r in enumerate(np.asarray(placement).tolist())}
+    return np.array([where[r] for r in ranks])
+
+
+def _rate(pr, capacity, cls, nch) -> float:
+    """Payload rate of `nch` channels sharing `capacity`, each under the protocol's per-channel
+    limits (wire efficiency, caps, one message per overhead on network paths)."""
+    return nch * float(pr.op_rate(capacity / nch, cls, lanes=1, channels=nch))
+
+
+def _result(coll, name, proto, model, lay, p, t, busy, nch):
+    algbw, busbw = lay.busbw(t)
+    timeline = tuple((0, r, r, r, 0, 0.0, t, int(lay.size // p)) for r in range(p))
+    return SimResult(lay.collective.name, name, proto, model, p, lay.size, lay.count,
+                     lay.dtype.name, t, algbw, busbw, busy, 1, p, timeline, nccl_channels=nch)
+
+
+def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
+    """NCCL's tree all-reduce (chain in the node, double binary tree across nodes)."""
+    p = len(placement)
+    lay = layout(coll, nbytes, dtype, p)
+    nodes = node_groups(topology, placement)
+    n = len(nodes)
+    gen = generation_of(topology)
+    pr = get_protocol(proto, gen, n)
+    col = 0 if n <= 1 else 1 if n == 2 else 2
+    nch = K.TREE_CHANNELS
+    cap = {"simple": K.TREE_PER_CHANNEL_BW[gen][col],
+           "ll128": K.TREE_LL128_PER_CHANNEL_BW[gen][col]}.get(proto, float("inf")) * K.GB * nch
+    size = float(lay.size)
+    hop = K.TREE_HOP_LATENCY_S[proto]
+    t_intra, lat = 0.0, K.TREE_BASE_LATENCY_S[proto]
+    chain = max(nodes.values(), key=len)
+    busy: dict = {}
+    if len(chain) > 1:
+        idx = _index(placement, chain)
+        fwd = paths.routes(idx[:-1], idx[1:], 0)
+        back = paths.routes(idx[1:], idx[:-1], 0)
+        lat_s, cls, capf = paths.properties(fwd)
+        # a middle GPU sends up and down the chain: through one port (a switch) that is 2S
+        shared = len(idx) > 2 and fwd.shape[1] and back.shape[1] and fwd[1, 0] == back[0, 0]
+        per_port = 2.0 if shared else 1.0
+        rate = min(_rate(pr, float(capf.min()), int(cls.max()), nch), cap)
+        t_intra = size * per_port / rate
+        lat += 2 * (len(chain) - 1) * (hop[int(cls.max())] + float(lat_s.max()))
+        for li in np.unique(np.concatenate([fwd[fwd >= 0], back[back >= 0]])).tolist():
+            busy[int(li)] = size * per_port / 2 / float(paths.capacity[li])
+    t_net = 0.0
+    if n > 1:
+        lat_net, nic = _net(paths, placement, nodes)
+        f = 2.0  # tuning.cc: a tree's algBw is half its busBw at any node count
+        rate = min(_rate(pr, nic, NET, nch), cap)
+        t_net = size * f / rate
+        lat += 2 * np.ceil(np.log2(n)) * (hop[NET] + lat_net)
+    table = K.TREE_CORRECTION[proto]
+    correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
+    t = lat + max(t_intra, t_net) / correction
+    busy = {k: min(v, t) for k, v in busy.items()}
+    return _result(coll, "tree", proto, model, lay, p, t, busy, nch)
+
+
+def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
+    """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch.
+
+    All-reduce with multimem loads/stores: a GPU's link to the switch carries S + S/g in each
+    direction (the switch pulls every GPU's slice of each reduction and returns the reduced
+    slice; then each GPU's reduced slice is broadcast to all). Data moves in chunks; a chunk
+    reaches chunk / (chunk + overhead) of the link, the overhead set by NCCL's nvlsEfficiency
+    at its default chunk, and NCCL shrinks the chunk for smaller messages (constants.py).
+    Across nodes (nvls_tree) each GPU's reduced 1/g of the buffer also crosses its NIC rail,
+    pipelined with the NVLink part, and the latency adds 2·log2(nodes) network hops.
+    """
+    if proto != "simple":
+        return None  # NVLS runs the Simple protocol only
+    lay = layout(coll, nbytes, dtype, len(placement))
+    gen = generation_of(topology)
+    nodes = node_groups(topology, placement)
+    g = max(len(v) for v in nodes.values())
+    if g < 2:
+        return None
+    local = _index(placement, [v for v in nodes.values() if len(v) > 1][0][:2])
+    link = float(paths.properties(paths.routes(local[:1], local[1:], 0))[2][0])
+    size = float(lay.size)
+    eff = nvls_efficiency(gen, size, g)
+    t_nvl = size * (1 + 1 / g) / (link * eff)
+    lat = K.NVLS_LATENCY_S
+    t_net, f = 0.0, 1.0
+    if len(nodes) > 1:
+        lat_net, nic = _net(paths, placement, nodes)
+        f = 1.0 if len(nodes) == 2 else 2.0  # double binary tree: 2 transfers per node
+        t_net = size * f / nic
+        lat += 2 * np.log2(len(nodes)) * (K.NVLSTREE_NET_LATENCY_S + lat_net)
+    t = lat + max(t_nvl, t_net)
+    # every GPU's links to and from the switch carry S(1 + 1/g) (the ring of pairs covers each
+    # GPU's uplink and downlink once); the NIC rails carry the inter-node shards
+    ring = paths.routes(np.arange(len(placement)), np.roll(np.arange(len(placement)), -1), 0)
+    busy = {}
+    for li in np.unique(ring[ring >= 0]).tolist():
+        carried = size * f / g if paths.link_class[li] != 0 else size * (1 + 1 / g) / eff
+        busy[int(li)] = float(min(carried / paths.capacity[li], t))
+    name = "nvls" if len(nodes) == 1 else "nvls_tree"
+    return _result(coll, name, "simple", model, lay, len(placement), t, busy, K.NVLS_CHANNELS)
+
+
+def nvls_efficiency(generation: str, nbytes: float, gpus: int) -> float:
+    """Fraction of NVLink bandwidth NVLS reaches for a message (chunk size rules of NCCL)."""
+    full = K.NVLS_EFFICIENCY.get(generation, 0.0)
+    if full <= 0:
+        return 0.0
+    overhead = K.NVLS_CHUNK_BYTES * (1 - full) / full
+    chunk = K.NVLS_CHUNK_BYTES
+    concurrent = K.NVLS_CHANNELS * gpus
+    for factor, smaller in K.NVLS_CHUNK_STEPS:
+        if nbytes < factor * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk / (chunk + overhead)
+
+
+CLOSED = {"tree": tree, "nvls": nvls, "nvls_tree": nvls}
