@@ -212,8 +212,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         node_nics.append([(rename[d.name], d.model) for d in bdev if d.kind == "nic"])
     if nodes * per > 1:
         if not M:
-            raise ConfigError(f"{name} has no NICs, so {nodes} nodes cannot be joined: give "
-                              f"--nic NAME (allowed: {', '.join(nic_names())})")
+            raise ConfigError(f"{name} has no NICs, so {nodes * per} nodes cannot be joined: "
+                              f"give --nic NAME (allowed: {', '.join(nic_names())})")
         fdev, flinks = _fabric(node_nics, fabric, oversubscription, leaf_ports)
         all_devices += fdev
         all_links += flinks

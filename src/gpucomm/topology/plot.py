@@ -12,7 +12,8 @@ from ..errors import ConfigError
 
 ROWS = {"switch": 6.0, "nic": 4.6, "nvswitch": 1.2, "pcie_switch": 3.4, "gpu": 2.2,
         "cpu": 0.4, "memory": -0.6}
-COLOURS = {"nvlink": "#2e8b57", "xgmi": "#b22222", "c2c": "#17becf", "pcie": "#1f77b4", "cpu": "#7f7f7f", "memory": "#9467bd",
+COLOURS = {"nvlink": "#2e8b57", "xgmi": "#b22222", "c2c": "#17becf", "pcie": "#1f77b4",
+           "cpu": "#7f7f7f", "memory": "#9467bd",
            "ib": "#ff7f0e", "roce": "#ff7f0e", "efa": "#ff7f0e", "ethernet": "#ff7f0e",
            "slingshot": "#ff7f0e", "custom": "#333333"}
 MAX_NODES_DRAWN = 8
