@@ -98,9 +98,20 @@ def cmd_compare(args) -> int:
               f"({t.bandwidth_Bps / 1e9:g} GB/s per direction), achievable "
               f"{t.achievable_Bps / 1e9:.4g} GB/s per direction (efficiency {t.efficiency:g}), "
               f"latency {t.latency_s * 1e6:g} us per hop   [{t.source}]")
+        if t.links > 1:
+            print(f"{'':>10}  {_per_link_note(t)}")
     print(f"{a.name} / {b.name}: {ratio:.2f}x nominal ({a.bidirectional_Bps / 1e9:g} / "
           f"{b.bidirectional_Bps / 1e9:g}), {ach:.2f}x achievable")
     return 0
+
+
+def _per_link_note(t) -> str:
+    """What one peer gets: a switch gives any peer all the links, a mesh one link's worth."""
+    unit, total = t.unit_Bps / 1e9, t.bandwidth_Bps / 1e9
+    head = f"{t.links} links x {unit:g} GB/s per link per direction"
+    if t.kind == "xgmi":
+        return f"{head}; a full mesh without a switch: {unit:g} GB/s to one peer"
+    return f"{head}; through an NVSwitch all {total:g} GB/s go to one peer"
 
 
 def _compare_gpus(args) -> int:

@@ -18,7 +18,8 @@ from .common import add_format, positive_int, print_json
 
 _LAYOUT_INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch",
                 "zero")
-_TOPO_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p")
+_TOPO_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p",
+              "gpus_per_node")
 _COMPARE_KEYS = ("system", "nic", "nodes", "mode", "recompute", "sp") + _TOPO_KEYS + _LAYOUT_INTS
 
 
@@ -40,6 +41,8 @@ def register(sub) -> None:
     p.add_argument("--oversubscription", type=float, default=None,
                    help="fabric oversubscription (1 = full bisection)")
     p.add_argument("--nics-per-node", type=positive_int, default=None)
+    p.add_argument("--gpus-per-node", type=positive_int, default=None,
+                   help="use the first K GPUs of each node (e.g. 64 of a 72-GPU NVL72 rack)")
     p.add_argument("--no-p2p", dest="p2p", action="store_false", default=True,
                    help="PCIe boxes: GPU traffic bounces through host memory")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor parallel degree")
@@ -85,7 +88,8 @@ def _settings(args) -> dict:
             "global_batch": args.global_batch, "micro_batch": args.micro_batch,
             "zero": args.zero, "gpu": args.gpu, "pcie_gen": args.pcie_gen,
             "fabric": args.fabric, "oversubscription": args.oversubscription,
-            "nics_per_node": args.nics_per_node, "p2p": args.p2p}
+            "nics_per_node": args.nics_per_node, "p2p": args.p2p,
+            "gpus_per_node": args.gpus_per_node}
 
 
 def _topology_options(s: dict) -> dict:
@@ -127,7 +131,8 @@ def _parse_compare(items: list[str]) -> list[tuple[str, list]]:
             raise ConfigError(f"--compare {key}= needs at least one value")
         conv = []
         for v in vals:
-            if key in _LAYOUT_INTS or key in ("nodes", "pcie_gen", "nics_per_node"):
+            if key in _LAYOUT_INTS or key in ("nodes", "pcie_gen", "nics_per_node",
+                                               "gpus_per_node"):
                 try:
                     conv.append(int(v))
                 except ValueError:

@@ -23,7 +23,8 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
     g.add_argument("--topology", metavar="FILE",
                    help="a topology YAML file (docs/topology-yaml.md) instead of a preset; "
                    "a one-node file is replicated by --nodes")
-    g.add_argument("--nodes", "-N", type=positive_int, default=None, help="nodes (default 1)")
+    g.add_argument("--nodes", "-N", type=positive_int, default=None,
+                   help="nodes (default 1); racks for a rack preset such as gb200-nvl72")
     g.add_argument("--gpus-per-node", type=positive_int, help="use the first K GPUs per node")
     g.add_argument("--nic", help=f"NIC technology: {', '.join(nic_names())}")
     g.add_argument("--nics-per-node", type=positive_int, help="NICs per node")
@@ -36,6 +37,9 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
                    help="rail-optimised (NIC i on rail switch i) or fat-tree (default rail)")
     g.add_argument("--oversubscription", type=float, default=1.0,
                    help="leaf down:up bandwidth ratio (default 1 = full bisection)")
+    g.add_argument("--nvlink-partition", type=positive_int, metavar="GPUS",
+                   help="split each node's NVLink switch domain into partitions (MNNVL "
+                   "cliques) of GPUS GPUs, e.g. 36 on gb200-nvl72; each is a node of the result")
     p.set_defaults(_default_system=default_system)
 
 
@@ -43,7 +47,8 @@ def topology_from_args(args) -> Topology:
     """The Topology the cluster flags describe (ConfigError/TopologyError on bad input)."""
     opts = dict(gpus_per_node=args.gpus_per_node, nic=args.nic, nics_per_node=args.nics_per_node,
                 pcie_gen=args.pcie_gen, p2p=args.p2p, fabric=args.fabric,
-                oversubscription=args.oversubscription, gpu=args.gpu)
+                oversubscription=args.oversubscription, gpu=args.gpu,
+                nvlink_partition=getattr(args, "nvlink_partition", None))
     if args.topology:
         if args.system:
             raise ConfigError("give either --system or --topology, not both")
@@ -156,8 +161,9 @@ def cmd_show(args) -> int:
     print("per GPU (nominal GB/s per direction):")
     rows = info["per_gpu_GBps"]
     if len(rows) > 16 and not args.all:   # identical nodes: the first node says it all
-        rows = [r for r in rows if r["rank"] < topo.gpus_per_node]
-        print("  (node 0 shown; --all for every rank)")
+        rows = [r for r in rows if r["rank"] < min(topo.gpus_per_node, 8)]
+        shown = "node 0" if topo.gpus_per_node <= 8 else "the first 8 GPUs of node 0"
+        print(f"  ({shown} shown; --all for every rank)")
     _table(rows, ["rank", "gpu", "model", "nvlink", "nic", "to_nic", "to_host"], indent=2)
     print(f"bisection bandwidth (first half of the {'nodes' if topo.nodes > 1 else 'GPUs'} "
           f"to the rest): {info['bisection_GBps']:g} GB/s nominal, "

@@ -18,8 +18,11 @@ import yaml
 
 from ..errors import ConfigError
 
-LINK_KINDS = ("pcie", "nvlink", "ib", "roce", "efa", "ethernet", "slingshot", "cpu", "memory")
+LINK_KINDS = ("pcie", "nvlink", "xgmi", "c2c", "ib", "roce", "efa", "ethernet", "slingshot", "cpu",
+              "memory")
 NIC_KINDS = ("ib", "roce", "efa", "ethernet", "slingshot")
+# GPU-to-GPU fabrics: NVLink, and AMD's Infinity Fabric (xGMI) between MI300X GPUs
+GPU_FABRIC_KINDS = ("nvlink", "xgmi")
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class LinkTech:
     efficiency: float
     latency_s: float
     source: str
-    links: int = 1                 # NVLink: links per GPU; others 1
+    links: int = 1                 # NVLink / xGMI: links per GPU; others 1
     unit_Bps: float = 0.0          # one link (NVLink) / one port; = bandwidth_Bps if not NVLink
     nccl_Bps: float | None = None  # what NCCL's topology model assumes (for comparison)
 
@@ -48,6 +51,10 @@ class LinkTech:
     def is_nic(self) -> bool:
         return self.kind in NIC_KINDS
 
+    @property
+    def is_gpu_fabric(self) -> bool:
+        return self.kind in GPU_FABRIC_KINDS
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -56,10 +63,10 @@ class GPU:
     hbm_bytes: int
     bf16_flops: float              # dense
     fp16_flops: float              # dense
-    nvlink: str | None             # link tech name, None without NVLink
+    nvlink: str | None             # GPU-to-GPU link tech (NVLink, or xGMI on MI300X); None without
     nvlink_links: int
     pcie: str                      # link tech name
-    sm: str
+    sm: str                        # SM architecture (sm90, ...), or the AMD target (gfx942)
     source: str
 
 

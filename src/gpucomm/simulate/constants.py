@@ -94,7 +94,13 @@ MAX_CHANNELS = 32
 
 # SM architecture -> generation for the tables above.
 GENERATION_OF_SM = {"sm70": "volta", "sm75": "volta", "sm80": "ampere", "sm86": "ampere",
-                    "sm89": "ampere", "sm90": "hopper", "sm100": "blackwell"}
+                    "sm89": "ampere", "sm90": "hopper", "sm100": "blackwell",
+                    # AMD MI300X (CDNA 3, gfx942), run by RCCL: no entry in the tables above,
+                    # so its caps fall back to DEFAULT_GENERATION's; it is not in
+                    # LL128_GENERATIONS (RCCL enables LL128 only where a topology model or
+                    # RCCL_LL128_FORCE_ENABLE says so: init.cc ll128Enabled = false) and has
+                    # no NVLS (no switch, NVLS_EFFICIENCY 0)
+                    "gfx942": "cdna3"}
 DEFAULT_GENERATION = "hopper"
 
 # --- the host: issuing one collective -------------------------------------------------------

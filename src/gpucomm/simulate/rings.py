@@ -38,11 +38,15 @@ def ring_orders(topology, ranks) -> np.ndarray | None:
     off = src != dst
     table = paths.routes(ranks[src[off]], ranks[dst[off]], 0)
     _, _, cap = paths.properties(table)
-    if np.allclose(cap, cap[0]):
-        return None  # a switch: every ring is the same
     pair = {}
     for (i, j), row in zip(zip(src[off].tolist(), dst[off].tolist()), table):
         pair[(i, j)] = row[row >= 0]
+    first = {}
+    for (i, _), links in pair.items():
+        first.setdefault(i, set()).add(int(links[0]) if len(links) else -1)
+    if np.allclose(cap, cap[0]) and all(len(v) == 1 for v in first.values()):
+        return None  # a switch (one link out of each GPU, equal paths): every ring is the same
+    # (equal capacities with a link per peer is a full mesh, e.g. MI300X's xGMI: search)
     cycles = [(0,) + perm for perm in itertools.permutations(range(1, p))]
     links = [np.concatenate([pair[(c[k], c[(k + 1) % p])] for k in range(p)]) for c in cycles]
     width = max(len(x) for x in links)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import networkx as nx
 
 from ..errors import TopologyError
+from ..hardware import GPU_FABRIC_KINDS
 
 
 def _tech_kind(tech: str) -> str:
@@ -55,7 +56,7 @@ def gpu_bandwidths(topo) -> list[dict]:
     for ln in topo.links:
         if ln.tech not in kinds:
             kinds[ln.tech] = _tech_kind(ln.tech)
-        if kinds[ln.tech] == "nvlink":
+        if kinds[ln.tech] in GPU_FABRIC_KINDS:   # NVLink, or xGMI between MI300X
             nvlink[ln.src] = nvlink.get(ln.src, 0.0) + ln.bandwidth_Bps
         if router.node[router.index[ln.src]] != router.node[router.index[ln.dst]]:
             uplink[ln.src] = max(uplink.get(ln.src, 0.0), ln.bandwidth_Bps)

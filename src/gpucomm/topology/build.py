@@ -22,7 +22,8 @@ from importlib import resources
 import yaml
 
 from ..errors import ConfigError
-from ..hardware import get_gpu, get_link_tech, get_nic, get_nvswitch, nic_names
+from ..hardware import (GPU_FABRIC_KINDS, get_gpu, get_link_tech, get_nic, get_nvswitch,
+                        nic_names)
 from .model import Device, Link, Topology
 from .yamlio import topology_from_dict
 
@@ -59,18 +60,28 @@ def _int_option(name, value, lo, hi=None):
 
 
 def _parent(node: Topology, gpu: str) -> tuple[str, str]:
-    """The device a GPU's PCIe link goes to, and the PCIe tech of that link."""
-    for ln in node.links:
-        if ln.src == gpu and get_link_tech(ln.tech).kind == "pcie":
-            return ln.dst, ln.tech
-    raise ConfigError(f"GPU {gpu!r} has no PCIe link; cannot attach NICs near it")
+    """The device a GPU's host link goes to, and the PCIe tech a NIC placed there gets: the
+    GPU's own PCIe link, or — where the GPU reaches its host over NVLink-C2C (GB200: the NICs
+    hang off the Grace CPU's PCIe) — the PCIe generation the catalog gives the GPU model."""
+    models = {d.name: d.model for d in node.devices}
+    for kind in ("pcie", "c2c"):
+        for ln in node.links:
+            if ln.src == gpu and _kind(ln.tech) == kind:
+                if kind == "pcie":
+                    return ln.dst, ln.tech
+                if not models.get(gpu):
+                    raise ConfigError(f"GPU {gpu!r} reaches its host over C2C but has no "
+                                      "catalog model to give its NICs a PCIe generation")
+                return ln.dst, get_gpu(models[gpu]).pcie
+    raise ConfigError(f"GPU {gpu!r} has no PCIe or C2C link; cannot attach NICs near it")
 
 
 def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int | None = None,
                    nic: str | None = None, nics_per_node: int | None = None,
                    pcie_gen: int | None = None, p2p: bool = True, fabric: str = "rail",
                    oversubscription: float = 1.0, *, gpu: str | None = None,
-                   leaf_ports: int = 32, node_topology: Topology | None = None) -> Topology:
+                   leaf_ports: int = 32, node_topology: Topology | None = None,
+                   nvlink_partition: int | None = None) -> Topology:
     """A cluster of `nodes` copies of a node preset (or of `node_topology`, a one-node
     Topology loaded from YAML) on a fabric.
 
@@ -78,6 +89,10 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     preset's NICs (catalog names: ib-ndr, roce-400g, efa-100g, ...). pcie_gen: set every PCIe
     link to that generation. p2p=False: GPU traffic bounces through host memory.
     gpu: another GPU model with the same NVLink generation (or none, e.g. pcie + rtx4090).
+    nvlink_partition: split each node's NVLink switch domain into partitions of that many GPUs
+    (NCCL's MNNVL cliques on a GB200 NVL72 rack); each partition is a node of the result, its
+    GPUs reach the other partitions only through the NICs. A partition must keep together the
+    GPUs that share a CPU, memory or NIC (a GB200 superchip), and divide the GPUs in use.
 
         >>> build_topology("pcie", gpus_per_node=4, pcie_gen=5, p2p=False).nranks
         4
@@ -105,7 +120,7 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     # --- GPU model ------------------------------------------------------------------------
     if gpu is not None:
         new = get_gpu(gpu)
-        nvl = {ln.tech for ln in links if _kind(ln.tech) == "nvlink"}
+        nvl = {ln.tech for ln in links if _kind(ln.tech) in GPU_FABRIC_KINDS}
         if nvl and new.nvlink not in nvl:
             raise ConfigError(f"GPU {gpu!r} ({new.nvlink or 'no NVLink'}) does not fit {name}, "
                               f"whose GPUs use {', '.join(sorted(nvl))}; allowed: GPUs with "
@@ -177,33 +192,107 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     if switches:
         in_switch = all(get_nvswitch(d.model).reduces_in_switch for d in switches)
 
+    # --- NVLink partitions (MNNVL cliques) -------------------------------------------------
+    blocks = [(devices, links, ranks)]
+    if nvlink_partition is not None:
+        blocks = _partitions(name, devices, links, ranks, affinity,
+                             _int_option("nvlink_partition", nvlink_partition, 1))
+    per = len(blocks)
+
     # --- replicate and wire the fabric ----------------------------------------------------
-    all_devices, all_links, all_ranks, all_aff = [], [], [], []
-    for k in range(nodes):
-        rename = {d.name: f"n{k}.{d.name}" for d in devices}
-        all_devices += [Device(rename[d.name], d.kind, k, d.model) for d in devices]
+    all_devices, all_links, all_ranks, all_aff, node_nics = [], [], [], [], []
+    for k in range(nodes * per):
+        bdev, blinks, branks = blocks[k % per]
+        rename = {d.name: f"n{k}.{d.name}" for d in bdev}
+        all_devices += [Device(rename[d.name], d.kind, k, d.model) for d in bdev]
         all_links += [Link(rename[ln.src], rename[ln.dst], ln.bandwidth_Bps, ln.latency_s,
-                           ln.tech, ln.efficiency) for ln in links]
-        all_ranks += [rename[r] for r in ranks]
-        all_aff += [rename[affinity[r]] for r in ranks] if affinity else []
-    if nodes > 1:
+                           ln.tech, ln.efficiency) for ln in blinks]
+        all_ranks += [rename[r] for r in branks]
+        all_aff += [rename[affinity[r]] for r in branks] if affinity else []
+        node_nics.append([(rename[d.name], d.model) for d in bdev if d.kind == "nic"])
+    if nodes * per > 1:
         if not M:
-            raise ConfigError(f"{name} has no NICs, so {nodes} nodes cannot be joined: give "
-                              f"--nic NAME (allowed: {', '.join(nic_names())})")
-        fdev, flinks = _fabric(nodes, [d.name for d in nic_devs], [d.model for d in nic_devs],
-                               fabric, oversubscription, leaf_ports)
+            raise ConfigError(f"{name} has no NICs, so {nodes * per} nodes cannot be joined: "
+                              f"give --nic NAME (allowed: {', '.join(nic_names())})")
+        fdev, flinks = _fabric(node_nics, fabric, oversubscription, leaf_ports)
         all_devices += fdev
         all_links += flinks
     label = name if nodes == 1 else f"{name}x{nodes}"
+    if per > 1 or nvlink_partition is not None:
+        label += f"-nvl{len(blocks[0][2])}"
     topo = Topology(name=label, devices=tuple(all_devices), links=tuple(all_links),
-                    ranks=tuple(all_ranks), gpus_per_node=K, nodes=nodes,
+                    ranks=tuple(all_ranks), gpus_per_node=len(blocks[0][2]), nodes=nodes * per,
                     in_switch_reduction=in_switch, p2p=bool(p2p),
                     nic_affinity=tuple(all_aff))
     # Nodes are exact replicas laid out in the same order: the router derives node k's
     # local routes from node 0's by shifting indices instead of recomputing them.
-    topo._cache["replica"] = (len(devices), len(links))
+    if len({_shape(b) for b in blocks}) == 1:
+        topo._cache["replica"] = (len(blocks[0][0]), len(blocks[0][1]))
     topo.check_routes()
     return topo
+
+
+def _shape(block) -> tuple:
+    """A node block's structure by device position: equal shapes are index-shifted replicas."""
+    devices, links, _ = block
+    pos = {d.name: i for i, d in enumerate(devices)}
+    return (tuple((d.kind, d.model) for d in devices),
+            tuple((pos[ln.src], pos[ln.dst], ln.bandwidth_Bps, ln.latency_s, ln.tech,
+                   ln.efficiency) for ln in links))
+
+
+def _partitions(name, devices, links, ranks, affinity, size):
+    """Split one node's NVLink switch domain into partitions of `size` GPUs, in rank order.
+
+    Every device but the NVSwitches belongs to the GPUs it is wired to without an NVSwitch
+    (a GB200 superchip: 2 GPUs, their Grace CPU, its memory and NICs); those groups stay whole.
+    Each partition gets its own copy of every NVSwitch, wired to its GPUs only."""
+    switches = [d for d in devices if d.kind == "nvswitch"]
+    if not switches:
+        raise ConfigError(f"nvlink_partition needs an NVLink switch domain to split; {name} "
+                          "has no NVSwitch")
+    names = {d.name for d in switches}
+    group = {d.name: d.name for d in devices if d.name not in names}
+
+    def find(x):
+        while group[x] != x:
+            group[x] = group[group[x]]
+            x = group[x]
+        return x
+    for ln in links:
+        if ln.src not in names and ln.dst not in names:
+            group[find(ln.src)] = find(ln.dst)
+    gpu_group = {r: find(r) for r in ranks}
+
+    def fits(p):
+        if len(ranks) % p:
+            return False
+        owner = {}
+        for i, r in enumerate(ranks):
+            if owner.setdefault(gpu_group[r], i // p) != i // p:
+                return False
+        return True
+    if not fits(size):
+        allowed = [p for p in range(1, len(ranks) + 1) if fits(p)]
+        raise ConfigError(f"nvlink_partition {size} not allowed for {name} with {len(ranks)} "
+                          "GPUs: a partition must divide them and keep GPUs that share a CPU, "
+                          f"memory or NIC together; allowed: {', '.join(map(str, allowed))}")
+    blocks = []
+    for q in range(len(ranks) // size):
+        mine = ranks[q * size:(q + 1) * size]
+        groups = {gpu_group[r] for r in mine}
+        keep = {d.name for d in devices if d.name not in names and find(d.name) in groups}
+        if affinity:
+            for r in mine:
+                if affinity[r] not in keep:
+                    raise ConfigError(f"nvlink_partition {size}: the NIC of {r} "
+                                      f"({affinity[r]}) lies outside its partition")
+        gpus = set(mine)
+        bdev = [d for d in devices if d.name in keep or d.name in names]
+        blinks = [ln for ln in links if (ln.src in keep and ln.dst in keep)
+                  or (ln.src in names and ln.dst in gpus) or (ln.dst in names and ln.src in gpus)]
+        blocks.append((bdev, blinks, list(mine)))
+    return blocks
 
 
 def _kind(tech: str) -> str:
@@ -218,9 +307,15 @@ def _duplex(a, b, bw, tech):
             Link(b, a, bw, tech.latency_s, tech.name, tech.efficiency)]
 
 
-def _fabric(nodes, nic_names_, nic_models, fabric, oversub, leaf_ports):
-    """Leaf and spine switches and their links; NIC k.i -> its leaf."""
-    M = len(nic_names_)
+def _fabric(node_nics, fabric, oversub, leaf_ports):
+    """Leaf and spine switches and their links; NIC i of node k -> its leaf.
+
+    node_nics: per node, its NICs as (device name, catalog model), in NIC order."""
+    nodes = len(node_nics)
+    M = len(node_nics[0])
+    if any(len(n) != M for n in node_nics):
+        raise ConfigError("every node must have the same number of NICs to join a fabric")
+    model0 = node_nics[0][0][1]
     leaf_of = {}
     if fabric == "rail":
         nleaves = M
@@ -234,17 +329,18 @@ def _fabric(nodes, nic_names_, nic_models, fabric, oversub, leaf_ports):
             for i in range(M):
                 leaf_of[(k, i)] = k // per_leaf
     prefix = "rail" if fabric == "rail" else "leaf"
-    devices = [Device(f"{prefix}{j}", "switch", -1, nic_models[0]) for j in range(nleaves)]
+    devices = [Device(f"{prefix}{j}", "switch", -1, model0) for j in range(nleaves)]
     links = []
     down = [0.0] * nleaves
     for (k, i), j in leaf_of.items():
-        tech = get_link_tech(nic_models[i])
-        links += _duplex(f"n{k}.{nic_names_[i]}", f"{prefix}{j}", tech.bandwidth_Bps, tech)
+        nic, model = node_nics[k][i]
+        tech = get_link_tech(model)
+        links += _duplex(nic, f"{prefix}{j}", tech.bandwidth_Bps, tech)
         down[j] += tech.bandwidth_Bps
     if nleaves > 1:
         nspines = min(nleaves, MAX_SPINES)
-        tech = get_link_tech(nic_models[0])
-        devices += [Device(f"spine{s}", "switch", -1, nic_models[0]) for s in range(nspines)]
+        tech = get_link_tech(model0)
+        devices += [Device(f"spine{s}", "switch", -1, model0) for s in range(nspines)]
         for j in range(nleaves):
             # uplink capacity = downlink capacity / oversubscription, spread over the spines
             bw = down[j] / oversub / nspines

@@ -12,7 +12,8 @@ from ..errors import ConfigError
 
 ROWS = {"switch": 6.0, "nic": 4.6, "nvswitch": 1.2, "pcie_switch": 3.4, "gpu": 2.2,
         "cpu": 0.4, "memory": -0.6}
-COLOURS = {"nvlink": "#2e8b57", "pcie": "#1f77b4", "cpu": "#7f7f7f", "memory": "#9467bd",
+COLOURS = {"nvlink": "#2e8b57", "xgmi": "#b22222", "c2c": "#17becf", "pcie": "#1f77b4",
+           "cpu": "#7f7f7f", "memory": "#9467bd",
            "ib": "#ff7f0e", "roce": "#ff7f0e", "efa": "#ff7f0e", "ethernet": "#ff7f0e",
            "slingshot": "#ff7f0e", "custom": "#333333"}
 MAX_NODES_DRAWN = 8
@@ -71,18 +72,27 @@ def plot_topology(topo, path: str) -> str:
     from .analysis import _tech_kind
     nodes_drawn = min(topo.nodes, MAX_NODES_DRAWN)
     pos, width = _positions(topo, nodes_drawn)
-    fig, ax = plt.subplots(figsize=(min(4 + 3 * nodes_drawn, 28), 7))
+    # wide enough for a 72-GPU NVLink domain (GB200 NVL72) to keep its GPUs apart
+    fig, ax = plt.subplots(figsize=(min(max(4 + 3 * nodes_drawn, 0.2 * width * nodes_drawn),
+                                        40), 7))
     maxbw = max((ln.bandwidth_Bps for ln in topo.links), default=1.0)
-    seen = set()
+    seen, kinds = set(), set()
+    gpus = {d.name for d in topo.devices if d.kind == "gpu"}
     for ln in topo.links:
         if ln.src not in pos or ln.dst not in pos or (ln.dst, ln.src) in seen:
             continue
         seen.add((ln.src, ln.dst))
         kind = _tech_kind(ln.tech)
+        kinds.add(kind)
         (x0, y0), (x1, y1) = pos[ln.src], pos[ln.dst]
         lw = 0.5 + 3.0 * math.log1p(ln.bandwidth_Bps / 1e9) / math.log1p(maxbw / 1e9)
-        ax.plot([x0, x1], [y0, y1], color=COLOURS.get(kind, "#333333"), lw=lw, alpha=0.7,
-                zorder=1)
+        xs, ys = [x0, x1], [y0, y1]
+        if ln.src in gpus and ln.dst in gpus and abs(x1 - x0) > 1.01:   # a mesh: an arc
+            t = [i / 16 for i in range(17)]
+            h = min(0.12 * abs(x1 - x0), 1.0)
+            xs = [x0 + (x1 - x0) * u for u in t]
+            ys = [y0 + h * math.sin(math.pi * u) for u in t]
+        ax.plot(xs, ys, color=COLOURS.get(kind, "#333333"), lw=lw, alpha=0.7, zorder=1)
     markers = {"gpu": ("s", "#76b900"), "nvswitch": ("D", "#2e8b57"),
                "pcie_switch": ("D", "#1f77b4"), "cpu": ("o", "#7f7f7f"),
                "memory": ("o", "#9467bd"), "nic": ("^", "#ff7f0e"), "switch": ("h", "#d62728")}
@@ -99,6 +109,9 @@ def plot_topology(topo, path: str) -> str:
                for k, c in (("NVLink", COLOURS["nvlink"]), ("PCIe", COLOURS["pcie"]),
                             ("inter-socket", COLOURS["cpu"]), ("memory", COLOURS["memory"]),
                             ("network", COLOURS["ib"]))]
+    handles += [plt.Line2D([], [], color=COLOURS[k], lw=2, label=label)
+                for k, label in (("xgmi", "Infinity Fabric (xGMI)"), ("c2c", "NVLink-C2C"))
+                if k in kinds]
     ax.legend(handles=handles, loc="lower right", fontsize=8)
     more = f" (first {nodes_drawn} of {topo.nodes} nodes)" if topo.nodes > nodes_drawn else ""
     ax.set_title(f"{topo.name}: {topo.nranks} GPUs{more}")
