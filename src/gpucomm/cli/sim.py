@@ -45,6 +45,8 @@ def register(sub) -> None:
     p.add_argument("--compare", metavar="LOGFILE", help="an nccl-tests log to predict row by row")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
+    p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: curves, "
+                   "topology, link utilisation and timeline of the largest size")
     add_format(p)
     p.set_defaults(func=cmd_sim)
 
@@ -70,9 +72,10 @@ def cmd_sim(args) -> int:
     if not coll.reduces:
         for row in rows:
             row["redop"] = "none"
+    doc = {"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
+           "model": args.model, "rows": rows}
     if args.format == "json":
-        print_json({"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
-                    "model": args.model, "rows": rows})
+        print_json(doc)
     else:
         print(f"# gpucomm sim: {coll.name} on {topo} ({args.model} model)")
         print(_table(rows))
@@ -82,6 +85,11 @@ def cmd_sim(args) -> int:
     if args.trace:
         from ..report.trace import write_trace
         write_trace(_traced(coll, sizes[-1], topo, args, results[-1]), args.trace, topo)
+    if args.html:
+        from ..report.html import write_html
+        path = write_html(args.html, doc, args=args, topology=topo, sims=results,
+                          traced=_traced(coll, sizes[-1], topo, args, results[-1]))
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -205,6 +213,9 @@ def _compare(args, topo) -> int:
                     "busbw_error": None if err is None else round(err, 4),
                     "time_ratio": round(res.time_us / row["time_us"], 4) if row["time_us"] else None,
                     "algorithm": res.algorithm, "protocol": res.protocol})
+    if args.html:
+        from ..report.html import write_html
+        print(f"wrote {write_html(args.html, {'collective': coll.name, 'topology': topo.name, 'rows': out}, args=args, topology=topo)}", file=sys.stderr)
     if args.format == "json":
         print_json({"collective": coll.name, "topology": topo.name, "rows": out})
         return 0
