@@ -65,4 +65,37 @@ def cmd_demo(args) -> int:
             "--compare", "system=dgx-h100,pcie"]
     print("   $ gpucomm " + " ".join(argv), flush=True)
     main(argv)
+
+    print("\n== 7. all of it in one page: an HTML report (curves, topology, link utilisation, "
+          "timeline, planner)")
+    _report(main, argv)
     return 0
+
+
+def _report(main, plan_argv) -> None:
+    """report.html in the current directory: a 2-node sweep (flow model) and the what-if."""
+    import os
+    import tempfile
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        print("   skipped: the HTML report needs plotly (pip install 'gpucomm[html]')")
+        return
+    sim = ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--nodes", "2", "-b", "1K",
+           "-e", "1G", "-f", "16", "--model", "flow"]
+    out = os.path.abspath("report.html")
+    with tempfile.TemporaryDirectory() as d:
+        parts = [os.path.join(d, "sim.html"), os.path.join(d, "plan.html")]
+        for argv, part in zip((sim, plan_argv), parts):
+            print(f"   $ gpucomm {' '.join(argv)} --html {os.path.basename(part)}", flush=True)
+            _quiet(main, argv + ["--format", "json", "--html", part])
+        print("   $ gpucomm report sim.html plan.html -o report.html", flush=True)
+        main(["report", *parts, "-o", out])
+    print(f"   open {out} in a browser (one self-contained file: it works offline)")
+
+
+def _quiet(main, argv) -> None:
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(argv)

@@ -128,7 +128,7 @@ def trace_data(result, topo) -> dict:
     MAX_TIMELINE_OPS) and each link's utilisation in HEATMAP_BINS time bins."""
     from .links import link_usage
     from .trace import trace_events
-    events = [e for e in trace_events(result, None) if e["ph"] == "X"]
+    events = [e for e in trace_events(result, topo, counters=False) if e["ph"] == "X"]
     per_rank = {}
     for e in events:
         per_rank[e["pid"]] = per_rank.get(e["pid"], 0) + 1

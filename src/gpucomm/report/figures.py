@@ -18,7 +18,7 @@ PARTS_COLOURS = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b
 
 def _layout(title: str, **kw) -> dict:
     base = {"title": {"text": title}, "margin": {"l": 70, "r": 20, "t": 50, "b": 55},
-            "height": 420, "legend": {"orientation": "v"}, "template": "plotly_white"}
+            "height": 420, "legend": {"orientation": "v"}}
     base.update(kw)
     return base
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -236,8 +237,26 @@ def _cell(v) -> str:
 
 
 def _script_json(obj) -> str:
-    """JSON safe inside <script>: no "</" can close the element early."""
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    """JSON safe inside <script>: no "<" at all, so nothing can close or open an element."""
+    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False,
+                      default=_plain).replace("<", "\\u003c")
+
+
+def _finite(obj):
+    """NaN and infinities (not JSON) as null, numpy values as Python ones."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _finite(obj.tolist())
+    return obj
+
+
+def _plain(o):
+    raise ConfigError(f"the report cannot embed a {type(o).__name__} value")
 
 
 _ERROR_HOOK = """window.gpucommErrors=[];

@@ -28,8 +28,9 @@ MAX_NVLS_ROUNDS = 32  # chunk rounds per channel drawn one by one; more are draw
 MAX_COUNTER_POINTS = 200_000  # above this, link counters are sampled on a grid
 
 
-def trace_events(result, topology=None) -> list:
-    """Chrome-trace events: metadata, one "X" event per op, and "C" link counters."""
+def trace_events(result, topology=None, counters=True) -> list:
+    """Chrome-trace events: metadata, one "X" event per op, and (with a topology) "C" link
+    counters."""
     if result.algorithm == NVLS_ALGORITHM:
         ops = nvls_ops(result, topology)
     else:
@@ -45,7 +46,7 @@ def trace_events(result, topology=None) -> list:
     for name, cat, pid, tid, start, end, args in ops:
         events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
                        "ts": start * 1e6, "dur": (end - start) * 1e6, "args": args})
-    if topology is not None:
+    if topology is not None and counters:
         events += counter_events(result, topology)
     return events
 
