@@ -185,3 +185,21 @@ def test_embedded_json_cannot_close_its_script(tmp_path):
     html = (tmp_path / "x.html").read_text()
     assert "alert(1)" in html and "<script>alert(1)" not in html
     assert html.count("</script>") == html.count("<script")
+
+
+def test_sim_compare_html_has_the_error_per_size(capsys, tmp_path):
+    from test_simulate_cli import LOG
+    log = tmp_path / "ar.log"
+    log.write_text(LOG)
+    path = tmp_path / "cmp.html"
+    rc, out, _ = run(capsys, "sim", "--compare", str(log), "--system", "dgx-h100",
+                     "--gpus-per-node", "2", "--format", "json", "--html", str(path))
+    assert rc == 0
+    html = path.read_text()
+    (e,) = read_report(path)["entries"]
+    assert e["kind"] == "sim_compare" and e["result"] == json.loads(out)
+    assert e["inputs"]["compare_sha256"]  # the log that was read, by its hash
+    assert sections(html) == {"measured", "topology"}
+    bw, times, error = check_figures(html)[:3]
+    assert error["data"][0]["y"] == pytest.approx([100 * r["busbw_error"]
+                                                   for r in e["result"]["rows"]])
