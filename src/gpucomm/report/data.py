@@ -53,7 +53,7 @@ def entry(result, *, kind=None, title=None, argv=None, inputs=None, extras=None)
     kind = kind or guess_kind(result)
     if kind not in KINDS:
         raise ConfigError(f"unknown report kind {kind!r}: allowed are {', '.join(KINDS)}")
-    return {"kind": kind, "title": title or _title(kind, result),
+    return {"kind": kind, "title": title or _title(kind, result, inputs or {}),
             "command": command_line(argv), "version": version(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "inputs": inputs or {}, "result": result, "extras": extras or {}}
@@ -86,15 +86,15 @@ def file_sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _title(kind: str, r) -> str:
+def _title(kind: str, r, inputs: dict) -> str:
     if kind == "sim":
         return f"gpucomm sim: {r.get('collective')} on {r.get('topology')} ({r.get('model')} model)"
     if kind == "sim_compare":
         return f"gpucomm sim --compare: {r.get('collective')} on {r.get('topology')}"
     if kind == "bench":
-        r0 = r[0]
-        return (f"gpucomm bench: {r0.get('collective', r0.get('type', ''))} "
-                f"({r0.get('algorithm', '')})").replace(" ()", "")
+        run = (f"{inputs['collective']} on {inputs.get('nranks')} ranks, backend "
+               f"{inputs.get('backend')}, " if "collective" in inputs else "")
+        return f"gpucomm bench: {run}algorithm {r[0].get('algorithm', '?')}"
     if kind == "plan":
         return f"gpucomm plan: {r.get('model')} on {r.get('nodes')} x {r.get('system')}"
     if kind in ("plan_compare", "plan_search"):
@@ -126,25 +126,28 @@ def topology_drawing(topo) -> dict:
 def trace_data(result, topo) -> dict:
     """A traced simulation as JSON: its ops (the Chrome trace's "X" events, whole ranks up to
     MAX_TIMELINE_OPS) and each link's utilisation in HEATMAP_BINS time bins."""
-    from .links import link_usage
-    from .trace import trace_events
-    events = [e for e in trace_events(result, topo, counters=False) if e["ph"] == "X"]
-    per_rank = {}
-    for e in events:
-        per_rank[e["pid"]] = per_rank.get(e["pid"], 0) + 1
-    shown, total = [], 0
-    for r in sorted(per_rank):
-        if shown and total + per_rank[r] > MAX_TIMELINE_OPS:
+    from .links import NVLS_ALGORITHM, link_usage
+    from .trace import nvls_ops, trace_events
+    if result.algorithm == NVLS_ALGORITHM:  # every rank streams the same chunks
+        counts = np.full(result.nranks, len(nvls_ops(result, topo, [0])))
+    else:
+        src = np.fromiter((rec[1] for rec in result.timeline), dtype=np.int64,
+                          count=len(result.timeline))
+        counts = np.bincount(src, minlength=result.nranks)
+    shown = []
+    for r in np.flatnonzero(counts).tolist():
+        if shown and counts[shown].sum() + counts[r] > MAX_TIMELINE_OPS:
             break
         shown.append(r)
-        total += per_rank[r]
+    events = [e for e in trace_events(result, topo, counters=False, ranks=shown)
+              if e["ph"] == "X"]
     keep = set(shown)
     ops = [[e["name"], _group(e), e["pid"], e["tid"], round(e["ts"], 6), round(e["dur"], 6)]
            for e in events if e["pid"] in keep]
     out = {"collective": result.collective, "algorithm": result.algorithm,
            "protocol": result.protocol, "model": result.model, "size": result.size,
            "nranks": result.nranks, "time_us": result.time_s * 1e6, "ops": ops,
-           "ops_total": len(events), "ranks_shown": len(shown)}
+           "ops_total": int(counts.sum()), "ranks_shown": len(shown)}
     usage = link_usage(result, topo) if topo is not None else None
     if usage is not None:
         edges, grid = usage.binned(HEATMAP_BINS)

@@ -95,8 +95,8 @@ def figures_of(e: dict) -> list:
                for row in r["rows"]]
         out += [("measured", f) for f in figures.measured_vs_predicted(pts, r.get("collective"))]
     elif kind == "bench":
-        out += [("measured", f) for f in figures.measured_vs_predicted(_bench_points(r),
-                                                                       _bench_name(r))]
+        name = e.get("inputs", {}).get("collective") or r[0].get("algorithm", "bench")
+        out += [("measured", f) for f in figures.measured_vs_predicted(_bench_points(r), name)]
     elif kind in ("plan", "plan_compare", "plan_search"):
         variants = _plan_variants(kind, r)
         per = "token" if variants[0][1].get("mode") == "decode" else "step"
@@ -130,11 +130,6 @@ def _bench_points(rows) -> list:
         err = (pred_bw / row["busbw"] - 1) if pred_bw and row.get("busbw") else None
         pts.append((row["size"], series, t, pred_t, err))
     return pts
-
-
-def _bench_name(rows) -> str:
-    r0 = rows[0]
-    return f"{r0.get('collective', 'bench')} ({r0.get('algorithm', '')})"
 
 
 def _plan_variants(kind, r) -> list:

@@ -72,17 +72,20 @@ def link_usage(result, topology) -> LinkUsage | None:
     link = routes[ops, hops]
     cap = paths.capacity[link]
     rate = nbytes[ops] / (end[ops] - start[ops]) / np.where(cap > 0, cap, 1.0)
-    per_link = {}
-    for ln in np.unique(link).tolist():
-        sel = link == ln
-        t = np.concatenate([start[ops[sel]], end[ops[sel]]])
-        d = np.concatenate([rate[sel], -rate[sel]])
-        order = np.argsort(t, kind="stable")
-        t, d = t[order], np.cumsum(d[order])
-        keep = np.append(t[1:] != t[:-1], True)  # one value per distinct time
-        util = d[keep]
-        util[np.abs(util) < 1e-12] = 0.0
-        per_link[ln] = (t[keep], util)
+    # a +rate step at each op's start and a -rate step at its end, summed per link in time
+    t = np.concatenate([start[ops], end[ops]])
+    d = np.concatenate([rate, -rate])
+    ln = np.concatenate([link, link])
+    order = np.lexsort((t, ln))
+    t, d, ln = t[order], d[order], ln[order]
+    first = np.flatnonzero(np.r_[True, ln[1:] != ln[:-1]])
+    total = np.cumsum(d)
+    util = total - np.repeat(total[first] - d[first], np.diff(np.r_[first, len(ln)]))
+    util[np.abs(util) < 1e-9] = 0.0
+    keep = np.r_[(ln[1:] != ln[:-1]) | (t[1:] != t[:-1]), True]  # one value per time
+    t, util, ln = t[keep], util[keep], ln[keep]
+    bounds = np.r_[np.flatnonzero(np.r_[True, ln[1:] != ln[:-1]]), len(ln)]
+    per_link = {int(ln[a]): (t[a:b], util[a:b]) for a, b in zip(bounds[:-1], bounds[1:])}
     return _usage(topology, paths.capacity, per_link, result.time_s)
 
 

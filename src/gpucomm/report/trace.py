@@ -28,18 +28,20 @@ MAX_NVLS_ROUNDS = 32  # chunk rounds per channel drawn one by one; more are draw
 MAX_COUNTER_POINTS = 200_000  # above this, link counters are sampled on a grid
 
 
-def trace_events(result, topology=None, counters=True) -> list:
+def trace_events(result, topology=None, counters=True, ranks=None) -> list:
     """Chrome-trace events: metadata, one "X" event per op, and (with a topology) "C" link
-    counters."""
+    counters. `ranks`: only the ops of these ranks."""
     if result.algorithm == NVLS_ALGORITHM:
-        ops = nvls_ops(result, topology)
+        ops = nvls_ops(result, topology, ranks)
     else:
+        keep = None if ranks is None else set(ranks)
         ops = [(f"step {step}: {src}→{dst} c{chunk}", "op", int(src), int(channel), start, end,
                 {"step": step, "dst": dst, "chunk": chunk, "bytes": nbytes})
-               for step, src, dst, chunk, channel, start, end, nbytes in result.timeline]
-    ranks = sorted({op[2] for op in ops} | {r for rec in result.timeline for r in rec[1:3]})
+               for step, src, dst, chunk, channel, start, end, nbytes in result.timeline
+               if keep is None or src in keep]
+    named = {op[2] for op in ops} | {r for rec in result.timeline for r in rec[1:3]}
     events = []
-    for r in ranks:
+    for r in sorted(named if ranks is None else named & set(ranks)):
         name = topology.ranks[r] if topology is not None and r < topology.nranks else f"rank {r}"
         events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
                        "args": {"name": f"rank {r} ({name})"}})
@@ -71,7 +73,7 @@ def counter_events(result, topology) -> list:
     return events
 
 
-def nvls_ops(result, topology=None) -> list:
+def nvls_ops(result, topology=None, ranks=None) -> list:
     """The ops of an in-switch reduction as (name, cat, rank, channel, start, end, args).
 
     The model (simulate.predict._nvls) streams S(1 + 1/g) over each GPU's NVLink to the
@@ -98,11 +100,12 @@ def nvls_ops(result, topology=None) -> list:
         phases.append(("inter-node tree", "NVLSTree: the node's partial sum to and from the "
                        "other nodes over the NIC rails"))
     phases.append(("multicast", "multimem.st: the switch writes the reduced chunk to every GPU"))
+    ranks = range(p) if ranks is None else ranks
     ops = [(f"NVLS latency ({t0 * 1e6:.1f} us)", "nvls", r, 0, 0.0, t0,
             {"what": "fixed cost: launch, switch and (across nodes) tree hops"})
-           for r in range(p)] if t0 > 0 else []
+           for r in ranks] if t0 > 0 else []
     step = body / drawn
-    for r in range(p):
+    for r in ranks:
         for c in range(channels):
             last_i = (nchunks - 1 - c) // channels  # this channel's last chunk round
             for k in range(drawn):
