@@ -71,6 +71,8 @@ def test_sim_html_embeds_the_json_result_and_every_section(capsys, sim_report):
     trace = e["extras"]["trace"]
     assert trace["size"] == 4 << 20 and trace["ops_total"] == len(trace["ops"])
     assert trace["ops_total"] % (2 * 15 * 16) == 0
+    assert trace["links"]["method"] == "flow rates"  # the flow model re-run, every rate
+    assert max(max(row) for row in trace["links"]["util"]) <= 1.0
     topo = e["extras"]["topology"]
     kinds = {d[1] for d in topo["devices"]}
     assert {"gpu", "nvswitch", "nic", "switch"} <= kinds

@@ -34,6 +34,36 @@ def test_link_usage_integrates_to_link_busy(two_nodes, model):
     assert any("nvlink" in n for n in u.names) and any("nic" in n for n in u.names)
 
 
+@pytest.mark.parametrize("protocol", ["simple", "ll"])
+def test_flow_rates_are_exact_and_never_exceed_a_link(two_nodes, protocol):
+    from gpucomm.simulate.constants import WIRE_EFFICIENCY
+    sched = build("all_reduce", "ring", 16, channels=4)
+    r = simulate(sched, two_nodes, 1 << 24, model="flow", trace=True, protocol=protocol)
+    u = link_usage(r, two_nodes, sched)
+    assert u.method == "flow rates" and set(u.links) == set(r.link_busy_s)
+    busy = u.busy_s()
+    for ln in u.links:  # the wire carries payload / wire efficiency
+        assert busy[ln] == pytest.approx(r.link_busy_s[ln] / WIRE_EFFICIENCY[protocol],
+                                         rel=1e-9)
+    peak = max(float(x.max()) for x in u.util)
+    assert peak <= 1 + 1e-9 and min(float(x.min()) for x in u.util) >= 0
+
+
+def test_flow_contention_fills_the_shared_link_exactly():
+    """All-to-all on a PCIe box without P2P: flows share the host links; max-min fills them
+    to exactly 1, never more (op averages would show up to ~2 here)."""
+    topo = build_topology("pcie", gpus_per_node=4, p2p=False)
+    sched = build("all_to_all", "direct", 4)
+    r = simulate(sched, topo, 1 << 24, model="flow", trace=True)
+    exact = link_usage(r, topo, sched)
+    assert max(float(x.max()) for x in exact.util) == pytest.approx(1.0, abs=1e-9)
+    averaged = link_usage(r, topo)
+    assert averaged.method == "op averages"
+    assert max(float(x.max()) for x in averaged.util) > 1.2
+    for ln in exact.links:
+        assert exact.busy_s()[ln] == pytest.approx(averaged.busy_s()[ln], rel=1e-9)
+
+
 def test_one_flow_alone_runs_at_its_own_rate():
     """A 2-rank exchange through the NVSwitch: each link carries one op, at its rate."""
     topo = build_topology("dgx-h100")
@@ -48,9 +78,10 @@ def test_one_flow_alone_runs_at_its_own_rate():
 
 
 def test_trace_has_a_counter_track_per_link(two_nodes, tmp_path):
-    r = simulate(build("all_reduce", "ring", 16), two_nodes, 1 << 22, model="flow", trace=True)
+    sched = build("all_reduce", "ring", 16)
+    r = simulate(sched, two_nodes, 1 << 22, model="flow", trace=True)
     path = tmp_path / "t.json"
-    write_trace(r, path, two_nodes)
+    write_trace(r, path, two_nodes, schedule=sched)
     events = json.loads(path.read_text())["traceEvents"]
     counters = [e for e in events if e["ph"] == "C"]
     assert {e["pid"] for e in counters} == {LINKS_PID}
@@ -60,8 +91,9 @@ def test_trace_has_a_counter_track_per_link(two_nodes, tmp_path):
     name = sorted(names)[0]
     pts = sorted((e["ts"], e["args"]["utilisation"]) for e in counters if e["name"] == name)
     integral = sum(u * (t1 - t0) for (t0, u), (t1, _) in zip(pts, pts[1:])) * 1e-6
-    u = link_usage(r, two_nodes)
+    u = link_usage(r, two_nodes, sched)
     assert integral == pytest.approx(u.busy_s()[u.links[u.names.index(name)]], rel=1e-4)
+    assert max(e["args"]["utilisation"] for e in counters) <= 1.0
     assert pts[-1][1] == 0.0  # every link goes idle at the end
 
 

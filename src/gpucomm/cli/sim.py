@@ -84,11 +84,13 @@ def cmd_sim(args) -> int:
         plot_sweep(rows, args.plot, title=f"{coll.name} on {topo.name}")
     if args.trace:
         from ..report.trace import write_trace
-        write_trace(_traced(coll, sizes[-1], topo, args, results[-1]), args.trace, topo)
+        sched, traced = _traced(coll, sizes[-1], topo, args, results[-1])
+        write_trace(traced, args.trace, topo, schedule=sched)
     if args.html:
         from ..report.html import write_html
+        sched, traced = _traced(coll, sizes[-1], topo, args, results[-1])
         path = write_html(args.html, doc, args=args, topology=topo, sims=results,
-                          traced=_traced(coll, sizes[-1], topo, args, results[-1]))
+                          traced=traced, schedule=sched)
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
@@ -111,10 +113,11 @@ def _builder_params(args, coll) -> dict:
 
 
 def _traced(coll, size, topo, args, res):
+    """(schedule, traced SimResult) of the chosen algorithm at `size` (no schedule: NVLS)."""
     from ..algorithms import build
     from ..simulate import simulate
     if res.algorithm == "nvls":
-        return res
+        return None, res
     from ..algorithms import get_algorithm
     kw = _builder_params(args, coll) if res.algorithm == args.algorithm else {}
     accepted = [k for k, _ in get_algorithm(coll, res.algorithm).params]
@@ -125,8 +128,8 @@ def _traced(coll, size, topo, args, res):
             and topo.nranks % g == 0:
         kw["group_size"] = g  # as predict() builds it
     sched = build(coll, res.algorithm, topo.nranks, root=args.root if coll.rooted else 0, **kw)
-    return simulate(sched, topo, size, dtype=args.datatype, model=args.model,
-                    protocol=res.protocol, trace=True)
+    return sched, simulate(sched, topo, size, dtype=args.datatype, model=args.model,
+                           protocol=res.protocol, trace=True)
 
 
 def _table(rows) -> str:

@@ -123,7 +123,7 @@ def topology_drawing(topo) -> dict:
             "devices": devices, "links": links}
 
 
-def trace_data(result, topo) -> dict:
+def trace_data(result, topo, schedule=None) -> dict:
     """A traced simulation as JSON: its ops (the Chrome trace's "X" events, whole ranks up to
     MAX_TIMELINE_OPS) and each link's utilisation in HEATMAP_BINS time bins."""
     from .links import NVLS_ALGORITHM, link_usage
@@ -148,7 +148,7 @@ def trace_data(result, topo) -> dict:
            "protocol": result.protocol, "model": result.model, "size": result.size,
            "nranks": result.nranks, "time_us": result.time_s * 1e6, "ops": ops,
            "ops_total": int(counts.sum()), "ranks_shown": len(shown)}
-    usage = link_usage(result, topo) if topo is not None else None
+    usage = link_usage(result, topo, schedule) if topo is not None else None
     if usage is not None:
         edges, grid = usage.binned(HEATMAP_BINS)
         busy = grid.mean(axis=1)
@@ -156,7 +156,8 @@ def trace_data(result, topo) -> dict:
         out["links"] = {"names": [usage.names[i] for i in idx],
                         "edges_us": [round(float(e) * 1e6, 6) for e in edges],
                         "util": [[round(float(v), 4) for v in grid[i]] for i in idx],
-                        "links_total": len(usage.links)}
+                        "links_total": len(usage.links),
+                        "method": usage.method}
     return out
 
 

@@ -28,12 +28,14 @@ MAX_TABLE_ROWS = 60
 
 
 def write_html(path, result=None, *, entries=None, kind=None, title=None, args=None,
-               argv=None, inputs=None, topology=None, sims=None, traced=None) -> str:
+               argv=None, inputs=None, topology=None, sims=None, traced=None,
+               schedule=None) -> str:
     """Write a report of `result` (a command's JSON value) or of ready `entries` to `path`.
 
     `topology` (a Topology) adds its drawing; `sims` (the SimResults of a sweep) adds every
     algorithm/protocol auto considered per size; `traced` (a SimResult with a timeline) adds
-    the per-rank timeline and, with `topology`, each link's utilisation. `args` (a command's
+    the per-rank timeline and, with `topology`, each link's utilisation (exact flow-model
+    rates with the `schedule` that was traced). `args` (a command's
     parsed options) gives the command line and inputs at the top. Returns the path."""
     if args is not None:
         argv = getattr(args, "argv", None) if argv is None else argv
@@ -45,7 +47,7 @@ def write_html(path, result=None, *, entries=None, kind=None, title=None, args=N
         if sims:
             extras["candidates"] = [[list(c) for c in s.candidates] for s in sims]
         if traced is not None:
-            extras["trace"] = trace_data(traced, topology)
+            extras["trace"] = trace_data(traced, topology, schedule)
         entries = [entry(result, kind=kind, title=title, argv=argv, inputs=inputs,
                          extras=extras)]
     check_plotly()
@@ -111,7 +113,7 @@ def figures_of(e: dict) -> list:
             more = (f", the {len(tr['links']['names'])} busiest of {tr['links']['links_total']}"
                     if tr["links"]["links_total"] > len(tr["links"]["names"]) else "")
             out += [("links", f) for f in figures.link_heatmap(
-                tr["links"], f"link utilisation over time: {what}{more}")]
+                tr["links"], f"link utilisation ({tr['links'].get('method', '')}): {what}{more}")]
         more = (f" (ranks 0..{tr['ranks_shown'] - 1} of {tr['nranks']})"
                 if tr["ranks_shown"] < tr["nranks"] else "")
         out += [("timeline", f) for f in figures.timeline(tr, f"timeline per rank and channel: "

@@ -28,9 +28,9 @@ MAX_NVLS_ROUNDS = 32  # chunk rounds per channel drawn one by one; more are draw
 MAX_COUNTER_POINTS = 200_000  # above this, link counters are sampled on a grid
 
 
-def trace_events(result, topology=None, counters=True, ranks=None) -> list:
+def trace_events(result, topology=None, counters=True, ranks=None, schedule=None) -> list:
     """Chrome-trace events: metadata, one "X" event per op, and (with a topology) "C" link
-    counters. `ranks`: only the ops of these ranks."""
+    counters (exact flow-model rates with the `schedule`). `ranks`: only these ranks' ops."""
     if result.algorithm == NVLS_ALGORITHM:
         ops = nvls_ops(result, topology, ranks)
     else:
@@ -49,13 +49,13 @@ def trace_events(result, topology=None, counters=True, ranks=None) -> list:
         events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
                        "ts": start * 1e6, "dur": (end - start) * 1e6, "args": args})
     if topology is not None and counters:
-        events += counter_events(result, topology)
+        events += counter_events(result, topology, schedule)
     return events
 
 
-def counter_events(result, topology) -> list:
+def counter_events(result, topology, schedule=None) -> list:
     """One counter track per link the collective used: its utilisation over time."""
-    usage = link_usage(result, topology)
+    usage = link_usage(result, topology, schedule)
     if usage is None:
         return []
     events = [{"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0,
@@ -135,16 +135,18 @@ def nvls_chunk_bytes(nbytes: float, gpus: int) -> int:
     return chunk
 
 
-def trace_doc(result, topology=None) -> dict:
-    return {"traceEvents": trace_events(result, topology), "displayTimeUnit": "ns",
+def trace_doc(result, topology=None, schedule=None) -> dict:
+    return {"traceEvents": trace_events(result, topology, schedule=schedule),
+            "displayTimeUnit": "ns",
             "otherData": {"collective": result.collective, "algorithm": result.algorithm,
                           "protocol": result.protocol, "model": result.model,
                           "size": result.size, "time_us": result.time_s * 1e6}}
 
 
-def write_trace(result, path, topology=None) -> None:
-    """Write `result.timeline` (simulate(..., trace=True)) as Chrome-trace JSON."""
+def write_trace(result, path, topology=None, schedule=None) -> None:
+    """Write `result.timeline` (simulate(..., trace=True)) as Chrome-trace JSON; `schedule`
+    (what was simulated) makes a flow-model run's link counters exact (links.py)."""
     try:
-        Path(path).write_text(json.dumps(trace_doc(result, topology)))
+        Path(path).write_text(json.dumps(trace_doc(result, topology, schedule)))
     except OSError as e:
         raise ConfigError(f"cannot write trace {str(path)!r}: {e.strerror}") from None
