@@ -42,6 +42,7 @@ class PageView:
     errors: list = field(default_factory=list)  # console errors and uncaught exceptions
     screenshot: bytes = b""
     size: tuple = (0, 0)  # page width, height in CSS pixels
+    sections: list = field(default_factory=list)  # top of each report section, CSS pixels
 
 
 def find_browser() -> str | None:
@@ -94,6 +95,9 @@ def _view(cdp, url, screenshot, width, height) -> PageView:
         raise ConfigError(f"{url}: the page's state could not be read: "
                           f"{out['exceptionDetails'].get('text')}")
     status = json.loads(out["result"]["value"])
+    tops = cdp.call("Runtime.evaluate", {"returnByValue": True, "expression":
+                    "Array.from(document.querySelectorAll('section.entry'))"
+                    ".map(function (s) { return s.offsetTop; })"})["result"].get("value", [])
     size = cdp.call("Page.getLayoutMetrics")["cssContentSize"]
     w, h = int(size["width"]), int(size["height"])
     png = b""
@@ -103,7 +107,7 @@ def _view(cdp, url, screenshot, width, height) -> PageView:
             "clip": {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}})
         png = base64.b64decode(shot["data"])
         Path(screenshot).write_bytes(png)
-    return PageView(status, list(cdp.errors), png, (w, h))
+    return PageView(status, list(cdp.errors), png, (w, h), tops)
 
 
 class _Pipe:
