@@ -102,5 +102,5 @@ def _report(main, plan_argv) -> None:
 def _quiet(main, argv) -> None:
     import contextlib
     import io
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         main(argv)

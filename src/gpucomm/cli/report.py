@@ -43,9 +43,8 @@ def cmd_report(args) -> int:
         except (ValueError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path!r} is not JSON (a command's --format json output): "
                               f"{e}") from None
-        entries.append(entry(result, argv=args.argv, title=None,
+        entries.append(entry(result, command=f"(a saved result: {path})",
                              inputs={"file": path, "sha256": file_sha256(path)}))
-        entries[-1]["command"] = f"(saved result {path})"
     write_html(args.output, entries=entries, argv=args.argv)
     print(f"wrote {args.output} ({len(entries)} section{'s' if len(entries) != 1 else ''})",
           file=sys.stderr)

@@ -48,13 +48,15 @@ def guess_kind(result) -> str:
     return "data"
 
 
-def entry(result, *, kind=None, title=None, argv=None, inputs=None, extras=None) -> dict:
-    """One section of a report: a command's JSON result and how it was made."""
+def entry(result, *, kind=None, title=None, argv=None, inputs=None, extras=None,
+          command=None) -> dict:
+    """One section of a report: a command's JSON result and how it was made (`command`, or
+    the command line `argv`)."""
     kind = kind or guess_kind(result)
     if kind not in KINDS:
         raise ConfigError(f"unknown report kind {kind!r}: allowed are {', '.join(KINDS)}")
     return {"kind": kind, "title": title or _title(kind, result, inputs or {}),
-            "command": command_line(argv), "version": version(),
+            "command": command or command_line(argv), "version": version(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "inputs": inputs or {}, "result": result, "extras": extras or {}}
 

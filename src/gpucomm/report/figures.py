@@ -105,14 +105,14 @@ def topology(topo: dict) -> list:
     pos = {d[0]: (d[2], d[3]) for d in topo["devices"]}
     by_kind = {}
     for src, dst, tech, kind, gbps in topo["links"]:
-        xs, ys, text = by_kind.setdefault(kind, ([], [], []))
+        xs, ys = by_kind.setdefault(kind, ([], []))
         (x0, y0), (x1, y1) = pos[src], pos[dst]
         xs += [x0, x1, None]
         ys += [y0, y1, None]
     data = [{"type": "scatter", "mode": "lines", "name": f"{kind} links", "x": xs, "y": ys,
              "line": {"color": TECH_COLOURS.get(kind, "#333333"), "width": 2},
              "hoverinfo": "skip", "opacity": 0.75}
-            for kind, (xs, ys, _) in sorted(by_kind.items())]
+            for kind, (xs, ys) in sorted(by_kind.items())]
     kinds = {}
     for name, kind, x, y in topo["devices"]:
         kinds.setdefault(kind, []).append((name, x, y))
