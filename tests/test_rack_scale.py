@@ -128,7 +128,7 @@ def test_nvls_in_the_rack_and_nvls_tree_across_racks(nvl72):
                                                            rel=0.01)
     assert predict("all_reduce", 1 << 30, nvl72).algorithm == "nvls"
     two = build_topology("gb200-nvl72", nodes=2, gpus_per_node=8)
-    assert predict("all_reduce", 1 << 30, two, algorithm="nvls").algorithm == "nvls"
+    assert predict("all_reduce", 1 << 30, two, algorithm="nvls_tree").algorithm == "nvls_tree"
 
 
 # ---- AMD MI300X ------------------------------------------------------------------------------
@@ -187,4 +187,4 @@ def test_topo_show_and_sim_on_the_new_presets(capsys, tmp_path):
     assert main(["sim", "-s", "mi300x", "-c", "all_to_all", "-b", "1M", "-e", "1M",
                  "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]
-    assert row["algorithm"] == "direct" and row["busbw"] > 0 and np.isfinite(row["time_us"])
+    assert row["algorithm"] == "grouped" and row["busbw"] > 0 and np.isfinite(row["time_us"])

@@ -33,6 +33,8 @@ def register(sub) -> None:
     p.add_argument("--check", type=int, default=1, help="check results (1) or not (0)")
     p.add_argument("--timeout", type=float, default=None, help="per-collective timeout, s")
     p.add_argument("--plot", metavar="FILE.png", help="busbw against size, to a PNG")
+    p.add_argument("--html", metavar="FILE.html",
+                   help="a self-contained HTML report: measured against predicted, per size")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this host's memory bandwidth and latency for the prediction, "
                    "save it, and exit")
@@ -68,6 +70,9 @@ def cmd_bench(args) -> int:
         from ..bench.plot import plot_rows
         plot_rows(rows, args.plot, f"{args.collective} on {args.nranks} ranks ({args.backend})")
         print(f"wrote {args.plot}", file=sys.stderr)
+    if args.html:
+        from ..report.html import write_html
+        print(f"wrote {write_html(args.html, rows, args=args)}", file=sys.stderr)
     return 1 if total_wrong(rows) else 0
 
 

@@ -65,4 +65,42 @@ def cmd_demo(args) -> int:
             "--compare", "system=dgx-h100,pcie"]
     print("   $ gpucomm " + " ".join(argv), flush=True)
     main(argv)
+
+    print("\n== 7. all of it in one page: an HTML report (curves, topology, link utilisation, "
+          "timeline, planner)")
+    _report(main, argv)
     return 0
+
+
+def _report(main, plan_argv) -> None:
+    """report.html in the current directory: two 2-node sweeps (flow model: the all-to-all
+    on a 2:1 oversubscribed fat-tree, where the heatmap shows the uplinks saturate, and the
+    all-reduce, NVLS at large sizes) and the planner's what-if."""
+    import os
+    import tempfile
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        print("   skipped: the HTML report needs plotly (pip install 'gpucomm[html]')")
+        return
+    sims = [["sim", "-c", "all_to_all", "--system", "dgx-h100", "--nodes", "2", "--fabric",
+             "fat-tree", "--oversubscription", "2", "--model", "flow", "-b", "1M", "-e", "64M",
+             "-f", "8"],
+            ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--nodes", "2", "-b", "1K",
+             "-e", "1G", "-f", "16", "--model", "flow"]]
+    out = os.path.abspath("report.html")
+    with tempfile.TemporaryDirectory() as d:
+        names = ["all_to_all.html", "all_reduce.html", "plan.html"]
+        for argv, name in zip(sims + [plan_argv], names):
+            print(f"   $ gpucomm {' '.join(argv)} --html {name}", flush=True)
+            _quiet(main, argv + ["--format", "json", "--html", os.path.join(d, name)])
+        print(f"   $ gpucomm report {' '.join(names)} -o report.html", flush=True)
+        main(["report", *(os.path.join(d, n) for n in names), "-o", out])
+    print(f"   open {out} in a browser (one self-contained file: it works offline)")
+
+
+def _quiet(main, argv) -> None:
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main(argv)

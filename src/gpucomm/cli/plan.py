@@ -71,6 +71,8 @@ def register(sub) -> None:
                    help="rank the layouts that fit on this cluster by predicted step time")
     p.add_argument("--top", type=positive_int, default=10, help="rows --search prints")
     p.add_argument("--plot", metavar="FILE.png", help="stacked bar of where the step time goes")
+    p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: step time "
+                   "and memory per GPU, what-ifs side by side")
     p.add_argument("--sim-model", choices=("analytic", "flow"), default="analytic",
                    help="simulator model for the collectives (default analytic)")
     p.add_argument("--no-contention", dest="contention", action="store_false", default=True,
@@ -158,15 +160,16 @@ def cmd_plan(args) -> int:
     compares = _parse_compare(args.compare)
     if not compares:
         result = _run(model, base, args.sim_model, args.contention)
+        d = result.to_dict()
+        if not args.collectives:
+            d.pop("collectives")
         if args.format == "json":
-            d = result.to_dict()
-            if not args.collectives:
-                d.pop("collectives")
             print_json(d)
         else:
             print(_table(result, args.collectives))
         if args.plot:
             _plot([("", result)], args.plot)
+        _html(args, d)
         return 0
     variants = [({}, base)]
     for key, vals in compares:
@@ -177,15 +180,16 @@ def cmd_plan(args) -> int:
             s = {**s, "dp": None}  # re-derive dp for the changed layout
         label = ",".join(f"{k}={v}" for k, v in lab.items())
         results.append((label, _run(model, s, args.sim_model, args.contention)))
+    out = ([{"variant": lab, **r.to_dict()} for lab, r in results] if args.collectives else
+           [{"variant": lab, **{k: v for k, v in r.to_dict().items() if k != "collectives"}}
+            for lab, r in results])
     if args.format == "json":
-        print_json([{"variant": lab, **r.to_dict()} for lab, r in results]
-                   if args.collectives else
-                   [{"variant": lab, **{k: v for k, v in r.to_dict().items()
-                                        if k != "collectives"}} for lab, r in results])
+        print_json(out)
     else:
         print(_compare_table(results))
     if args.plot:
         _plot(results, args.plot)
+    _html(args, out)
     return 0
 
 
@@ -199,8 +203,10 @@ def _cmd_search(args, model, base) -> int:
                           f"{base['system']} ({rejected} rejected); add nodes, a shorter "
                           f"--seq or --zero 3")
     top = ranked[:args.top]
+    out = [{k: v for k, v in r.to_dict().items() if k != "collectives"} for r in top]
+    _html(args, out)
     if args.format == "json":
-        print_json([{k: v for k, v in r.to_dict().items() if k != "collectives"} for r in top])
+        print_json(out)
         return 0
     print(f"{model.name} on {cluster.nodes} x {cluster.system} ({cluster.gpus} "
           f"{cluster.gpu.name}), {base['mode']}: {len(ranked)} layouts fit, "
@@ -314,6 +320,12 @@ def _compare_table(results) -> str:
                              if part}))
     return (_header(base) + f"\nwhat-ifs on {what} (first column = the settings above)\n\n"
             + _grid(head, rows))
+
+
+def _html(args, result) -> None:
+    if args.html:
+        from ..report.html import write_html
+        print(f"wrote {write_html(args.html, result, args=args)}", file=sys.stderr)
 
 
 def _plot(results, path: str) -> None:

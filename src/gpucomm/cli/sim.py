@@ -45,6 +45,8 @@ def register(sub) -> None:
     p.add_argument("--compare", metavar="LOGFILE", help="an nccl-tests log to predict row by row")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
+    p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: curves, "
+                   "topology, link utilisation and timeline of the largest size")
     add_format(p)
     p.set_defaults(func=cmd_sim)
 
@@ -70,9 +72,10 @@ def cmd_sim(args) -> int:
     if not coll.reduces:
         for row in rows:
             row["redop"] = "none"
+    doc = {"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
+           "model": args.model, "rows": rows}
     if args.format == "json":
-        print_json({"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
-                    "model": args.model, "rows": rows})
+        print_json(doc)
     else:
         print(f"# gpucomm sim: {coll.name} on {topo} ({args.model} model)")
         print(_table(rows))
@@ -81,7 +84,14 @@ def cmd_sim(args) -> int:
         plot_sweep(rows, args.plot, title=f"{coll.name} on {topo.name}")
     if args.trace:
         from ..report.trace import write_trace
-        write_trace(_traced(coll, sizes[-1], topo, args, results[-1]), args.trace, topo)
+        sched, traced = _traced(coll, sizes[-1], topo, args, results[-1])
+        write_trace(traced, args.trace, topo, schedule=sched)
+    if args.html:
+        from ..report.html import write_html
+        sched, traced = _traced(coll, sizes[-1], topo, args, results[-1])
+        path = write_html(args.html, doc, args=args, topology=topo, sims=results,
+                          traced=traced, schedule=sched)
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -104,15 +114,15 @@ def _builder_params(args, coll) -> dict:
 
 
 def _traced(coll, size, topo, args, res):
+    """(schedule, traced SimResult) of the chosen algorithm at `size` (no schedule: NVLS)."""
     from ..algorithms import build
     from ..simulate import simulate
-    from ..simulate.nccl import CLOSED_FORMS
-    from ..simulate.predict import PAT_SCHEDULES
-    if res.algorithm in CLOSED_FORMS:
-        return res
+    from ..simulate.nccl import schedule_of
+    name = schedule_of(coll.name, res.algorithm)
+    if name is None:  # a closed form: no schedule to trace
+        return None, res
     from ..algorithms import get_algorithm
     kw = _builder_params(args, coll) if res.algorithm == args.algorithm else {}
-    name = PAT_SCHEDULES[coll.name] if res.algorithm == "pat" else res.algorithm
     accepted = [k for k, _ in get_algorithm(coll, name).params]
     if "channels" in accepted and "channels" not in kw:
         kw["channels"] = max(res.channels, 1)
@@ -121,8 +131,8 @@ def _traced(coll, size, topo, args, res):
             and topo.nranks % g == 0:
         kw["group_size"] = g  # as predict() builds it
     sched = build(coll, name, topo.nranks, root=args.root if coll.rooted else 0, **kw)
-    return simulate(sched, topo, size, dtype=args.datatype, model=args.model,
-                    protocol=res.protocol, trace=True)
+    return sched, simulate(sched, topo, size, dtype=args.datatype, model=args.model,
+                           protocol=res.protocol, trace=True)
 
 
 def _table(rows) -> str:
@@ -209,6 +219,9 @@ def _compare(args, topo) -> int:
                     "busbw_error": None if err is None else round(err, 4),
                     "time_ratio": round(res.time_us / row["time_us"], 4) if row["time_us"] else None,
                     "algorithm": res.algorithm, "protocol": res.protocol})
+    if args.html:
+        from ..report.html import write_html
+        print(f"wrote {write_html(args.html, {'collective': coll.name, 'topology': topo.name, 'rows': out}, args=args, topology=topo)}", file=sys.stderr)
     if args.format == "json":
         print_json({"collective": coll.name, "topology": topo.name, "rows": out})
         return 0

@@ -39,6 +39,9 @@ from .result import SimResult
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
 CLOSED_FORMS = ("tree", "nvls", "nvls_tree")
+# PAT (NCCL 2.23, arXiv 2506.20252) is Bruck-like: log2(P) steps, each moving a power-of-two
+# share; the schedules with that shape stand for it.
+PAT_SCHEDULES = {"all_gather": "bruck", "reduce_scatter": "recursive_halving"}
 NVLS_COLLECTIVES = ("all_reduce",)
 P2P_COLLECTIVES = ("all_to_all", "sendrecv", "gather", "scatter")
 
@@ -84,6 +87,13 @@ def check(name: str, coll, topology, placement) -> None:
         raise ConfigError(f"NCCL's tree serves all_reduce only, not {coll.name}: use ring")
     if name == "pat" and coll.name not in ("all_gather", "reduce_scatter"):
         raise ConfigError(f"pat serves all_gather and reduce_scatter only, not {coll.name}")
+
+
+def schedule_of(collective: str, algorithm: str) -> str | None:
+    """The registered schedule an algorithm name runs as; None for the closed forms."""
+    if algorithm in CLOSED_FORMS:
+        return None
+    return PAT_SCHEDULES[collective] if algorithm == "pat" else algorithm
 
 
 def nvls_ok(coll, topology) -> bool:
@@ -133,6 +143,7 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     n = len(nodes)
     gen = generation_of(topology)
     pr = get_protocol(proto, gen, n)
+    gen = gen if gen in K.TREE_PER_CHANNEL_BW else K.DEFAULT_GENERATION  # NCCL's tables
     col = 0 if n <= 1 else 1 if n == 2 else 2
     nch = K.TREE_CHANNELS
     cap = {"simple": K.TREE_PER_CHANNEL_BW[gen][col],

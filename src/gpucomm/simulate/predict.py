@@ -38,9 +38,6 @@ from .rings import ring_orders
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
 MAX_PIPELINE_CHUNKS = 64
-# PAT (NCCL 2.23, arXiv 2506.20252) is Bruck-like: log2(P) steps, each moving a power-of-two
-# share; the schedules with that shape stand for it.
-PAT_SCHEDULES = {"all_gather": "bruck", "reduce_scatter": "recursive_halving"}
 
 
 def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
@@ -172,7 +169,7 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     paths = path_table(topology, placement)
     if name in nccl.CLOSED:
         return nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
-    alg = get_algorithm(coll, PAT_SCHEDULES[coll.name] if name == "pat" else name)
+    alg = get_algorithm(coll, nccl.schedule_of(coll.name, name))
     kw = dict(params)
     accepted = {k for k, _ in alg.params}
     rails = paths.rails_per_node if _multi_node(topology, placement) else 1

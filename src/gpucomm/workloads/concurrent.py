@@ -56,10 +56,12 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     """
     from ..simulate import simulate
     from ..simulate.predict import CHANNELS
-    if single.algorithm == "nvls" or not groups:
+    from ..simulate.nccl import schedule_of
+    name = schedule_of(get_collective(collective).name, single.algorithm)
+    if name is None or not groups:
         return None
     n = len(groups[0])
-    alg = get_algorithm(collective, single.algorithm)
+    alg = get_algorithm(collective, name)
     kw = {"channels": single.channels} if "channels" in {k for k, _ in alg.params} else {}
     sched = union_schedule(alg.build(n, **kw), len(groups))
     placement = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])

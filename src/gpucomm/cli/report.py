@@ -1,0 +1,51 @@
+"""`gpucomm report`: one self-contained HTML report of saved results.
+
+    gpucomm sim -c all_reduce --system dgx-h100 --format json > sim.json
+    gpucomm plan --model llama3-70b --tp 8 --format json > plan.json
+    gpucomm report sim.json plan.json -o report.html
+
+Inputs are any command's `--format json` output, or HTML reports written by `--html` (their
+embedded sections, with topology and timeline, are taken over as they are).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="one self-contained HTML report of saved JSON results",
+                       description="Draw saved results (`--format json` of sim, bench, plan; "
+                       "or HTML reports) into one self-contained HTML file.")
+    p.add_argument("inputs", nargs="+", metavar="FILE", help="JSON results or HTML reports")
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE.html")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from ..report.data import entry, file_sha256
+    from ..report.html import read_report, write_html
+    entries = []
+    for path in args.inputs:
+        if path.endswith((".html", ".htm")):
+            try:
+                entries += read_report(path)["entries"]
+            except (OSError, UnicodeDecodeError, ValueError, KeyError) as e:
+                raise ConfigError(f"cannot read report {path!r}: {e}") from None
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                result = json.load(f)
+        except OSError as e:
+            raise ConfigError(f"cannot read {path!r}: {e.strerror}") from None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path!r} is not JSON (a command's --format json output): "
+                              f"{e}") from None
+        entries.append(entry(result, command=f"(a saved result: {path})",
+                             inputs={"file": path, "sha256": file_sha256(path)}))
+    write_html(args.output, entries=entries, argv=args.argv)
+    print(f"wrote {args.output} ({len(entries)} section{'s' if len(entries) != 1 else ''})",
+          file=sys.stderr)
+    return 0
