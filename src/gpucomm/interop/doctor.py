@@ -37,6 +37,9 @@ NCCL_ALGOS = {"ring": ("ring",), "tree": ("tree", "double_binary_tree"), "nvls":
 NCCL_SCHEDULES = {"ring", "tree", "double_binary_tree", "nvls", "nvls_tree", "collnet_direct",
                   "collnet_chain", "pat"}
 P2P_COLLECTIVES = {"all_to_all", "sendrecv", "gather", "scatter"}
+# NCCL's ring channels on NVSwitch systems (2 per NVLink-switch plane; 24-32 on H100); fewer
+# in a log means a cap was set (the model's own figure, simulate/predict.py CHANNELS)
+NVSWITCH_CHANNELS = 16
 NORMAL, LOW, VERY_LOW, HIGH = 0.85, 0.7, 0.5, 1.2
 
 
@@ -281,10 +284,11 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
                       "not use it (NCCL_NVLS_ENABLE=0, no multicast support: driver, fabric "
                       "manager or IMEX)")
     big = max(rows, key=lambda r: r["size"])
-    if info.coll_channels and big.get("channels") and info.coll_channels < big["channels"]:
-        causes.append(f"fewer channels than expected: NCCL ran {info.coll_channels}, the model "
-                      f"uses {big['channels']} (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, "
-                      "NCCL_NCHANNELS_PER_NET_PEER)")
+    want = NVSWITCH_CHANNELS if any(d.kind == "nvswitch" for d in topo.devices) else None
+    if info.coll_channels and want and info.coll_channels < want:
+        causes.append(f"fewer channels than expected: NCCL ran {info.coll_channels}, NVSwitch "
+                      f"systems get {want} or more (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, "
+                      "NCCL_MIN_CTAS, NCCL_NCHANNELS_PER_NET_PEER)")
     for key in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
                 "NCCL_NET_GDR_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"):
         if key in info.env:

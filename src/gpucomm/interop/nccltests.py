@@ -216,10 +216,12 @@ def _info_line(info: NcclInfo, msg: str, host: str, level: str) -> None:
         return
     m = re.search(r"(\d+)\s+coll channels,.*?(?:(\d+)\s+nvls channels)?", msg)
     if m and "coll channels" in msg:
-        info.coll_channels = int(m.group(1))
+        # one line per rank: the fewest is what limits the collective
+        info.coll_channels = min(int(m.group(1)), info.coll_channels or 1 << 30)
         n = re.search(r"(\d+)\s+nvls channels", msg)
         if n:
-            info.nvls_channels = int(n.group(1))
+            info.nvls_channels = min(int(n.group(1)), 1 << 30 if info.nvls_channels is None
+                                     else info.nvls_channels)
         return
     m = re.match(r"Channel\s+(\d+)/(\d+)\s*:\s*[\d\s]+$", msg)
     if m:

@@ -20,7 +20,7 @@ from .nccltests import NcclTestsLog
 GPU_PATTERNS = (
     (r"\bG?B200\b|\bB100\b", "b200"),
     (r"\bH200\b", "h200"),
-    (r"\bG?H100\b|\bH800\b", "h100"),
+    (r"\bH100\b|\bH800\b|\bGH200\b", "h100"),  # GH200: a Hopper GPU with NVLink4
     (r"\bA100\b|\bA800\b", "a100"),
     (r"\bV100\b", "v100"),
     (r"\bL40S\b", "l40s"),
@@ -66,7 +66,7 @@ class SystemGuess:
         kw = {"system": self.system, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node}
         if self.system == "pcie":
             kw["gpu"] = self.gpu
-            kw["pcie_gen"] = 4
+            kw["pcie_gen"] = 5 if self.gpu in ("h100", "h200", "b200") else 4
             kw["p2p"] = bool(self.p2p)
         if self.nodes > 1 and self.nic:
             kw["nic"] = self.nic
@@ -113,6 +113,8 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
         ev.append(f"NCCL counts {info.nnodes} nodes, the device lines {nodes} hosts; "
                   f"using the hosts")
     system = PRESET_OF_GPU.get(gpu)
+    if system and gpu_name and re.search(r"PCIe", gpu_name, re.I):
+        system = "pcie"  # a PCIe card of an NVLink GPU: a PCIe box, not its baseboard
     if system == "dgx-a100" and (info.provider == "cxi" or any(n.startswith("cxi")
                                                               for n in info.nics)):
         system = "polaris"  # A100 nodes on Slingshot: HPE's 4-GPU NVLink node
