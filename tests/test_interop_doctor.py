@@ -1,4 +1,4 @@
-"""`gpucomm doctor`: nccl-tests logs in (tables, NCCL INFO lines), the machine inferred, a verdict."""
+"""`gpucomm doctor`: nccl-tests logs in (tables, INFO lines), the machine inferred, a verdict."""
 import json
 from pathlib import Path
 
@@ -60,7 +60,9 @@ def test_nccl_info_lines_are_read():
 
 
 def _with(text, *extra):
-    lines = text.splitlines()
+    """The example with extra INFO lines and only its largest sizes (prediction takes time)."""
+    lines = [ln for ln in text.splitlines()
+             if not (ln[:1] == " " and ln.split() and int(ln.split()[0]) < 1 << 32)]
     at = next(i for i, ln in enumerate(lines) if "Connected all rings" in ln)
     return "\n".join(lines[:at] + list(extra) + lines[at:])
 
@@ -78,7 +80,7 @@ def test_causes_seen_in_info_lines(extra, cause):
 
 
 def test_one_nic_in_use():
-    text = EXAMPLE.read_text()
+    text = _with(EXAMPLE.read_text())
     for k in range(1, 8):
         text = text.replace(f"via NET/IB/{k}", "via NET/IB/0")
     d = diagnose(DoctorRequest(parse_log(text)))

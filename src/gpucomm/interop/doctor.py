@@ -11,6 +11,7 @@ NCCL INFO lines point at.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..algorithms import algorithms
 from ..collectives import get_collective
@@ -116,9 +117,9 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
         launch["cuda_graph"] = req.cuda_graph
     rows = []
     for row in log.rows:
-        res = predict(coll, row["size"], topo, dtype=DTYPES.get(row["type"], row["type"]),
-                      model=req.model, redop=row["redop"] if coll.reduces else "sum",
-                      root=max(row["root"], 0) if coll.rooted else 0, **launch, **choice)
+        res = _predict(coll.name, row["size"], topo, DTYPES.get(row["type"], row["type"]),
+                       req.model, row["redop"] if coll.reduces else "sum",
+                       max(row["root"], 0) if coll.rooted else 0, _frozen({**launch, **choice}))
         out = dict(row)
         out.update(predicted_time_us=round(res.time_us, 3),
                    predicted_busbw=round(res.busbw_GBps, 3),
@@ -133,6 +134,17 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     info["net_devices"] = sorted(info["net_devices"])
     return Diagnosis(req.name, coll.name, guess, kw, lab, rows, verdict, ratio, tuple(causes),
                      tuple(notes), tuple(warnings), info)
+
+
+def _frozen(d: dict) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()))
+
+
+@lru_cache(maxsize=4096)
+def _predict(coll, size, topo, dtype, model, redop, root, options):
+    """predict(), remembered: several logs of one machine share their sizes."""
+    kw = {k: list(v) if isinstance(v, tuple) else v for k, v in options}
+    return predict(coll, size, topo, dtype=dtype, model=model, redop=redop, root=root, **kw)
 
 
 def _guess(log, req, warnings) -> SystemGuess:

@@ -253,7 +253,8 @@ def _parse(text: str):
         root = ET.fromstring(text)
     except ET.ParseError as e:
         line, col = e.position
-        raise MscclError(f"not well-formed XML at line {line}, column {col}: {e.msg if hasattr(e, 'msg') else e}") from None
+        raise MscclError(f"not well-formed XML at line {line}, column {col}: "
+                         f"{str(e).split(':')[0]}") from None
     if root.tag != "algo":
         raise MscclError(f"<{root.tag}>: the root element must be <algo>")
     return root
