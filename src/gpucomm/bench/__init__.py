@@ -25,8 +25,12 @@ __all__ = ["run_bench", "format_table", "BACKENDS"]
 
 def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", op="sum",
               root=0, algorithm="auto", iters=20, warmup=5, check=1, timeout=None,
-              on_row=None, log=None) -> list[dict]:
-    """Rows (dicts) of a sweep; `on_row(row)` is called as each size finishes."""
+              on_row=None, log=None, agg_iters=1, average=3, blocking=0) -> list[dict]:
+    """Rows (dicts) of a sweep; `on_row(row)` is called as each size finishes.
+
+    nccl-tests' `-m agg_iters` (collectives per timed iteration), `-a average` (0 rank 0,
+    1 mean, 2 min, 3 max over ranks) and `-z blocking` (3: a barrier after every iteration;
+    our calls return when done, so 1 and 2 change nothing)."""
     coll, d = get_collective(collective), get_dtype(dtype)
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}: allowed are {', '.join(BACKENDS)}")
@@ -47,6 +51,7 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         cfg = {"backend": backend, "collective": coll.name, "dtype": d.name, "op": op,
                "root": root, "algorithm": algorithm, "iters": iters, "warmup": warmup,
                "check": check, "sizes": [int(s) for s in sizes], "timeout": timeout,
+               "agg_iters": int(agg_iters), "average": int(average), "blocking": int(blocking),
                "out": os.path.join(tmp, "rows.jsonl")}
         path = os.path.join(tmp, "cfg.json")
         with open(path, "w") as f:

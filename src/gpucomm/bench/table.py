@@ -45,6 +45,9 @@ def format_table(rows: list[dict], title: str = "") -> str:
 
 
 # ---- the whole nccl-tests log: header, device lines, table, footer ---------------------------
+# gpucomm dtype -> the name nccl-tests prints (its ncclDataType names)
+NCCL_TYPE = {"float32": "float", "float16": "half", "float64": "double"}
+
 def _cell(v, width, fmt) -> str:
     return f"{'N/A':>{width}}" if v is None else f"{format(v, fmt):>{width}}"
 
@@ -57,7 +60,7 @@ def format_log(rows: list[dict], *, test: str, devices: list[tuple], nthread: in
                ngpus: int = 1, minbytes: int | None = None, maxbytes: int | None = None,
                step: str = "2(factor)", warmup: int = 5, iters: int = 20, agg_iters: int = 1,
                validation: int = 1, graph: int = 0, version: str | None = None,
-               comments: tuple = ()) -> str:
+               comments: tuple = (), title: str | None = None) -> str:
     """nccl-tests' output, line for line as its `common.cu` prints it, so its parsers read it.
 
     `test`: the binary (all_reduce_perf); `devices`: (rank, host, device, bus_id, name, pid)
@@ -65,7 +68,7 @@ def format_log(rows: list[dict], *, test: str, devices: list[tuple], nthread: in
     footer (gpucomm's prediction).
     """
     sizes = [r["size"] for r in rows]
-    lines = []
+    lines = [f"# {title}"] if title else []
     if version:
         lines.append(f"# nccl-tests version {version}")
     lines.append(f"# Collective test starting: {test}")
@@ -86,7 +89,8 @@ def format_log(rows: list[dict], *, test: str, devices: list[tuple], nthread: in
               f"{'':>7}{'(us)':>9}{'(GB/s)':>8}{'(GB/s)':>8}"]
     for r in rows:
         lines.append(
-            f"{r['size']:>12}{r['count']:>14}{r['type']:>10}{r['redop']:>8}{r['root']:>8}"
+            f"{r['size']:>12}{r['count']:>14}{NCCL_TYPE.get(r['type'], r['type']):>10}"
+            f"{r['redop']:>8}{r['root']:>8}"
             f"{_cell(r.get('time_us'), 9, '.2f')}{_cell(r.get('algbw'), 8, '.2f')}"
             f"{_cell(r.get('busbw'), 8, '.2f')} {_wrong_cell(r.get('wrong'))}"
             f"{_cell(r.get('ip_time_us'), 9, '.2f')}{_cell(r.get('ip_algbw'), 8, '.2f')}"
