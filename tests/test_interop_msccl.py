@@ -127,3 +127,25 @@ def test_cli_export_then_import(tmp_path, capsys):
     assert main(["algo", "run", str(out), "all_reduce"]) == 0
     assert main(["algo", "show", str(out), "all_gather"]) == 2
     assert "not all_gather" in capsys.readouterr().err
+
+
+def test_verify_and_bench_take_the_file(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "ring2.xml"
+    assert main(["algo", "export", "ring", "all_reduce", "-n", "2", "-o", str(out)]) == 0
+    assert main(["algo", "verify", str(out)]) == 0
+    assert "verified" in capsys.readouterr().out
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    host = tmp_path / "host.yaml"
+    host.write_text("bandwidth_Bps: 10.0e9\nlatency_s: 2.0e-5\n")
+    env = dict(os.environ, PYTHONPATH=src, GPUCOMM_HOST_YAML=str(host))
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "bench", "-g", "2", "--algorithm",
+                        str(out), "-b", "1K", "-e", "8K", "-f", "8", "-n", "2", "-w", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "algorithm file:ring2" in p.stdout and "Out of bounds values : 0 OK" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "bench", "-g", "4", "--algorithm",
+                        str(out), "-e", "8"], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "is for 2 ranks" in p.stderr

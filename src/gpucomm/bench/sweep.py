@@ -140,7 +140,31 @@ def combine(backend, t: float, average: int) -> float:
     return sum(backend.allreduce_max(t if rank == q else float("-inf")) for q in range(p)) / p
 
 
+def register_fixed(sched) -> str:
+    """Register one given schedule (an imported MSCCL file) as an algorithm of its collective,
+    so that every engine runs it by name; returns the name."""
+    from ..algorithms import REGISTRY, algorithm
+    from ..errors import ScheduleError
+    name = f"file:{sched.algorithm}"
+    if (sched.collective.name, name) in REGISTRY:
+        return name
+    fixed = sched.materialize()
+
+    def builder(nranks, root=0):
+        if (nranks, root) != (fixed.nranks, fixed.root):
+            raise ScheduleError(f"{name} is a schedule for {fixed.nranks} ranks, root "
+                                f"{fixed.root}; asked for {nranks} ranks, root {root}")
+        return fixed
+    builder.__doc__ = f"the schedule of {sched.algorithm} (imported)"
+    algorithm(sched.collective.name, name)(builder)
+    return name
+
+
 def run_rank(cfg: dict) -> None:
+    if cfg.get("schedule_file"):
+        from ..schedule import Schedule
+        with open(cfg["schedule_file"]) as f:
+            register_fixed(Schedule.from_json(f.read()))
     backend = make_backend(cfg["backend"], cfg.get("timeout"), cfg["algorithm"])
     rank, p = backend.rank, backend.size
     coll = get_collective(cfg["collective"])

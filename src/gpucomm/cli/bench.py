@@ -48,8 +48,8 @@ def register(sub) -> None:
                    help="CUDA-graph replays: printed in the header as nccl-tests does; local "
                    "CPU ranks have no launch step for a graph to remove")
     p.add_argument("--algorithm", default="auto",
-                   help="a registered gpucomm schedule (shm, torch, mpi); auto: shm's choice, "
-                   "or the engine's own collectives for torch and mpi")
+                   help="a registered gpucomm schedule or an MSCCL FILE.xml (shm, torch, mpi); "
+                   "auto: shm's choice, or the engine's own collectives for torch and mpi")
     p.add_argument("--timeout", type=float, default=None, help="per-collective timeout, s")
     p.add_argument("--plot", metavar="FILE.png", help="busbw against size, to a PNG")
     p.add_argument("--calibrate", action="store_true",
@@ -70,6 +70,7 @@ def cmd_bench(args) -> int:
         return 0
     nranks = _nranks(args)
     coll = get_collective(args.collective)
+    schedule = _xml_schedule(args, coll, nranks)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     runs = _runs(args, coll, nranks)
     progress = _progress(len(sizes) * len(runs), args.format == "table")
@@ -79,8 +80,14 @@ def cmd_bench(args) -> int:
                          algorithm=args.algorithm, iters=args.iters, warmup=args.warmup,
                          check=args.check, timeout=args.timeout, on_row=progress.advance,
                          agg_iters=args.agg_iters, average=args.average,
-                         blocking=args.blocking)
-        notes.append(add_predictions(part, coll.name, nranks, args.algorithm))
+                         blocking=args.blocking, schedule=schedule)
+        if schedule is not None:  # rows name the file's schedule as registered (predictions)
+            from ..bench.sweep import register_fixed
+            for r in part:
+                r["algorithm"] = register_fixed(schedule)
+        notes.append(add_predictions(part, coll.name, nranks,
+                                     part[0]["algorithm"] if schedule and part else
+                                     args.algorithm))
         rows += part
     progress.stop()
     algorithm = rows[0]["algorithm"] if rows else "-"
@@ -94,6 +101,24 @@ def cmd_bench(args) -> int:
         plot_rows(rows, args.plot, f"{coll.name} on {nranks} ranks ({args.backend})")
         print(f"wrote {args.plot}", file=sys.stderr)
     return 1 if total_wrong(rows) else 0
+
+
+def _xml_schedule(args, coll, nranks):
+    """--algorithm FILE.xml: the MSCCL file as a proven schedule of this collective and size."""
+    if not args.algorithm.lower().endswith(".xml"):
+        return None
+    from ..verify import verify
+    from .algo import _read_xml
+    sched = verify(_read_xml(args.algorithm))
+    if sched.collective != coll:
+        raise ConfigError(f"{args.algorithm} is a {sched.collective.name} algorithm: give "
+                          f"--collective {sched.collective.name}")
+    if sched.nranks != nranks:
+        raise ConfigError(f"{args.algorithm} is for {sched.nranks} ranks: give --nranks "
+                          f"{sched.nranks} (or -g {sched.nranks})")
+    if args.root not in ("0", str(sched.root)):
+        raise ConfigError(f"{args.algorithm} has root {sched.root}; -r must be {sched.root}")
+    return sched
 
 
 def _runs(args, coll, nranks) -> list:
