@@ -264,7 +264,7 @@ def _size(n: int) -> str:
     for unit, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= mult:
             v = n / mult
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+            return f"{v:.0f} {unit}" if abs(v - round(v)) < 0.005 else f"{v:.1f} {unit}"
     return f"{n} B"
 
 

@@ -79,7 +79,8 @@ def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
     """'2 × DGX H100 over 8 × ib-ndr' for build_topology arguments (and the NICs it got)."""
     node = LABEL.get(kw.get("system"), kw.get("system"))
     g = kw.get("gpus_per_node")
-    text = f"{kw.get('nodes', 1)} × {node}" + (f" ({g} GPUs each)" if g else "")
+    text = f"{kw.get('nodes', 1)} × {node}" + (f" ({g} GPU{'s' if g > 1 else ''} each)"
+                                                if g else "")
     if kw.get("nodes", 1) > 1 and nic:
         text += f" over {nics} × {nic}" if nics else f" over {nic}"
     return text
