@@ -9,7 +9,6 @@ prints measured vs expected, a verdict and the likeliest causes the log shows.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -92,8 +91,3 @@ def render(d) -> str:
         lines.append("notes:")
         lines += [f"  - {n}" for n in d.notes]
     return "\n".join(lines)
-
-
-def main_warnings(d) -> None:
-    for w in d.warnings:
-        print(f"gpucomm: warning: {w}", file=sys.stderr)

@@ -1,12 +1,11 @@
 """`gpucomm sim`: predicted nccl-tests tables for a collective on a modelled cluster.
 
     gpucomm sim -c all_reduce --system dgx-h100 --nodes 2 -b 8 -e 1G -f 4
-    gpucomm sim --compare all_reduce_perf.log --system dgx-h100 --nodes 2
+    gpucomm sim --compare all_reduce_perf.log          # the log's own machine
 """
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -42,7 +41,9 @@ def register(sub) -> None:
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
                    help="collectives replayed from CUDA graphs, as nccl-tests -G (no host "
                         "launch cost; with --compare: the log's 'graph:')")
-    p.add_argument("--compare", metavar="LOGFILE", help="an nccl-tests log to predict row by row")
+    p.add_argument("--compare", metavar="LOGFILE",
+                   help="an nccl-tests log to predict row by row (its collective and machine "
+                   "as `gpucomm doctor` reads them; flags given override, with a warning)")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
     add_format(p)
@@ -190,9 +191,3 @@ class _DoctorArgs:
         self.nic, self.nics_per_node, self.model = a.nic, a.nics_per_node, a.model
         self.algorithm = None if a.algorithm == "auto" else a.algorithm
         self.protocol = a.protocol
-
-
-def _dtype(name: str) -> str:
-    return {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
-            "int": "int32", "int8": "int8", "uint8": "uint8", "int32": "int32",
-            "int64": "int64"}.get(name, name)

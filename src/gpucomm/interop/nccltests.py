@@ -26,7 +26,6 @@ _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxB
                      r"(?:\s+validation:\s*(\d+))?(?:\s+graph:\s*(\d+))?")
 _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
 _VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?via\s+(\S+)")
-_WRONG = re.compile(r"^(?:\d+|N/A|n/c|-|[-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?)$", re.I)
 
 TEST_COLLECTIVE = {"alltoall": "all_to_all"}
 
