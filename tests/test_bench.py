@@ -37,10 +37,13 @@ def host_yaml(tmp_path, monkeypatch):
 
 
 def test_shm_sweep_json_rows_are_checked_and_predicted(host_yaml):
-    p = _cli("bench", "-n", "2", "-c", "all_reduce", "-b", "8", "-e", "64K", "-f", "8",
-             "--iters", "3", "-w", "1", "--format", "json", env={"GPUCOMM_HOST_YAML": host_yaml})
+    p = _cli("bench", "--nranks", "2", "--collective", "all_reduce", "-b", "8", "-e", "64K",
+             "-f", "8", "-n", "3", "-w", "1", "--format", "json",
+             env={"GPUCOMM_HOST_YAML": host_yaml})
     assert p.returncode == 0, p.stderr
-    rows = json.loads(p.stdout)
+    doc = json.loads(p.stdout)
+    assert (doc["collective"], doc["nranks"], doc["backend"]) == ("all_reduce", 2, "shm")
+    rows = doc["rows"]
     assert [r["size"] for r in rows] == [8, 64, 512, 4096, 32768]
     for r in rows:
         assert SIM_KEYS | {"predicted_time_us", "wrong"} <= set(r)
@@ -59,8 +62,8 @@ def test_every_bench_collective_runs_and_checks_on_three_ranks(coll):
 
 
 def test_table_has_nccl_tests_columns_and_both_halves(host_yaml):
-    p = _cli("bench", "-n", "2", "-c", "all_gather", "-b", "1K", "-e", "4K", "--iters", "2",
-             "-w", "1", "-d", "int32", "--plot", os.path.join(os.path.dirname(host_yaml),
+    p = _cli("bench", "--nranks", "2", "--collective", "all_gather", "-b", "1K", "-e", "4K",
+             "--iters", "2", "-w", "1", "-d", "int32", "--plot", os.path.join(os.path.dirname(host_yaml),
                                                               "bw.png"),
              env={"GPUCOMM_HOST_YAML": host_yaml})
     assert p.returncode == 0, p.stderr
@@ -70,11 +73,11 @@ def test_table_has_nccl_tests_columns_and_both_halves(host_yaml):
     assert "int32" in out
     assert os.path.getsize(os.path.join(os.path.dirname(host_yaml), "bw.png")) > 1000
     # --check 0: nothing was checked, and the table says so instead of a 0
-    p = _cli("bench", "-n", "2", "-c", "all_gather", "-b", "1K", "-e", "1K", "--iters", "2",
-             "-w", "1", "--check", "0", env={"GPUCOMM_HOST_YAML": host_yaml})
+    p = _cli("bench", "--nranks", "2", "--collective", "all_gather", "-b", "1K", "-e", "1K",
+             "--iters", "2", "-w", "1", "--check", "0", env={"GPUCOMM_HOST_YAML": host_yaml})
     assert p.returncode == 0, p.stderr
     row = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("1024")][0]
-    assert row.split().count("n/c") == 2
+    assert row.split().count("N/A") == 2  # nccl-tests' mark for an unchecked half
 
 
 def test_count_wrong_finds_corrupted_elements():
@@ -215,7 +218,7 @@ def test_bad_arguments_are_one_line_errors():
         run_bench("nccl", 2, "all_reduce", [8])
     with pytest.raises(ConfigError, match="use --backend torch"):
         run_bench("gloo", 2, "all_reduce", [8], algorithm="ring")
-    p = _cli("bench", "-c", "all_reduce", "-d", "int32", "-o", "avg", "-e", "8")
+    p = _cli("bench", "--collective", "all_reduce", "-d", "int32", "-o", "avg", "-e", "8")
     assert p.returncode == 2 and "avg" in p.stderr and "Traceback" not in p.stderr
     # what MPI's own collectives cannot do is refused before any rank starts
     with pytest.raises(ConfigError, match="--backend mpi: MPI has no standard bfloat16"):
@@ -273,3 +276,31 @@ def test_direct_plans_with_pushes_are_checked_in_and_out_of_place(monkeypatch):
         rows = run_bench("shm", n, coll, [8, 12288], iters=2, warmup=1, check=1,
                          root=n - 1 if coll == "broadcast" else 0, algorithm=algo)
         assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in rows), (coll, n, rows)
+
+
+def test_nccl_tests_flags_and_output_are_read_back_by_doctor(host_yaml, tmp_path):
+    """-g/-t give the ranks, -n iters, -m agg iters, -a/-z accepted, -d all/-o all loop; the
+    output is nccl-tests' (header, device lines, table, footer) and doctor reads it."""
+    from gpucomm.interop.nccltests import parse_log
+    p = _cli("bench", "-t", "1", "-g", "2", "-b", "64", "-e", "256", "-f", "4", "-n", "2",
+             "-w", "1", "-m", "2", "-a", "3", "-z", "3", "-G", "1", "-o", "all",
+             "-c", "1", env={"GPUCOMM_HOST_YAML": host_yaml}, timeout=600)
+    assert p.returncode == 0, p.stderr
+    log = parse_log(p.stdout)
+    assert log.collective == "all_reduce" and log.nranks == 2 and log.hosts
+    assert (log.ngpus, log.iters, log.agg_iters, log.graph, log.validation) == (2, 2, 2, 1, 1)
+    assert {r["redop"] for r in log.rows} == {"sum", "prod", "min", "max", "avg"}
+    assert {r["type"] for r in log.rows} == {"float"}
+    assert all(r["wrong"] == 0 for r in log.rows) and log.wrong_total == 0
+    assert p.stdout.splitlines()[-1] == "# Collective test concluded: all_reduce_perf"
+    from argparse import Namespace
+
+    from gpucomm.cli.bench import _runs
+    runs = _runs(Namespace(datatype="all", op="all", root="0"), get_collective("all_reduce"), 2)
+    assert ("int8", "avg", 0) not in runs and ("int8", "max", 0) in runs
+    assert {d for d, _, _ in runs} == {"int8", "uint8", "int32", "int64", "float16", "bfloat16",
+                                       "float32", "float64"}
+    runs = _runs(Namespace(datatype="float32", op="sum", root="all"), get_collective("reduce"), 3)
+    assert runs == [("float32", "sum", r) for r in range(3)]
+    bad = _cli("bench", "--nranks", "3", "-g", "2", "-e", "8")
+    assert bad.returncode == 2 and "disagrees with -t 1 × -g 2" in bad.stderr

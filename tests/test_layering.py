@@ -22,7 +22,11 @@ FORBIDDEN = {
     "emulate": {"simulate", "bench", "workloads", "cli"},
     "torch": {"simulate", "bench", "workloads", "cli", "report"},
     "bench": {"workloads", "cli"},
+    "interop": {"runtime", "bench", "workloads", "cli", "emulate", "torch", "report"},
 }
+for _layer in FORBIDDEN:  # interop (nccl-tests logs, MSCCL, NCCL tuner) reads the layers below
+    if _layer != "interop":
+        FORBIDDEN[_layer].add("interop")
 
 
 def _imports(path: pathlib.Path) -> set[str]:

@@ -117,7 +117,7 @@ def test_plan_compare_html(capsys, tmp_path):
 
 def test_bench_html_has_measured_predicted_and_error(capsys, tmp_path):
     path = tmp_path / "bench.html"
-    rc, out, err = run(capsys, "bench", "-n", "2", "-b", "1K", "-e", "64K", "-f", "8",
+    rc, out, err = run(capsys, "bench", "--nranks", "2", "-b", "1K", "-e", "64K", "-f", "8",
                        "--iters", "3", "-w", "1", "--format", "json", "--html", str(path))
     assert rc == 0
     html = path.read_text()
@@ -127,8 +127,8 @@ def test_bench_html_has_measured_predicted_and_error(capsys, tmp_path):
     bw, times, error = check_figures(html)
     assert {t["name"] for t in bw["data"]} == {"measured (out-of-place)", "measured (in-place)",
                                                "predicted"}
-    assert times["data"][0]["y"] == [r["time_us"] for r in e["result"]]
-    for r, pct in zip(e["result"], error["data"][0]["y"]):
+    assert times["data"][0]["y"] == [r["time_us"] for r in e["result"]["rows"]]
+    for r, pct in zip(e["result"]["rows"], error["data"][0]["y"]):
         if r.get("predicted_time_us"):
             assert pct == pytest.approx(100 * (r["time_us"] / r["predicted_time_us"] - 1))
 

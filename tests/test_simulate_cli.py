@@ -66,7 +66,9 @@ def test_compare_parses_a_log(capsys, tmp_path):
     parsed = parse_log(LOG)
     assert parsed["collective"] == "all_reduce" and parsed["nranks"] == 2
     assert parsed["rows"][0] == {"size": 1048576, "count": 262144, "type": "float", "redop": "sum",
-                                 "root": -1, "time_us": 20.51, "algbw": 51.12, "busbw": 51.12}
+                                 "root": -1, "time_us": 20.51, "algbw": 51.12, "busbw": 51.12,
+                                 "wrong": 0, "ip_time_us": 20.11, "ip_algbw": 52.14,
+                                 "ip_busbw": 52.14, "ip_wrong": 0}
     rc, out, _ = run(capsys, "--compare", str(log), "--system", "dgx-h100", "--gpus-per-node",
                      "2", "--format", "json")
     assert rc == 0
@@ -125,7 +127,7 @@ def test_compare_reads_gpus_per_thread_from_the_log_header(capsys, tmp_path):
     small = LOG.replace("nGpus 1", "nGpus 8").replace("     1048576        262144",
                                                       "           8             2")
     parsed = parse_log(small)
-    assert parsed["launch"] == {"gpus_per_thread": 8}
+    assert parsed["launch"] == {"gpus_per_thread": 8, "cuda_graph": False}
     log = tmp_path / "g8.log"
     log.write_text(small)
     args = ["--compare", str(log), "--system", "dgx-h100", "--gpus-per-node", "2", "--format",

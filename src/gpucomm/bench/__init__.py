@@ -25,9 +25,22 @@ __all__ = ["run_bench", "format_table", "BACKENDS"]
 
 def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", op="sum",
               root=0, algorithm="auto", iters=20, warmup=5, check=1, timeout=None,
-              on_row=None, log=None) -> list[dict]:
-    """Rows (dicts) of a sweep; `on_row(row)` is called as each size finishes."""
+              on_row=None, log=None, agg_iters=1, average=3, blocking=0,
+              schedule=None) -> list[dict]:
+    """Rows (dicts) of a sweep; `on_row(row)` is called as each size finishes.
+
+    nccl-tests' `-m agg_iters` (collectives per timed iteration), `-a average` (0 rank 0,
+    1 mean, 2 min, 3 max over ranks) and `-z blocking` (3: a barrier after every iteration;
+    our calls return when done, so 1 and 2 change nothing). `schedule`: run this Schedule
+    (an imported MSCCL file) instead of a registered algorithm."""
     coll, d = get_collective(collective), get_dtype(dtype)
+    if schedule is not None:
+        from .sweep import register_fixed
+        if schedule.collective != coll or schedule.nranks != nranks:
+            raise ConfigError(f"the schedule is {schedule.collective.name} on "
+                              f"{schedule.nranks} ranks; the benchmark runs {coll.name} on "
+                              f"{nranks}")
+        root, algorithm = schedule.root, register_fixed(schedule)
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}: allowed are {', '.join(BACKENDS)}")
     if coll.name in ("sendrecv", "barrier"):
@@ -47,7 +60,13 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         cfg = {"backend": backend, "collective": coll.name, "dtype": d.name, "op": op,
                "root": root, "algorithm": algorithm, "iters": iters, "warmup": warmup,
                "check": check, "sizes": [int(s) for s in sizes], "timeout": timeout,
+               "agg_iters": int(agg_iters), "average": int(average), "blocking": int(blocking),
+               "schedule_file": None,
                "out": os.path.join(tmp, "rows.jsonl")}
+        if schedule is not None:
+            cfg["schedule_file"] = os.path.join(tmp, "schedule.json")
+            with open(cfg["schedule_file"], "w") as f:
+                f.write(schedule.to_json())
         path = os.path.join(tmp, "cfg.json")
         with open(path, "w") as f:
             json.dump(cfg, f)

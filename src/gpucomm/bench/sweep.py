@@ -1,5 +1,6 @@
 """nccl-tests' sweep, run inside every rank: for each size, time the out-of-place and the in-place
-call (`warmup` untimed, then `iters` timed back to back, the slowest rank's average), then
+call (`warmup` untimed, then `iters` × `agg_iters` timed back to back, averaged over ranks as
+`average` says, as nccl-tests -a), then
 check one call against the reference (`count_wrong`) and count wrong elements.
 
 Run by `gpucomm bench` as `python -m gpucomm.bench.sweep CONFIG.json` under the launcher (shm,
@@ -126,7 +127,44 @@ def _engine_view(backend, coll, inplace, rank, root, inp, view, bc):
     return view
 
 
+def combine(backend, t: float, average: int) -> float:
+    """The time nccl-tests reports for all ranks (`-a`): 0 rank 0's, 1 the mean, 2 the
+    fastest, 3 the slowest rank's."""
+    if average == 3:
+        return backend.allreduce_max(t)
+    if average == 2:
+        return -backend.allreduce_max(-t)
+    rank, p = backend.rank, backend.size
+    if average == 0:
+        return backend.allreduce_max(t if rank == 0 else float("-inf"))
+    return sum(backend.allreduce_max(t if rank == q else float("-inf")) for q in range(p)) / p
+
+
+def register_fixed(sched) -> str:
+    """Register one given schedule (an imported MSCCL file) as an algorithm of its collective,
+    so that every engine runs it by name; returns the name."""
+    from ..algorithms import REGISTRY, algorithm
+    from ..errors import ScheduleError
+    name = f"file:{sched.algorithm}"
+    if (sched.collective.name, name) in REGISTRY:
+        return name
+    fixed = sched.materialize()
+
+    def builder(nranks, root=0):
+        if (nranks, root) != (fixed.nranks, fixed.root):
+            raise ScheduleError(f"{name} is a schedule for {fixed.nranks} ranks, root "
+                                f"{fixed.root}; asked for {nranks} ranks, root {root}")
+        return fixed
+    builder.__doc__ = f"the schedule of {sched.algorithm} (imported)"
+    algorithm(sched.collective.name, name)(builder)
+    return name
+
+
 def run_rank(cfg: dict) -> None:
+    if cfg.get("schedule_file"):
+        from ..schedule import Schedule
+        with open(cfg["schedule_file"]) as f:
+            register_fixed(Schedule.from_json(f.read()))
     backend = make_backend(cfg["backend"], cfg.get("timeout"), cfg["algorithm"])
     rank, p = backend.rank, backend.size
     coll = get_collective(cfg["collective"])
@@ -151,11 +189,15 @@ def run_rank(cfg: dict) -> None:
                 for _ in range(cfg["warmup"]):
                     run()
                 backend.barrier()
+                agg, blocking = cfg.get("agg_iters", 1), cfg.get("blocking", 0)
                 t0 = time.perf_counter()
                 for _ in range(cfg["iters"]):
-                    run()
-                t = (time.perf_counter() - t0) / max(cfg["iters"], 1)
-                t = backend.allreduce_max(t)
+                    for _ in range(agg):
+                        run()
+                    if blocking >= 3:
+                        backend.barrier()
+                t = (time.perf_counter() - t0) / max(cfg["iters"] * agg, 1)
+                t = combine(backend, t, cfg.get("average", 3))
                 wrong = None  # not checked
                 if cfg["check"]:
                     inp, outb, view = buffers(coll, rank, p, lay.block_count, dtype, op, root,

@@ -1,4 +1,5 @@
-"""`gpucomm algo list | show | verify`: the algorithms, their schedules, their proofs."""
+"""`gpucomm algo list | show | run | verify | export | import`: the algorithms, their schedules,
+their proofs, and MSCCL algorithm files out and in (`show`/`run` also take FILE.xml)."""
 from __future__ import annotations
 
 import time
@@ -45,6 +46,29 @@ def register(sub) -> None:
     add_format(rp)
     rp.set_defaults(func=cmd_run)
 
+    ep = asub.add_parser("export", help="write a schedule as an MSCCL algorithm file (XML)")
+    ep.add_argument("algorithm")
+    ep.add_argument("collective")
+    ep.add_argument("--ranks", "-n", type=positive_int, default=4)
+    ep.add_argument("--root", type=int, default=0)
+    ep.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    ep.add_argument("--format", choices=("msccl-xml",), default="msccl-xml")
+    ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default="simple")
+    ep.add_argument("--min-bytes", type=size_arg, default=0, help="size range it is for")
+    ep.add_argument("--max-bytes", type=size_arg, default=None)
+    ep.add_argument("--output", "-o", metavar="FILE.xml", help="default: standard output")
+    ep.set_defaults(func=cmd_export)
+
+    ip = asub.add_parser("import", help="read an MSCCL algorithm file: verify, simulate, run")
+    ip.add_argument("file", metavar="FILE.xml")
+    ip.add_argument("--system", "-s", default="dgx-h100", help="preset to simulate it on")
+    ip.add_argument("--nodes", "-N", type=positive_int, default=None,
+                    help="nodes (default: enough for the file's ranks)")
+    ip.add_argument("--size", type=size_arg, default=1 << 26, help="nccl-tests size S (64M)")
+    ip.add_argument("--output", "-o", metavar="FILE.json", help="save the gpucomm schedule")
+    add_format(ip)
+    ip.set_defaults(func=cmd_import)
+
     vp = asub.add_parser("verify", help="prove algorithms correct for many rank counts")
     vp.add_argument("algorithm", nargs="?", help="one algorithm (with --collective)")
     vp.add_argument("--collective", "-c")
@@ -73,9 +97,8 @@ def cmd_list(args) -> int:
 def cmd_show(args) -> int:
     if args.ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
-    sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
-                  **param_pairs(args.param))
-    lay = layout(sched.collective, args.size, args.dtype, args.ranks)
+    sched = _schedule_of(args)
+    lay = layout(sched.collective, args.size, args.dtype, sched.nranks)
     sent = sched.bytes_sent(lay)
     if args.format == "json":
         d = sched.to_dict()
@@ -97,8 +120,8 @@ def cmd_run(args) -> int:
     from ..execute import execute
     if args.ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
-    sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
-                  **param_pairs(args.param))
+    sched = _schedule_of(args)
+    args.ranks, args.root = sched.nranks, sched.root
     lay = layout(sched.collective, args.size, args.dtype, args.ranks)
     op = dt.check_op(args.op, lay.dtype) if sched.collective.reduces else args.op
     rng = np.random.default_rng(args.seed)
@@ -130,6 +153,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    if args.algorithm and args.algorithm.lower().endswith(".xml"):
+        return _verify_file(args)
     if args.algorithm:
         if not args.collective:
             raise ConfigError("give the collective with --collective when naming an algorithm")
@@ -177,8 +202,133 @@ def cmd_verify(args) -> int:
     return 1 if failed else 0
 
 
+def _verify_file(args) -> int:
+    """`algo verify FILE.xml`: prove an MSCCL file (one rank count: the file's)."""
+    sched = _read_xml(args.algorithm)
+    t0 = time.perf_counter()
+    try:
+        verify(sched)
+        err = None
+    except ScheduleError as e:
+        err = str(e)
+    r = {"file": args.algorithm, "collective": sched.collective.name, "nranks": sched.nranks,
+         "verified": err is None, "error": err, "seconds": round(time.perf_counter() - t0, 3)}
+    if args.format == "json":
+        print_json(r)
+    else:
+        print(f"{args.algorithm}: {sched.collective.name} on {sched.nranks} ranks "
+              + ("verified" if err is None else f"FAIL {err}"))
+    return 0 if err is None else 1
+
+
 def _roots(coll, p: int):
     """Roots worth proving: all of them for small P, a spread for larger P."""
     if not coll.rooted:
         return [0]
     return range(p) if p <= 8 else sorted({0, 1, p // 2, p - 1})
+
+
+def _schedule_of(args):
+    """The schedule `show`/`run` name: a registered ALGORITHM COLLECTIVE, or an MSCCL FILE.xml
+    (then COLLECTIVE must be the file's)."""
+    if not args.algorithm.lower().endswith(".xml"):
+        return build(args.collective, args.algorithm, args.ranks, root=args.root,
+                     **param_pairs(args.param))
+    sched = _read_xml(args.algorithm)
+    if get_collective(args.collective) != sched.collective:
+        raise ConfigError(f"{args.algorithm} is a {sched.collective.name} algorithm, not "
+                          f"{get_collective(args.collective).name}")
+    return sched
+
+
+def _read_xml(path):
+    from pathlib import Path
+
+    from ..interop.msccl import from_msccl_xml
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read {path!r}: {e.strerror}") from None
+    try:
+        return from_msccl_xml(text, name=Path(path).stem)
+    except ScheduleError as e:
+        raise ScheduleError(f"{path}: {e}") from None
+
+
+def cmd_export(args) -> int:
+    from ..interop.msccl import to_msccl_xml
+    sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
+                  **param_pairs(args.param))
+    verify(sched)  # only proven schedules leave gpucomm
+    xml = to_msccl_xml(sched, protocol=args.protocol, min_bytes=args.min_bytes,
+                       max_bytes=args.max_bytes)
+    if args.output:
+        try:
+            with open(args.output, "w") as f:
+                f.write(xml)
+        except OSError as e:
+            raise ConfigError(f"cannot write {args.output!r}: {e.strerror}") from None
+        print(f"wrote {args.output}: {sched.algorithm} {sched.collective.name} on "
+              f"{sched.nranks} ranks, {sched.nops} ops, verified")
+    else:
+        print(xml, end="")
+    return 0
+
+
+def cmd_import(args) -> int:
+    import numpy as np
+
+    from .. import dtypes as dt
+    from ..collectives import check_outputs
+    from ..execute import execute
+    from ..simulate import simulate
+    from ..topology import build_topology
+    sched = _read_xml(args.file)
+    p = sched.nranks
+    try:
+        verify(sched)
+        proof = None
+    except ScheduleError as e:
+        proof = str(e)
+    result = {"file": args.file, "collective": sched.collective.name, "nranks": p,
+              "chunks_per_block": sched.chunks_per_block, "steps": sched.nsteps,
+              "ops": sched.nops, "verified": proof is None, "error": proof}
+    if proof is None:
+        from ..topology.build import preset_node
+        per = sum(1 for d in preset_node(args.system).devices if d.kind == "gpu")
+        nodes = args.nodes or -(-p // per)
+        topo = build_topology(args.system, nodes=nodes, gpus_per_node=min(per, -(-p // nodes)))
+        if topo.nranks < p:
+            raise ConfigError(f"{args.system} × {nodes} node(s) has {topo.nranks} GPUs; the "
+                              f"file needs {p}: give --nodes")
+        res = simulate(sched, topo, args.size, ranks=list(range(p)))
+        lay = layout(sched.collective, args.size, "float32", p)
+        rng = np.random.default_rng(0)
+        ins = []
+        for r in range(p):
+            blocks = sched.collective.inputs(r, p, sched.root)
+            ins.append(None if blocks is None else
+                       dt.random_array(rng, blocks[1] * lay.block_count, lay.dtype, "sum"))
+        outs = execute(sched, ins, "sum", lay.dtype)
+        try:
+            check_outputs(sched.collective, outs, ins, "sum", lay.dtype, sched.root)
+            ran = None
+        except AssertionError as e:
+            ran = str(e)
+        result.update(system=topo.name, nodes=nodes, size=args.size,
+                      time_us=round(res.time_us, 3), busbw=round(res.busbw_GBps, 3),
+                      matches_reference=ran is None, run_error=ran)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(sched.to_json())
+    if args.format == "json":
+        print_json(result)
+    else:
+        print(f"{args.file}: {sched.collective.name} on {p} ranks, {sched.nsteps} steps, "
+              f"{sched.nops} ops: " + ("verified" if proof is None else f"WRONG: {proof}"))
+        if proof is None:
+            print(f"  simulated on {result['system']} × {result['nodes']}: {result['time_us']:.2f}"
+                  f" us for S = {format_size(args.size)} (busbw {result['busbw']:.2f} GB/s)")
+            print("  ran in-process: " + ("matches the numpy reference" if ran is None
+                                          else f"WRONG: {ran}"))
+    return 0 if proof is None and result.get("matches_reference") else 1

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from ..collectives import get_collective
+from ..dtypes import DTYPES, REDUCE_OPS
+from ..errors import ConfigError
 from .common import add_format, positive_int, print_json, size_arg, sweep_sizes
 
 
@@ -16,21 +19,37 @@ def register(sub) -> None:
                    help="gpucomm's shared-memory runtime (default); MPICH via mpi4py; "
                    "torch.distributed (gloo = torch). mpi and torch run the engine's own "
                    "collectives, or with --algorithm gpucomm's schedule over the engine")
-    p.add_argument("-n", "--nranks", type=positive_int, default=2, help="ranks (default 2)")
-    p.add_argument("-c", "--collective", default="all_reduce")
+    # nccl-tests' flags with nccl-tests' meanings (its README; defaults of its common.cu)
+    p.add_argument("--nranks", "--ranks", type=positive_int, default=None,
+                   help="local ranks (default: -t × -g, or 2 when neither is given)")
+    p.add_argument("--collective", default="all_reduce", help="default all_reduce")
+    p.add_argument("-t", "--nthreads", type=positive_int, default=None,
+                   help="nccl-tests threads per process; ranks = -t × -g")
+    p.add_argument("-g", "--ngpus", type=positive_int, default=None,
+                   help="nccl-tests GPUs per thread; ranks = -t × -g")
     p.add_argument("-b", "--minbytes", type=size_arg, default=size_arg("8"))
     p.add_argument("-e", "--maxbytes", type=size_arg, default=size_arg("64M"))
     p.add_argument("-f", "--stepfactor", type=float, default=2.0)
     p.add_argument("-i", "--stepbytes", type=size_arg, default=0)
-    p.add_argument("-d", "--datatype", default="float32")
-    p.add_argument("-o", "--op", default="sum")
-    p.add_argument("-r", "--root", type=int, default=0)
+    p.add_argument("-d", "--datatype", default="float32", help="a dtype, or all")
+    p.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg, or all")
+    p.add_argument("-r", "--root", default="0", help="root rank, or all")
+    p.add_argument("-n", "--iters", type=positive_int, default=20, help="timed iterations")
+    p.add_argument("-w", "--warmup_iters", "--warmup", dest="warmup", type=int, default=5,
+                   help="untimed iterations first")
+    p.add_argument("-m", "--agg_iters", type=positive_int, default=1,
+                   help="collectives per timed iteration (time is per collective)")
+    p.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=1,
+                   help="time over ranks: 0 rank 0, 1 mean (default), 2 min, 3 max")
+    p.add_argument("-c", "--check", type=int, default=1, help="check results (1) or not (0)")
+    p.add_argument("-z", "--blocking", type=int, choices=(0, 1, 2, 3), default=0,
+                   help="3: barrier after every iteration (our calls always return when done)")
+    p.add_argument("-G", "--cudagraph", type=int, default=0,
+                   help="CUDA-graph replays: printed in the header as nccl-tests does; local "
+                   "CPU ranks have no launch step for a graph to remove")
     p.add_argument("--algorithm", default="auto",
-                   help="a registered gpucomm schedule (shm, torch, mpi); auto: shm's choice, "
-                   "or the engine's own collectives for torch and mpi")
-    p.add_argument("--iters", type=positive_int, default=20)
-    p.add_argument("-w", "--warmup", type=int, default=5)
-    p.add_argument("--check", type=int, default=1, help="check results (1) or not (0)")
+                   help="a registered gpucomm schedule or an MSCCL FILE.xml (shm, torch, mpi); "
+                   "auto: shm's choice, or the engine's own collectives for torch and mpi")
     p.add_argument("--timeout", type=float, default=None, help="per-collective timeout, s")
     p.add_argument("--plot", metavar="FILE.png", help="busbw against size, to a PNG")
     p.add_argument("--html", metavar="FILE.html",
@@ -43,7 +62,7 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from ..bench import format_table, run_bench
+    from ..bench import run_bench
     from ..bench.table import total_wrong
     from ..bench.predict import add_predictions, calibrate
     if args.calibrate:
@@ -51,29 +70,128 @@ def cmd_bench(args) -> int:
         print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
               f"cores busy, latency {host['latency_s'] * 1e6:.2f} us per call")
         return 0
+    nranks = _nranks(args)
+    coll = get_collective(args.collective)
+    schedule = _xml_schedule(args, coll, nranks)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
-    progress = _progress(len(sizes), args.format == "table")
-    rows = run_bench(args.backend, args.nranks, args.collective, sizes, dtype=args.datatype,
-                     op=args.op, root=args.root, algorithm=args.algorithm, iters=args.iters,
-                     warmup=args.warmup, check=args.check, timeout=args.timeout,
-                     on_row=progress.advance)
+    runs = _runs(args, coll, nranks)
+    progress = _progress(len(sizes) * len(runs), args.format == "table")
+    rows, notes = [], []
+    for dtype, op, root in runs:  # nccl-tests' -d all / -o all / -r all: one sweep each
+        part = run_bench(args.backend, nranks, coll.name, sizes, dtype=dtype, op=op, root=root,
+                         algorithm=args.algorithm, iters=args.iters, warmup=args.warmup,
+                         check=args.check, timeout=args.timeout, on_row=progress.advance,
+                         agg_iters=args.agg_iters, average=args.average,
+                         blocking=args.blocking, schedule=schedule)
+        if schedule is not None:  # rows name the file's schedule as registered (predictions)
+            from ..bench.sweep import register_fixed
+            for r in part:
+                r["algorithm"] = register_fixed(schedule)
+        notes.append(add_predictions(part, coll.name, nranks,
+                                     part[0]["algorithm"] if schedule and part else
+                                     args.algorithm))
+        rows += part
     progress.stop()
-    note = add_predictions(rows, args.collective, args.nranks, args.algorithm)
+    algorithm = rows[0]["algorithm"] if rows else "-"
+    doc = {"collective": coll.name, "nranks": nranks, "backend": args.backend,
+           "algorithm": algorithm, "rows": rows}
     if args.format == "json":
-        print_json(rows)
+        print_json(doc)
     else:
-        print(format_table(rows, f"gpucomm bench --backend {args.backend}: {args.collective}, "
-                                 f"{args.nranks} ranks, algorithm {rows[0]['algorithm'] if rows else '-'}"))
-        if note:
-            print(f"# predicted: {note}")
+        print(_log(args, coll, nranks, rows, algorithm, next((n for n in notes if n), None)))
     if args.plot:
         from ..bench.plot import plot_rows
-        plot_rows(rows, args.plot, f"{args.collective} on {args.nranks} ranks ({args.backend})")
+        plot_rows(rows, args.plot, f"{coll.name} on {nranks} ranks ({args.backend})")
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.html:
         from ..report.html import write_html
-        print(f"wrote {write_html(args.html, rows, args=args)}", file=sys.stderr)
+        print(f"wrote {write_html(args.html, doc, args=args)}", file=sys.stderr)
     return 1 if total_wrong(rows) else 0
+
+
+def _xml_schedule(args, coll, nranks):
+    """--algorithm FILE.xml: the MSCCL file as a proven schedule of this collective and size."""
+    if not args.algorithm.lower().endswith(".xml"):
+        return None
+    from ..verify import verify
+    from .algo import _read_xml
+    sched = verify(_read_xml(args.algorithm))
+    if sched.collective != coll:
+        raise ConfigError(f"{args.algorithm} is a {sched.collective.name} algorithm: give "
+                          f"--collective {sched.collective.name}")
+    if sched.nranks != nranks:
+        raise ConfigError(f"{args.algorithm} is for {sched.nranks} ranks: give --nranks "
+                          f"{sched.nranks} (or -g {sched.nranks})")
+    if args.root not in ("0", str(sched.root)):
+        raise ConfigError(f"{args.algorithm} has root {sched.root}; -r must be {sched.root}")
+    return sched
+
+
+def _runs(args, coll, nranks) -> list:
+    """(dtype, op, root) of each sweep: nccl-tests' -d all / -o all / -r all loop over them,
+    skipping the pairs the dtype cannot reduce with."""
+    runs = [(d, o, r) for d in _all(args.datatype, DTYPES) for o in
+            (_all(args.op, REDUCE_OPS) if coll.reduces else [args.op])
+            for r in (range(nranks) if args.root == "all" and coll.rooted else [_root(args)])]
+    if coll.reduces and "all" in (args.datatype, args.op):
+        runs = [x for x in runs if _supported(x[0], x[1])] or runs  # as -o all skips them
+    return runs
+
+
+def _supported(dtype: str, op: str) -> bool:
+    from ..dtypes import check_op, get_dtype
+    try:
+        check_op(op, get_dtype(dtype))
+        return True
+    except ConfigError:
+        return False
+
+
+def _nranks(args) -> int:
+    t, g = args.nthreads, args.ngpus
+    if t is None and g is None:
+        return args.nranks or 2
+    n = (t or 1) * (g or 1)
+    if args.nranks is not None and args.nranks != n:
+        raise ConfigError(f"--nranks {args.nranks} disagrees with -t {t or 1} × -g {g or 1} = "
+                          f"{n}: give one or the other")
+    return n
+
+
+def _all(value: str, every) -> list:
+    return list(every) if value == "all" else [value]
+
+
+def _root(args) -> int:
+    try:
+        return int(args.root)
+    except ValueError:
+        raise ConfigError(f"-r/--root {args.root!r}: a rank number or all") from None
+
+
+def _log(args, coll, nranks, rows, algorithm, note) -> str:
+    """The run as nccl-tests prints it, gpucomm's prediction in comment lines after it."""
+    import socket
+
+    from ..bench.table import format_log
+    host = socket.gethostname().split(".")[0] or "localhost"
+    devices = [(r, host, r, "cpu", f"CPU rank ({args.backend})", 0) for r in range(nranks)]
+    comments = []
+    if any(r.get("predicted_time_us") is not None for r in rows):
+        comments.append(f"gpucomm prediction for this host: {note}" if note else
+                        "gpucomm prediction for this host")
+        comments += [f"  predicted {r['size']:>12} B {r['type']:>9}: "
+                     f"{r['predicted_time_us']:10.2f} us" for r in rows
+                     if r.get("predicted_time_us") is not None]
+    step = f"{args.stepbytes}(bytes)" if args.stepbytes else f"{args.stepfactor:g}(factor)"
+    return format_log(rows, test=("alltoall" if coll.name == "all_to_all" else coll.name)
+                      + "_perf", devices=devices, nthread=args.nthreads or 1,
+                      ngpus=args.ngpus or 1, minbytes=args.minbytes, maxbytes=args.maxbytes,
+                      step=step, warmup=args.warmup, iters=args.iters,
+                      agg_iters=args.agg_iters, validation=args.check, graph=args.cudagraph,
+                      comments=tuple(comments),
+                      title=f"gpucomm bench --backend {args.backend}: {coll.name}, {nranks} "
+                      f"ranks, algorithm {algorithm} (nccl-tests' output format)")
 
 
 class _progress:

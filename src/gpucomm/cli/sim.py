@@ -1,12 +1,11 @@
 """`gpucomm sim`: predicted nccl-tests tables for a collective on a modelled cluster.
 
     gpucomm sim -c all_reduce --system dgx-h100 --nodes 2 -b 8 -e 1G -f 4
-    gpucomm sim --compare all_reduce_perf.log --system dgx-h100 --nodes 2
+    gpucomm sim --compare all_reduce_perf.log          # the log's own machine
 """
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -42,7 +41,9 @@ def register(sub) -> None:
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
                    help="collectives replayed from CUDA graphs, as nccl-tests -G (no host "
                         "launch cost; with --compare: the log's 'graph:')")
-    p.add_argument("--compare", metavar="LOGFILE", help="an nccl-tests log to predict row by row")
+    p.add_argument("--compare", metavar="LOGFILE",
+                   help="an nccl-tests log to predict row by row (its collective and machine "
+                   "as `gpucomm doctor` reads them; flags given override, with a warning)")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
     p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: curves, "
@@ -55,9 +56,9 @@ def cmd_sim(args) -> int:
     from ..simulate import predict
     if args.op not in REDUCE_OPS:
         raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
-    topo = topology_from_args(args)
     if args.compare:
-        return _compare(args, topo)
+        return _compare(args, topology_from_args(args) if args.topology else None)
+    topo = topology_from_args(args)
     coll = get_collective(args.collective)
     params = _builder_params(args, coll)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
@@ -147,85 +148,50 @@ def _table(rows) -> str:
     return "\n".join(lines)
 
 
-# ---- --compare: nccl-tests logs -----------------------------------------------------------
-_RANKS = re.compile(r"#\s+Rank\s+\d+\s+Group")
-
-
+# ---- --compare: nccl-tests logs, read and predicted by `gpucomm doctor`'s code ----------------
 def parse_log(text: str) -> dict:
-    """nccl-tests output -> {"collective", "nranks", "rows": [{size, count, type, redop, root,
-    time_us, algbw, busbw}], "launch": {gpus_per_thread, cuda_graph} as the header gives them},
-    from the out-of-place columns. Raises ConfigError if no rows."""
-    rows, coll, nranks, launch = [], None, 0, {}
-    for line in text.splitlines():
-        if _RANKS.search(line):
-            nranks += 1
-        g = re.search(r"nGpus\s+(\d+)", line)
-        if g and "gpus_per_thread" not in launch:
-            launch["gpus_per_thread"] = int(g.group(1))
-        g = re.search(r"\bgraph:\s*(\d+)", line)
-        if g and "cuda_graph" not in launch:
-            launch["cuda_graph"] = int(g.group(1)) > 0
-        m = re.search(r"(\w+?)_perf", line) or re.search(r"concluded:\s*(\w+)", line)
-        if m and coll is None:
-            coll = m.group(1)
-        if line.lstrip().startswith("#"):
-            continue
-        parts = line.split()
-        if len(parts) < 8 or not parts[0].isdigit() or not parts[1].isdigit():
-            continue
-        try:
-            size, count = int(parts[0]), int(parts[1])
-            typ, redop = parts[2], parts[3]
-            rest = parts[4:]
-            root = -1
-            if len(rest) >= 4 and re.fullmatch(r"-?\d+", rest[0]):
-                root, rest = int(rest[0]), rest[1:]
-            time_us, algbw, busbw = float(rest[0]), float(rest[1]), float(rest[2])
-        except (ValueError, IndexError):
-            continue
-        rows.append({"size": size, "count": count, "type": typ, "redop": redop, "root": root,
-                     "time_us": time_us, "algbw": algbw, "busbw": busbw})
-    if not rows:
-        raise ConfigError("no nccl-tests result rows found in the log (expected lines like "
-                          "'  1048576  262144  float  sum  -1  12.3  85.2  149.1  0 ...')")
-    return {"collective": coll, "nranks": nranks, "rows": rows, "launch": launch}
+    """nccl-tests output -> {"collective", "nranks", "rows", "launch"} (interop.nccltests)."""
+    from ..interop.nccltests import parse_log as parse
+    log = parse(text)
+    return {"collective": log.collective, "nranks": log.nranks, "rows": log.rows,
+            "launch": log.launch}
 
 
 def _compare(args, topo) -> int:
-    from ..simulate import predict
-    path = Path(args.compare)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read log {str(path)!r}: {e.strerror}") from None
-    log = parse_log(text)
-    coll = get_collective(log["collective"] or args.collective)
-    params = _builder_params(args, coll)
-    if log["nranks"] and log["nranks"] != topo.nranks:
-        print(f"# note: the log has {log['nranks']} ranks, the topology {topo.nranks}",
+    """Predict a log row by row on the cluster the flags give (the log's own machine where
+    they give none), warning where the flags contradict the log."""
+    from ..interop.doctor import diagnose
+    from .doctor import request_of
+    given = args.system or args.topology or args.nodes or args.nic or args.gpus_per_node
+    req = request_of(_DoctorArgs(args), args.compare, topology=topo,
+                     gpus_per_thread=args.gpus_per_thread, cuda_graph=args.cuda_graph)
+    d = diagnose(req)
+    for w in d.warnings:
+        print(f"gpucomm sim: warning: {w}", file=sys.stderr)
+    if not given:
+        print(f"gpucomm sim: note: no --system given; using the log's machine ({d.label})",
               file=sys.stderr)
-    launch = {"gpus_per_thread": args.gpus_per_thread or log["launch"].get("gpus_per_thread", 1),
-              "cuda_graph": args.cuda_graph if args.cuda_graph is not None
-              else log["launch"].get("cuda_graph", False)}
     out = []
-    for row in log["rows"]:
-        res = predict(coll, row["size"], topo, algorithm=args.algorithm,
-                      dtype=_dtype(row["type"]), model=args.model, protocol=args.protocol,
-                      **launch, **params)
-        err = (res.busbw_GBps - row["busbw"]) / row["busbw"] if row["busbw"] > 0 else None
-        out.append({"size": row["size"], "measured_time_us": row["time_us"],
-                    "predicted_time_us": round(res.time_us, 3), "measured_busbw": row["busbw"],
-                    "predicted_busbw": round(res.busbw_GBps, 3),
-                    "busbw_error": None if err is None else round(err, 4),
-                    "time_ratio": round(res.time_us / row["time_us"], 4) if row["time_us"] else None,
-                    "algorithm": res.algorithm, "protocol": res.protocol})
+    for r in d.rows:
+        err = (r["predicted_busbw"] - r["busbw"]) / r["busbw"] if r["busbw"] > 0 else None
+        row = dict(r)
+        row.update(measured_time_us=r["time_us"], measured_busbw=r["busbw"],
+                   busbw_error=None if err is None else round(err, 4),
+                   time_ratio=round(r["predicted_time_us"] / r["time_us"], 4)
+                   if r["time_us"] else None)
+        out.append(row)
+    doc = {"collective": d.collective, "topology": d.system.get("system"),
+           "nranks": d.guess.nranks, "system": d.system, "warnings": list(d.warnings),
+           "rows": out}
     if args.html:
         from ..report.html import write_html
-        print(f"wrote {write_html(args.html, {'collective': coll.name, 'topology': topo.name, 'rows': out}, args=args, topology=topo)}", file=sys.stderr)
+        from ..topology import build_topology
+        drawn = topo if topo is not None else build_topology(**d.system)
+        print(f"wrote {write_html(args.html, doc, args=args, topology=drawn)}", file=sys.stderr)
     if args.format == "json":
-        print_json({"collective": coll.name, "topology": topo.name, "rows": out})
+        print_json(doc)
         return 0
-    print(f"# {coll.name}: measured ({path.name}) vs predicted on {topo}")
+    print(f"# {d.collective}: measured ({Path(args.compare).name}) vs predicted on {d.label}")
     print(f"#{'size':>12} {'meas us':>10} {'pred us':>10} {'meas busbw':>11} {'pred busbw':>11}"
           f" {'error':>8}  choice")
     for r in out:
@@ -236,7 +202,12 @@ def _compare(args, topo) -> int:
     return 0
 
 
-def _dtype(name: str) -> str:
-    return {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
-            "int": "int32", "int8": "int8", "uint8": "uint8", "int32": "int32",
-            "int64": "int64"}.get(name, name)
+class _DoctorArgs:
+    """sim's flags seen as doctor's: only what the user typed overrides the log."""
+
+    def __init__(self, a):
+        self.collective = a.collective if a.collective != "all_reduce" else None
+        self.system, self.nodes, self.gpus_per_node = a.system, a.nodes, a.gpus_per_node
+        self.nic, self.nics_per_node, self.model = a.nic, a.nics_per_node, a.model
+        self.algorithm = None if a.algorithm == "auto" else a.algorithm
+        self.protocol = a.protocol

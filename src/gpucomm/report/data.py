@@ -33,6 +33,8 @@ def guess_kind(result) -> str:
     """The kind of a command's JSON result, from its shape."""
     if isinstance(result, dict):
         rows = result.get("rows")
+        if "backend" in result and isinstance(rows, list):
+            return "bench"
         if isinstance(rows, list) and rows and isinstance(rows[0], dict):
             if "measured_busbw" in rows[0]:
                 return "sim_compare"
@@ -88,6 +90,12 @@ def file_sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def bench_rows(result) -> list:
+    """A bench result's rows: `{"backend": ..., "rows": [...]}` as `bench --format json`
+    prints it, or a bare list of rows (older saved results)."""
+    return result["rows"] if isinstance(result, dict) else result
+
+
 def _title(kind: str, r, inputs: dict) -> str:
     if kind == "sim":
         return f"gpucomm sim: {r.get('collective')} on {r.get('topology')} ({r.get('model')} model)"
@@ -96,7 +104,8 @@ def _title(kind: str, r, inputs: dict) -> str:
     if kind == "bench":
         run = (f"{inputs['collective']} on {inputs.get('nranks')} ranks, backend "
                f"{inputs.get('backend')}, " if "collective" in inputs else "")
-        return f"gpucomm bench: {run}algorithm {r[0].get('algorithm', '?')}"
+        rows = bench_rows(r)
+        return f"gpucomm bench: {run}algorithm {rows[0].get('algorithm', '?') if rows else '?'}"
     if kind == "plan":
         return f"gpucomm plan: {r.get('model')} on {r.get('nodes')} x {r.get('system')}"
     if kind in ("plan_compare", "plan_search"):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from . import figures
-from .data import args_inputs, entry, topology_drawing, trace_data, version
+from .data import args_inputs, bench_rows, entry, topology_drawing, trace_data, version
 
 DATA_ID = "gpucomm-data"
 MAX_TABLE_ROWS = 60
@@ -97,8 +97,10 @@ def figures_of(e: dict) -> list:
                for row in r["rows"]]
         out += [("measured", f) for f in figures.measured_vs_predicted(pts, r.get("collective"))]
     elif kind == "bench":
-        name = e.get("inputs", {}).get("collective") or r[0].get("algorithm", "bench")
-        out += [("measured", f) for f in figures.measured_vs_predicted(_bench_points(r), name)]
+        rows = bench_rows(r)
+        name = e.get("inputs", {}).get("collective") or (
+            rows[0].get("algorithm", "bench") if rows else "bench")
+        out += [("measured", f) for f in figures.measured_vs_predicted(_bench_points(rows), name)]
     elif kind in ("plan", "plan_compare", "plan_search"):
         variants = _plan_variants(kind, r)
         per = "token" if variants[0][1].get("mode") == "decode" else "step"

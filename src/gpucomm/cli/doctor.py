@@ -1,0 +1,93 @@
+"""`gpucomm doctor LOG…`: is this nccl-tests busbw normal for the machine it ran on?
+
+    gpucomm doctor all_reduce_perf.log
+    gpucomm doctor ag.log rs.log --system dgx-h100 --nodes 2 --format json
+
+Reads each log as nccl-tests printed it (with NCCL_DEBUG=INFO lines if present), infers the
+collective, GPU model, nodes, GPUs per node and NIC, predicts every row on that machine, and
+prints measured vs expected, a verdict and the likeliest causes the log shows.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from .common import add_format, positive_int, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="is an nccl-tests log normal for its machine? (and why not)",
+                       description=__doc__.split("\n\n")[2] if __doc__ else None)
+    p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
+    p.add_argument("-c", "--collective", help="when a log does not name its test")
+    p.add_argument("--system", "-s", metavar="PRESET", help="override the inferred node preset")
+    p.add_argument("--nodes", "-N", type=positive_int, help="override the inferred node count")
+    p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
+    p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
+    p.add_argument("--nics-per-node", type=positive_int, help="override NICs per node")
+    p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
+                   "else auto)")
+    p.add_argument("--protocol", choices=("auto", "ll", "ll128", "simple"))
+    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    add_format(p)
+    p.set_defaults(func=cmd_doctor)
+
+
+def request_of(args, path: str, **extra):
+    """The DoctorRequest for one log file and the command line's overrides."""
+    from ..interop.doctor import DoctorRequest
+    from ..interop.nccltests import parse_log
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as e:
+        raise ConfigError(f"cannot read log {path!r}: {e.strerror}") from None
+    try:
+        log = parse_log(text)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return DoctorRequest(log, name=path, collective=args.collective, system=args.system,
+                         nodes=args.nodes, gpus_per_node=args.gpus_per_node, nic=args.nic,
+                         nics_per_node=args.nics_per_node, model=args.model,
+                         algorithm=args.algorithm,
+                         protocol=None if args.protocol in (None, "auto") else args.protocol,
+                         **extra)
+
+
+def cmd_doctor(args) -> int:
+    from ..interop.doctor import diagnose
+    results = [diagnose(request_of(args, path)) for path in args.logs]
+    if args.format == "json":
+        dicts = [d.to_dict() for d in results]
+        print_json(dicts[0] if len(dicts) == 1 else {"logs": dicts})
+        return 0
+    for i, d in enumerate(results):
+        if i:
+            print()
+        print(render(d))
+    return 0
+
+
+def render(d) -> str:
+    g = d.guess
+    lines = [f"# gpucomm doctor: {d.name}"]
+    gpus = f"{g.gpus_per_node} × {g.gpu_name}" if g.gpu_name else f"{g.gpus_per_node} GPUs"
+    lines.append(f"# log: {d.collective}, {g.nranks} ranks on {g.nodes} node(s) of {gpus}"
+                 + (f", NCCL {d.info.get('version')}" if d.info.get("version") else ""))
+    lines.append(f"# modelled as {d.label} ({', '.join(f'{k}={v}' for k, v in d.system.items())})")
+    for w in d.warnings:
+        lines.append(f"# warning: {w}")
+    lines.append(f"#{'size':>12} {'meas us':>10} {'pred us':>10} {'meas busbw':>11} "
+                 f"{'pred busbw':>11} {'of pred':>8}  model's choice")
+    for r in d.rows:
+        pct = "-" if r["ratio"] is None else f"{100 * r['ratio']:.0f}%"
+        lines.append(f" {r['size']:>12} {r['time_us']:>10.2f} {r['predicted_time_us']:>10.2f} "
+                     f"{r['busbw']:>11.2f} {r['predicted_busbw']:>11.2f} {pct:>8}  "
+                     f"{r['algorithm']}/{r['protocol']}")
+    lines.append(f"verdict: {d.verdict}")
+    if d.causes:
+        lines.append("likeliest causes seen in the log:")
+        lines += [f"  - {c}" for c in d.causes]
+    if d.notes:
+        lines.append("notes:")
+        lines += [f"  - {n}" for n in d.notes]
+    return "\n".join(lines)

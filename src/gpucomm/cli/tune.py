@@ -1,0 +1,52 @@
+"""`gpucomm tune`: NCCL's example tuner-plugin file from gpucomm's model of a cluster.
+
+    gpucomm tune --system dgx-h100 --nodes 2 -o nccl_tuner.conf
+    NCCL_TUNER_PLUGIN=libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE=nccl_tuner.conf ...
+"""
+from __future__ import annotations
+
+from .common import add_format, print_json, size_arg
+from .topo import add_topology_args, topology_from_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="write NCCL's example tuner CSV from gpucomm's auto choice")
+    add_topology_args(p)
+    p.add_argument("-c", "--collective", action="append", metavar="NAME",
+                   help="only these collectives (repeatable; default: NCCL's five)")
+    p.add_argument("-b", "--minbytes", type=size_arg, default=1)
+    p.add_argument("-e", "--maxbytes", type=size_arg, default=16 << 30)
+    p.add_argument("-d", "--datatype", default="float32")
+    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    p.add_argument("--channels", action="store_true",
+                   help="write the model's channel count (default -1: keep NCCL's)")
+    p.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
+    add_format(p)
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    from ..errors import ConfigError
+    from ..interop.tuner import NCCL_COLLECTIVES, TuneRequest, to_csv, tune
+    topo = topology_from_args(args)
+    nodes = len({topo.node_of(r) for r in range(topo.nranks)})
+    req = TuneRequest(topo, nodes, tuple(args.collective or NCCL_COLLECTIVES), args.minbytes,
+                      args.maxbytes, args.datatype, args.model, args.channels)
+    rules = tune(req)
+    if args.format == "json":
+        print_json({"topology": topo.name, "nodes": nodes, "nranks": topo.nranks,
+                    "rules": rules})
+        return 0
+    text = to_csv(rules, f"NCCL example tuner rules written by gpucomm tune for {topo}\n"
+                         f"(gpucomm's {args.model} model; -1 = any / NCCL's default)")
+    if args.output:
+        try:
+            with open(args.output, "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise ConfigError(f"cannot write {args.output!r}: {e.strerror}") from None
+        print(f"wrote {args.output}: {len(rules)} rules for {topo.nranks} ranks on {nodes} "
+              "node(s)")
+    else:
+        print(text, end="")
+    return 0

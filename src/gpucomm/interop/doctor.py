@@ -1,0 +1,327 @@
+"""`doctor`: is this nccl-tests log normal for its machine, and if not, what does the log show?
+
+    >>> d = diagnose(parse_log(open("all_reduce.log").read()))   # doctest: +SKIP
+    >>> d.verdict                                                 # doctest: +SKIP
+    '8 GiB at 71% of expected for 2 × DGX H100 over 8 × ib-ndr: well below expected'
+
+One request value in, one Diagnosis value out: the machine inferred from the log (or given),
+the model's prediction for every row, a verdict on the largest size, and the causes the log's
+NCCL INFO lines point at.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..algorithms import algorithms
+from ..collectives import get_collective
+from ..dtypes import format_size
+from ..errors import ConfigError
+from ..hardware import get_nic
+from ..simulate import predict
+from ..topology import build_topology
+from .nccltests import NcclTestsLog
+from .system import SystemGuess, infer_system, label
+
+# nccl-tests' type names -> gpucomm dtypes
+DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
+          "int": "int32", "int32": "int32", "int8": "int8", "uint8": "uint8", "int64": "int64",
+          "uint32": "uint32", "uint64": "uint64", "float16": "float16", "float32": "float32",
+          "float64": "float64"}
+# NCCL_ALGO names -> gpucomm names, first one registered wins (names changed once already)
+NCCL_ALGOS = {"ring": ("ring",), "tree": ("tree", "double_binary_tree"), "nvls": ("nvls",),
+              "nvlstree": ("nvls_tree", "nvls"), "nvls_tree": ("nvls_tree", "nvls"),
+              "collnetdirect": ("collnet_direct",), "collnetchain": ("collnet_chain",),
+              "pat": ("pat",)}
+# gpucomm schedules that are NCCL's own algorithms (NCCL's tuner picks only among these;
+# all-to-all and send/recv are NCCL's grouped point-to-point calls, i.e. the direct schedule)
+NCCL_SCHEDULES = {"ring", "tree", "double_binary_tree", "nvls", "nvls_tree", "collnet_direct",
+                  "collnet_chain", "pat"}
+P2P_COLLECTIVES = {"all_to_all", "sendrecv", "gather", "scatter"}
+# NCCL's ring channels on NVSwitch systems (2 per NVLink-switch plane; 24-32 on H100); fewer
+# in a log means a cap was set (the model's own figure, simulate/predict.py CHANNELS)
+NVSWITCH_CHANNELS = 16
+NORMAL, LOW, VERY_LOW, HIGH = 0.85, 0.7, 0.5, 1.2
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    """What to diagnose: a parsed log, and what the user overrides of the inferred machine."""
+    log: NcclTestsLog
+    name: str = "log"
+    collective: str | None = None  # when the log does not say
+    system: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    nic: str | None = None
+    nics_per_node: int | None = None
+    model: str = "analytic"
+    algorithm: str | None = None  # None: what the log's NCCL_ALGO says, else auto
+    protocol: str | None = None
+    topology: object = None  # a Topology to use as it is (sim --compare --topology FILE)
+    gpus_per_thread: int | None = None  # override the log's nGpus (nccl-tests -g)
+    cuda_graph: bool | None = None  # override the log's graph: (nccl-tests -G)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    name: str
+    collective: str
+    guess: SystemGuess
+    system: dict  # build_topology arguments used
+    label: str
+    rows: list
+    verdict: str
+    ratio: float | None
+    causes: tuple = ()
+    notes: tuple = ()
+    warnings: tuple = ()
+    info: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        g = self.guess
+        return {"log": self.name, "collective": self.collective, "nranks": g.nranks,
+                "nodes": g.nodes, "gpus_per_node": g.gpus_per_node, "gpu": g.gpu,
+                "gpu_name": g.gpu_name, "system": self.system, "label": self.label,
+                "verdict": self.verdict, "ratio": self.ratio, "causes": list(self.causes),
+                "notes": list(self.notes), "warnings": list(self.warnings),
+                "evidence": list(g.evidence), "nccl": self.info, "rows": self.rows}
+
+
+def diagnose(req: DoctorRequest) -> Diagnosis:
+    log = req.log
+    coll_name = log.collective or req.collective
+    if coll_name is None:
+        raise ConfigError(f"{req.name}: the log does not say which collective it ran (no "
+                          "'# Collective test starting: X_perf' line): give --collective")
+    coll = get_collective(coll_name)
+    warnings = []
+    if log.collective and req.collective and get_collective(req.collective) != coll:
+        warnings.append(f"--collective {req.collective} contradicts the log, which ran "
+                        f"{log.test}; using {coll.name}")
+    guess = _guess(log, req, warnings)
+    if req.topology is not None:
+        topo = req.topology
+        kw = {"system": topo.name, "nodes": len({d.node for d in topo.devices}),
+              "gpus_per_node": topo.gpus_per_node}
+    else:
+        kw = _system(guess, req, warnings)
+        topo = build_topology(**kw)
+    if guess.nranks and topo.nranks != guess.nranks:
+        warnings.append(f"the log has {guess.nranks} ranks, the modelled system {topo.nranks}")
+    choice = _choice(log, coll, req, topo)
+    launch = log.launch
+    if req.gpus_per_thread is not None:
+        launch["gpus_per_thread"] = req.gpus_per_thread
+    if req.cuda_graph is not None:
+        launch["cuda_graph"] = req.cuda_graph
+    rows = []
+    for row in log.rows:
+        res = _predict(coll.name, row["size"], topo, DTYPES.get(row["type"], row["type"]),
+                       req.model, row["redop"] if coll.reduces else "sum",
+                       max(row["root"], 0) if coll.rooted else 0, _frozen({**launch, **choice}))
+        out = dict(row)
+        out.update(predicted_time_us=round(res.time_us, 3),
+                   predicted_busbw=round(res.busbw_GBps, 3),
+                   ratio=round(row["busbw"] / res.busbw_GBps, 4) if res.busbw_GBps > 0 else None,
+                   algorithm=res.algorithm, protocol=res.protocol, channels=res.channels)
+        rows.append(out)
+    nics = _nics_of(topo)
+    lab = label(kw, nics, kw.get("nic") or _nic_model(topo))
+    verdict, ratio = _verdict(rows, lab)
+    causes, notes = _causes(log, coll, kw, topo, rows, nics, ratio)
+    info = {k: v for k, v in vars(log.info).items() if k != "warnings"}
+    info["net_devices"] = sorted(info["net_devices"])
+    return Diagnosis(req.name, coll.name, guess, kw, lab, rows, verdict, ratio, tuple(causes),
+                     tuple(notes), tuple(warnings), info)
+
+
+def _frozen(d: dict) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()))
+
+
+@lru_cache(maxsize=4096)
+def _predict(coll, size, topo, dtype, model, redop, root, options):
+    """predict(), remembered: several logs of one machine share their sizes."""
+    kw = {k: list(v) if isinstance(v, tuple) else v for k, v in options}
+    return predict(coll, size, topo, dtype=dtype, model=model, redop=redop, root=root, **kw)
+
+
+def _guess(log, req, warnings) -> SystemGuess:
+    try:
+        return infer_system(log)
+    except ConfigError:
+        if req.system is None:
+            raise
+        n = req.nodes or 1
+        warnings.append("the log names no ranks or GPUs: using the system given")
+        return SystemGuess(None, None, 0, n, req.gpus_per_node or 0, req.system)
+
+
+def _system(g: SystemGuess, req, warnings) -> dict:
+    """build_topology arguments: the inferred ones, with the user's overrides and a warning
+    wherever an override contradicts the log."""
+    if req.system is None and g.system is None:
+        raise ConfigError(f"no preset for GPU {g.gpu_name or 'unknown'!r}: give --system "
+                          "(a preset name) to say which machine the log ran on")
+    kw = g.build_kwargs() if g.system is not None else {"system": req.system, "nodes": g.nodes}
+    if req.system is not None and req.system != kw["system"]:
+        if g.system is not None:
+            warnings.append(f"--system {req.system} contradicts the log: its GPUs are "
+                            f"{g.gpu_name} ({g.gpu} -> {g.system})")
+        kw = {"system": req.system, "nodes": kw["nodes"],
+              "gpus_per_node": kw.get("gpus_per_node")}
+    for key, given, seen in (("nodes", req.nodes, g.nodes),
+                             ("gpus_per_node", req.gpus_per_node, g.gpus_per_node)):
+        if given is not None:
+            if seen and given != seen:
+                warnings.append(f"--{key.replace('_', '-')} {given} contradicts the log "
+                                f"({seen})")
+            kw[key] = given
+    if req.nic is not None:
+        if g.nic and req.nic != g.nic:
+            warnings.append(f"--nic {req.nic} contradicts the log's network ({g.nic})")
+        kw["nic"] = req.nic
+    if req.nics_per_node is not None:
+        if g.nics_per_node and req.nics_per_node != g.nics_per_node:
+            warnings.append(f"--nics-per-node {req.nics_per_node} contradicts the log "
+                            f"({g.nics_per_node} NICs listed by NCCL)")
+        kw["nics_per_node"] = req.nics_per_node
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def nccl_algorithm(name: str, coll) -> str:
+    """gpucomm's name for an NCCL_ALGO value; ConfigError if gpucomm has no such algorithm."""
+    key = name.lower().replace("_", "")
+    registered = {a.name for a in algorithms(coll)} | {"nvls"}
+    for cand in NCCL_ALGOS.get(key, (name.lower(),)):
+        if cand in registered:
+            return cand
+    raise ConfigError(f"NCCL_ALGO={name}: gpucomm has no {coll.name} algorithm for it "
+                      f"(allowed: {', '.join(sorted(registered))})")
+
+
+def nccl_excluded(coll) -> list:
+    """The registered schedules NCCL would not run for `coll` (auto must not pick them)."""
+    names = [a.name for a in algorithms(coll)]
+    keep = {"direct"} if coll.name in P2P_COLLECTIVES else NCCL_SCHEDULES
+    if not any(n in keep for n in names):
+        return []
+    return [n for n in names if n not in keep]
+
+
+def _choice(log, coll, req, topo) -> dict:
+    """predict()'s algorithm/protocol arguments: the user's, else what the log's NCCL was told."""
+    env = log.info.env
+    out = {}
+    if req.algorithm:
+        out["algorithm"] = req.algorithm
+    elif env.get("NCCL_ALGO") and "," not in env["NCCL_ALGO"] and "^" not in env["NCCL_ALGO"]:
+        try:
+            out["algorithm"] = nccl_algorithm(env["NCCL_ALGO"], coll)
+        except ConfigError:
+            pass
+    if "algorithm" not in out:
+        out["exclude"] = nccl_excluded(coll)
+        if env.get("NCCL_NVLS_ENABLE") == "0":
+            out["exclude"].append("nvls")
+    if req.protocol:
+        out["protocol"] = req.protocol
+    elif env.get("NCCL_PROTO") and "^" not in env["NCCL_PROTO"]:
+        out["protocol"] = [p.strip().lower() for p in env["NCCL_PROTO"].split(",")]
+    return out
+
+
+def _nics_of(topo) -> int:
+    return sum(1 for d in topo.devices if d.kind == "nic" and d.node == 0)
+
+
+def _nic_model(topo):
+    return next((d.model for d in topo.devices if d.kind == "nic"), None)
+
+
+def _verdict(rows, lab):
+    big = max(rows, key=lambda r: r["size"])
+    ratio = big["ratio"]
+    if ratio is None:
+        return f"{format_size(big['size'])}: no prediction to compare with", None
+    if ratio >= HIGH:
+        judged = "above expected: the model is pessimistic for this machine, or the log's " \
+                 "machine is not the one modelled"
+    elif ratio >= NORMAL:
+        judged = "normal for this machine"
+    elif ratio >= LOW:
+        judged = "below expected"
+    elif ratio >= VERY_LOW:
+        judged = "well below expected"
+    else:
+        judged = "far below expected: something is misconfigured"
+    return (f"{_size(big['size'])} at {100 * ratio:.0f}% of expected for {lab}: {judged}",
+            ratio)
+
+
+def _size(n: int) -> str:
+    for unit, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= mult:
+            v = n / mult
+            return f"{v:.0f} {unit}" if abs(v - round(v)) < 0.005 else f"{v:.1f} {unit}"
+    return f"{n} B"
+
+
+def _causes(log, coll, kw, topo, rows, nics, ratio):
+    info, causes, notes = log.info, [], []
+    wrong = sum(r.get(k) or 0 for r in rows for k in ("wrong", "ip_wrong")
+                if isinstance(r.get(k), int))
+    if wrong or (log.wrong_total or 0) > 0:
+        causes.append(f"{wrong or log.wrong_total} wrong values (#wrong): the results are "
+                      "corrupt; check the GPUs and links before the speed")
+    multi = kw.get("nodes", 1) > 1
+    pcie_no_p2p = kw.get("system") == "pcie" and not kw.get("p2p", True)
+    if "SHM" in info.transports and not pcie_no_p2p:
+        causes.append(f"P2P off: {info.transports['SHM']} intra-node connection(s) use the SHM "
+                      "transport through host memory instead of NVLink/PCIe peer-to-peer "
+                      "(NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, IOMMU/ACS, containers without IPC)")
+    if multi and info.gdr is False:
+        causes.append("GPUDirect RDMA off: network connections lack /GDRDMA, so NIC traffic is "
+                      "staged through host memory (nvidia-peermem loaded? NCCL_NET_GDR_LEVEL?)")
+    used = len(info.net_devices) or (len(info.nics) if info.nics else 0)
+    if multi and used and nics and used < nics:
+        causes.append(f"{'one NIC' if used == 1 else f'{used} NICs'} in use of the {nics} per "
+                      "node the system has (NCCL_IB_HCA, NIC/GPU affinity, a NIC down)")
+    nvls_capable = bool(getattr(topo, "in_switch_reduction", False)) and coll.name == "all_reduce"
+    nvls_off = info.env.get("NCCL_NVLS_ENABLE") == "0" or info.nvls is False \
+        or (info.nvls_channels == 0 and info.coll_channels is not None)
+    if nvls_capable and nvls_off:
+        causes.append("NVLS off: this NVSwitch system can reduce in the switch, but NCCL did "
+                      "not use it (NCCL_NVLS_ENABLE=0, no multicast support: driver, fabric "
+                      "manager or IMEX)")
+    big = max(rows, key=lambda r: r["size"])
+    want = NVSWITCH_CHANNELS if any(d.kind == "nvswitch" for d in topo.devices) else None
+    if info.coll_channels and want and info.coll_channels < want:
+        causes.append(f"fewer channels than expected: NCCL ran {info.coll_channels}, NVSwitch "
+                      f"systems get {want} or more (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, "
+                      "NCCL_MIN_CTAS, NCCL_NCHANNELS_PER_NET_PEER)")
+    for key in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+                "NCCL_NET_GDR_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"):
+        if key in info.env:
+            notes.append(f"{key}={info.env[key]} set in the environment")
+    for w in info.warnings[:3]:
+        causes.append(f"NCCL warned: {w}")
+    if not info.present:
+        notes.append("no NCCL_DEBUG=INFO lines: rerun with NCCL_DEBUG=INFO so doctor can see "
+                     "transports, channels, NICs and NVLS")
+    if multi:
+        try:
+            nic_bw = get_nic(kw.get("nic") or _nic_model(topo)).bandwidth_Bps / 1e9
+        except ConfigError:
+            nic_bw = None
+        if nic_bw and big["busbw"] > nic_bw * max(nics, 1) / max(kw.get("gpus_per_node", 1), 1):
+            notes.append(f"busbw {big['busbw']:.1f} GB/s is above the {nic_bw:.0f} GB/s of "
+                         "network per GPU: busbw counts every byte as if it crossed the slowest "
+                         "link, but in-node hops (NVLink) and in-network reduction carry part "
+                         "of the traffic, so it can exceed a NIC's speed")
+    if ratio is not None and ratio < LOW and not causes:
+        causes.append("nothing in the log explains it; rerun with NCCL_DEBUG=INFO "
+                      "NCCL_DEBUG_SUBSYS=INIT,GRAPH,NET and check link health (ibstat, "
+                      "nvidia-smi nvlink -s) and clocks")
+    return causes, notes

@@ -1,0 +1,268 @@
+"""Read nccl-tests output as printed: header, per-rank device lines, the table, the footer,
+and the `NCCL_DEBUG=INFO` lines interleaved with them.
+
+    >>> log = parse_log(open("all_gather.log").read())        # doctest: +SKIP
+    >>> log.collective, log.nranks, log.hosts                  # doctest: +SKIP
+    ('all_gather', 16, ('node01', 'node02'))
+
+Formats (nccl-tests `src/common.cu`, facts only): the table has out-of-place and in-place
+halves of `time algbw busbw #wrong` after `size count type redop root`; releases before
+2.10 had no `root` column and printed a float `error` where `#wrong` is now.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..collectives import get_collective
+from ..errors import ConfigError
+
+_TEST = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|"
+                   r"sendrecv|gather|scatter|hypercube)_perf(?:_mpi)?\b")
+_RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+"
+                   r"(\d+)\s+\[([^\]]*)\]\s+(.+?)\s*$")
+_HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
+                     r".*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)(?:\s+agg iters:\s*(\d+))?"
+                     r"(?:\s+validation:\s*(\d+))?(?:\s+graph:\s*(\d+))?")
+_INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
+_VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?via\s+(\S+)")
+
+TEST_COLLECTIVE = {"alltoall": "all_to_all"}
+
+
+@dataclass(frozen=True)
+class Device:
+    rank: int
+    host: str
+    device: int
+    bus_id: str
+    name: str
+    pid: int = 0
+    group: int = 0
+
+
+@dataclass
+class NcclInfo:
+    """What the `NCCL INFO` lines say (empty when the log has none)."""
+    version: str | None = None
+    nranks: int | None = None
+    nnodes: int | None = None
+    local_ranks: int | None = None
+    coll_channels: int | None = None
+    nvls_channels: int | None = None
+    ring_channels: int = 0  # distinct "Channel NN/MM :" ring lines
+    trees: int = 0
+    nvls: bool | None = None  # multicast support available / NVLS comm set up
+    transports: dict = field(default_factory=dict)  # "P2P"/"SHM"/"NET" -> connections
+    net: str | None = None  # "IB", "Socket", "OFI", ...
+    nics: tuple = ()  # NIC device names NCCL says it uses (NET/IB : Using ...)
+    roce: bool = False
+    net_devices: set = field(default_factory=set)  # NET/IB/<n> indices channels use
+    gdr: bool | None = None  # GPUDirect RDMA on the network connections
+    env: dict = field(default_factory=dict)  # NCCL_X set by environment to Y
+    provider: str | None = None  # libfabric provider (efa, cxi)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def present(self) -> bool:
+        return bool(self.version or self.transports or self.nranks or self.env)
+
+
+@dataclass
+class NcclTestsLog:
+    test: str | None  # e.g. "all_gather_perf"
+    collective: str | None  # gpucomm's name
+    rows: list  # dicts: size count type redop root time_us algbw busbw wrong ip_*
+    devices: tuple = ()
+    nthread: int | None = None
+    ngpus: int | None = None
+    warmup: int | None = None
+    iters: int | None = None
+    agg_iters: int | None = None
+    validation: int | None = None
+    graph: int | None = None
+    wrong_total: int | None = None  # footer's out-of-bounds count
+    avg_busbw: float | None = None
+    info: NcclInfo = field(default_factory=NcclInfo)
+    version_line: str | None = None
+
+    @property
+    def hosts(self) -> tuple:
+        return tuple(dict.fromkeys(d.host for d in self.devices))
+
+    @property
+    def nranks(self) -> int:
+        return len(self.devices) or (self.info.nranks or 0)
+
+    @property
+    def gpu_names(self) -> tuple:
+        return tuple(dict.fromkeys(d.name for d in self.devices))
+
+    @property
+    def launch(self) -> dict:
+        """How the test issued collectives: GPUs per host thread (-g), CUDA graphs (-G)."""
+        return {"gpus_per_thread": self.ngpus or 1, "cuda_graph": bool(self.graph)}
+
+
+def collective_of_test(test: str) -> str:
+    name = re.sub(r"_perf(_mpi)?$", "", test)
+    return get_collective(TEST_COLLECTIVE.get(name, name)).name
+
+
+def parse_log(text: str) -> NcclTestsLog:
+    """Parse nccl-tests output (any release since 2019); ConfigError when no table row is found."""
+    log = NcclTestsLog(None, None, [])
+    devices, info = [], NcclInfo()
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        m = _INFO.match(line.strip())
+        if m:
+            _info_line(info, m.group(6), m.group(1), m.group(5))
+            continue
+        if log.test is None:
+            t = _TEST.search(line)
+            if t and ("Collective test" in line or "_perf" in line):
+                log.test = t.group(0).replace("_mpi", "")
+        if line.lstrip().startswith("#"):
+            _comment(log, devices, line)
+            continue
+        row = _row(line)
+        if row is not None:
+            log.rows.append(row)
+    if not log.rows:
+        raise ConfigError("no nccl-tests result rows found in the log (expected lines like "
+                          "'  1048576  262144  float  sum  -1  12.3  85.2  149.1  0 ...')")
+    log.devices = tuple(devices)
+    log.info = info
+    if log.test:
+        log.collective = collective_of_test(log.test)
+    return log
+
+
+def _comment(log, devices, line):
+    m = _RANK.search(line)
+    if m:
+        devices.append(Device(int(m.group(1)), m.group(4), int(m.group(5)), m.group(6),
+                              m.group(7), int(m.group(3)), int(m.group(2) or 0)))
+        return
+    m = _HEADER.search(line)
+    if m:
+        vals = [None if v is None else int(v) for v in m.groups()]
+        (log.nthread, log.ngpus, _, _, log.warmup, log.iters, log.agg_iters, log.validation,
+         log.graph) = vals
+        return
+    m = re.search(r"Out of bounds values\s*:\s*(\d+)", line)
+    if m:
+        log.wrong_total = int(m.group(1))
+        return
+    m = re.search(r"Avg bus bandwidth\s*:\s*([\d.eE+-]+)", line)
+    if m:
+        try:
+            log.avg_busbw = float(m.group(1))
+        except ValueError:
+            pass
+        return
+    if "nccl-tests version" in line:
+        log.version_line = line.lstrip("# ").strip()
+
+
+def _num(tok):
+    return None if tok in ("N/A", "n/c", "-") else float(tok)
+
+
+def _wrong(tok):
+    if tok in ("N/A", "n/c", "-"):
+        return None
+    v = float(tok)
+    return int(v) if v == int(v) else v
+
+
+def _row(line: str):
+    parts = line.split()
+    if len(parts) < 7 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    size, count, typ, redop = int(parts[0]), int(parts[1]), parts[2], parts[3]
+    rest = parts[4:]
+    root = -1
+    # releases since 2.10 print a root column (-1 when the collective has none): 1 + 4 + 4
+    if len(rest) % 2 == 1 and re.fullmatch(r"-?\d+", rest[0]):
+        root, rest = int(rest[0]), rest[1:]
+    try:
+        row = {"size": size, "count": count, "type": typ, "redop": redop, "root": root,
+               "time_us": _num(rest[0]), "algbw": _num(rest[1]), "busbw": _num(rest[2]),
+               "wrong": _wrong(rest[3]) if len(rest) > 3 else None}
+        if len(rest) >= 8:
+            row.update(ip_time_us=_num(rest[4]), ip_algbw=_num(rest[5]),
+                       ip_busbw=_num(rest[6]), ip_wrong=_wrong(rest[7]))
+    except (ValueError, IndexError):
+        return None
+    if row["time_us"] is None or row["busbw"] is None:
+        return None
+    return row
+
+
+def _info_line(info: NcclInfo, msg: str, host: str, level: str) -> None:
+    if level == "WARN":
+        info.warnings.append(msg.strip())
+        return
+    m = re.match(r"NCCL version\s+(\S+)", msg)
+    if m:
+        info.version = m.group(1)
+        return
+    m = re.search(r"nRanks\s+(\d+)\s+nNodes\s+(\d+)\s+localRanks\s+(\d+)", msg)
+    if m:
+        info.nranks, info.nnodes, info.local_ranks = (int(x) for x in m.groups())
+        return
+    m = re.search(r"(\d+)\s+coll channels,.*?(?:(\d+)\s+nvls channels)?", msg)
+    if m and "coll channels" in msg:
+        # one line per rank: the fewest is what limits the collective
+        info.coll_channels = min(int(m.group(1)), info.coll_channels or 1 << 30)
+        n = re.search(r"(\d+)\s+nvls channels", msg)
+        if n:
+            info.nvls_channels = min(int(n.group(1)), 1 << 30 if info.nvls_channels is None
+                                     else info.nvls_channels)
+        return
+    m = re.match(r"Channel\s+(\d+)/(\d+)\s*:\s*[\d\s]+$", msg)
+    if m:
+        info.ring_channels = max(info.ring_channels, int(m.group(1)) + 1)
+        return
+    if msg.startswith("Trees"):
+        info.trees = max(info.trees, msg.count("["))
+        return
+    m = _VIA.search(msg)
+    if m:
+        via = m.group(3)
+        kind = via.split("/")[0]
+        info.transports[kind] = info.transports.get(kind, 0) + 1
+        if kind == "NET":
+            bits = via.split("/")
+            if len(bits) > 2 and bits[2].isdigit():
+                info.net_devices.add(int(bits[2]))
+            gdr = "GDRDMA" in via
+            info.gdr = gdr if info.gdr is None else (info.gdr and gdr)
+        return
+    m = re.search(r"(\w+) set by environment to (\S+)", msg)
+    if m:
+        info.env[m.group(1)] = m.group(2)
+        return
+    m = re.match(r"NET/(\w+)\s*:\s*Using\s+(.*)", msg)
+    if m and "[" in m.group(2):
+        info.net = {"OFI": "OFI"}.get(m.group(1), m.group(1))
+        devs = re.findall(r"\[\d+\]([^\s;]+)", m.group(2))
+        info.nics = tuple(devs)
+        info.roce = any(d.endswith("/RoCE") for d in devs)
+        return
+    m = re.search(r"Using network (.+)$", msg)
+    if m:
+        info.net = info.net or m.group(1).strip()
+        return
+    m = re.search(r"[Ss]elected [Pp]rovider is (\w+)", msg)
+    if m:
+        info.provider = m.group(1).lower()
+        return
+    if "NVLS multicast support is available" in msg or re.search(r"NVLS comm\b", msg):
+        info.nvls = True
+    elif "NVLS multicast support is not available" in msg:
+        info.nvls = False
+    if re.search(r"GPU Direct RDMA Disabled", msg):
+        info.gdr = False

@@ -1,0 +1,156 @@
+"""Which machine a log ran on: GPU model, nodes, GPUs per node, NIC -> build_topology's arguments.
+
+The rule reads what nccl-tests and NCCL print (device names, host names, `NET/IB : Using`,
+the transports of each connection); it does not guess from the numbers.
+
+    >>> from gpucomm.interop.nccltests import parse_log
+    >>> g = infer_system(parse_log(LOG))                      # doctest: +SKIP
+    >>> g.build_kwargs()                                      # doctest: +SKIP
+    {'system': 'dgx-h100', 'nodes': 2, 'gpus_per_node': 8}
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .nccltests import NcclTestsLog
+
+# Device names as CUDA reports them -> catalog GPU. Order matters (GH200 before H100 ...).
+GPU_PATTERNS = (
+    (r"\bG?B200\b|\bB100\b", "b200"),
+    (r"\bH200\b", "h200"),
+    (r"\bH100\b|\bH800\b|\bGH200\b", "h100"),  # GH200: a Hopper GPU with NVLink4
+    (r"\bA100\b|\bA800\b", "a100"),
+    (r"\bV100\b", "v100"),
+    (r"\bL40S\b", "l40s"),
+    (r"RTX\s*4090", "rtx4090"),
+)
+# Catalog GPU -> the node preset it ships in (NVSwitch baseboards; PCIe cards in a PCIe box).
+PRESET_OF_GPU = {"b200": "dgx-b200", "h200": "hgx-h200", "h100": "dgx-h100",
+                 "a100": "dgx-a100", "v100": "dgx-v100", "l40s": "pcie", "rtx4090": "pcie"}
+LABEL = {"dgx-b200": "DGX B200", "hgx-h200": "HGX H200", "dgx-h100": "DGX H100",
+         "dgx-a100": "DGX A100", "dgx-v100": "DGX-1 V100", "polaris": "Polaris node",
+         "pcie": "PCIe host"}
+# Per-GPU-generation NIC of the same family when the log names only the family.
+_ROCE = {"b200": "roce-400g", "h200": "roce-400g", "h100": "roce-400g", "a100": "roce-200g"}
+_EFA = {"b200": "efa-400g", "h200": "efa-400g", "h100": "efa-400g", "a100": "efa-100g"}
+
+
+def gpu_of(name: str) -> str | None:
+    """Catalog GPU of a CUDA device name ('NVIDIA H100 80GB HBM3' -> 'h100'), None if unknown."""
+    for pattern, gpu in GPU_PATTERNS:
+        if re.search(pattern, name, re.I):
+            return gpu
+    return None
+
+
+@dataclass(frozen=True)
+class SystemGuess:
+    """What a log says about its machine, and where each fact came from."""
+    gpu: str | None  # catalog name
+    gpu_name: str | None  # as printed
+    nranks: int
+    nodes: int
+    gpus_per_node: int
+    system: str | None  # node preset
+    nic: str | None = None  # catalog NIC, None: the preset's
+    nics_per_node: int | None = None
+    p2p: bool | None = None  # only for PCIe boxes
+    evidence: tuple = ()  # one line per inference
+
+    def build_kwargs(self) -> dict:
+        if self.system is None:
+            raise ConfigError(f"no preset for GPU {self.gpu_name or 'unknown'!r}: give --system "
+                              "(a preset name) to say which machine the log ran on")
+        kw = {"system": self.system, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node}
+        if self.system == "pcie":
+            kw["gpu"] = self.gpu
+            kw["pcie_gen"] = 5 if self.gpu in ("h100", "h200", "b200") else 4
+            kw["p2p"] = bool(self.p2p)
+        if self.nodes > 1 and self.nic:
+            kw["nic"] = self.nic
+        if self.nodes > 1 and self.nics_per_node:
+            kw["nics_per_node"] = self.nics_per_node
+        return kw
+
+
+def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
+    """'2 × DGX H100 over 8 × ib-ndr' for build_topology arguments (and the NICs it got)."""
+    node = LABEL.get(kw.get("system"), kw.get("system"))
+    g = kw.get("gpus_per_node")
+    text = f"{kw.get('nodes', 1)} × {node}" + (f" ({g} GPU{'s' if g > 1 else ''} each)"
+                                                if g else "")
+    if kw.get("nodes", 1) > 1 and nic:
+        text += f" over {nics} × {nic}" if nics else f" over {nic}"
+    return text
+
+
+def infer_system(log: NcclTestsLog) -> SystemGuess:
+    """The machine of a log: ConfigError if it has neither device lines nor NCCL's rank counts."""
+    info, ev = log.info, []
+    names = log.gpu_names
+    gpu_name = names[0] if names else None
+    if len(names) > 1:
+        ev.append(f"mixed GPUs in the log: {', '.join(names)}; using {gpu_name}")
+    gpu = gpu_of(gpu_name) if gpu_name else None
+    if gpu_name:
+        ev.append(f"GPU {gpu_name!r} -> {gpu or 'not in the catalog'}")
+    nranks = log.nranks
+    if not nranks:
+        raise ConfigError("the log names no ranks: it has no '#  Rank N ... on HOST device D "
+                          "[BUS] NAME' lines and no NCCL INFO 'nRanks' line")
+    hosts = log.hosts
+    if hosts:
+        nodes = len(hosts)
+        per_host = max(sum(1 for d in log.devices if d.host == h) for h in hosts)
+        ev.append(f"{nranks} ranks on {nodes} host(s): {', '.join(hosts[:4])}"
+                  + (" …" if nodes > 4 else ""))
+    else:
+        nodes = info.nnodes or 1
+        per_host = info.local_ranks or -(-nranks // nodes)
+        ev.append(f"NCCL: nRanks {nranks} nNodes {nodes} localRanks {per_host}")
+    if info.nnodes and hosts and info.nnodes != nodes:
+        ev.append(f"NCCL counts {info.nnodes} nodes, the device lines {nodes} hosts; "
+                  f"using the hosts")
+    system = PRESET_OF_GPU.get(gpu)
+    if system and gpu_name and re.search(r"PCIe", gpu_name, re.I):
+        system = "pcie"  # a PCIe card of an NVLink GPU: a PCIe box, not its baseboard
+    if system == "dgx-a100" and (info.provider == "cxi" or any(n.startswith("cxi")
+                                                              for n in info.nics)):
+        system = "polaris"  # A100 nodes on Slingshot: HPE's 4-GPU NVLink node
+        ev.append("libfabric cxi provider: HPE Slingshot node (polaris preset)")
+    nic, nics = _nic(log, gpu, ev) if nodes > 1 else (None, None)
+    p2p = None
+    if system == "pcie":
+        if info.transports:
+            p2p = "P2P" in info.transports or "SHM" not in info.transports
+            ev.append(f"intra-node transports {sorted(info.transports)} -> P2P "
+                      f"{'on' if p2p else 'off'}")
+        else:
+            p2p = gpu != "rtx4090"  # GeForce boards: the driver disables peer-to-peer
+            ev.append(f"no transport lines; {gpu}: P2P {'on' if p2p else 'off'} by default")
+    return SystemGuess(gpu, gpu_name, nranks, nodes, per_host, system, nic, nics, p2p, tuple(ev))
+
+
+def _nic(log: NcclTestsLog, gpu, ev):
+    info = log.info
+    nics = len(info.nics) or None
+    names = " ".join(info.nics).lower()
+    net = (info.net or "").lower()
+    nic = None
+    if info.provider == "cxi" or "cxi" in names:
+        nic = "slingshot-200g"
+    elif info.provider == "efa" or "efa" in names or "efa" in net:
+        nic = _EFA.get(gpu, "efa-100g")
+    elif info.roce:
+        nic = _ROCE.get(gpu, "roce-100g")
+    elif net.startswith("socket"):
+        nic = "tcp-100g"
+    if info.net or info.provider:
+        ev.append(f"network: {info.net or info.provider}"
+                  + (f", {nics} NIC(s) ({', '.join(info.nics[:4])})" if nics else "")
+                  + (f" -> {nic}" if nic else " -> the preset's NICs"))
+    else:
+        ev.append("no NCCL INFO network lines: assuming the preset's NICs")
+    return nic, nics

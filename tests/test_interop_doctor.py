@@ -1,0 +1,137 @@
+"""`gpucomm doctor`: nccl-tests logs in (tables, INFO lines), the machine inferred, a verdict."""
+import json
+from pathlib import Path
+
+import pytest
+
+import nccl_logs
+from gpucomm.cli import main
+from gpucomm.collectives import get_collective
+from gpucomm.errors import ConfigError
+from gpucomm.interop.doctor import DoctorRequest, diagnose
+from gpucomm.interop.nccltests import parse_log
+from gpucomm.interop.system import gpu_of, infer_system
+from gpucomm.topology import build_topology
+
+TABLES = nccl_logs.published()
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "logs" / \
+    "2node-dgx-h100-all_reduce.example.log"
+
+
+@pytest.mark.skipif(not TABLES, reason="published data not present")
+@pytest.mark.parametrize("table", TABLES, ids=lambda t: t["id"])
+def test_every_published_table_as_a_log_is_read_back(table):
+    log = parse_log(nccl_logs.render(table))
+    assert log.collective == get_collective(table["collective"]).name
+    assert [r["size"] for r in log.rows] == [int(r["bytes"]) for r in table["rows"]
+                                             if r.get("time_us") or r.get("busbw_gbs")]
+    g = infer_system(log)
+    assert g.gpu == nccl_logs.device_of(table)[1]
+    assert (g.nodes, g.gpus_per_node, g.nranks) == (table["nodes"], table["gpus_per_node"],
+                                                    table["gpus"])
+    assert build_topology(**g.build_kwargs()).nranks == table["gpus"]
+
+
+@pytest.mark.parametrize("name,gpu", [
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 PCIe", "h100"), ("NVIDIA H800", "h100"),
+    ("NVIDIA H200", "h200"), ("NVIDIA B200", "b200"), ("NVIDIA A100-SXM4-40GB", "a100"),
+    ("Tesla V100-SXM2-32GB", "v100"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ("NVIDIA L40S", "l40s"), ("NVIDIA GH200 480GB", "h100"), ("Quadro RTX 8000", None)])
+def test_gpu_names(name, gpu):
+    assert gpu_of(name) == gpu
+
+
+def test_example_log_gives_a_verdict_and_its_cause(capsys):
+    assert main(["doctor", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: 8 GiB at" in out and "2 × DGX H100" in out and "8 × ib-ndr" in out
+    assert "GPUDirect RDMA off" in out
+    assert "P2P off" not in out and "NVLS off" not in out
+
+
+def test_nccl_info_lines_are_read():
+    log = parse_log(EXAMPLE.read_text())
+    i = log.info
+    assert i.version == "2.21.5+cuda12.4" and (i.nranks, i.nnodes, i.local_ranks) == (16, 2, 8)
+    assert i.coll_channels == 32 and i.nvls_channels == 16 and i.nvls is True
+    assert i.gdr is False and len(i.nics) == 8 and i.net == "IB"
+    assert i.net_devices == set(range(8)) and set(i.transports) == {"P2P", "NET"}
+    assert log.hosts == ("dgx-a07", "dgx-b12") and log.iters == 20 and log.graph == 0
+
+
+def _with(text, *extra):
+    """The example with extra INFO lines and only its largest sizes (prediction takes time)."""
+    lines = [ln for ln in text.splitlines()
+             if not (ln[:1] == " " and ln.split() and int(ln.split()[0]) < 1 << 32)]
+    at = next(i for i, ln in enumerate(lines) if "Connected all rings" in ln)
+    return "\n".join(lines[:at] + list(extra) + lines[at:])
+
+
+@pytest.mark.parametrize("extra,cause", [
+    (["dgx-a07:41230:41347 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via SHM/direct/direct"],
+     "P2P off"),
+    (["dgx-a07:41230:41347 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0"], "NVLS off"),
+    (["dgx-a07:41230:41347 [0] NCCL INFO 4 coll channels, 4 collnet channels, 0 nvls channels, "
+      "4 p2p channels, 4 p2p channels per peer"], "fewer channels than expected"),
+])
+def test_causes_seen_in_info_lines(extra, cause):
+    d = diagnose(DoctorRequest(parse_log(_with(EXAMPLE.read_text(), *extra))))
+    assert any(c.startswith(cause) for c in d.causes), d.causes
+
+
+def test_one_nic_in_use():
+    text = _with(EXAMPLE.read_text())
+    for k in range(1, 8):
+        text = text.replace(f"via NET/IB/{k}", "via NET/IB/0")
+    d = diagnose(DoctorRequest(parse_log(text)))
+    assert any(c.startswith("one NIC in use of the 8") for c in d.causes), d.causes
+
+
+def test_overrides_that_contradict_the_log_warn(capsys):
+    assert main(["doctor", str(EXAMPLE), "--system", "dgx-a100", "--nodes", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: --system dgx-a100 contradicts the log: its GPUs are NVIDIA H100" in out
+    assert "warning: --nodes 4 contradicts the log (2)" in out
+
+
+def test_json_shape_matches_sim_and_bench(capsys):
+    assert main(["doctor", str(EXAMPLE), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"collective", "nranks", "rows", "verdict", "causes", "system"} <= set(doc)
+    r = doc["rows"][-1]
+    assert {"size", "count", "type", "redop", "root", "time_us", "algbw", "busbw", "wrong",
+            "predicted_time_us", "predicted_busbw", "ratio", "algorithm", "protocol"} <= set(r)
+    assert doc["system"] == {"system": "dgx-h100", "nodes": 2, "gpus_per_node": 8,
+                             "nics_per_node": 8}
+
+
+def test_sim_compare_takes_the_collective_from_the_log_not_the_file_name(tmp_path, capsys):
+    table = next(t for t in TABLES if t["collective"] == "all_gather" and t["nodes"] == 1)
+    log = tmp_path / "ar.log"  # named like an all-reduce log
+    log.write_text(nccl_logs.render(table))
+    assert main(["sim", "--compare", str(log), "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["collective"] == "all_gather"
+    assert main(["sim", "--compare", str(log), "--system", "dgx-a100"]) == 0
+    assert "--system dgx-a100 contradicts the log" in capsys.readouterr().err
+
+
+def test_several_logs_and_bad_ones(tmp_path, capsys):
+    assert main(["doctor", str(EXAMPLE), str(EXAMPLE), "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["logs"]) == 2
+    empty = tmp_path / "empty.log"
+    empty.write_text("# nothing\n")
+    assert main(["doctor", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no nccl-tests result rows" in err
+    assert main(["doctor", str(tmp_path / "missing.log")]) == 2
+    assert "cannot read log" in capsys.readouterr().err
+    rows_only = tmp_path / "rows.log"
+    rows_only.write_text("  1048576  262144  float  sum  -1  20.5  51.1  51.1  0  "
+                         "20.1  52.1  52.1  0\n")
+    with pytest.raises(ConfigError, match="give --collective"):
+        diagnose(DoctorRequest(parse_log(rows_only.read_text())))
+    assert main(["doctor", str(rows_only), "-c", "all_reduce"]) == 2
+    assert "names no ranks" in capsys.readouterr().err
+    assert main(["doctor", str(rows_only), "-c", "all_reduce", "--system", "dgx-h100",
+                 "--gpus-per-node", "2"]) == 0
