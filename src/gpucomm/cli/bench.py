@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from .common import add_format, positive_int, print_json, size_arg, sweep_sizes
+from .common import (PLOT_SUFFIXES, add_format, output_file, positive_int, print_json,
+                     size_arg, sweep_sizes)
 
 
 def register(sub) -> None:
@@ -49,6 +50,8 @@ def cmd_bench(args) -> int:
         print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
               f"cores busy, latency {host['latency_s'] * 1e6:.2f} us per call")
         return 0
+    if args.plot:
+        output_file(args.plot, "--plot", PLOT_SUFFIXES)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     progress = _progress(len(sizes), args.format == "table")
     rows = run_bench(args.backend, args.nranks, args.collective, sizes, dtype=args.datatype,

@@ -169,7 +169,8 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     p = len(placement)
     paths = path_table(topology, placement)
     if name == "nvls":
-        return _nvls(coll, nbytes, topology, placement, dtype, proto, paths, model)
+        res = _nvls(coll, nbytes, topology, placement, dtype, proto, paths, model)
+        return None if res is None else dataclasses.replace(res, redop=redop)
     alg = get_algorithm(coll, name)
     kw = dict(params)
     accepted = {k for k, _ in alg.params}

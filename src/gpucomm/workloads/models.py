@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from ..limits import read_text
 
 MLP_KINDS = {"swiglu": 3, "gelu": 2}  # weight matrices of h x ffn in one MLP
 _REQUIRED = ("name", "layers", "hidden", "ffn", "heads", "vocab")
@@ -161,10 +162,7 @@ def list_models() -> list[str]:
 def load_model(path) -> ModelConfig:
     """A model config from a YAML file of the shipped configs' shape."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read model config {str(p)!r}: {e.strerror}") from None
+    text = read_text(p, "model config")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
