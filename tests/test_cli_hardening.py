@@ -261,3 +261,21 @@ def test_readme_documents_the_limits():
     text = open(os.path.join(ROOT, "README.md")).read()
     for value in ("1 TiB", "131,072", "1,024", "64 ranks", "1,000 sizes"):
         assert value in text, value
+
+
+# --- found by tests/test_cli_properties.py ---------------------------------------------------
+def test_route_to_itself_has_no_infinite_bottleneck(capsys):
+    code, out, _ = run(capsys, "topo", "route", "0", "0", "--format", "json")
+    assert code == 0 and json.loads(out)["routes"][0]["bottleneck_GBps"] is None
+    code, out, _ = run(capsys, "topo", "route", "0", "0")
+    assert code == 0 and "the same rank, no links" in out and "inf" not in out
+
+
+@pytest.mark.parametrize("ranks, message", [("100000", "--ranks 100000 is more than the limit "
+                                                       "of 1024"), ("0", "0 must be >= 1")])
+def test_demo_ranks_are_bounded(capsys, ranks, message):
+    one_line_error(capsys, ["demo", "--ranks", ranks], message)
+
+
+def test_plan_plot_path_is_checked_before_planning(capsys, tmp_path):
+    one_line_error(capsys, ["plan", "--model", "llama3-8b", "--plot", tmp_path], "--plot")

@@ -184,7 +184,7 @@ def cmd_route(args) -> int:
         rows.append({"links": list(p), "hops": [f"{topo.links[i].src}->{topo.links[i].dst} "
                                                 f"({topo.links[i].tech})" for i in p],
                      "bottleneck_GBps": _gbps(min((topo.links[i].bandwidth_Bps for i in p),
-                                                  default=float("inf"))),
+                                                  default=None)),  # None: same rank, no link
                      "latency_us": round(sum(topo.links[i].latency_s for i in p) * 1e6, 4)})
     if args.format == "json":
         print_json({"src": args.src, "dst": args.dst, "routes": rows})
@@ -192,6 +192,9 @@ def cmd_route(args) -> int:
     print(f"rank {args.src} ({topo.ranks[args.src]}) -> rank {args.dst} "
           f"({topo.ranks[args.dst]}): {len(rows)} shortest path(s)")
     for k, r in enumerate(rows):
+        if r["bottleneck_GBps"] is None:
+            print(f"  path {k}: the same rank, no links")
+            continue
         print(f"  path {k}: bottleneck {r['bottleneck_GBps']:g} GB/s, latency "
               f"{r['latency_us']:g} us")
         for h in r["hops"]:
