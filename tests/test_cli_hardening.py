@@ -279,3 +279,12 @@ def test_demo_ranks_are_bounded(capsys, ranks, message):
 
 def test_plan_plot_path_is_checked_before_planning(capsys, tmp_path):
     one_line_error(capsys, ["plan", "--model", "llama3-8b", "--plot", tmp_path], "--plot")
+
+
+@pytest.mark.parametrize("text", ["[" * 2000, "key: [unclosed", "\t- a\n  b: ["])
+@pytest.mark.parametrize("argv, suffix", [(["sim", "--topology"], ".yaml"),
+                                          (["plan", "--model"], ".yaml")])
+def test_malformed_or_deeply_nested_yaml_is_one_line(capsys, tmp_path, text, argv, suffix):
+    f = tmp_path / f"bad{suffix}"
+    f.write_text(text)
+    one_line_error(capsys, argv + [f], str(f))

@@ -259,6 +259,8 @@ class Topology:
         except yaml.YAMLError as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise TopologyError(f"{where}: not valid YAML ({first})") from None
+        except RecursionError:
+            raise TopologyError(f"{where}: YAML nested too deeply to be a topology") from None
         return cls.from_dict(data, where)
 
     @classmethod

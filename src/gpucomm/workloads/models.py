@@ -166,7 +166,13 @@ def load_model(path) -> ModelConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"model config {str(p)!r} is not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        why = (getattr(e, "problem", None) or str(e).splitlines()[0] or type(e).__name__) + (
+            f", line {mark.line + 1}" if mark is not None else "")
+        raise ConfigError(f"model config {str(p)!r} is not valid YAML: {why}") from None
+    except RecursionError:
+        raise ConfigError(f"model config {str(p)!r}: YAML nested too deeply to be a model "
+                          "config") from None
     return ModelConfig.from_dict(data, str(p))
 
 
