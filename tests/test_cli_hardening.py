@@ -164,10 +164,13 @@ def test_100000_gpus_are_within_the_limit():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["algo", "show", "ring", "all_reduce", "--ranks", "100000"], "--ranks 100000 is more than the limit of 1024"),
-    (["algo", "run", "ring", "all_reduce", "-n", "100000"], "--ranks 100000 is more than the limit of 1024"),
+    (["algo", "show", "ring", "all_reduce", "--ranks", "100000"], "--ranks 100000 is more than the limit of 128"),
+    (["algo", "run", "ring", "all_reduce", "-n", "100000"], "--ranks 100000 is more than the limit of 128"),
     (["algo", "verify", "--all", "--max-ranks", "100000"], "--max-ranks 100000 is more than the limit of 128"),
-    (["algo", "run", "ring", "all_reduce", "-n", "1024", "--size", "1T"], "of memory; this host has"),
+    (["algo", "run", "ring", "all_reduce", "-n", "128", "--size", "1T"], "more than the "
+     "in-process checker's limit of 256 MiB"),
+    (["algo", "run", "direct", "all_to_all", "-n", "128", "--size", "16M"], "limit of 256 MiB"),
+    (["algo", "show", "bruck", "all_to_all", "-n", "129"], "--ranks 129 is more than the limit of 128"),
     (["bench", "-n", "1000"], "ranks on this host (-n) 1000 is more than the limit of 64"),
     (["bench", "-e", "1T"], "of memory; this host has"),
 ])
@@ -259,7 +262,7 @@ def test_readme_says_how_to_reach_gpucomm_after_make_demo():
 
 def test_readme_documents_the_limits():
     text = open(os.path.join(ROOT, "README.md")).read()
-    for value in ("1 TiB", "131,072", "1,024", "64 ranks", "1,000 sizes"):
+    for value in ("1 TiB", "131,072", "| 128 |", "64 ranks", "1,000 sizes"):
         assert value in text, value
 
 
@@ -272,7 +275,7 @@ def test_route_to_itself_has_no_infinite_bottleneck(capsys):
 
 
 @pytest.mark.parametrize("ranks, message", [("100000", "--ranks 100000 is more than the limit "
-                                                       "of 1024"), ("0", "0 must be >= 1")])
+                                                       "of 128"), ("0", "0 must be >= 1")])
 def test_demo_ranks_are_bounded(capsys, ranks, message):
     one_line_error(capsys, ["demo", "--ranks", ranks], message)
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
+from gpucomm.algorithms import algorithms
 from gpucomm.cli import main
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -201,8 +202,10 @@ def algo_argv(draw, tmp):
         argv += ["--max-ranks", draw(st.sampled_from(["1", "3", "6", "0", "129", "100000",
                                                       "9" * 30]))]
         return argv
-    argv = ["algo", action, draw(NAMES), draw(NAMES)]
-    argv += ["--ranks", draw(ints(small=(1, 2, 3, 4, 5, 8, 16, 1024, 1025)))]
+    pair = draw(mostly(st.sampled_from(sorted({(a.collective, a.name) for a in algorithms()})),
+                       st.tuples(NAMES, NAMES)))
+    argv = ["algo", action, pair[1], pair[0]]
+    argv += ["--ranks", draw(ints(small=(1, 2, 3, 4, 5, 8, 16, 128, 129)))]
     for flag, values in (("--root", ints()), ("--size", SIZES), ("-d", NAMES),
                          ("-p", st.sampled_from(["channels=2", "group_size=2", "chunks=0",
                                                  "x=1", "channels=-1", "channels=99999"]))):

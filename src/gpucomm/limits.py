@@ -19,9 +19,10 @@ MAX_SIZE_BYTES = 1 << 40
 # (100,000 GPUs, the largest clusters built so far) and refuses what no one has built.
 MAX_MODEL_RANKS = 1 << 17
 
-# Ranks of a schedule built op by op (algo show, algo run): a ring all-reduce on P ranks is
-# 2(P-1) steps of P ops, so P = 1024 is already 2 million ops, tens of MB printed.
-MAX_SCHEDULE_RANKS = 1024
+# Ranks of a schedule built and printed op by op (algo show, algo run, demo): a ring
+# all-reduce on P ranks is 2(P-1) steps of P ops and a Bruck all-to-all moves P/2 blocks per
+# rank in each of log2(P) steps, so P = 256 already prints tens of MB for a minute.
+MAX_SCHEDULE_RANKS = 128
 
 # algo verify --max-ranks N proves every rank count 1..N: about N^3 work, minutes at 128.
 MAX_VERIFY_RANKS = 128
@@ -34,6 +35,11 @@ MAX_LOCAL_RANKS = 64
 # Sizes in one -b/-e sweep (nccl-tests -f / -i): 1,000 rows is far more than a table or a
 # plot shows; `-f 1.000001` or `-b 1 -e 1G -i 1` would be millions of rows.
 MAX_SWEEP_POINTS = 1000
+
+# algo run executes a schedule in this process on random data to check it: ranks x S bytes
+# of buffers in all at most 256 MiB (128 ranks x 2 MiB), which the executor checks in under
+# a minute on a busy 2-core machine; a checker, not a benchmark (bench runs large sizes).
+MAX_EXECUTE_BYTES = 256 << 20
 
 # A text input (topology YAML, model YAML, nccl-tests log): the largest real ones are a few
 # MB; reading /dev/zero or a multi-GB file by mistake must not eat the host's memory.

@@ -7,7 +7,8 @@ from ..algorithms import algorithms, build, get_algorithm
 from ..collectives import get_collective, layout
 from ..dtypes import format_size
 from ..errors import ConfigError, ScheduleError
-from ..limits import (MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory, check_ranks)
+from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
+                      check_ranks)
 from ..verify import verify
 from .common import add_format, int_arg, param_pairs, positive_int, print_json, size_arg
 
@@ -99,9 +100,13 @@ def cmd_run(args) -> int:
     check_ranks(args.ranks, MAX_SCHEDULE_RANKS, "--ranks")
     lay = layout(args.collective, args.size, args.dtype, args.ranks)
     op = dt.check_op(args.op, lay.dtype) if lay.collective.reduces else args.op
-    # inputs, outputs and the reference: a few buffers of S per rank, in this process
-    check_host_memory(4 * args.ranks * lay.size,
-                      f"algo run on {args.ranks} ranks of {lay.size} B")
+    total = args.ranks * lay.size
+    if total > MAX_EXECUTE_BYTES:
+        raise ConfigError(f"algo run on {args.ranks} ranks of {lay.size} B is {total} B of "
+                          f"buffers, more than the in-process checker's limit of "
+                          f"{MAX_EXECUTE_BYTES >> 20} MiB (gpucomm bench runs large sizes)")
+    # inputs, outputs, the reference and the executor's copies: about 6 buffers of S per rank
+    check_host_memory(6 * total, f"algo run on {args.ranks} ranks of {lay.size} B")
     sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
                   **param_pairs(args.param))
     rng = np.random.default_rng(args.seed)
