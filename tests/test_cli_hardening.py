@@ -171,7 +171,7 @@ def test_100000_gpus_are_within_the_limit():
      "in-process checker's limit of 256 MiB"),
     (["algo", "run", "direct", "all_to_all", "-n", "128", "--size", "16M"], "limit of 256 MiB"),
     (["algo", "show", "bruck", "all_to_all", "-n", "129"], "--ranks 129 is more than the limit of 128"),
-    (["bench", "-n", "1000"], "ranks on this host (-n) 1000 is more than the limit of 64"),
+    (["bench", "-n", "1000"], "ranks on one host 1000 is more than the limit of 64"),
     (["bench", "-e", "1T"], "of memory; this host has"),
 ])
 def test_work_beyond_the_limits_is_refused_up_front(capsys, argv, message):

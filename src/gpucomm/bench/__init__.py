@@ -37,8 +37,9 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
     if coll.reduces:
         check_op(op, d)
     sizes = [check_size(int(s)) for s in sizes]
-    # every rank holds an input and an output buffer of at most the size S each
-    check_host_memory(2 * nranks * max(sizes, default=0),
+    # every rank holds an input and an output buffer of at most S each, and the transport
+    # stages up to S more (the shm data segment, an engine's bounce buffers)
+    check_host_memory(3 * nranks * max(sizes, default=0),
                       f"{nranks} ranks with {max(sizes, default=0)} B buffers")
     if backend == "gloo" and algorithm != "auto":
         raise ConfigError("--algorithm picks a gpucomm schedule: --backend gloo is gloo's own "
@@ -100,7 +101,7 @@ def _bench_collective(name):
 
 def _check_counts(nranks, iters, warmup, check, timeout) -> None:
     """The sweep's numbers, checked before any rank starts (limits.py)."""
-    check_ranks(nranks, MAX_LOCAL_RANKS, "ranks on this host (-n)")
+    check_ranks(nranks, MAX_LOCAL_RANKS, "ranks on one host")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ConfigError(f"iterations must be an integer >= 1, got {iters!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
