@@ -16,8 +16,9 @@ $(STAMP): $(BUILD)
 demo: $(STAMP)
 	$(VENV)/bin/gpucomm demo
 
+# the venv's tools on PATH: mpiexec (mpich wheel) and torchrun, so engine tests run, not skip
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -139,7 +140,10 @@ def parse_size(text) -> int:
         m = _SIZE.match(str(text))
         if not m:
             raise ConfigError(f"cannot parse size {text!r}: use bytes like 8, 64K, 1M, 8G")
-        value = int(float(m.group(1)) * _MULT[m.group(2).lower()])
+        number = m.group(1)
+        if len(number) > 40:  # int() refuses 4300+ digits; no size needs 40
+            raise ConfigError(f"size {str(text)[:20]!r}... has {len(number)} digits: too large")
+        value = int(Fraction(number) * _MULT[m.group(2).lower()])  # exact, no float overflow
     if value < 0:
         raise ConfigError(f"size {text!r} is negative: sizes are >= 0 bytes")
     return value

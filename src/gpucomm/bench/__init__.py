@@ -17,6 +17,8 @@ import time
 from ..collectives import get_collective
 from ..dtypes import get_dtype, check_op
 from ..errors import ConfigError, TransportError
+from ..limits import (MAX_LOCAL_RANKS, check_finite, check_host_memory, check_ranks,
+                      check_size)
 from .backends import BACKENDS, mpiexec, remove_stale_mpich, shm_names, unsupported
 from .table import format_table
 
@@ -33,7 +35,7 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
     1 mean, 2 min, 3 max over ranks) and `-z blocking` (3: a barrier after every iteration;
     our calls return when done, so 1 and 2 change nothing). `schedule`: run this Schedule
     (an imported MSCCL file) instead of a registered algorithm."""
-    coll, d = get_collective(collective), get_dtype(dtype)
+    coll, d = _bench_collective(collective), get_dtype(dtype)
     if schedule is not None:
         from .sweep import register_fixed
         if schedule.collective != coll or schedule.nranks != nranks:
@@ -43,16 +45,21 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         root, algorithm = schedule.root, register_fixed(schedule)
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}: allowed are {', '.join(BACKENDS)}")
-    if coll.name in ("sendrecv", "barrier"):
-        raise ConfigError(f"bench runs all_reduce, reduce_scatter, all_gather, broadcast, "
-                          f"reduce, all_to_all, gather and scatter, not {coll.name}")
+    _check_counts(nranks, iters, warmup, check, timeout)
     if coll.reduces:
         check_op(op, d)
+    sizes = [check_size(int(s)) for s in sizes]
+    # every rank holds an input and an output buffer of at most S each, and the transport
+    # stages up to S more (the shm data segment, an engine's bounce buffers)
+    check_host_memory(3 * nranks * max(sizes, default=0),
+                      f"{nranks} ranks with {max(sizes, default=0)} B buffers")
     if backend == "gloo" and algorithm != "auto":
         raise ConfigError("--algorithm picks a gpucomm schedule: --backend gloo is gloo's own "
                           "collectives; use --backend torch to run the schedule over gloo")
     if not 0 <= root < nranks:
         raise ConfigError(f"root {root} is out of range: allowed are 0..{nranks - 1}")
+    if algorithm != "auto":
+        _check_algorithm(coll, algorithm, nranks, root)
     why = unsupported(backend, algorithm, d, op, coll.reduces)
     if why:
         raise ConfigError(f"--backend {backend}: {why}")
@@ -93,6 +100,44 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         if log is not None and text.strip():
             log.write(text)
     return rows
+
+
+BENCH_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
+                     "all_to_all", "gather", "scatter")
+
+
+def _bench_collective(name):
+    try:
+        coll = get_collective(name)
+    except ConfigError:
+        coll = None
+    if coll is None or coll.name not in BENCH_COLLECTIVES:
+        raise ConfigError(f"bench cannot run collective {str(name)!r}: allowed are "
+                          f"{', '.join(BENCH_COLLECTIVES)}")
+    return coll
+
+
+def _check_counts(nranks, iters, warmup, check, timeout) -> None:
+    """The sweep's numbers, checked before any rank starts (limits.py)."""
+    check_ranks(nranks, MAX_LOCAL_RANKS, "ranks on one host")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ConfigError(f"iterations must be an integer >= 1, got {iters!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ConfigError(f"warm-up iterations must be an integer >= 0, got {warmup!r}")
+    if check not in (0, 1) or isinstance(check, float):
+        raise ConfigError(f"check must be 0 (off) or 1 (on), got {check!r}")
+    if timeout is not None:
+        check_finite(timeout, "timeout (seconds)", above=0)
+
+
+def _check_algorithm(coll, algorithm: str, nranks: int, root: int) -> None:
+    """A registered schedule that serves `nranks` (nvls is only a model of the switch)."""
+    from ..algorithms import get_algorithm
+    if algorithm == "nvls":
+        raise ConfigError("nvls is the simulator's model of in-switch reduction (NVLink "
+                          "SHARP), not a schedule processes can run: choose a registered "
+                          "algorithm (gpucomm algo list) or auto")
+    get_algorithm(coll, algorithm).build(nranks, root=root)  # ScheduleError if it cannot
 
 
 def _collect(proc, path, on_row) -> list:

@@ -13,8 +13,15 @@ import sys
 from ..errors import GpucommError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, like every other error of the command line."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpucomm", description="Collective communication on GPU clusters: schedules, "
         "simulation, real runs and benchmarks.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -36,7 +43,17 @@ def main(argv=None) -> int:
     except GpucommError as e:
         print(f"gpucomm {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(f"gpucomm {args.command}: error: out of memory (see the limits in the README)",
+              file=sys.stderr)
+        return 2
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):
+            return 0
+        # a file that went away or filled up after the command checked it
+        where = f" {e.filename!r}" if e.filename else ""
+        print(f"gpucomm {args.command}: error:{where} {e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
+

@@ -8,8 +8,10 @@ from ..algorithms import algorithms, build, get_algorithm
 from ..collectives import get_collective, layout
 from ..dtypes import format_size
 from ..errors import ConfigError, ScheduleError
+from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
+                      check_ranks)
 from ..verify import verify
-from .common import add_format, param_pairs, positive_int, print_json, size_arg
+from .common import add_format, int_arg, param_pairs, positive_int, print_json, size_arg
 
 
 def register(sub) -> None:
@@ -23,8 +25,8 @@ def register(sub) -> None:
     sp = asub.add_parser("show", help="print a schedule, one step a line")
     sp.add_argument("algorithm")
     sp.add_argument("collective")
-    sp.add_argument("--ranks", "-n", type=int, default=4)
-    sp.add_argument("--root", type=int, default=0)
+    sp.add_argument("--ranks", "-n", type=int_arg, default=4)
+    sp.add_argument("--root", type=int_arg, default=0)
     sp.add_argument("--size", type=size_arg, default=1 << 20,
                     help="buffer size S in bytes as nccl-tests counts it (default 1M)")
     sp.add_argument("--dtype", "-d", default="float32")
@@ -36,13 +38,13 @@ def register(sub) -> None:
     rp = asub.add_parser("run", help="execute a schedule in-process on random data, check it")
     rp.add_argument("algorithm")
     rp.add_argument("collective")
-    rp.add_argument("--ranks", "-n", type=int, default=4)
-    rp.add_argument("--root", type=int, default=0)
+    rp.add_argument("--ranks", "-n", type=int_arg, default=4)
+    rp.add_argument("--root", type=int_arg, default=0)
     rp.add_argument("--size", type=size_arg, default=1 << 20, help="nccl-tests size S in bytes")
     rp.add_argument("--dtype", "-d", default="float32")
     rp.add_argument("--op", "-o", default="sum")
     rp.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
-    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("--seed", type=int_arg, default=0)
     add_format(rp)
     rp.set_defaults(func=cmd_run)
 
@@ -73,7 +75,8 @@ def register(sub) -> None:
     vp.add_argument("algorithm", nargs="?", help="one algorithm (with --collective)")
     vp.add_argument("--collective", "-c")
     vp.add_argument("--all", action="store_true", help="every registered algorithm")
-    vp.add_argument("--max-ranks", type=positive_int, default=17)
+    vp.add_argument("--max-ranks", type=positive_int, default=17,
+                    help=f"prove 1..N ranks (at most {MAX_VERIFY_RANKS})")
     add_format(vp)
     vp.set_defaults(func=cmd_verify)
 
@@ -95,8 +98,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    if args.ranks < 1:
-        raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
+    check_ranks(args.ranks, MAX_SCHEDULE_RANKS, "--ranks")
     sched = _schedule_of(args)
     lay = layout(sched.collective, args.size, args.dtype, sched.nranks)
     sent = sched.bytes_sent(lay)
@@ -118,12 +120,18 @@ def cmd_run(args) -> int:
     from .. import dtypes as dt
     from ..collectives import check_outputs
     from ..execute import execute
-    if args.ranks < 1:
-        raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
+    check_ranks(args.ranks, MAX_SCHEDULE_RANKS, "--ranks")
     sched = _schedule_of(args)
     args.ranks, args.root = sched.nranks, sched.root
     lay = layout(sched.collective, args.size, args.dtype, args.ranks)
     op = dt.check_op(args.op, lay.dtype) if sched.collective.reduces else args.op
+    total = args.ranks * lay.size
+    if total > MAX_EXECUTE_BYTES:
+        raise ConfigError(f"algo run on {args.ranks} ranks of {lay.size} B is {total} B of "
+                          f"buffers, more than the in-process checker's limit of "
+                          f"{MAX_EXECUTE_BYTES >> 20} MiB (gpucomm bench runs large sizes)")
+    # inputs, outputs, the reference and the executor's copies: about 6 buffers of S per rank
+    check_host_memory(6 * total, f"algo run on {args.ranks} ranks of {lay.size} B")
     rng = np.random.default_rng(args.seed)
     ins = []
     for r in range(args.ranks):
@@ -155,6 +163,7 @@ def cmd_run(args) -> int:
 def cmd_verify(args) -> int:
     if args.algorithm and args.algorithm.lower().endswith(".xml"):
         return _verify_file(args)
+    check_ranks(args.max_ranks, MAX_VERIFY_RANKS, "--max-ranks")
     if args.algorithm:
         if not args.collective:
             raise ConfigError("give the collective with --collective when naming an algorithm")

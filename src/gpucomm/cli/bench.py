@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from ..collectives import get_collective
 from ..dtypes import DTYPES, REDUCE_OPS
 from ..errors import ConfigError
-from .common import add_format, positive_int, print_json, size_arg, sweep_sizes
+from .common import (PLOT_SUFFIXES, add_format, output_file, positive_int, print_json,
+                     size_arg, sweep_sizes)
 
 
 def register(sub) -> None:
@@ -62,7 +62,7 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from ..bench import run_bench
+    from ..bench import _bench_collective, run_bench
     from ..bench.table import total_wrong
     from ..bench.predict import add_predictions, calibrate
     if args.calibrate:
@@ -70,8 +70,10 @@ def cmd_bench(args) -> int:
         print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
               f"cores busy, latency {host['latency_s'] * 1e6:.2f} us per call")
         return 0
+    if args.plot:
+        output_file(args.plot, "--plot", PLOT_SUFFIXES)
     nranks = _nranks(args)
-    coll = get_collective(args.collective)
+    coll = _bench_collective(args.collective)
     schedule = _xml_schedule(args, coll, nranks)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     runs = _runs(args, coll, nranks)

@@ -3,28 +3,86 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 
 from ..dtypes import parse_size
 from ..errors import ConfigError
+from ..limits import MAX_SWEEP_POINTS, check_size, read_text, sweep_points
 
 
 def size_arg(text: str) -> int:
-    """argparse type for sizes like 8, 64K, 1M, 8G."""
+    """argparse type for sizes like 8, 64K, 1M, 8G (at most limits.MAX_SIZE_BYTES)."""
     try:
-        return parse_size(text)
+        return check_size(parse_size(text))
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def positive_int(text: str) -> int:
+def _int(text: str) -> int:
+    text = text.strip()
+    if len(text) > 20:  # int() of thousands of digits is slow or refused; no count needs 20
+        raise argparse.ArgumentTypeError(f"{text[:20]!r}... is not an integer of at most 20 "
+                                         "digits")
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be >= 1")
     return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
+def int_arg(text: str) -> int:
+    """argparse type for any integer (a root, a rank, a seed) of sane length."""
+    return _int(text)
+
+
+def finite_float(text: str) -> float:
+    """argparse type for a finite number (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def output_file(path: str, flag: str, suffixes: tuple[str, ...]) -> str:
+    """Check, before any work, that `path` can be written as a file of one of `suffixes`:
+    not a directory, in a directory that exists and is writable. ConfigError names `flag`."""
+    if not path:
+        raise ConfigError(f"{flag}: empty file name")
+    if not path.lower().endswith(suffixes):
+        raise ConfigError(f"{flag} {path!r}: the file name must end in {' or '.join(suffixes)}")
+    if os.path.isdir(path):
+        raise ConfigError(f"{flag} {path!r} is a directory: give a file name in it")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot write {path!r}: {e.strerror}") from None
+    if not existed:
+        os.unlink(path)  # only probed: the command writes it when it has the result
+    return path
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
 
 
 def add_format(parser) -> None:
@@ -49,13 +107,22 @@ def sweep_sizes(minbytes: int, maxbytes: int, factor: float = 2.0, step: int = 0
     """nccl-tests' size sweep: -b MIN -e MAX with -f FACTOR (or -i STEP)."""
     if minbytes < 1 or maxbytes < minbytes:
         raise ConfigError(f"size range {minbytes}..{maxbytes} is empty: need 1 <= -b <= -e")
+    check_size(maxbytes, "-e/--maxbytes")
+    if step < 0:
+        raise ConfigError(f"step -i {step} must be >= 0 (0: use -f FACTOR)")
+    if not step and not (math.isfinite(factor) and factor > 1):
+        raise ConfigError(f"step factor -f {factor} must be a finite number > 1 (or give -i STEP)")
+    points = sweep_points(minbytes, maxbytes, factor, step)
+    if points > MAX_SWEEP_POINTS:
+        raise ConfigError(f"-b {minbytes} -e {maxbytes} " + (f"-i {step}" if step else
+                          f"-f {factor}") + f" is {points} sizes, more than the limit of "
+                          f"{MAX_SWEEP_POINTS}: raise -f or -i, or narrow -b/-e")
     if step:
         return list(range(minbytes, maxbytes + 1, step))
-    if factor <= 1:
-        raise ConfigError(f"step factor {factor} must be > 1 (or give -i STEP)")
     sizes, s = [], minbytes
     while s <= maxbytes:
-        sizes.append(int(s))
+        if not sizes or int(s) > sizes[-1]:  # a factor near 1 repeats small sizes
+            sizes.append(int(s))
         s = s * factor
     return sizes
 

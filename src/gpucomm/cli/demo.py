@@ -6,17 +6,20 @@ import numpy as np
 from ..algorithms import build
 from ..collectives import check_outputs, layout
 from ..execute import execute
+from ..limits import MAX_SCHEDULE_RANKS, check_ranks
 from ..verify import verify
+from .common import positive_int
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="a tour on built-in defaults: a schedule, its proof, a run")
-    p.add_argument("--ranks", "-n", type=int, default=4)
+    p.add_argument("--ranks", "-n", type=positive_int, default=4,
+                   help=f"ranks of the schedule shown (at most {MAX_SCHEDULE_RANKS})")
     p.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args) -> int:
-    p = args.ranks
+    p = check_ranks(args.ranks, MAX_SCHEDULE_RANKS, "--ranks")
     print(f"== 1. ring all-reduce on {p} ranks as a schedule (reduce-scatter, then all-gather)")
     sched = build("all_reduce", "ring", p)
     print(sched)

@@ -37,10 +37,8 @@ def request_of(args, path: str, **extra):
     """The DoctorRequest for one log file and the command line's overrides."""
     from ..interop.doctor import DoctorRequest
     from ..interop.nccltests import parse_log
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError as e:
-        raise ConfigError(f"cannot read log {path!r}: {e.strerror}") from None
+    from ..limits import read_text
+    text = read_text(path, "nccl-tests log")
     try:
         log = parse_log(text)
     except ConfigError as e:

@@ -14,7 +14,8 @@ from ..workloads.layout import KINDS, MODES, Layout
 from ..workloads.models import get_model, list_models
 from ..workloads.search import search_layouts
 from ..workloads.steptime import make_cluster, plan
-from .common import add_format, positive_int, print_json
+from .common import (PLOT_SUFFIXES, add_format, finite_float, output_file, positive_int,
+                     print_json)
 
 _LAYOUT_INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch",
                 "zero")
@@ -38,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--pcie-gen", type=int, choices=(3, 4, 5, 6), default=None,
                    help="set every PCIe link to this generation")
     p.add_argument("--fabric", choices=("rail", "fat-tree"), default=None)
-    p.add_argument("--oversubscription", type=float, default=None,
+    p.add_argument("--oversubscription", type=finite_float, default=None,
                    help="fabric oversubscription (1 = full bisection)")
     p.add_argument("--nics-per-node", type=positive_int, default=None)
     p.add_argument("--gpus-per-node", type=positive_int, default=None,
@@ -153,6 +154,8 @@ def _parse_compare(items: list[str]) -> list[tuple[str, list]]:
 
 
 def cmd_plan(args) -> int:
+    if args.plot:
+        output_file(args.plot, "--plot", PLOT_SUFFIXES)
     model = get_model(args.model)
     base = _settings(args)
     if args.search:

@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 from ..collectives import get_collective
-from ..dtypes import REDUCE_OPS
+from ..dtypes import REDUCE_OPS, check_op, get_dtype
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
-from .common import add_format, param_pairs, positive_int, print_json, size_arg, sweep_sizes
+from .common import (PLOT_SUFFIXES, add_format, int_arg, output_file, param_pairs, positive_int,
+                     print_json, read_text, size_arg, sweep_sizes)
 
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
           "protocol")
@@ -34,7 +35,7 @@ def register(sub) -> None:
     p.add_argument("-f", "--stepfactor", type=float, default=2.0)
     p.add_argument("-d", "--datatype", default="float32")
     p.add_argument("-o", "--op", default="sum")
-    p.add_argument("-r", "--root", type=int, default=0)
+    p.add_argument("-r", "--root", type=int_arg, default=0)
     p.add_argument("--gpus-per-thread", type=positive_int, metavar="G",
                    help="GPUs one host thread drives, as nccl-tests -g (default 1; with "
                         "--compare: the log's nGpus); the host launches on each in turn")
@@ -56,12 +57,19 @@ def cmd_sim(args) -> int:
     from ..simulate import predict
     if args.op not in REDUCE_OPS:
         raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
+    if args.plot:
+        output_file(args.plot, "--plot", PLOT_SUFFIXES)
+    if args.trace:
+        output_file(args.trace, "--trace", (".json",))
     if args.compare:
         return _compare(args, topology_from_args(args) if args.topology else None)
     topo = topology_from_args(args)
     coll = get_collective(args.collective)
-    params = _builder_params(args, coll)
+    if coll.reduces:
+        check_op(args.op, get_dtype(args.datatype))  # as bench and algo: no avg on integers
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    topo = topology_from_args(args)
+    params = _builder_params(args, coll)
     results = []
     for size in sizes:
         results.append(predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,

@@ -13,7 +13,8 @@ from ..hardware import nic_names
 from ..topology import (FABRICS, Topology, build_topology, preset_names)
 from ..topology.analysis import bisection_bandwidth, gpu_bandwidths, summary
 from ..topology.build import preset_node
-from .common import add_format, positive_int, print_json
+from .common import (PLOT_SUFFIXES, add_format, finite_float, int_arg, output_file,
+                     positive_int, print_json)
 
 
 def add_topology_args(p, default_system: str = "dgx-h100") -> None:
@@ -28,14 +29,14 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
     g.add_argument("--gpus-per-node", type=positive_int, help="use the first K GPUs per node")
     g.add_argument("--nic", help=f"NIC technology: {', '.join(nic_names())}")
     g.add_argument("--nics-per-node", type=positive_int, help="NICs per node")
-    g.add_argument("--pcie-gen", type=int, help="PCIe generation of every PCIe link: 3|4|5|6")
+    g.add_argument("--pcie-gen", type=int_arg, help="PCIe generation of every PCIe link: 3|4|5|6")
     g.add_argument("--p2p", action=argparse.BooleanOptionalAction, default=True,
                    help="GPU peer-to-peer over PCIe/NVLink (--no-p2p: bounce through host "
                    "memory)")
     g.add_argument("--gpu", help="GPU model for the pcie preset (e.g. l40s, rtx4090)")
     g.add_argument("--fabric", choices=FABRICS, default="rail",
                    help="rail-optimised (NIC i on rail switch i) or fat-tree (default rail)")
-    g.add_argument("--oversubscription", type=float, default=1.0,
+    g.add_argument("--oversubscription", type=finite_float, default=1.0,
                    help="leaf down:up bandwidth ratio (default 1 = full bisection)")
     g.add_argument("--nvlink-partition", type=positive_int, metavar="GPUS",
                    help="split each node's NVLink switch domain into partitions (MNNVL "
@@ -84,8 +85,8 @@ def register(sub) -> None:
 
     rp = tsub.add_parser("route", help="the links between two ranks (ECMP alternatives)")
     add_topology_args(rp)
-    rp.add_argument("src", type=int)
-    rp.add_argument("dst", type=int)
+    rp.add_argument("src", type=int_arg)
+    rp.add_argument("dst", type=int_arg)
     add_format(rp)
     rp.set_defaults(func=cmd_route)
 
@@ -143,6 +144,8 @@ def show_dict(topo, full: bool = False) -> dict:
 
 
 def cmd_show(args) -> int:
+    if args.plot:
+        output_file(args.plot, "--plot", PLOT_SUFFIXES)
     topo = topology_from_args(args)
     info = show_dict(topo, full=args.all)
     if args.plot:
@@ -187,7 +190,7 @@ def cmd_route(args) -> int:
         rows.append({"links": list(p), "hops": [f"{topo.links[i].src}->{topo.links[i].dst} "
                                                 f"({topo.links[i].tech})" for i in p],
                      "bottleneck_GBps": _gbps(min((topo.links[i].bandwidth_Bps for i in p),
-                                                  default=float("inf"))),
+                                                  default=None)),  # None: same rank, no link
                      "latency_us": round(sum(topo.links[i].latency_s for i in p) * 1e6, 4)})
     if args.format == "json":
         print_json({"src": args.src, "dst": args.dst, "routes": rows})
@@ -195,6 +198,9 @@ def cmd_route(args) -> int:
     print(f"rank {args.src} ({topo.ranks[args.src]}) -> rank {args.dst} "
           f"({topo.ranks[args.dst]}): {len(rows)} shortest path(s)")
     for k, r in enumerate(rows):
+        if r["bottleneck_GBps"] is None:
+            print(f"  path {k}: the same rank, no links")
+            continue
         print(f"  path {k}: bottleneck {r['bottleneck_GBps']:g} GB/s, latency "
               f"{r['latency_us']:g} us")
         for h in r["hops"]:
@@ -203,6 +209,8 @@ def cmd_route(args) -> int:
 
 
 def cmd_export(args) -> int:
+    if args.output:
+        output_file(args.output, "--output", (".yaml", ".yml"))
     topo = topology_from_args(args)
     text = topo.to_yaml()
     if args.output:

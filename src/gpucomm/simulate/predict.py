@@ -168,7 +168,8 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     p = len(placement)
     paths = path_table(topology, placement)
     if name in nccl.CLOSED:
-        return nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
+        res = nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
+        return None if res is None else dataclasses.replace(res, redop=redop)
     alg = get_algorithm(coll, nccl.schedule_of(coll.name, name))
     kw = dict(params)
     accepted = {k for k, _ in alg.params}

@@ -24,6 +24,7 @@ import yaml
 from ..errors import ConfigError
 from ..hardware import (GPU_FABRIC_KINDS, get_gpu, get_link_tech, get_nic, get_nvswitch,
                         nic_names)
+from ..limits import check_model_ranks
 from .model import Device, Link, Topology
 from .yamlio import topology_from_dict
 
@@ -116,6 +117,7 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     K = G if gpus_per_node is None else _int_option("gpus_per_node", gpus_per_node, 1)
     if K > G:
         raise ConfigError(f"gpus_per_node {K} is more than {name} has: allowed 1..{G}")
+    check_model_ranks(nodes, K)
 
     # --- GPU model ------------------------------------------------------------------------
     if gpu is not None:

@@ -25,6 +25,7 @@ import numpy as np
 import yaml
 
 from ..errors import ConfigError, TopologyError
+from ..limits import read_text
 
 DEVICE_KINDS = ("gpu", "cpu", "pcie_switch", "nvswitch", "nic", "switch", "memory")
 # Devices a route may pass through. A GPU or a NIC is never a router, host memory only a
@@ -258,16 +259,14 @@ class Topology:
         except yaml.YAMLError as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise TopologyError(f"{where}: not valid YAML ({first})") from None
+        except RecursionError:
+            raise TopologyError(f"{where}: YAML nested too deeply to be a topology") from None
         return cls.from_dict(data, where)
 
     @classmethod
     def load(cls, path) -> "Topology":
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read topology file {str(p)!r}: {e.strerror}") from None
-        return cls.from_yaml(text, where=str(p))
+        return cls.from_yaml(read_text(p, "topology file"), where=str(p))
 
     def __str__(self) -> str:
         kinds = {}

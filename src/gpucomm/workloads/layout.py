@@ -109,6 +109,13 @@ def validate(model: ModelConfig, lay: Layout, world: int | None = None) -> Layou
     if lay.vpp > 1 and (lay.pp == 1 or math.ceil(model.layers / lay.pp) < lay.vpp):
         raise ConfigError(f"vpp={lay.vpp} needs pp > 1 and at least vpp layers per stage "
                           f"({model.layers} layers / pp={lay.pp})")
+    per_stage = math.ceil(model.layers / lay.pp)
+    if lay.vpp > 1 and per_stage % lay.vpp:
+        # Megatron-LM: the layers of a pipeline stage split evenly into its virtual stages
+        ok = [d for d in _divisors(per_stage)]
+        raise ConfigError(f"vpp={lay.vpp} does not divide the {per_stage} layers per stage "
+                          f"({model.layers} layers / pp={lay.pp}): valid vpp are "
+                          f"{', '.join(map(str, ok))}")
     if lay.ep > 1:
         if not model.moe:
             raise ConfigError(f"ep={lay.ep} but {model.name} is dense: ep must be 1")

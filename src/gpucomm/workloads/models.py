@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from ..limits import read_text
 
 MLP_KINDS = {"swiglu": 3, "gelu": 2}  # weight matrices of h x ffn in one MLP
 _REQUIRED = ("name", "layers", "hidden", "ffn", "heads", "vocab")
@@ -161,14 +162,17 @@ def list_models() -> list[str]:
 def load_model(path) -> ModelConfig:
     """A model config from a YAML file of the shipped configs' shape."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read model config {str(p)!r}: {e.strerror}") from None
+    text = read_text(p, "model config")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"model config {str(p)!r} is not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        why = (getattr(e, "problem", None) or str(e).splitlines()[0] or type(e).__name__) + (
+            f", line {mark.line + 1}" if mark is not None else "")
+        raise ConfigError(f"model config {str(p)!r} is not valid YAML: {why}") from None
+    except RecursionError:
+        raise ConfigError(f"model config {str(p)!r}: YAML nested too deeply to be a model "
+                          "config") from None
     return ModelConfig.from_dict(data, str(p))
 
 

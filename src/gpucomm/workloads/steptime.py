@@ -27,6 +27,7 @@ import functools
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
 from .compute import (BF16, Memory, kv_heads_per_gpu, layer_forward_flops,
@@ -71,6 +72,7 @@ def make_cluster(system: str, nodes: int, nic: str | None = None, **options) -> 
         raise ConfigError(f"nodes must be an integer >= 1, got {nodes!r}")
     opts = tuple(sorted(options.items()))
     one = _topology(system, 1, nic, opts)
+    check_model_ranks(nodes, one.gpus_per_node)
     gpu_model = next(d.model for d in one.devices if d.name == one.ranks[0])
     return Cluster(system, nodes, nic, one.gpus_per_node, get_gpu(gpu_model), opts)
 
