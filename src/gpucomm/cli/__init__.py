@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     except GpucommError as e:
         print(f"gpucomm {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM/SIGHUP where a command maps them
+        return getattr(e, "status", 130)
     except BrokenPipeError:
         return 0

@@ -46,6 +46,7 @@ DONE = 0xFFFFFFFF
 # control segment layout, in int64 words
 PROG, PID, STATE, GEN, CAP, IN_ADDR, OUT_ADDR = 0, 8, 9, 10, 11, 12, 13  # progress: own line
 IN_PLACE = 14  # this call's input is its output (a broadcast root's peers read it)
+WAITING = 15  # 1 + the rank this one is blocked on (0: none), so a timeout names the culprit
 DESC = 16  # 8 words: seq, collective, algorithm hash, nranks, root, block count, dtype, op
 ACK = 32  # + j: generation of rank j's data segment that this rank has mapped
 P2P = 32 + 64  # + 4j: messages sent to j, their nbytes, dtype, generation of the segment for j
@@ -476,21 +477,26 @@ class ShmTransport:
                     return
         yield_until = t0 + 0.02
         pause, next_check = 50e-6, time.monotonic() + 0.02
-        while prog[word] < need:
-            now = time.monotonic()
-            if now >= next_check:
-                self._check_alive(q, need, word)
-                if now >= deadline:
-                    raise CommTimeout(self._timeout_text(q, need, word))
-                next_check = now + 0.02
-            if time.perf_counter() < yield_until:
-                os.sched_yield()
-                for _ in range(32):
-                    if prog[word] >= need:
-                        return
-            else:
-                time.sleep(pause)
-                pause = min(pause * 1.5, 1e-3)
+        self._me[WAITING] = q + 1
+        try:
+            while prog[word] < need:
+                now = time.monotonic()
+                if now >= next_check:
+                    self._check_alive(q, need, word)
+                    if now >= deadline:
+                        self._unlink_peer(q)  # the job is over: q may never run again
+                        raise CommTimeout(self._timeout_text(q, need, word))
+                    next_check = now + 0.02
+                if time.perf_counter() < yield_until:
+                    os.sched_yield()
+                    for _ in range(32):
+                        if prog[word] >= need:
+                            return
+                else:
+                    time.sleep(pause)
+                    pause = min(pause * 1.5, 1e-3)
+        finally:
+            self._me[WAITING] = 0
 
     def _check_alive(self, q: int, need: int, word: int) -> None:
         prog = self._progs[q]
@@ -506,7 +512,7 @@ class ShmTransport:
             raise TransportError(f"rank {self.rank}: rank {q} has shut down{what} "
                                  f"(it left the job before this call)")
         if not pid_alive(self.pids[q]):
-            self._cleanup_dead(q)
+            self._unlink_peer(q)
             raise TransportError(f"rank {self.rank}: rank {q} (pid {self.pids[q]}) died{what} "
                                  f"(killed or crashed)")
 
@@ -523,12 +529,22 @@ class ShmTransport:
                      f"rank {q} has done {qdone} of the {need & DONE} actions this waits for")
         else:
             where = f"rank {q} has not sent/received the message"
+        chain = [q]  # q may itself be blocked on another rank: follow to the one that is not
+        while 0 < self._progs[chain[-1]][WAITING] <= self.nranks:
+            nxt = self._progs[chain[-1]][WAITING] - 1
+            if nxt == self.rank or nxt in chain:
+                break
+            chain.append(nxt)
+        if len(chain) > 1:
+            where += "; " + ", ".join(f"rank {a} waits for rank {b}"
+                                      for a, b in zip(chain, chain[1:]))
+            where += f": rank {chain[-1]} makes no progress (stopped or stuck?)"
         return (f"rank {self.rank}: {call[0]} call #{call[1]} timed out after {call[2]:g}s "
                 f"waiting for rank {q} ({where}); raise the limit with gpucomm.init(timeout=) "
                 f"or GPUCOMM_TIMEOUT")
 
-    def _cleanup_dead(self, q: int) -> None:
-        """A dead rank cannot unlink its own segments: do it for it."""
+    def _unlink_peer(self, q: int) -> None:
+        """A dead (or hopelessly stuck) rank cannot unlink its own segments: do it for it."""
         try:
             mm = self._ctrls[q].mm
             unlink_name(bytes(mm[NAME_OFF:NAME_OFF + 64]).rstrip(b"\0").decode())
