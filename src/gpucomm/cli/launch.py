@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from .common import positive_int
 
@@ -39,7 +40,8 @@ def _seconds(text: str) -> float:
 
 
 def cmd_launch(args) -> int:
-    from ..runtime.launch import launch, program
+    from ..runtime.launch import check_launch, launch, program
+    check_launch([sys.executable], args.nproc, args.timeout)  # -n and --timeout come first
     cmd = program(args.script, args.args, args.as_program)
     return launch(cmd, args.nproc, prefix=not args.no_prefix, timeout=args.timeout,
                   bind=not args.no_bind)
