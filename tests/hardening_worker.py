@@ -98,13 +98,14 @@ def torch_features():
         return t.clone()
     same("noncontiguous-all_reduce", noncontig)
 
-    def noncontig_bcast(g):
-        base = torch.arange(20.0).view(4, 5) + 100 * r
-        t = base[:, 1:3]
-        dist.broadcast(t, 0, group=g)
-        return base
-
-    same("noncontiguous-broadcast", noncontig_bcast)
+    # gloo broadcasts a non-contiguous view as if it were contiguous (it overwrote the wrong
+    # elements of rank 1's base in torch 2.13), so this one is checked against the answer
+    base = torch.arange(20.0).view(4, 5) + 100 * r
+    dist.broadcast(base[:, 1:3], 0)
+    want = torch.arange(20.0).view(4, 5) + 100 * r
+    want[:, 1:3] = torch.arange(20.0).view(4, 5)[:, 1:3]
+    print(f"RESULT rank {r} noncontiguous-broadcast "
+          f"{'same' if torch.equal(base, want) else f'differs: {base}'}", flush=True)
 
     def a2a_splits(g):
         ins = [[1, 2, 0], [3, 0, 1], [2, 2, 2]][r][:p] if p == 3 else [[1, 2], [3, 1]][r]
