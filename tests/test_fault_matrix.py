@@ -49,6 +49,14 @@ def _cases():
     return cases
 
 
+def _report(**row):
+    """One JSON line per case to $GPUCOMM_FAULT_REPORT (benchmarks/fault_matrix.py)."""
+    path = os.environ.get("GPUCOMM_FAULT_REPORT")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def _need(transport):
     if transport in ("torch", "backend"):
         pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
@@ -161,6 +169,9 @@ def test_a_killed_or_frozen_peer_is_named_by_every_survivor(transport, coll, vic
         # over torch/MPI a survivor blocked on a survivor that waits for the frozen rank
         # times out naming the rank it waited for: at least the ones waiting on it name it
         assert any(named), f"{case}: no survivor named rank {victim}: {results}"
+    _report(transport=transport, collective=coll, victim=victim, action=action, delay_s=delay,
+            seed=SEED, named=named, left=left,
+            to_error_s=max(results[r].get("since_progress_s", -1) for r in survivors))
     assert left == [], f"{case}: left in /dev/shm: {left}"
     # the next run on the same transport works
     results, out, left = _run(transport, coll, -1, "none", 0, tmp_path, 150)
