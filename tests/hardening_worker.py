@@ -6,6 +6,7 @@
     torch     torch.distributed on "gpucomm" against gloo: FSDP2, all_to_all_single with split
               sizes, bool, non-contiguous, BAND/BOR/BXOR; then gpucomm.init() under torchrun,
               then destroy and init the group again
+    torchrun-fail  rank 1 fails while rank 0 is in gpucomm.init()'s set-up
 """
 import os
 import sys
@@ -167,4 +168,14 @@ def torch_features():
     dist.destroy_process_group()
 
 
-{"threads": threads, "init": init, "hold": hold, "torch": torch_features}[mode]()
+def torchrun_fail():
+    """Rank 1 fails before gpucomm.init(); rank 0 is in its set-up when torchrun stops it."""
+    if os.environ["RANK"] == "1":
+        time.sleep(3)
+        raise SystemExit(3)
+    import gpucomm
+    gpucomm.init(timeout=120)
+
+
+{"threads": threads, "init": init, "hold": hold, "torch": torch_features,
+ "torchrun-fail": torchrun_fail}[mode]()
