@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from ..dtypes import get_dtype, check_op
 from ..errors import ConfigError, TransportError
 from ..limits import (MAX_LOCAL_RANKS, check_finite, check_host_memory, check_ranks,
                       check_size)
+from ..runtime.launch import signals_interrupt
 from .backends import BACKENDS, mpiexec, remove_stale_mpich, shm_names, unsupported
 from .table import format_table
 
@@ -81,13 +83,14 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         cmd = [sys.executable, "-m", "gpucomm.bench.sweep", path]
         logf = open(os.path.join(tmp, "log.txt"), "w+")
         before = shm_names() if backend == "mpi" else None
-        proc = _start(backend, nranks, cmd, logf)
+        proc = None
         try:
-            rows = _collect(proc, cfg["out"], on_row)
+            with signals_interrupt():  # SIGTERM/SIGHUP, like ^C, stop the ranks first
+                proc = _start(backend, nranks, cmd, logf)
+                rows = _collect(proc, cfg["out"], on_row)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+            if proc is not None:
+                _end(proc)
             if before is not None:  # what MPICH leaves when ranks die (a clean exit leaves none)
                 remove_stale_mpich(before)
         logf.seek(0)
@@ -158,8 +161,20 @@ def _collect(proc, path, on_row) -> list:
         time.sleep(0.05)
 
 
+def _end(proc, grace_s: float = 10.0) -> None:
+    """Stop the launcher (ours or mpiexec) the way that lets it stop its ranks and remove
+    their shared memory: SIGTERM, then SIGKILL if it outlasts `grace_s`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def _start(backend, nranks, cmd, logf):
-    import subprocess
     env = dict(os.environ)
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)

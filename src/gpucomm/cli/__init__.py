@@ -54,6 +54,6 @@ def main(argv=None) -> int:
         where = f" {e.filename!r}" if e.filename else ""
         print(f"gpucomm {args.command}: error:{where} {e.strerror or e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM/SIGHUP where a command maps them
+        return getattr(e, "status", 130)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from .common import positive_int
@@ -17,18 +18,30 @@ def register(sub) -> None:
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines")
     p.add_argument("--no-bind", action="store_true",
                    help="do not pin rank k to core k (pinning is on when ranks <= cores)")
-    p.add_argument("--timeout", type=float, default=None,
+    p.add_argument("--timeout", type=_seconds, default=None,
                    help="stop every rank after this many seconds (exit status 124)")
-    p.add_argument("script", help="a Python script (.py), or a program with -m/--exec")
+    p.add_argument("script", metavar="PROGRAM",
+                   help="a Python script (.py) run with this Python, or a program and its "
+                   "arguments as with mpirun (`launch -n 2 python3 x.py`)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.add_argument("--exec", dest="as_program", action="store_true",
-                   help="run SCRIPT as a program instead of a Python script")
+                   help="run PROGRAM as a program even if it ends in .py")
     p.set_defaults(func=cmd_launch)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds > 0")
+    return value
+
+
 def cmd_launch(args) -> int:
-    from ..runtime.launch import launch
-    cmd = [args.script, *args.args] if args.as_program else [sys.executable, args.script,
-                                                             *args.args]
+    from ..runtime.launch import check_launch, launch, program
+    check_launch([sys.executable], args.nproc, args.timeout)  # -n and --timeout come first
+    cmd = program(args.script, args.args, args.as_program)
     return launch(cmd, args.nproc, prefix=not args.no_prefix, timeout=args.timeout,
                   bind=not args.no_bind)

@@ -11,43 +11,11 @@ Transports implement `execute(schedule, inp, out, op, dtype, timeout)` for their
 """
 from __future__ import annotations
 
-import os
-
 from ..errors import ConfigError
 from .communicator import Communicator, Work, choose_algorithm
+from .job import (DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, env_int, job_env, resolve_timeout,
+                  shm_rendezvous)
 from .rendezvous import Rendezvous
-
-DEFAULT_TIMEOUT_S = 300.0
-
-
-def env_int(name: str, default=None) -> int:
-    text = os.environ.get(name)
-    if text is None or text == "":
-        if default is None:
-            raise ConfigError(f"environment variable {name} is not set: run under "
-                              f"`gpucomm launch -n N`, torchrun or mpiexec, or set RANK, "
-                              f"WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}={text!r} is not an integer") from None
-
-
-def resolve_timeout(timeout=None) -> float:
-    """init(timeout=) first, then GPUCOMM_TIMEOUT (seconds), then 300 s."""
-    if timeout is None:
-        text = os.environ.get("GPUCOMM_TIMEOUT")
-        if not text:
-            return DEFAULT_TIMEOUT_S
-        try:
-            timeout = float(text)
-        except ValueError:
-            raise ConfigError(f"GPUCOMM_TIMEOUT={text!r} is not a number of seconds") from None
-    if not timeout > 0:
-        raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}")
-    return float(timeout)
-
 
 TRANSPORTS = ("shm", "torch", "mpi")
 
@@ -59,7 +27,10 @@ def init(timeout=None, transport: str = "shm") -> Communicator:
     schedules over torch.distributed point-to-point: gloo on CPUs, NCCL when CUDA is there;
     any number of hosts, e.g. under `torchrun --nnodes N`) or "mpi" (over mpi4py, under
     mpiexec). For shm and torch it reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-    MASTER_PORT (WORLD_SIZE 1 needs none of the others); for mpi, MPI's own world.
+    MASTER_PORT (WORLD_SIZE 1 needs none of the others); shm under mpiexec reads MPI's
+    PMI_RANK/PMI_SIZE (or OMPI_COMM_WORLD_*) and agrees on a port over MPI, and under torchrun
+    meets through torchrun's store (see `job`); for mpi, MPI's own world.
+    `timeout`: seconds, finite, > 0 (every wait has a deadline).
 
     >>> comm = init()  # doctest: +SKIP
     >>> comm.rank, comm.world_size  # doctest: +SKIP
@@ -78,23 +49,16 @@ def init(timeout=None, transport: str = "shm") -> Communicator:
         from .mpi_transport import MPITransport, local_rank
         tr = MPITransport(timeout=timeout)
         return Communicator(tr.rank, tr.nranks, tr, timeout, local_rank(tr.engine.comm))
-    world = env_int("WORLD_SIZE", 1)
-    rank = env_int("RANK", 0 if world == 1 else None)
-    if world < 1 or not 0 <= rank < world:
-        raise ConfigError(f"RANK={rank} is out of range for WORLD_SIZE={world}: allowed are "
-                          f"0..{world - 1}")
-    local_rank = env_int("LOCAL_RANK", rank)
+    job = job_env()
     from .shm import ShmTransport
-    rdzv = None
-    if world > 1:
-        addr = os.environ.get("MASTER_ADDR") or "127.0.0.1"
-        rdzv = Rendezvous(rank, world, addr, env_int("MASTER_PORT"), timeout)
+    rdzv = shm_rendezvous(job, timeout)
     try:
-        tr = ShmTransport(rank, world, timeout, rdzv)
+        tr = ShmTransport(job.rank, job.world, timeout, rdzv)
     finally:
         if rdzv is not None:
             rdzv.close()
-    return Communicator(rank, world, tr, timeout, local_rank)
+    return Communicator(job.rank, job.world, tr, timeout, job.local_rank)
 
 
-__all__ = ["Communicator", "TRANSPORTS", "Work", "init", "choose_algorithm", "resolve_timeout"]
+__all__ = ["Communicator", "TRANSPORTS", "Work", "init", "choose_algorithm", "resolve_timeout",
+           "DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "Rendezvous", "env_int"]

@@ -18,7 +18,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..algorithms import REGISTRY, build
 from ..collectives import get_collective
-from ..errors import CommTimeout, ConfigError, GpucommError
+from ..errors import CommTimeout, ConfigError, GpucommError, TransportError
 from ..schedule import Schedule
 
 # "auto": what works best on shared memory, where a rank reads any peer directly. Few large
@@ -75,7 +75,10 @@ class Work:
         try:
             self._future.result(timeout=timeout)
         except TimeoutError:
-            raise CommTimeout(f"Work.wait timed out after {timeout:g}s") from None
+            if self._future.done():
+                raise  # the call itself timed out (a CommTimeout naming the rank)
+            raise CommTimeout(f"Work.wait timed out after {timeout:g}s (the call is still "
+                              f"running)") from None
         return True
 
 
@@ -85,12 +88,23 @@ class Communicator:
     Buffers: numpy arrays, CPU torch tensors, anything with the buffer protocol or DLPack;
     C-contiguous; every rank passes the same sizes and dtype. bfloat16 comes from torch
     tensors or `dtype="bfloat16"` on uint16 arrays.
+
+    Threads: a communicator serves the thread that created it; a call from any other thread
+    raises ConfigError before anything reaches a peer. Calls meet across ranks in program
+    order, and two threads cannot promise one order on every rank, so a lock would only turn
+    wrong answers into differently wrong ones. `async_op=True` runs calls in the background
+    in order. (`any_thread=True`, used by the torch backend, serialises calls from every
+    thread instead: torch.distributed's contract that every rank issues them in one order.)
     """
 
-    def __init__(self, rank: int, world_size: int, transport, timeout: float, local_rank=None):
+    def __init__(self, rank: int, world_size: int, transport, timeout: float, local_rank=None,
+                 any_thread: bool = False):
         self.rank, self.world_size, self.timeout = rank, world_size, timeout
         self.local_rank = rank if local_rank is None else local_rank
         self.transport = transport
+        self.any_thread = any_thread
+        self._owner = threading.get_ident()
+        self._closed = False
         self._pool = None
         self._schedules = {}
         self._pending = []
@@ -185,8 +199,7 @@ class Communicator:
         return sched
 
     def _call(self, coll, inp, out, op, dtype, algorithm, root, async_op):
-        if not 0 <= root < self.world_size:
-            raise ConfigError(f"root {root} is out of range: allowed are 0..{self.world_size - 1}")
+        root = self._check_root(root)
         ref = inp if inp is not None else out
         nbytes = ref.nbytes * (self.world_size if coll == "all_gather" else 1)
         sched = self.schedule(coll, nbytes, algorithm, root)
@@ -196,22 +209,45 @@ class Communicator:
                                                            self.timeout), async_op)
 
     def _submit(self, fn, async_op):
-        if not async_op:
+        self._check_usable()
+        if not async_op and not self.any_thread:
             self._drain()
             fn()
             return None
-        with self._lock:
+        with self._lock:  # any_thread: every call runs on the one worker, in arrival order
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucomm")
             fut = self._pool.submit(fn)
             self._pending.append(fut)
+        if not async_op:
+            self._drain()
+            return None
         return Work(fut)
 
     def _drain(self) -> None:
         """Calls run in program order: a blocking call first finishes the async ones."""
-        while self._pending:
-            fut = self._pending.pop(0)
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for fut in pending:
             fut.result()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise TransportError(f"rank {self.rank}: this communicator is closed (close() was "
+                                 f"called); make a new one with gpucomm.init()")
+        if not self.any_thread and threading.get_ident() != self._owner:
+            raise ConfigError(
+                f"rank {self.rank}: communicator called from thread "
+                f"{threading.current_thread().name!r}, but it serves only the thread that "
+                f"created it: calls must reach every rank in one order, which threads sharing "
+                f"a communicator cannot promise (use async_op=True, or one thread)")
+
+    def _check_root(self, root) -> int:
+        if isinstance(root, (bool, np.bool_)) or not isinstance(root, (int, np.integer)) \
+                or not 0 <= root < self.world_size:
+            raise ConfigError(f"root {root!r} is not a rank: allowed are the integers "
+                              f"0..{self.world_size - 1}")
+        return int(root)
 
     def _check_peer(self, peer) -> None:
         if not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.world_size \
@@ -221,6 +257,9 @@ class Communicator:
 
     def close(self) -> None:
         """Leave the job (also done at exit). Removes this rank's shared memory."""
+        if self._closed:
+            return
+        self._closed = True
         if self._pool is not None:
             try:
                 self._drain()

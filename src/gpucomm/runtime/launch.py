@@ -5,8 +5,11 @@ rank fails the others are stopped and the launcher exits non-zero.
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +19,67 @@ import time
 
 from ..errors import ConfigError
 from .segment import leftovers, unlink_name
+
+MAX_LOCAL_RANKS = 64  # the shm transport's limit (shm.MAX_RANKS)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP arrived; `status` is the exit status it stands for."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signal.Signals(signum).name}")
+        self.status = 128 + signum
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """While the block runs (main thread only), SIGTERM and SIGHUP raise `Interrupted` as
+    SIGINT raises KeyboardInterrupt, so whoever started processes stops them and cleans up
+    instead of dying and leaving them re-parented to init."""
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            saved[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
+def check_launch(cmd: list, nranks, timeout=None) -> None:
+    """ConfigError for what `launch` cannot run, before any rank starts."""
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or \
+            not 1 <= nranks <= MAX_LOCAL_RANKS:
+        raise ConfigError(f"-n must be an integer in 1..{MAX_LOCAL_RANKS} (the shm transport's "
+                          f"rank limit), got {nranks!r}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and
+                                    math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout!r}")
+    if not cmd:
+        raise ConfigError("nothing to launch: give a script or command")
+    prog = cmd[0]
+    found = shutil.which(prog) if os.sep not in prog else \
+        (prog if os.path.isfile(prog) and os.access(prog, os.X_OK) else None)
+    if found is None:
+        why = "is not an executable file" if os.path.exists(prog) else "does not exist"
+        if os.sep not in prog:
+            why = "is not on PATH"
+        raise ConfigError(f"cannot run {prog!r}: it {why}")
+
+
+def program(target: str, args: list, as_program: bool = False) -> list:
+    """The command for `gpucomm launch TARGET ARGS`: a .py file (or an existing file that is
+    not executable) runs under this Python; anything else is a program, as with mpirun."""
+    if not as_program and (target.endswith(".py") or
+                           (os.path.isfile(target) and not os.access(target, os.X_OK))):
+        if not os.path.isfile(target):
+            raise ConfigError(f"script {target!r} does not exist")
+        return [sys.executable, target, *args]
+    return [target, *args]
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
@@ -46,32 +110,34 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
     turns on one core while the other core serves something else. After every run, shared-memory segments the
     ranks left (named with this launch's session tag) are removed.
     """
-    if not isinstance(nranks, int) or nranks < 1:
-        raise ConfigError(f"-n must be an integer >= 1, got {nranks!r}")
-    if not cmd:
-        raise ConfigError("nothing to launch: give a script or command")
+    check_launch(cmd, nranks, timeout)
     out = out if out is not None else sys.stdout
     session, token = secrets.token_hex(6), secrets.token_hex(16)
     port = free_port()
     lock = threading.Lock()
     procs, pumps = [], []
     try:
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        pin = bind and 1 < nranks <= len(cores)
-        for r in range(nranks):
-            p = subprocess.Popen(cmd, env=rank_env(r, nranks, port, session, env, token),
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 start_new_session=True,
-                                 preexec_fn=_pinner(cores[r]) if pin else None)
-            procs.append(p)
-            t = threading.Thread(target=_pump, args=(p.stdout, r, prefix, out, lock),
-                                 daemon=True)
-            t.start()
-            pumps.append(t)
-        status = _watch(procs, grace_s, timeout)
-    except KeyboardInterrupt:
-        _stop(procs, grace_s)
-        status = 130
+        with signals_interrupt():
+            cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+            pin = bind and 1 < nranks <= len(cores)
+            for r in range(nranks):
+                try:
+                    p = subprocess.Popen(cmd, env=rank_env(r, nranks, port, session, env, token),
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         start_new_session=True,
+                                         preexec_fn=_pinner(cores[r]) if pin else None)
+                except OSError as e:
+                    raise ConfigError(f"cannot start rank {r} ({cmd[0]!r}): "
+                                      f"{e.strerror or e}") from None
+                procs.append(p)
+                t = threading.Thread(target=_pump, args=(p.stdout, r, prefix, out, lock),
+                                     daemon=True)
+                t.start()
+                pumps.append(t)
+            status = _watch(procs, grace_s, timeout)
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM/SIGHUP via signals_interrupt
+        _stop_quietly(procs, grace_s)
+        status = getattr(e, "status", 130)
     finally:
         _stop(procs, grace_s)
         for t in pumps:
@@ -79,6 +145,18 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
         for name in leftovers(session):
             unlink_name(name)
     return status
+
+
+def _stop_quietly(procs, grace_s) -> None:
+    """`_stop`, shielded from a second signal (a user pressing ^C twice, or TERM then HUP)."""
+    old = {sig: signal.signal(sig, signal.SIG_IGN)
+           for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
+        if threading.current_thread() is threading.main_thread() else {}
+    try:
+        _stop(procs, grace_s)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _pinner(core: int):

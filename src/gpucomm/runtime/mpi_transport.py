@@ -13,6 +13,8 @@ short message.
 """
 from __future__ import annotations
 
+import signal
+import threading
 import time
 
 import numpy as np
@@ -40,6 +42,7 @@ class MPIEngine:
         self.rank, self.nranks = self.comm.Get_rank(), self.comm.Get_size()
         # Report errors instead of aborting the job, so they reach the caller named by rank.
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        _survive_peer_failure_notice()
         tag_ub = self.comm.Get_attr(MPI.TAG_UB)
         self.tag_ub = int(tag_ub) if tag_ub else 32767
 
@@ -93,6 +96,17 @@ class MPIEngine:
                                  f"open at the deadline", True)
             if now - start > _SPIN_S:  # back off so ranks sharing cores can run
                 time.sleep(min(_MAX_SLEEP_S, (now - start) / 10))
+
+
+def _survive_peer_failure_notice() -> None:
+    """Hydra (MPICH's mpiexec, with -disable-auto-cleanup) tells the survivors of a dead rank
+    with SIGUSR1; MPICH's handler passes it on to the default action, which ends the process,
+    so the survivors would vanish instead of reporting the dead rank by number. Ignore it
+    (main thread; unless Python code installed its own handler): the failed requests and the
+    deadlines say which rank died."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def _bytes(buf: np.ndarray) -> np.ndarray:

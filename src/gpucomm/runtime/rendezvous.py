@@ -19,6 +19,7 @@ import json
 import os
 import selectors
 import socket
+import threading
 import time
 
 from ..errors import CommTimeout, TransportError
@@ -40,6 +41,7 @@ class Rendezvous:
         deadline = time.monotonic() + timeout
         if world == 1:
             return
+        self._where = _resolve(rank, addr, port, deadline, timeout)
         if rank == 0:
             self._serve(deadline)
         else:
@@ -50,7 +52,7 @@ class Rendezvous:
         srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            srv.bind((self.addr, self.port))
+            srv.bind(self._where)
         except OSError as e:
             srv.close()
             raise TransportError(f"rank 0 cannot listen on {self.addr}:{self.port} "
@@ -135,7 +137,7 @@ class Rendezvous:
     def _connect(self, deadline: float) -> None:
         while True:
             try:
-                s = socket.create_connection((self.addr, self.port),
+                s = socket.create_connection(self._where,
                                              timeout=max(0.05, deadline - time.monotonic()))
                 break
             except OSError:
@@ -146,7 +148,7 @@ class Rendezvous:
                 time.sleep(0.02)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = s
-        self._send(s, {"rank": self.rank, "world": self.world, "token": self.token})
+        self._send(s, {"rank": self.rank, "world": self.world, "token": self.token}, "rank 0")
 
     def _check_hello(self, line: bytes) -> tuple[dict | None, str]:
         """A connecting rank's hello, or why the connection is not one of ours."""
@@ -171,10 +173,10 @@ class Rendezvous:
             for r, conn in sorted(self._peers.items()):
                 got[r] = self._recv(conn, deadline, f"rank {r}")
             everything = [got[r] for r in range(self.world)]
-            for conn in self._peers.values():
-                self._send(conn, everything)
+            for r, conn in sorted(self._peers.items()):
+                self._send(conn, everything, f"rank {r}")
             return everything
-        self._send(self._sock, obj)
+        self._send(self._sock, obj, "rank 0")
         return self._recv(self._sock, deadline, "rank 0")
 
     def close(self) -> None:
@@ -187,9 +189,12 @@ class Rendezvous:
         self._peers, self._sock = {}, None
 
     # --- framing: one JSON document per line --------------------------------------------
-    @staticmethod
-    def _send(sock: socket.socket, obj) -> None:
-        sock.sendall(json.dumps(obj).encode() + b"\n")
+    def _send(self, sock: socket.socket, obj, who: str) -> None:
+        try:
+            sock.sendall(json.dumps(obj).encode() + b"\n")
+        except OSError as e:  # reset, broken pipe: the peer went away
+            raise TransportError(f"rank {self.rank}: rendezvous connection to {who} failed: "
+                                 f"{e.strerror or e} (it exited or was killed)") from None
 
     def _recv(self, sock: socket.socket, deadline: float, who: str):
         buf = self._buf.get(sock, b"")
@@ -212,7 +217,36 @@ class Rendezvous:
             buf += data
         line, rest = buf.split(b"\n", 1)
         self._buf[sock] = rest
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise TransportError(f"rank {self.rank}: {who} sent a malformed rendezvous "
+                                 f"message") from None
+
+
+def _resolve(rank: int, addr: str, port: int, deadline: float, timeout: float) -> tuple:
+    """MASTER_ADDR:MASTER_PORT as a socket address, looked up once and within the deadline
+    (getaddrinfo itself has no timeout, so it runs on a helper thread)."""
+    found: dict = {}
+
+    def look():
+        try:
+            found["addr"] = socket.getaddrinfo(addr, port, socket.AF_INET,
+                                               socket.SOCK_STREAM)[0][4]
+        except (OSError, UnicodeError, OverflowError) as e:
+            found["error"] = e
+
+    helper = threading.Thread(target=look, daemon=True, name="gpucomm-resolve")
+    helper.start()
+    helper.join(max(0.0, deadline - time.monotonic()))
+    if helper.is_alive():
+        raise CommTimeout(f"rank {rank}: looking up MASTER_ADDR {addr!r} took longer than the "
+                          f"{timeout:g}s timeout")
+    if "error" in found:
+        e = found["error"]
+        raise TransportError(f"rank {rank}: MASTER_ADDR {addr!r} (port {port}) does not "
+                             f"resolve to an IPv4 address: {getattr(e, 'strerror', None) or e}")
+    return found["addr"]
 
 
 def _ranks(rs) -> str:

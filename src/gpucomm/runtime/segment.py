@@ -40,10 +40,11 @@ class Segment:
         return len(self.mm)
 
     @classmethod
-    def create(cls, nbytes: int) -> "Segment":
+    def create(cls, nbytes: int, name: str | None = None) -> "Segment":
+        """A new segment; `name` (from `new_name`) when peers were told it beforehand."""
         if not os.path.isdir(SHM_DIR):
             raise TransportError(f"the shm transport needs {SHM_DIR} (Linux shared memory)")
-        name = new_name()
+        name = new_name() if name is None else name
         path = os.path.join(SHM_DIR, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:

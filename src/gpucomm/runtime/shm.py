@@ -23,7 +23,10 @@ x86-64 keeps stores and loads in program order (TSO), which is what this relies 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 import zlib
 
@@ -37,12 +40,13 @@ from . import cma, memcopy
 from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT
 from .plan import compile_plan
 from .push import fused_push, fused_result_push
-from .segment import Segment, unlink_name
+from .segment import Segment, new_name, unlink_name
 
 DONE = 0xFFFFFFFF
 # control segment layout, in int64 words
 PROG, PID, STATE, GEN, CAP, IN_ADDR, OUT_ADDR = 0, 8, 9, 10, 11, 12, 13  # progress: own line
 IN_PLACE = 14  # this call's input is its output (a broadcast root's peers read it)
+WAITING = 15  # 1 + the rank this one is blocked on (0: none), so a timeout names the culprit
 DESC = 16  # 8 words: seq, collective, algorithm hash, nranks, root, block count, dtype, op
 ACK = 32  # + j: generation of rank j's data segment that this rank has mapped
 P2P = 32 + 64  # + 4j: messages sent to j, their nbytes, dtype, generation of the segment for j
@@ -94,11 +98,6 @@ class ShmTransport:
         self.broken = None  # the error that broke this communicator
         self._plans: dict = {}
         self._tmp = None  # cache-sized buffer for reductions read by cross-memory attach
-        self._ctrl = Segment.create(CTRL_BYTES)
-        self._mine = self._ctrl.mm
-        self._me = memoryview(self._mine).cast("q")
-        self._me[PID] = os.getpid()
-        self._me[PROG] = DONE  # "call 0 is finished"
         self._data: Segment | None = None
         self._data_views: dict = {}
         self._peer_data: dict = {}  # q -> (gen, Segment)
@@ -108,41 +107,69 @@ class ShmTransport:
         self._ctrls = [None] * nranks
         self._progs = [None] * nranks
         self.pids = [0] * nranks
-        self._ctrls[rank], self._progs[rank], self.pids[rank] = self._ctrl, self._me, os.getpid()
+        self._ctrl = None
+        # Set-up is the one stretch where this rank's control segment has a name in /dev/shm
+        # (peers map it by name). Names are announced before the segments exist, so when a
+        # rank dies here the others remove every announced name as their set-up fails with
+        # it; SIGTERM/SIGHUP (how torchrun stops ranks) unwind through the same path.
+        names: list = []
         try:
-            self._connect(rendezvous)
+            with _signals_exit():
+                self._connect(rendezvous, names)
         except BaseException:
-            self._ctrl.close()  # a failed start leaves nothing behind
+            if self._ctrl is not None:
+                self._ctrl.close()
+            for name in names:
+                unlink_name(name)
             raise
         self._ctrl.unlink()
+        for name in names:  # every rank mapped every one: a rank that died just now leaks none
+            unlink_name(name)
         self._me[STATE] = RUNNING
 
-    def _connect(self, rendezvous) -> None:
-        """Map every peer's control segment and agree on cross-memory attach."""
+    def _create_ctrl(self, name=None) -> None:
+        self._ctrl = Segment.create(CTRL_BYTES, name)
+        self._mine = self._ctrl.mm
+        self._me = memoryview(self._mine).cast("q")
+        self._me[PID] = os.getpid()
+        self._me[PROG] = DONE  # "call 0 is finished"
+        me = self.rank
+        self._ctrls[me], self._progs[me], self.pids[me] = self._ctrl, self._me, os.getpid()
+
+    def _connect(self, rendezvous, names: list) -> None:
+        """Create this rank's control segment, map every peer's and agree on cross-memory
+        attach; `names` collects the control-segment names announced so far."""
         rank, nranks = self.rank, self.nranks
-        if nranks > 1:
-            info = rendezvous.allgather({"ctrl": self._ctrl.name, "pid": os.getpid(),
-                                         "host": os.uname().nodename})
-            hosts = {i["host"] for i in info}
-            if len(hosts) > 1:
-                raise TransportError(f"the shm transport needs every rank on one host; ranks run "
-                                     f"on {', '.join(sorted(hosts))}")
-            for q, i in enumerate(info):
-                if q != rank:
-                    self._ctrls[q] = Segment.attach(i["ctrl"])
-                    self._progs[q] = memoryview(self._ctrls[q].mm).cast("q")
-                    self.pids[q] = i["pid"]
-            # Cross-memory attach only if every rank can read every peer (and nobody opted out).
-            magic = np.frombuffer(os.urandom(16), np.uint8).copy()
-            addr = magic.__array_interface__["data"][0]
-            want = os.environ.get("GPUCOMM_CMA", "1") != "0"
-            probes = rendezvous.allgather({"addr": addr, "magic": magic.tobytes().hex(),
-                                           "want": want})
-            ok = want and all(cma.probe(self.pids[q], pr["addr"], bytes.fromhex(pr["magic"]))
-                              for q, pr in enumerate(probes) if q != rank)
-            oks = rendezvous.allgather({"ok": ok})  # everyone mapped every control segment too
-            self.cma = all(o["ok"] for o in oks)
-            del magic
+        if nranks == 1:
+            self._create_ctrl()
+            return
+        mine = new_name()
+        names.append(mine)
+        info = rendezvous.allgather({"ctrl": mine, "pid": os.getpid(),
+                                     "host": os.uname().nodename})
+        names[:] = [i["ctrl"] for i in info]
+        self._create_ctrl(mine)
+        rendezvous.allgather({"created": True})
+        hosts = {i["host"] for i in info}
+        if len(hosts) > 1:
+            raise TransportError(f"the shm transport needs every rank on one host; ranks run "
+                                 f"on {', '.join(sorted(hosts))}")
+        for q, i in enumerate(info):
+            if q != rank:
+                self._ctrls[q] = Segment.attach(i["ctrl"])
+                self._progs[q] = memoryview(self._ctrls[q].mm).cast("q")
+                self.pids[q] = i["pid"]
+        # Cross-memory attach only if every rank can read every peer (and nobody opted out).
+        magic = np.frombuffer(os.urandom(16), np.uint8).copy()
+        addr = magic.__array_interface__["data"][0]
+        want = os.environ.get("GPUCOMM_CMA", "1") != "0"
+        probes = rendezvous.allgather({"addr": addr, "magic": magic.tobytes().hex(),
+                                       "want": want})
+        ok = want and all(cma.probe(self.pids[q], pr["addr"], bytes.fromhex(pr["magic"]))
+                          for q, pr in enumerate(probes) if q != rank)
+        oks = rendezvous.allgather({"ok": ok})  # everyone mapped every control segment too
+        self.cma = all(o["ok"] for o in oks)
+        del magic
 
     # --- the data buffer --------------------------------------------------------------
     def _ensure_capacity(self, nbytes: int) -> None:
@@ -450,21 +477,26 @@ class ShmTransport:
                     return
         yield_until = t0 + 0.02
         pause, next_check = 50e-6, time.monotonic() + 0.02
-        while prog[word] < need:
-            now = time.monotonic()
-            if now >= next_check:
-                self._check_alive(q, need, word)
-                if now >= deadline:
-                    raise CommTimeout(self._timeout_text(q, need, word))
-                next_check = now + 0.02
-            if time.perf_counter() < yield_until:
-                os.sched_yield()
-                for _ in range(32):
-                    if prog[word] >= need:
-                        return
-            else:
-                time.sleep(pause)
-                pause = min(pause * 1.5, 1e-3)
+        self._me[WAITING] = q + 1
+        try:
+            while prog[word] < need:
+                now = time.monotonic()
+                if now >= next_check:
+                    self._check_alive(q, need, word)
+                    if now >= deadline:
+                        self._unlink_peer(q)  # the job is over: q may never run again
+                        raise CommTimeout(self._timeout_text(q, need, word))
+                    next_check = now + 0.02
+                if time.perf_counter() < yield_until:
+                    os.sched_yield()
+                    for _ in range(32):
+                        if prog[word] >= need:
+                            return
+                else:
+                    time.sleep(pause)
+                    pause = min(pause * 1.5, 1e-3)
+        finally:
+            self._me[WAITING] = 0
 
     def _check_alive(self, q: int, need: int, word: int) -> None:
         prog = self._progs[q]
@@ -480,7 +512,7 @@ class ShmTransport:
             raise TransportError(f"rank {self.rank}: rank {q} has shut down{what} "
                                  f"(it left the job before this call)")
         if not pid_alive(self.pids[q]):
-            self._cleanup_dead(q)
+            self._unlink_peer(q)
             raise TransportError(f"rank {self.rank}: rank {q} (pid {self.pids[q]}) died{what} "
                                  f"(killed or crashed)")
 
@@ -497,12 +529,22 @@ class ShmTransport:
                      f"rank {q} has done {qdone} of the {need & DONE} actions this waits for")
         else:
             where = f"rank {q} has not sent/received the message"
+        chain = [q]  # q may itself be blocked on another rank: follow to the one that is not
+        while 0 < self._progs[chain[-1]][WAITING] <= self.nranks:
+            nxt = self._progs[chain[-1]][WAITING] - 1
+            if nxt == self.rank or nxt in chain:
+                break
+            chain.append(nxt)
+        if len(chain) > 1:
+            where += "; " + ", ".join(f"rank {a} waits for rank {b}"
+                                      for a, b in zip(chain, chain[1:]))
+            where += f": rank {chain[-1]} makes no progress (stopped or stuck?)"
         return (f"rank {self.rank}: {call[0]} call #{call[1]} timed out after {call[2]:g}s "
                 f"waiting for rank {q} ({where}); raise the limit with gpucomm.init(timeout=) "
                 f"or GPUCOMM_TIMEOUT")
 
-    def _cleanup_dead(self, q: int) -> None:
-        """A dead rank cannot unlink its own segments: do it for it."""
+    def _unlink_peer(self, q: int) -> None:
+        """A dead (or hopelessly stuck) rank cannot unlink its own segments: do it for it."""
         try:
             mm = self._ctrls[q].mm
             unlink_name(bytes(mm[NAME_OFF:NAME_OFF + 64]).rstrip(b"\0").decode())
@@ -594,6 +636,25 @@ class ShmTransport:
         for _, seg in [*self._peer_data.values(), *self._p2p_in.values()]:
             seg.close()
         self._ctrl.unlink()
+
+
+@contextlib.contextmanager
+def _signals_exit():
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal) while the block runs (main thread
+    only, and only where the default action would kill the process), so cleanup runs."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                saved[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
 
 
 def pid_alive(pid: int) -> bool:

@@ -11,35 +11,16 @@ Buffers are CPU tensors, contiguous; reductions as `gpucomm.dtypes` defines them
 """
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
+from ..runtime.store_rendezvous import StoreRendezvous
 
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
         dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
-
-
-class StoreRendezvous:
-    """The shm transport's rendezvous (`allgather` of small JSON objects) over the c10d
-    store torch.distributed already set up, so no extra port is needed."""
-
-    def __init__(self, store, rank: int, world: int, timeout: float):
-        self.store, self.rank, self.world, self.timeout = store, rank, world, timeout
-        self.round = 0
-
-    def allgather(self, obj):
-        self.round += 1
-        keys = [f"gpucomm/rdzv/{self.round}/{r}" for r in range(self.world)]
-        self.store.set(keys[self.rank], json.dumps(obj))
-        self.store.wait(keys, timedelta(seconds=self.timeout))
-        return [json.loads(self.store.get(k)) for k in keys]
-
-    def close(self) -> None:
-        pass
 
 
 class GpucommWork(dist.Work):
@@ -84,19 +65,61 @@ class GpucommWork(dist.Work):
         return self._future
 
 
-def _op(opts) -> str:
+_BITWISE = {dist.ReduceOp.BAND: "bitwise_and", dist.ReduceOp.BOR: "bitwise_or",
+            dist.ReduceOp.BXOR: "bitwise_xor"}
+# bool tensors travel as uint8; a sum of booleans is "any" (torch's and gloo's bool + bool),
+# a product "all"
+_BOOL_OPS = {"sum": "max", "prod": "min", "min": "min", "max": "max"}
+
+
+def _op(opts, dtype=None) -> str:
+    """gpucomm's name for the reduction (numpy's bitwise ufunc name for BAND/BOR/BXOR)."""
     op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
-    for k, v in _OPS.items():
-        if op == k:
-            return v
-    raise ConfigError(f"reduce op {op} is not supported by gpucomm: allowed are "
-                      f"{', '.join(str(k) for k in _OPS)}")
+    for table in (_OPS, _BITWISE):
+        for k, v in table.items():
+            if op == k:
+                if v.startswith("bitwise") and dtype is not None and \
+                        (dtype.is_floating_point or dtype.is_complex):
+                    raise ConfigError(f"{str(k).split('.')[-1]} needs an integer or bool "
+                                      f"tensor, got {dtype}")
+                if dtype == torch.bool and not v.startswith("bitwise"):
+                    if v not in _BOOL_OPS:
+                        raise ConfigError(f"reduce op {v} is not defined for bool tensors: "
+                                          f"allowed are SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR")
+                    return _BOOL_OPS[v]
+                return v
+    raise ConfigError(f"reduce op {op} is not supported by gpucomm: allowed are SUM, PRODUCT, "
+                      f"MIN, MAX, AVG, and BAND, BOR, BXOR on integer and bool tensors")
 
 
-def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
-    if not t.is_contiguous():
-        raise ConfigError(f"{what} must be contiguous")
-    return t.view(-1)
+class _Staging:
+    """Flat buffers the communicator can take, for tensors of any layout: contiguous tensors
+    are viewed (no copy), others copied into a contiguous buffer and copied back once the
+    call is done; bool is viewed as uint8."""
+
+    def __init__(self):
+        self.back = []  # (tensor, contiguous copy) to write back
+
+    def flat(self, t: torch.Tensor, written: bool = True) -> torch.Tensor:
+        if t.is_contiguous():
+            f = t.view(-1)
+        else:
+            c = t.contiguous()
+            if written:
+                self.back.append((t, c))
+            f = c.view(-1)
+        return f.view(torch.uint8) if f.dtype == torch.bool else f
+
+    def work(self, comm, work, result) -> "GpucommWork":
+        """The call's Work; with copies to write back, it finishes the call first."""
+        if not self.back:
+            return GpucommWork(work, result)
+        if work is not None:
+            work.wait()
+        comm._drain()
+        for t, c in self.back:
+            t.copy_(c)
+        return GpucommWork(None, result)
 
 
 class GpucommProcessGroup(dist.ProcessGroup):
@@ -104,6 +127,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
         super().__init__(comm.rank, comm.world_size)
         self.comm = comm
         self.calls: dict = {}  # collective -> calls, to see what a client (DDP, FSDP) uses
+        self._group_name = self._group_desc = ""
 
     def _count(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -115,13 +139,47 @@ class GpucommProcessGroup(dist.ProcessGroup):
     def supports_splitting(self) -> bool:
         return False
 
+    # torch keeps a group's name on its C++ backends, and this group has none (it is its own
+    # backend), so the name lives here: DeviceMesh / FSDP2 look groups up by it.
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
+
+    def shutdown(self) -> None:
+        self.comm.close()
+
     # --- collectives ----------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         self._count("allreduce")
-        op = _op(opts)
-        works = [self.comm.all_reduce(_flat(t, "allreduce tensor"), op, async_op=True)
-                 for t in tensors]
-        return GpucommWork(_last(works), list(tensors))
+        st, works = _Staging(), []
+        for t in tensors:
+            op = _op(opts, t.dtype)
+            if op.startswith("bitwise"):
+                works.append(self._bitwise(st.flat(t), op, None))
+            else:
+                works.append(self.comm.all_reduce(st.flat(t), op, async_op=True))
+        return st.work(self.comm, _last(works), list(tensors))
+
+    def _bitwise(self, flat: torch.Tensor, op: str, root) -> None:
+        """BAND/BOR/BXOR (no gpucomm schedule reduces bitwise): every rank's tensor gathered,
+        reduced here; with `root`, only the root's tensor is written."""
+        gathered = torch.empty(flat.numel() * self.size(), dtype=flat.dtype)
+        self.comm.all_gather(gathered, flat)
+        if root is None or self.rank() == root:
+            import numpy as np
+            red = getattr(np, op).reduce(gathered.numpy().reshape(self.size(), -1), axis=0)
+            flat.copy_(torch.from_numpy(red))
+        return None
 
     def allreduce_coalesced(self, tensors, opts=None):
         self._count("allreduce_coalesced")
@@ -129,30 +187,29 @@ class GpucommProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts):
         self._count("broadcast")
-        root = opts.rootRank
-        works = [self.comm.broadcast(_flat(t, "broadcast tensor"), root, async_op=True)
-                 for t in tensors]
-        return GpucommWork(_last(works), list(tensors))
+        root, st = opts.rootRank, _Staging()
+        works = [self.comm.broadcast(st.flat(t), root, async_op=True) for t in tensors]
+        return st.work(self.comm, _last(works), list(tensors))
 
     def _allgather_base(self, output, input, opts=None):
         self._count("_allgather_base")
-        w = self.comm.all_gather(_flat(output, "all-gather output"),
-                                 _flat(input, "all-gather input"), async_op=True)
-        return GpucommWork(w, [output])
+        st = _Staging()
+        w = self.comm.all_gather(st.flat(output), st.flat(input, False), async_op=True)
+        return st.work(self.comm, w, [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         self._count("allgather_into_tensor_coalesced")
-        works = [self.comm.all_gather(_flat(o, "output"), _flat(i, "input"), async_op=True)
+        st = _Staging()
+        works = [self.comm.all_gather(st.flat(o), st.flat(i, False), async_op=True)
                  for o, i in zip(outputs, inputs)]
-        return GpucommWork(_last(works), list(outputs))
+        return st.work(self.comm, _last(works), list(outputs))
 
     def allgather(self, output_lists, inputs, opts=None):
         self._count("allgather")
-        works, staged = [], []
+        st, staged = _Staging(), []
         for outs, inp in zip(output_lists, inputs):
             flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype)
-            works.append(self.comm.all_gather(flat, _flat(inp, "all-gather input"),
-                                              async_op=True))
+            self.comm.all_gather(st.flat(flat), st.flat(inp, False), async_op=True)
             staged.append((flat, outs))
         self.comm._drain()  # the list form copies out afterwards: finish now
         for flat, outs in staged:
@@ -162,44 +219,61 @@ class GpucommProcessGroup(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         self._count("_reduce_scatter_base")
-        w = self.comm.reduce_scatter(_flat(output, "reduce-scatter output"),
-                                     _flat(input, "reduce-scatter input"), _op(opts),
-                                     async_op=True)
-        return GpucommWork(w, [output])
+        st = _Staging()
+        w = self.comm.reduce_scatter(st.flat(output), st.flat(input, False),
+                                     _reducing_op(opts, input.dtype), async_op=True)
+        return st.work(self.comm, w, [output])
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._count("reduce_scatter_tensor_coalesced")
-        op = _op(opts)
-        works = [self.comm.reduce_scatter(_flat(o, "output"), _flat(i, "input"), op,
-                                          async_op=True) for o, i in zip(outputs, inputs)]
-        return GpucommWork(_last(works), list(outputs))
+        st = _Staging()
+        works = [self.comm.reduce_scatter(st.flat(o), st.flat(i, False),
+                                          _reducing_op(opts, i.dtype), async_op=True)
+                 for o, i in zip(outputs, inputs)]
+        return st.work(self.comm, _last(works), list(outputs))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         self._count("reduce_scatter")
-        op = _op(opts)
+        st = _Staging()
         for out, ins in zip(outputs, input_lists):
             flat = torch.cat([i.reshape(-1) for i in ins])
-            self.comm.reduce_scatter(_flat(out, "reduce-scatter output"), flat, op)
-        return GpucommWork(None, list(outputs))
+            self.comm.reduce_scatter(st.flat(out), st.flat(flat, False),
+                                     _reducing_op(opts, flat.dtype))
+        return st.work(self.comm, None, list(outputs))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         self._count("alltoall_base")
-        if output_split_sizes or input_split_sizes:
-            raise ConfigError("gpucomm all_to_all needs equal splits (no split sizes)")
-        w = self.comm.all_to_all(_flat(output, "all-to-all output"),
-                                 _flat(input, "all-to-all input"), async_op=True)
-        return GpucommWork(w, [output])
+        st = _Staging()
+        if not output_split_sizes and not input_split_sizes:
+            w = self.comm.all_to_all(st.flat(output), st.flat(input, False), async_op=True)
+            return st.work(self.comm, w, [output])
+        outs = _rows(st.flat(output).view(output.shape), output_split_sizes, self.size(),
+                     "output")
+        ins = _rows(st.flat(input, False).view(input.shape), input_split_sizes, self.size(),
+                    "input")
+        return st.work(self.comm, self._exchange(outs, ins), [output])
+
+    def _exchange(self, outs, ins):
+        """All-to-all of pieces of any sizes, over point-to-point: in step k rank r sends to
+        r+k and receives from r-k (sends are buffered, so no step waits on a later one)."""
+        p, r = self.size(), self.rank()
+        if outs[r].numel() != ins[r].numel():
+            raise ConfigError(f"rank {r}: all_to_all keeps {ins[r].numel()} elements for "
+                              f"itself but expects {outs[r].numel()} back from itself")
+        outs[r].copy_(ins[r])
+        work = None
+        for k in range(1, p):
+            dst, src = (r + k) % p, (r - k) % p
+            self.comm.send(ins[dst], dst, async_op=True)
+            work = self.comm.recv(outs[src], src, async_op=True)
+        return work
 
     def alltoall(self, outputs, inputs, opts=None):
         self._count("alltoall")
-        out = torch.empty(sum(o.numel() for o in outputs), dtype=outputs[0].dtype)
-        inp = torch.cat([i.reshape(-1) for i in inputs])
-        self.comm.all_to_all(out, inp)
-        off = 0
-        for o in outputs:
-            o.copy_(out[off:off + o.numel()].view_as(o))
-            off += o.numel()
-        return GpucommWork(None, list(outputs))
+        st = _Staging()
+        outs = [st.flat(o) for o in outputs]
+        ins = [st.flat(i, False) for i in inputs]
+        return st.work(self.comm, self._exchange(outs, ins), list(outputs))
 
     def barrier(self, opts=None):
         self._count("barrier")
@@ -207,14 +281,15 @@ class GpucommProcessGroup(dist.ProcessGroup):
 
     def send(self, tensors, dst, tag=0):
         self._count("send")
-        works = [self.comm.send(_flat(t, "send tensor"), dst, async_op=True) for t in tensors]
-        return GpucommWork(_last(works), list(tensors))
+        st = _Staging()
+        works = [self.comm.send(st.flat(t, False), dst, async_op=True) for t in tensors]
+        return st.work(self.comm, _last(works), list(tensors))
 
     def recv(self, tensors, src, tag=0):
         self._count("recv")
-        works = [self.comm.recv(_flat(t, "recv tensor"), src, async_op=True) for t in tensors]
-        return GpucommWork(_last(works), list(tensors))
-
+        st = _Staging()
+        works = [self.comm.recv(st.flat(t), src, async_op=True) for t in tensors]
+        return st.work(self.comm, _last(works), list(tensors))
 
     # torch >= 2.10 calls these names for the tensor forms
     def all_gather_single(self, output, input, opts=None):
@@ -236,32 +311,68 @@ class GpucommProcessGroup(dist.ProcessGroup):
     # --- rooted ---------------------------------------------------------------------------
     def reduce(self, tensors, opts):
         self._count("reduce")
-        op, root = _op(opts), opts.rootRank
-        works = [self.comm.reduce(_flat(t, "reduce tensor"), root, op, async_op=True)
-                 for t in tensors]
-        return GpucommWork(_last(works), list(tensors))
+        root, st, works = opts.rootRank, _Staging(), []
+        for t in tensors:
+            op = _op(opts, t.dtype)
+            if op.startswith("bitwise"):
+                works.append(self._bitwise(st.flat(t), op, root))
+            else:
+                works.append(self.comm.reduce(st.flat(t), root, op, async_op=True))
+        return st.work(self.comm, _last(works), list(tensors))
 
     def gather(self, output_lists, inputs, opts):
         self._count("gather")
         root = opts.rootRank
+        st = _Staging()
         for k, inp in enumerate(inputs):  # only the root passes output lists
             outs = output_lists[k] if self.rank() == root else ()
             flat = torch.empty(inp.numel() * self.size(), dtype=inp.dtype) \
                 if self.rank() == root else None
-            self.comm.gather(flat, _flat(inp, "gather input"), root)
+            self.comm.gather(None if flat is None else st.flat(flat), st.flat(inp, False), root)
             if flat is not None:
-                for k, o in enumerate(outs):
-                    o.copy_(flat[k * o.numel():(k + 1) * o.numel()].view_as(o))
+                for j, o in enumerate(outs):
+                    o.copy_(flat[j * o.numel():(j + 1) * o.numel()].view_as(o))
         return GpucommWork(None, output_lists)
 
     def scatter(self, outputs, input_lists, opts):
         self._count("scatter")
         root = opts.rootRank
+        st = _Staging()
         for k, out in enumerate(outputs):  # only the root passes input lists
             flat = torch.cat([i.reshape(-1) for i in input_lists[k]]) \
                 if self.rank() == root else None
-            self.comm.scatter(_flat(out, "scatter output"), flat, root)
-        return GpucommWork(None, list(outputs))
+            self.comm.scatter(st.flat(out), None if flat is None else st.flat(flat, False),
+                              root)
+        return st.work(self.comm, None, list(outputs))
+
+
+def _reducing_op(opts, dtype) -> str:
+    op = _op(opts, dtype)
+    if op.startswith("bitwise"):
+        raise ConfigError("BAND, BOR and BXOR are served by all_reduce and reduce; "
+                          "reduce_scatter takes SUM, PRODUCT, MIN, MAX and AVG")
+    return op
+
+
+def _rows(t: torch.Tensor, splits, p: int, what: str) -> list:
+    """`t` cut along dim 0 into p flat pieces of `splits` rows (equal when none given)."""
+    rows = t.shape[0] if t.dim() else 1
+    if not splits:
+        if rows % p:
+            raise ConfigError(f"all_to_all {what} has {rows} rows, not divisible by {p} ranks: "
+                              f"pass {what}_split_sizes")
+        splits = [rows // p] * p
+    splits = [int(x) for x in splits]
+    if len(splits) != p or any(x < 0 for x in splits) or sum(splits) != rows:
+        raise ConfigError(f"all_to_all {what}_split_sizes {splits} must be {p} sizes >= 0 "
+                          f"adding up to the {rows} rows of the {what}")
+    flat = t.reshape(-1)
+    per = flat.numel() // rows if rows else 0
+    out, off = [], 0
+    for x in splits:
+        out.append(flat[off * per:(off + x) * per])
+        off += x
+    return out
 
 
 def _last(works):
@@ -276,10 +387,11 @@ def create(store, rank: int, world_size: int, timeout: timedelta):
     from ..runtime import Communicator
     from ..runtime.shm import ShmTransport
     secs = timeout.total_seconds() if timeout else 300.0
-    rdzv = StoreRendezvous(store, rank, world_size, secs)
-    transport = ShmTransport(rank, world_size, secs, rdzv if world_size > 1 else None)
+    rdzv = StoreRendezvous(store, rank, world_size, secs) if world_size > 1 else None
+    transport = ShmTransport(rank, world_size, secs, rdzv)
     local = int(os.environ.get("LOCAL_RANK", rank))
-    return GpucommProcessGroup(Communicator(rank, world_size, transport, secs, local))
+    return GpucommProcessGroup(Communicator(rank, world_size, transport, secs, local,
+                                            any_thread=True))
 
 
 def register() -> None:
