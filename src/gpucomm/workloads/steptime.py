@@ -341,8 +341,14 @@ def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str
                 f"estimate's {MEMORY_TOLERANCE:.0%} accuracy: it may not fit",)
     parts = ", ".join(f"{k} {_gb(v)}" for k, v in mem.to_dict().items() if k != "total" and v)
     fix = fitting_variant(model, lay, gpu)
-    tips = ("a larger --tp or --pp, --zero 3, --recompute full or a smaller --micro-batch"
-            if lay.mode == "train" else "a larger --tp or --pp, or a smaller batch or context")
+    tips = ["a larger --tp, --pp or --ep" + (" (or more nodes)" if lay.mode == "train" else "")]
+    if lay.mode == "train":
+        tips += (["--zero 3"] if lay.zero < 3 else []) + \
+            (["--recompute full"] if lay.recompute != "full" else []) + \
+            (["a smaller --micro-batch"] if lay.micro_batch > 1 else [])
+    else:
+        tips.append("a smaller batch or context")
+    tips = ", ".join(tips)
     raise ConfigError(f"{model.name} with tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} "
                       f"ep={lay.ep} vpp={lay.vpp} does not fit: it needs {_gb(mem.total)} per "
                       f"GPU ({parts}), {over / cap:.0%} over the {_gb(cap)} of {gpu.name}; "
