@@ -94,7 +94,6 @@ MAX_TOGETHER_RANKS = 256  # keeps the flow simulation of concurrent groups to se
 # a 16K-GPU --search to seconds.
 RING_ONLY = ("reduce_scatter", "all_gather")
 RING_ONLY_BYTES = 8 << 20
-REF_BYTES = 1 << 20  # per rank: the affine ring model is fitted at this size and 4x it
 RING_CUT = 32  # longer rings are timed on their first 16 and 32 members and extrapolated
 _TIMES: dict = {}  # (system, nic, options, sim model) -> {group shape: timing}
 
@@ -136,21 +135,16 @@ class Timer:
         return self._time(collective, nbytes, ranks, peers)
 
     def _ring(self, collective: str, nbytes: int, ranks: tuple, peers: list) -> dict:
-        """A large ring across nodes. Its time is affine in the size above a few MB (slices of
-        Simple pipelined), and at a fixed block per rank linear in its n-1 steps: two sizes
-        on two group lengths (the group and its peers cut to RING_CUT and RING_CUT/2 members,
-        on the same nodes pattern) give every size and length without building a topology
-        of hundreds of nodes."""
+        """A large ring across nodes. At a fixed block per rank its time is linear in its
+        steps, so a ring longer than RING_CUT is timed on its first RING_CUT/2 and RING_CUT
+        members (and its peers cut alike: the same nodes pattern) and extrapolated, without
+        building a topology of hundreds of nodes."""
         n = len(ranks)
         if n <= RING_CUT:
-            a = max(RING_ONLY_BYTES, REF_BYTES * n)
-            lo, hi = (self._time(collective, a, ranks, peers),
-                      self._time(collective, 4 * a, ranks, peers))
-            slope = (hi["time_s"] - lo["time_s"]) / (3 * a)
-            return {**lo, "time_s": lo["time_s"] + slope * (nbytes - a)}
+            return self._time(collective, nbytes, ranks, peers)
         block = nbytes / n
         ks = (RING_CUT // 2, RING_CUT)
-        t = [self._ring(collective, int(block * k), ranks[:k], [g[:k] for g in peers])
+        t = [self._time(collective, int(block * k), ranks[:k], [g[:k] for g in peers])
              for k in ks]
         per_step = (t[1]["time_s"] - t[0]["time_s"]) / (ks[1] - ks[0])
         return {**t[1], "time_s": t[1]["time_s"] + per_step * (n - ks[1])}
@@ -356,19 +350,24 @@ def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str
 
 
 def fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
-    """The first of a few standard memory savers (same GPU count) that makes `lay` fit."""
+    """The first of a few standard memory savers (same GPU count) that makes `lay` fit,
+    cheapest first: ZeRO-2 (no extra traffic), selective recomputation, less interleaving,
+    ZeRO-3, a smaller micro-batch, full recomputation, then deeper pipelines."""
     tries = []
     if lay.mode == "train":
-        order = ("selective", "full")
-        for rec in order[order.index(lay.recompute) + 1 if lay.recompute in order else 0:]:
-            tries.append((f"--recompute {rec}", dict(recompute=rec)))
+        if lay.zero < 2:
+            tries.append(("--zero 2", dict(zero=2)))
+        if lay.recompute == "none" and not lay.flash:
+            tries.append(("--recompute selective", dict(recompute="selective")))
         if lay.vpp > 1:
             tries.append(("--vpp 1", dict(vpp=1)))
-        for z in range(max(lay.zero, 1) + 1, 4):
-            tries.append((f"--zero {z}", dict(zero=z)))
+        if lay.zero < 3:
+            tries.append(("--zero 3", dict(zero=3)))
         if lay.micro_batch > 1:
             tries.append(("--micro-batch 1", dict(micro_batch=1)))
-        tries.append(("--zero 3 --recompute full", dict(zero=3, recompute="full")))
+        if lay.recompute != "full":
+            tries.append(("--recompute full", dict(recompute="full")))
+            tries.append(("--zero 3 --recompute full", dict(zero=3, recompute="full")))
     pp, dp = lay.pp, lay.dp
     while dp % 2 == 0 and pp * 2 <= model.layers:
         pp, dp = pp * 2, dp // 2
