@@ -105,6 +105,11 @@ def test_plot_writes_a_png(capsys, tmp_path):
     (["--model", "llama3-70b", "--tp", "6", "--dp", "1", "--nodes", "1"], "valid tp are"),
     (["--model", "llama3-405b", "--tp", "8", "--seq", "8192"], "does not fit"),
     (["--model", "llama3-8b", "--compare", "colour=red"], "allowed are"),
+    (["--model", "llama3-405b", "--nodes", "2048", "--nic", "roce-400g", "--tp", "8", "--pp",
+      "16", "--vpp", "8", "--seq", "8192", "--global-batch", "2048"], "--zero 2 would fit"),
+    (["--model", "mixtral-8x7b", "--moe-imbalance", "0.5"], "moe_imbalance must be"),
+    (["--model", "llama3-8b", "--system", "dgx-a100", "--precision", "fp8"], "no fp8"),
+    (["--model", "llama3-8b", "--search"], "--search needs --global-batch"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):
     rc, out, err = run(capsys, *argv)

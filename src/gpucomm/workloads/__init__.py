@@ -20,7 +20,10 @@ def __getattr__(name):  # the timed parts import the simulator only when asked f
     if name in ("plan", "Plan", "make_cluster", "HBM_EFFICIENCY"):
         from . import steptime
         return getattr(steptime, name)
-    if name == "search_layouts":
-        from .search import search_layouts
-        return search_layouts
+    if name in ("PlanRequest", "answer"):
+        from . import request
+        return getattr(request, name)
+    if name == "search":
+        from .search import search
+        return search
     raise AttributeError(name)
