@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from .compute import memory_per_gpu
 from .layout import KINDS, Layout, validate
 from .models import ModelConfig, get_model
-from .steptime import Plan, _inference_step, _training_step, plan
+from .steptime import Plan, compute_bound, plan
 
 SAVERS = (("none", 1), ("none", 2), ("selective", 1), ("selective", 2), ("full", 1),
           ("full", 2), ("none", 3), ("selective", 3), ("full", 3))
@@ -106,11 +106,6 @@ def structures(model: ModelConfig, gpus: int, gpus_per_node: int, base: Layout):
                                        vpp=vpp)
 
 
-def _bound(model, lay, cluster, mem) -> Plan:
-    step = _training_step if lay.mode == "train" else _inference_step
-    return step(model, lay, cluster, mem, ())
-
-
 def search(req) -> SearchResult:
     """Rank the layouts of `req` (a PlanRequest with search=True)."""
     t0 = time.perf_counter()
@@ -137,7 +132,7 @@ def search(req) -> SearchResult:
             cand = lay.with_(recompute=rec, zero=zero) if train else lay
             mem = memory_per_gpu(model, cand)
             if mem.total <= cluster.gpu.hbm_bytes:
-                bound = _bound(model, cand, cluster, mem).step_time_s
+                bound = compute_bound(model, cand, cluster, mem).step_time_s
                 cands.append((bound, n_struct, cand, i))
                 break
         else:

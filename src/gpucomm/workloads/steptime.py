@@ -525,6 +525,12 @@ def _training_step(model, lay, cluster, mem, timed) -> Plan:
                    causal_tflops_per_gpu=causal / step_s / cluster.gpus / 1e12)
 
 
+def compute_bound(model: ModelConfig, lay: Layout, cluster: Cluster, mem: Memory) -> Plan:
+    """The step with every collective free: a lower bound of `plan`'s step (no simulator)."""
+    step = _training_step if lay.mode == "train" else _inference_step
+    return step(model, lay, cluster, mem, ())
+
+
 def _experts_touched(model: ModelConfig, tokens: float) -> float:
     """Expected distinct experts `tokens` tokens route to, each picking top_k of E uniformly."""
     if not model.moe:
