@@ -29,7 +29,10 @@ def test_json_has_the_documented_fields(capsys):
     assert set(d["comm_time_s"]) == {"TP", "PP", "DP"}
     assert all(v > 0 for v in d["comm_time_s"].values())
     assert d["step_time_s"] == pytest.approx(d["compute_time_s"] + d["exposed_comm_s"]
-                                             + d["bubble_s"])
+                                             + d["bubble_s"] + d["optimizer_time_s"])
+    assert d["mfu_basis"] == "model FLOPs / dense bf16 peak"
+    assert {o["switch"] for o in d["overlaps"]} == {"dp_overlap", "tp_overlap", "cp_overlap",
+                                                    "pp_overlap"}
     assert d["tokens_per_s"] == pytest.approx(16 * 4096 / d["step_time_s"])
     assert 0 < d["mfu"] < 1
 
@@ -67,11 +70,22 @@ def test_search_ranks_layouts_that_fit(capsys):
     rc, out, _ = run(capsys, "--model", "llama3-8b", "--nodes", "1", "--seq", "4096",
                      "--global-batch", "16", "--search", "--format", "json", "--top", "50")
     assert rc == 0
-    rows = json.loads(out)
+    rows = json.loads(out)["ranked"]
     times = [r["step_time_s"] for r in rows]
     assert times == sorted(times) and len(rows) >= 3
     assert all(r["memory_per_gpu_bytes"] <= r["hbm_bytes"] for r in rows)
-    assert all(r["layout"]["tp"] * r["layout"]["pp"] * r["layout"]["dp"] == 8 for r in rows)
+    assert all(r["layout"]["tp"] * r["layout"]["pp"] * r["layout"]["dp"] * r["layout"]["cp"]
+               == 8 for r in rows)
+
+
+def test_ep_all_to_all_shows_its_parts_inside_and_across_nodes(capsys):
+    rc, out, _ = run(capsys, "--model", "mixtral-8x22b", "--nodes", "8", "--tp", "2",
+                     "--pp", "4", "--ep", "8", "--seq", "4096", "--global-batch", "32",
+                     "--recompute", "full", "--moe-imbalance", "1.3")
+    assert rc == 0
+    assert "EP all-to-all inside nodes (NVLink)" in out
+    assert "EP all-to-all across nodes (RDMA)" in out
+    assert "moe-imbalance=1.3" in out and "overlap TP off" in out
 
 
 def test_plot_writes_a_png(capsys, tmp_path):
@@ -91,6 +105,11 @@ def test_plot_writes_a_png(capsys, tmp_path):
     (["--model", "llama3-70b", "--tp", "6", "--dp", "1", "--nodes", "1"], "valid tp are"),
     (["--model", "llama3-405b", "--tp", "8", "--seq", "8192"], "does not fit"),
     (["--model", "llama3-8b", "--compare", "colour=red"], "allowed are"),
+    (["--model", "llama3-405b", "--nodes", "2048", "--nic", "roce-400g", "--tp", "8", "--pp",
+      "16", "--vpp", "8", "--seq", "8192", "--global-batch", "2048"], "--zero 2 would fit"),
+    (["--model", "mixtral-8x7b", "--moe-imbalance", "0.5"], "moe_imbalance must be"),
+    (["--model", "llama3-8b", "--system", "dgx-a100", "--precision", "fp8"], "no fp8"),
+    (["--model", "llama3-8b", "--search"], "--search needs --global-batch"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):
     rc, out, err = run(capsys, *argv)

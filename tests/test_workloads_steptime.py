@@ -33,8 +33,9 @@ def run(model, lay, times: dict | None = None):
 def test_1f1b_bubble_fraction(m, p):
     lay = Layout(tp=8, pp=p, dp=1, seq=2048, global_batch=m, micro_batch=1)
     r = run("megatron-gpt-146b", lay)
-    assert r.bubble_s / r.step_time_s == pytest.approx((p - 1) / (m + p - 1))
-    assert r.step_time_s == pytest.approx(r.compute_time_s + r.bubble_s)
+    busy = r.step_time_s - r.optimizer_s
+    assert r.bubble_s / busy == pytest.approx((p - 1) / (m + p - 1))
+    assert r.step_time_s == pytest.approx(r.compute_time_s + r.bubble_s + r.optimizer_s)
 
 
 def test_interleaving_divides_the_bubble():
@@ -43,15 +44,20 @@ def test_interleaving_divides_the_bubble():
     assert inter.bubble_s == pytest.approx(plain.bubble_s / 2)
 
 
-def test_compute_time_from_flops_and_efficiency():
+def test_compute_time_from_kernel_rates():
+    from gpucomm.workloads.compute import gemm_peak, kernels, layer_times
     m = get_model("megatron-gpt-1.7b")
     lay = Layout(tp=1, dp=8, seq=2048, global_batch=64, micro_batch=2, zero=0)
     r = run(m, lay)
-    flops = 3 * (m.layers * layer_forward_flops(m, 2, 2048) + logits_flops(m, 2 * 2048))
-    assert r.compute_time_s == pytest.approx(lay.microbatches * flops
-                                             / (GPU.bf16_flops * stm.COMPUTE_EFFICIENCY))
-    # no communication: MFU is the efficiency constant exactly
-    assert r.mfu == pytest.approx(stm.COMPUTE_EFFICIENCY)
+    lt = layer_times(m, lay, GPU, 2, 2048)
+    head = logits_flops(m, 2 * 2048) / (gemm_peak(GPU, "bf16") * kernels(GPU).gemm)
+    assert r.compute_time_s == pytest.approx(lay.microbatches * (
+        m.layers * lt.microbatch_s("none") + 3 * head))
+    # GEMMs at their rate: the matmul part is FLOPs / (peak * efficiency) exactly
+    assert lt.gemm_s == pytest.approx(2 * 2 * 2048 * (m.attn_params + m.expert_params)
+                                      / (GPU.bf16_flops * kernels(GPU).gemm))
+    # no communication: MFU is below the GEMM efficiency (attention, elementwise cost extra)
+    assert 0.3 < r.mfu < kernels(GPU).gemm
 
 
 def test_tp_comm_is_exposed_and_dp_hides_behind_backward():
@@ -67,8 +73,10 @@ def test_tp_comm_is_exposed_and_dp_hides_behind_backward():
 def test_dp_longer_than_backward_is_exposed_beyond_the_window():
     lay = Layout(dp=8, seq=2048, global_batch=8, zero=0)
     r = run("llama3-8b", lay, {"DP": 10.0})  # far slower than any backward
+    from gpucomm.workloads.compute import layer_times
     n = sum(c.comm.count for c in r.comms if c.comm.kind == "DP")
-    window = r.compute_time_s * 2 / 3
+    window = r.compute_time_s - 32 * layer_times(get_model("llama3-8b"), lay, GPU, 1,
+                                                 2048).forward_s
     assert r.exposed_by_kind["DP"] == pytest.approx(10.0 * n - window * (1 - 1 / n))
 
 

@@ -1,7 +1,10 @@
 """`gpucomm plan`: where a training or inference step of a real model spends its time.
 
+The command parses its options into one `PlanRequest`, asks `workloads.request.answer` and
+prints the Plan, Comparison or SearchResult it gets back.
+
     gpucomm plan --model llama3-405b --system dgx-h100 --nodes 2048 --tp 8 --pp 16 --dp 128 \
-        --seq 8192 --global-batch 2048 --nic roce-400g
+        --vpp 8 --seq 8192 --global-batch 2048 --nic roce-400g --zero 2 --balanced-ends
     gpucomm plan --model llama3-70b --mode decode --tp 8 --seq 4096 --global-batch 1 \
         --compare system=dgx-h100,pcie
 """
@@ -10,18 +13,19 @@ from __future__ import annotations
 import sys
 
 from ..errors import ConfigError
-from ..workloads.layout import KINDS, MODES, Layout
-from ..workloads.models import get_model, list_models
-from ..workloads.search import search_layouts
-from ..workloads.steptime import make_cluster, plan
+from ..workloads.layout import KINDS, MODES, PRECISIONS, RECOMPUTE
+from ..workloads.models import list_models
+from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Comparison,
+                                 PlanRequest, answer)
+from ..workloads.search import SearchResult
 from .common import (PLOT_SUFFIXES, add_format, finite_float, output_file, positive_int,
                      print_json)
 
-_LAYOUT_INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch",
-                "zero")
-_TOPO_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p",
-              "gpus_per_node")
-_COMPARE_KEYS = ("system", "nic", "nodes", "mode", "recompute", "sp") + _TOPO_KEYS + _LAYOUT_INTS
+_INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch", "zero",
+         "nodes", "pcie_gen", "nics_per_node", "gpus_per_node")
+_FLOATS = ("oversubscription", "moe_imbalance")
+_BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
+          "pp_overlap")
 
 
 def register(sub) -> None:
@@ -64,13 +68,35 @@ def register(sub) -> None:
     p.add_argument("--sp", action="store_true", default=True,
                    help="sequence parallelism with TP (default on in training)")
     p.add_argument("--no-sp", dest="sp", action="store_false")
-    p.add_argument("--recompute", choices=("none", "full"), default="none")
+    p.add_argument("--recompute", choices=RECOMPUTE, default="none",
+                   help="activation recomputation: selective re-runs the attention core "
+                   "(Korthikanti et al. 2022), full every layer's forward")
+    p.add_argument("--no-flash", dest="flash", action="store_false", default=True,
+                   help="attention materialises its score matrix (pre-FlashAttention kernels)")
+    p.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                   help="GEMM arithmetic (fp8 as Transformer Engine runs it); MFU stays "
+                   "against the bf16 peak")
+    p.add_argument("--balanced-ends", action="store_true", default=False,
+                   help="first and last pipeline stages carry one layer fewer (embedding, "
+                   "loss), as Llama 3 and Megatron-core's --account-for-*-in-pipeline-split")
+    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false", default=True,
+                   help="DP gradient reduction after backward, not bucket by bucket within it")
+    p.add_argument("--tp-overlap", action="store_true", default=False,
+                   help="TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap, AsyncTP)")
+    p.add_argument("--no-cp-overlap", dest="cp_overlap", action="store_false", default=True,
+                   help="CP K,V exchanged before attention (all-gather), not ring-overlapped")
+    p.add_argument("--no-pp-overlap", dest="pp_overlap", action="store_false", default=True,
+                   help="pipeline sends block the sending stage")
+    p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="X",
+                   help="tokens the busiest expert rank gets over the mean (default 1: even)")
     p.add_argument("--mode", choices=MODES, default="train")
     p.add_argument("--compare", action="append", default=[], metavar="KEY=V1,V2",
-                   help=f"what-ifs side by side; KEY is one of {', '.join(_COMPARE_KEYS)}")
+                   help=f"what-ifs side by side; KEY is one of {', '.join(COMPARE_KEYS)}")
     p.add_argument("--search", action="store_true",
-                   help="rank the layouts that fit on this cluster by predicted step time")
-    p.add_argument("--top", type=positive_int, default=10, help="rows --search prints")
+                   help="rank the layouts (tp, pp, vpp, dp, cp, ep, micro-batch, "
+                   "recomputation, ZeRO stage) that fit on this cluster by tokens/s")
+    p.add_argument("--top", type=positive_int, default=10,
+                   help="rows --search prints, each with why it lost to the best")
     p.add_argument("--plot", metavar="FILE.png", help="stacked bar of where the step time goes")
     p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: step time "
                    "and memory per GPU, what-ifs side by side")
@@ -84,146 +110,103 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-def _settings(args) -> dict:
-    return {"system": args.system, "nodes": args.nodes, "nic": args.nic, "mode": args.mode,
-            "recompute": args.recompute, "sp": args.sp, "tp": args.tp, "pp": args.pp,
-            "dp": args.dp, "cp": args.cp, "ep": args.ep, "vpp": args.vpp, "seq": args.seq,
-            "global_batch": args.global_batch, "micro_batch": args.micro_batch,
-            "zero": args.zero, "gpu": args.gpu, "pcie_gen": args.pcie_gen,
-            "fabric": args.fabric, "oversubscription": args.oversubscription,
-            "nics_per_node": args.nics_per_node, "p2p": args.p2p,
-            "gpus_per_node": args.gpus_per_node}
+def request(args) -> PlanRequest:
+    """The command line as one request value."""
+    topology = tuple((k, getattr(args, k)) for k in TOPOLOGY_KEYS
+                     if getattr(args, k) is not None and not (k == "p2p" and args.p2p))
+    given = {k: getattr(args, k) for k in LAYOUT_KEYS if hasattr(args, k)}
+    layout = tuple((k, v) for k, v in given.items() if v is not None)
+    return PlanRequest(args.model, args.system, args.nodes, args.nic, topology, layout,
+                       args.sim_model, args.contention, _parse_compare(args.compare),
+                       args.search, args.top)
 
 
-def _topology_options(s: dict) -> dict:
-    opts = {k: s[k] for k in _TOPO_KEYS if s.get(k) is not None and k != "p2p"}
-    if not s.get("p2p", True):
-        opts["p2p"] = False
-    return opts
+def _value(key: str, text: str):
+    if key in _INTS:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"--compare {key}: {text!r} is not an integer") from None
+    if key in _FLOATS:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"--compare {key}: {text!r} is not a number") from None
+    if key in _BOOLS:
+        return text.lower() in ("1", "true", "on", "yes")
+    return text
 
 
-def _run(model, s: dict, sim_model: str, contention: bool = True):
-    cluster = make_cluster(s["system"], s["nodes"], s["nic"], **_topology_options(s))
-    others = s["tp"] * s["pp"] * s["cp"]
-    dp = s["dp"]
-    if dp is None:
-        if cluster.gpus % others:
-            raise ConfigError(f"tp*pp*cp = {others} does not divide the {cluster.gpus} GPUs of "
-                              f"{s['nodes']} x {s['system']}")
-        dp = cluster.gpus // others
-    gb = s["global_batch"] or dp * (s["micro_batch"] if s["mode"] == "train" else 1)
-    lay = Layout(tp=s["tp"], pp=s["pp"], dp=dp, cp=s["cp"], ep=s["ep"], seq=s["seq"],
-                 global_batch=gb, micro_batch=s["micro_batch"], sp=s["sp"], zero=s["zero"],
-                 vpp=s["vpp"], recompute=s["recompute"], mode=s["mode"])
-    return plan(model, s["system"], s["nodes"], lay, s["nic"], cluster=cluster,
-                sim_model=sim_model, contention=contention)
-
-
-def _parse_compare(items: list[str]) -> list[tuple[str, list]]:
+def _parse_compare(items: list[str]) -> tuple:
     out = []
     for item in items:
         if "=" not in item:
             raise ConfigError(f"--compare {item!r} must look like KEY=V1,V2")
         key, values = item.split("=", 1)
         key = key.strip().replace("-", "_")
-        if key not in _COMPARE_KEYS:
+        if key not in COMPARE_KEYS:
             raise ConfigError(f"--compare key {key!r} is unknown: allowed are "
-                              f"{', '.join(_COMPARE_KEYS)}")
-        vals = [v.strip() for v in values.split(",") if v.strip()]
-        if len(vals) < 1:
+                              f"{', '.join(COMPARE_KEYS)}")
+        vals = tuple(_value(key, v.strip()) for v in values.split(",") if v.strip())
+        if not vals:
             raise ConfigError(f"--compare {key}= needs at least one value")
-        conv = []
-        for v in vals:
-            if key in _LAYOUT_INTS or key in ("nodes", "pcie_gen", "nics_per_node",
-                                               "gpus_per_node"):
-                try:
-                    conv.append(int(v))
-                except ValueError:
-                    raise ConfigError(f"--compare {key}: {v!r} is not an integer") from None
-            elif key == "oversubscription":
-                try:
-                    conv.append(float(v))
-                except ValueError:
-                    raise ConfigError(f"--compare {key}: {v!r} is not a number") from None
-            elif key in ("sp", "p2p"):
-                conv.append(v.lower() in ("1", "true", "on", "yes"))
-            else:
-                conv.append(v)
-        out.append((key, conv))
-    return out
+        out.append((key, vals))
+    return tuple(out)
 
 
 def cmd_plan(args) -> int:
     if args.plot:
         output_file(args.plot, "--plot", PLOT_SUFFIXES)
-    model = get_model(args.model)
-    base = _settings(args)
-    if args.search:
-        return _cmd_search(args, model, base)
-    compares = _parse_compare(args.compare)
-    if not compares:
-        result = _run(model, base, args.sim_model, args.contention)
-        d = result.to_dict()
-        if not args.collectives:
-            d.pop("collectives")
-        if args.format == "json":
-            print_json(d)
-        else:
-            print(_table(result, args.collectives))
-        if args.plot:
-            _plot([("", result)], args.plot)
-        _html(args, d)
-        return 0
-    variants = [({}, base)]
-    for key, vals in compares:
-        variants = [({**lab, key: v}, {**s, key: v}) for lab, s in variants for v in vals]
-    results = []
-    for lab, s in variants:
-        if "dp" not in lab and any(k in lab for k in ("tp", "pp", "cp", "nodes")):
-            s = {**s, "dp": None}  # re-derive dp for the changed layout
-        label = ",".join(f"{k}={v}" for k, v in lab.items())
-        results.append((label, _run(model, s, args.sim_model, args.contention)))
-    out = ([{"variant": lab, **r.to_dict()} for lab, r in results] if args.collectives else
-           [{"variant": lab, **{k: v for k, v in r.to_dict().items() if k != "collectives"}}
-            for lab, r in results])
+    result = answer(request(args))
+    doc = _json(result, args.collectives)
+    if args.html:
+        from ..report.html import write_html
+        print(f"wrote {write_html(args.html, doc, args=args)}", file=sys.stderr)
     if args.format == "json":
-        print_json(out)
+        print_json(doc)
+    elif isinstance(result, SearchResult):
+        print(_search_table(result))
+    elif isinstance(result, Comparison):
+        print(_compare_table(list(result.variants)))
     else:
-        print(_compare_table(results))
-    if args.plot:
-        _plot(results, args.plot)
-    _html(args, out)
+        print(_table(result, args.collectives))
+    if args.plot and not isinstance(result, SearchResult):
+        _plot(list(result.variants) if isinstance(result, Comparison) else [("", result)],
+              args.plot)
     return 0
 
 
-def _cmd_search(args, model, base) -> int:
-    cluster = make_cluster(base["system"], base["nodes"], base["nic"],
-                           **_topology_options(base))
-    ranked, rejected = search_layouts(model, cluster, base, sim_model=args.sim_model,
-                                      contention=args.contention)
-    if not ranked:
-        raise ConfigError(f"no layout of {model.name} fits {cluster.gpus} GPUs of "
-                          f"{base['system']} ({rejected} rejected); add nodes, a shorter "
-                          f"--seq or --zero 3")
-    top = ranked[:args.top]
-    out = [{k: v for k, v in r.to_dict().items() if k != "collectives"} for r in top]
-    _html(args, out)
-    if args.format == "json":
-        print_json(out)
-        return 0
-    print(f"{model.name} on {cluster.nodes} x {cluster.system} ({cluster.gpus} "
-          f"{cluster.gpu.name}), {base['mode']}: {len(ranked)} layouts fit, "
-          f"{rejected} rejected; best {len(top)}:")
-    head = ["rank", "tp", "pp", "vpp", "dp", "cp", "ep", "step", "tokens/s", "MFU", "exposed comm",
-            "bubble", "mem/GPU"]
+def _json(result, collectives: bool):
+    def one(plan):
+        d = plan.to_dict()
+        if not collectives:
+            d.pop("collectives")
+        return d
+    if isinstance(result, SearchResult):
+        return result.to_dict()
+    if isinstance(result, Comparison):
+        return [{"variant": lab, **one(r)} for lab, r in result.variants]
+    return one(result)
+
+
+def _search_table(res: SearchResult) -> str:
+    r = res.to_dict()
+    lines = [f"{res.model} on {res.nodes} x {res.system} ({res.gpus} {res.gpu}), {res.mode}: "
+             f"{res.structures} layouts considered, {r['rejected']['divisibility']} cannot "
+             f"split, {r['rejected']['memory']} do not fit, {res.bounded} bounded out, "
+             f"{res.timed} timed in {res.elapsed_s:.1f} s; best {len(res.ranked)} "
+             f"(MFU against the bf16 peak):"]
+    head = ["rank", "tp", "pp", "vpp", "dp", "cp", "ep", "mb", "recompute", "zero", "step",
+            "tokens/s", "TFLOP/s", "MFU", "exposed comm", "bubble", "mem/GPU", "why not best"]
     rows = []
-    for i, r in enumerate(top, 1):
-        lay = r.layout
-        rows.append([str(i), str(lay.tp), str(lay.pp), str(lay.vpp), str(lay.dp), str(lay.cp), str(lay.ep),
-                     _t(r.step_time_s), f"{r.tokens_per_s:,.0f}", f"{r.mfu:.1%}",
-                     _t(r.exposed_comm_s), _t(r.bubble_s), f"{r.memory.total / 1e9:.1f} GB"])
-    print(_grid(head, rows))
-    return 0
+    for i, x in enumerate(res.ranked, 1):
+        p, lay = x.plan, x.plan.layout
+        rows.append([str(i), str(lay.tp), str(lay.pp), str(lay.vpp), str(lay.dp), str(lay.cp),
+                     str(lay.ep), str(lay.micro_batch), lay.recompute, str(lay.zero),
+                     _t(p.step_time_s), f"{p.tokens_per_s:,.0f}", f"{p.tflops_per_gpu:.0f}",
+                     f"{p.mfu:.1%}", _t(p.exposed_comm_s), _t(p.bubble_s),
+                     f"{p.memory.total / 1e9:.1f} GB", x.why or "best"])
+    return "\n".join(lines) + "\n" + _grid(head, rows)
 
 
 # -- output --------------------------------------------------------------------------------
@@ -257,7 +240,10 @@ def _header(r) -> str:
             f"layout tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep}"
             + (f" vpp={lay.vpp}" if lay.vpp > 1 else "")
             + (f" sp={'on' if lay.sequence_parallel else 'off'} zero={lay.zero} "
-               f"recompute={lay.recompute}" if lay.mode == "train" else ""))
+               f"recompute={lay.recompute} mb={lay.micro_batch}" if lay.mode == "train" else "")
+            + ("" if lay.flash else " no-flash") + (" fp8" if lay.precision == "fp8" else "")
+            + (" balanced-ends" if lay.balanced_ends else "")
+            + (f" moe-imbalance={lay.moe_imbalance:g}" if lay.moe_imbalance != 1 else ""))
 
 
 def _metric_rows(r) -> list[tuple[str, str]]:
@@ -269,12 +255,18 @@ def _metric_rows(r) -> list[tuple[str, str]]:
         if k in r.comm_time_s:
             rows.append((f"{k} comm total / exposed",
                          f"{_t(r.comm_time_s[k])} / {_t(r.exposed_by_kind[k])}"))
+            if k == "EP":
+                for part, label in (("intra", "inside nodes (NVLink)"),
+                                    ("inter", "across nodes (RDMA)")):
+                    if part in r.ep_split:
+                        rows.append((f"  EP all-to-all {label}", _t(r.ep_split[part])))
     rows += [("exposed comm", f"{_t(r.exposed_comm_s)} ({r.exposed_comm_s / step:.1%})")]
     if r.layout.mode == "train":
         rows.append(("pipeline bubble", f"{_t(r.bubble_s)} ({r.bubble_s / step:.1%})"))
+        rows.append(("optimizer step", _t(r.optimizer_s)))
     rows += [("tokens/s", f"{r.tokens_per_s:,.0f}"),
              ("TFLOP/s per GPU (model)", f"{r.tflops_per_gpu:.1f}"),
-             ("MFU", f"{r.mfu:.1%}"),
+             ("MFU (vs dense bf16 peak)", f"{r.mfu:.1%}"),
              ("memory per GPU", f"{r.memory.total / 1e9:.1f} GB of {r.hbm_bytes / 1e9:.1f} GB")]
     return rows
 
@@ -286,6 +278,14 @@ def _table(r, collectives: bool = False) -> str:
     mem = r.memory.to_dict()
     out.append("  " + " ".ljust(w) + "  " + ", ".join(
         f"{k} {v / 1e9:.1f} GB" for k, v in mem.items() if k != "total" and v))
+    for o in r.overlaps():
+        out.append(f"  overlap {o['switch'].replace('_overlap', '').upper():2s} "
+                   f"{'on ' if o['on'] else 'off'}  {o['source']}")
+    k = r.kernels
+    out.append(f"  kernels: GEMMs at {k.gemm:.0%} of the {r.layout.precision} peak, attention "
+               f"at {k.attention:.0%} of bf16 ({k.source})")
+    for w_ in r.warnings:
+        out.append(f"  warning: {w_}")
     if collectives:
         head = ["kind", "collective", "group", "together", "size", "calls", "each", "per step",
                 "algorithm", "what"]
@@ -323,12 +323,6 @@ def _compare_table(results) -> str:
                              if part}))
     return (_header(base) + f"\nwhat-ifs on {what} (first column = the settings above)\n\n"
             + _grid(head, rows))
-
-
-def _html(args, result) -> None:
-    if args.html:
-        from ..report.html import write_html
-        print(f"wrote {write_html(args.html, result, args=args)}", file=sys.stderr)
 
 
 def _plot(results, path: str) -> None:

@@ -68,6 +68,7 @@ class GPU:
     pcie: str                      # link tech name
     sm: str                        # SM architecture (sm90, ...), or the AMD target (gfx942)
     source: str
+    fp8_flops: float = 0.0         # dense; 0 where the GPU has no fp8 tensor cores
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ def _gpu(name, e) -> GPU:
     return GPU(name, _num(e, "hbm_bandwidth_GBps", where) * 1e9,
                int(_num(e, "hbm_GB", where) * 1e9), _num(e, "bf16_tflops", where) * 1e12,
                _num(e, "fp16_tflops", where) * 1e12, e.get("nvlink"),
-               int(e.get("nvlink_links", 0)), e["pcie"], e["sm"], e["source"])
+               int(e.get("nvlink_links", 0)), e["pcie"], e["sm"], e["source"],
+               _num(e, "fp8_tflops", where) * 1e12 if "fp8_tflops" in e else 0.0)
 
 
 @lru_cache(maxsize=1)

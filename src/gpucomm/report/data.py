@@ -42,6 +42,8 @@ def guess_kind(result) -> str:
                 return "sim"
         if "step_time_s" in result:
             return "plan"
+        if isinstance(result.get("ranked"), list):
+            return "plan_search"
     if isinstance(result, list) and result and all(isinstance(r, dict) for r in result):
         if "step_time_s" in result[0]:
             return "plan_compare" if "variant" in result[0] else "plan_search"
@@ -109,8 +111,9 @@ def _title(kind: str, r, inputs: dict) -> str:
     if kind == "plan":
         return f"gpucomm plan: {r.get('model')} on {r.get('nodes')} x {r.get('system')}"
     if kind in ("plan_compare", "plan_search"):
+        first = r if isinstance(r, dict) else r[0]
         return (f"gpucomm plan{' --search' if kind == 'plan_search' else ' --compare'}: "
-                f"{r[0].get('model')} on {r[0].get('nodes')} x {r[0].get('system')}")
+                f"{first.get('model')} on {first.get('nodes')} x {first.get('system')}")
     return "result"
 
 

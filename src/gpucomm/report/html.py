@@ -141,7 +141,8 @@ def _plan_variants(kind, r) -> list:
         return [(_layout_label(r), r)]
     if kind == "plan_compare":
         return [(p.get("variant") or "as given", p) for p in r]
-    return [(f"#{i} {_layout_label(p)}", p) for i, p in enumerate(r, 1)]
+    ranked = r["ranked"] if isinstance(r, dict) else r  # plan --search: {"ranked": [...]}
+    return [(f"#{i} {_layout_label(p)}", p) for i, p in enumerate(ranked, 1)]
 
 
 def _layout_label(p) -> str:

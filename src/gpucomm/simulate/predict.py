@@ -42,11 +42,13 @@ MAX_PIPELINE_CHUNKS = 64
 
 def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
             protocol="auto", ranks=None, root=0, redop="sum", exclude=(), gpus_per_thread=1,
-            cuda_graph=False, **params) -> SimResult:
+            cuda_graph=False, also=(), **params) -> SimResult:
     """Predict one nccl-tests point: the time of `collective` on `nbytes` (size S).
 
-    `algorithm`: "auto", a registered name, or "nvls". `exclude`: algorithms auto may not
-    pick (like NCCL_ALGO=^NVLS). `protocol`: "auto", one name, or a list of the protocols auto
+    `algorithm`: "auto", an NCCL algorithm (ring, tree, nvls, nvls_tree, pat, ...) or a
+    registered schedule. `exclude`: algorithms auto may not pick (like NCCL_ALGO=^NVLS).
+    `also`: registered schedules auto may pick besides NCCL's (e.g. the one-shot/two-shot
+    all-reduce kernels serving frameworks run for small TP messages). `protocol`: "auto", one name, or a list of the protocols auto
     may pick (like NCCL_PROTO=LL,Simple). `model` is used for the final answer; auto ranks candidates
     with the analytic model, as NCCL's tuner ranks them with its own cheap model.
     `gpus_per_thread` (nccl-tests `-g`) and `cuda_graph` (`-G`): how the host issues the
@@ -63,6 +65,10 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
     p = len(list(ranks)) if ranks is not None else topology.nranks
     placement = _placement(p, topology, ranks)
     names = _candidates(coll, algorithm, topology, placement, exclude)
+    if algorithm == "auto":
+        for extra in also:
+            get_algorithm(coll, extra)  # raises with the allowed names
+            names += [extra] if extra not in names else []
     if isinstance(protocol, (list, tuple, set, frozenset)):
         protos = [str(x).lower() for x in protocol]  # the protocols auto may use
         if not protos:

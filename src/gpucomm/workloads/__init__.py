@@ -17,10 +17,13 @@ __all__ = ["Comm", "inference_comms", "step_comms", "training_comms", "Memory",
 
 
 def __getattr__(name):  # the timed parts import the simulator only when asked for
-    if name in ("plan", "Plan", "make_cluster", "COMPUTE_EFFICIENCY", "HBM_EFFICIENCY"):
+    if name in ("plan", "Plan", "make_cluster", "HBM_EFFICIENCY"):
         from . import steptime
         return getattr(steptime, name)
-    if name == "search_layouts":
-        from .search import search_layouts
-        return search_layouts
+    if name in ("PlanRequest", "answer"):
+        from . import request
+        return getattr(request, name)
+    if name == "search":
+        from .search import search
+        return search
     raise AttributeError(name)

@@ -14,7 +14,11 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
   of K, V and a reduce-scatter of their gradients (the ring exchange of Liu et al. 2023 and
   Megatron-LM's context parallelism moves exactly these volumes).
 - EP: per MoE layer an all-to-all dispatch and an all-to-all combine of top_k copies of each
-  token in forward, and the same two in backward (Lepikhin et al. 2020, GShard).
+  token in forward, and the same two in backward (Lepikhin et al. 2020, GShard). As DeepEP's
+  kernels run it (DeepSeek-V3 report sec. 3.2.2), the exchange is split in two: across nodes
+  one copy per token per distinct remote node (over RDMA, between the GPUs of the same index,
+  capped by node-limited routing), then inside a node the copies for the node's other GPUs
+  (over NVLink). The busiest rank receives `moe_imbalance` times the mean.
 - PP: per microbatch one activation sent forward and one gradient sent backward across each
   stage boundary, vpp times with interleaving; with sequence parallelism only 1/tp of the
   activation crosses (Narayanan et al. 2021, sec. 4.1 scatter/gather).
@@ -33,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .compute import BF16, GRAD_BYTES, kv_heads_per_gpu, layer_params_per_gpu, \
+from .compute import BF16, COMM_GRAD_BYTES, kv_heads_per_gpu, layer_params_per_gpu, \
     stage_params_per_gpu
 from .layout import Layout, layers_per_stage
 from .models import ModelConfig
@@ -57,7 +61,7 @@ class Comm:
 
 def dp_bucket_bytes(dp: int) -> int:
     """Megatron-core's default DDP bucket: max(40M, 1M * dp) bf16 elements."""
-    return max(40_000_000, 1_000_000 * dp) * GRAD_BYTES
+    return max(40_000_000, 1_000_000 * dp) * COMM_GRAD_BYTES
 
 
 def _bucketed(kind, collective, total, bucket, group, what) -> list[Comm]:
@@ -70,7 +74,44 @@ def _bucketed(kind, collective, total, bucket, group, what) -> list[Comm]:
     return out
 
 
-def training_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
+def ep_split(model: ModelConfig, lay: Layout, gpus_per_node: int) -> tuple[int, int, float]:
+    """(EP ranks per node, nodes an EP group spans, remote nodes one token's copies reach)."""
+    stride = lay.tp * lay.cp  # EP ranks are dp neighbours: tp*cp global ranks apart
+    local = max(1, min(lay.ep, gpus_per_node // stride)) if stride <= gpus_per_node else 1
+    nodes = max(1, lay.ep // local)
+    if nodes == 1:
+        return local, 1, 0.0
+    # top_k experts picked evenly among `nodes` nodes: expected distinct nodes reached,
+    # capped by node-limited routing, less the token's own node
+    reach = nodes * (1 - (1 - 1 / nodes) ** model.top_k)
+    if model.route_nodes:
+        reach = min(reach, model.route_nodes)
+    return local, nodes, reach * (nodes - 1) / nodes
+
+
+def _ep_comms(model: ModelConfig, lay: Layout, tokens: float, count_fwd: float,
+              count_bwd: float, gpus_per_node: int) -> list[Comm]:
+    local, nodes, remote = ep_split(model, lay, gpus_per_node)
+    t = lay.tp if lay.sequence_parallel else 1
+    elem = BF16 * model.hidden * lay.moe_imbalance
+    out = []
+    if nodes > 1:  # one rank's buffer S sends S/nodes to each node: S*(n-1)/n leaves
+        inter = int(tokens / t * remote * elem * nodes / (nodes - 1))
+        for phase, count in (("fwd", count_fwd), ("bwd", count_bwd)):
+            out.append(Comm("EP", "all_to_all", inter, count, "ep_inter", phase, "microbatch",
+                            f"MoE dispatch+combine across {nodes} nodes (RDMA, "
+                            f"{remote:.2f} remote nodes per token)"))
+    if local > 1:
+        # copies for this node's other EP ranks: the token's own and those arriving by RDMA
+        copies = model.top_k * (local - 1) / lay.ep * (1 + remote)
+        intra = int(tokens / t * copies * elem * local / (local - 1))
+        for phase, count in (("fwd", count_fwd), ("bwd", count_bwd)):
+            out.append(Comm("EP", "all_to_all", intra, count, "ep_intra", phase, "microbatch",
+                            f"MoE dispatch+combine inside the node ({local} ranks, NVLink)"))
+    return out
+
+
+def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> list[Comm]:
     """Collectives of one training step (see the module docstring for the formulas).
 
     >>> from gpucomm.workloads.models import get_model
@@ -82,7 +123,7 @@ def training_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
     n_moe = n if model.moe else 0
     tokens = lay.batch * lay.seq / lay.cp  # one GPU's sequence shard of a microbatch
     act = int(BF16 * tokens * model.hidden)
-    redo = 1 if lay.recompute == "full" else 0
+    redo = 1 if lay.recompute == "full" else 0  # selective re-runs no collective
     out: list[Comm] = []
     if lay.tp > 1:
         if lay.sequence_parallel:
@@ -99,8 +140,8 @@ def training_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
                             "microbatch", "all-reduce of input gradients"
                             + (" (+ recompute)" if redo else "")))
     if lay.cp > 1:
-        kv = int(BF16 * 2 * kv_heads_per_gpu(model, lay.tp) * model.head_dim
-                 * lay.batch * lay.seq)
+        kvh = kv_heads_per_gpu(model, lay.tp)
+        kv = int(BF16 * kvh * (model.qk_head_dim + model.v_head_dim) * lay.batch * lay.seq)
         out.append(Comm("CP", "all_gather", kv, n * (1 + redo), "cp", "fwd", "microbatch",
                         "K,V exchange of ring attention"))
         out.append(Comm("CP", "all_gather", kv, n, "cp", "bwd", "microbatch",
@@ -108,12 +149,7 @@ def training_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
         out.append(Comm("CP", "reduce_scatter", kv, n, "cp", "bwd", "microbatch",
                         "dK,dV exchange in backward"))
     if lay.ep > 1 and n_moe:
-        t = lay.tp if lay.sequence_parallel else 1
-        a2a = int(BF16 * tokens / t * model.top_k * model.hidden)
-        out.append(Comm("EP", "all_to_all", a2a, 2 * n_moe * (1 + redo), "ep", "fwd",
-                        "microbatch", "MoE dispatch and combine"))
-        out.append(Comm("EP", "all_to_all", a2a, 2 * n_moe, "ep", "bwd", "microbatch",
-                        "MoE dispatch and combine gradients"))
+        out += _ep_comms(model, lay, tokens, 2 * n_moe * (1 + redo), 2 * n_moe, gpus_per_node)
     if lay.pp > 1:
         p2p = act // (lay.tp if lay.sequence_parallel else 1)
         out.append(Comm("PP", "sendrecv", p2p, lay.vpp, "pp", "fwd", "microbatch",
@@ -131,7 +167,7 @@ def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
                                        (expert, "edp", lay.dp // lay.ep, "expert")):
         if params == 0 or size == 1:
             continue
-        gbytes = GRAD_BYTES * params
+        gbytes = COMM_GRAD_BYTES * params
         if lay.zero == 3:
             d, e = layer_params_per_gpu(model, lay)
             layer_bytes = int(BF16 * (d if label == "dense" else e))
@@ -155,7 +191,7 @@ def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
     return out
 
 
-def inference_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
+def inference_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> list[Comm]:
     """Collectives of one prefill pass or one decode step (one token per sequence).
 
     One batch visits every pipeline stage in turn, so the counts cover all layers (the
@@ -176,17 +212,18 @@ def inference_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
         out.append(Comm("CP", "all_gather", kv, n, "cp", "fwd", "step",
                         "K,V exchange of ring attention"))
     if lay.ep > 1 and model.moe:
-        a2a = int(BF16 * new * model.top_k * model.hidden)
-        out.append(Comm("EP", "all_to_all", a2a, 2 * n, "ep", "fwd", "step",
-                        "MoE dispatch and combine"))
+        out += [c.__class__(**{**c.to_dict(), "per": "step"}) for c in
+                _ep_comms(model, lay, new, 2 * n, 0, gpus_per_node) if c.phase == "fwd"]
     if lay.pp > 1:
         out.append(Comm("PP", "sendrecv", act, lay.pp - 1, "pp", "fwd", "step",
                         "activation to the next stage (all boundaries)"))
     return out
 
 
-def step_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
-    return training_comms(model, lay) if lay.mode == "train" else inference_comms(model, lay)
+def step_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> list[Comm]:
+    if lay.mode == "train":
+        return training_comms(model, lay, gpus_per_node)
+    return inference_comms(model, lay, gpus_per_node)
 
 
 def totals(comms: list[Comm], lay: Layout) -> dict:

@@ -1,46 +1,102 @@
-"""FLOPs and memory of a transformer under a layout, per GPU.
+"""FLOPs, kernel time and memory of a transformer under a layout, per GPU.
 
 FLOP counting (all in multiply-add = 2 FLOPs):
 - matmuls: 2 FLOPs per weight per token, for the weights a token touches (attention projections,
-  top_k experts' MLP, the router);
-- attention: QK^T and AV, 2 * 2 * q_dim FLOPs per (query, key) pair, counted over the full
-  s x s square (not halved for causality), as Megatron-LM's formula counts it
-  (Narayanan et al. 2021, eq. in sec. 5.1: 96*B*s*l*h^2*(1 + s/6h + V/16lh) with recomputation);
+  top_k routed and the shared experts' MLP, the router);
+- attention: QK^T and AV, 2 * heads * (qk_head_dim + v_head_dim) FLOPs per (query, key) pair,
+  counted over the full s x s square (not halved for causality), as Megatron-LM's formula
+  counts it (Narayanan et al. 2021, sec. 5.1: 96*B*s*l*h^2*(1 + s/6h + V/16lh) with
+  recomputation) and as PaLM's MFU does;
 - logits: 2 * h * V per token; the backward pass costs twice the forward; full activation
   recomputation runs every layer's forward once more (the logits are not recomputed).
 "Model FLOPs" (for MFU, as PaLM and Llama 3 report it) exclude recomputation; "hardware FLOPs"
 include it (what Megatron-LM's Table 1 reports as achieved teraFLOP/s).
 
-Memory per GPU (mixed precision with Adam, the ZeRO paper's accounting, Rajbhandari et al. 2020):
-2 bytes of bf16 weights + 2 bytes of bf16 gradients + 12 bytes of fp32 master weights and Adam
-moments per parameter; ZeRO-1 shards the 12, ZeRO-2 also the gradients, ZeRO-3/FSDP everything
-over the data-parallel group (expert weights over the expert-data-parallel group).
-Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-Transformer Models", arXiv:2205.05198, sec. 4) generalised to GQA and gated MLPs, with
-flash attention (no s x s score matrix stored) and no dropout masks.
+Kernel time (`layer_times`) has three parts, each at a rate chosen once per GPU class
+(`KERNELS`): GEMMs at a fraction of the bf16 (or fp8) peak; attention either as FlashAttention
+(causal: half the square executed, backward 2.5x the forward as it recomputes the scores) or
+as the score-matrix BMMs plus their softmax/dropout passes through HBM (Megatron-LM 2021);
+and the memory-bound elementwise kernels (norms, residual adds, activation functions) at
+HBM_EFFICIENCY of the HBM bandwidth.
+
+Memory per GPU (mixed precision with Adam), Megatron-LM's distributed-optimizer accounting
+(docs "Distributed Optimizer": bf16 weights 2 bytes, fp32 main gradients 4 bytes, fp32 main
+weights and Adam moments 12 bytes per parameter): ZeRO-1 (the distributed optimizer) shards
+the 12, ZeRO-2 also the gradients, ZeRO-3/FSDP everything over the data-parallel group
+(expert weights over the expert-data-parallel group). Activations follow Korthikanti et al.
+2022 ("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
+sec. 4), generalised to GQA/MLA, gated MLPs and MoE, with no dropout masks.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import Layout, layers_per_stage
+from .layout import Layout, layers_per_stage, stage_layers
 from .models import ModelConfig
 
 BF16 = 2
-GRAD_BYTES = 2  # bf16 gradients (ZeRO paper's 2 + 2 + 12 bytes per parameter)
+WEIGHT_BYTES = 2  # bf16 weights used by the forward and backward passes
+GRAD_BYTES = 4  # fp32 main gradients (Megatron accumulates and reduces them in fp32)
+COMM_GRAD_BYTES = 2  # bytes per gradient element the DP collectives move (bf16 reduction)
 OPTIMIZER_BYTES = 12  # fp32 master copy + Adam m and v
+HBM_EFFICIENCY = 0.85  # STREAM-like kernels on A100/H100 reach 80-90% of the data-sheet figure
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Achievable rates of one GPU class, as fractions of its data-sheet peaks."""
+    gemm: float  # large bf16/fp8 GEMMs (cuBLAS / Transformer Engine) over the dense peak
+    attention: float  # FlashAttention forward+backward over the bf16 dense peak
+    source: str
+
+
+# One entry per GPU class (the catalog's `sm`), never per run.
+KERNELS = {
+    "sm70": Kernels(0.65, 0.35, "V100: cuBLAS fp16 GEMMs ~80 of 125 TFLOP/s; no FlashAttention-2"),
+    "sm80": Kernels(0.70, 0.55, "A100: cuBLAS bf16 GEMMs of transformer shapes 200-230 of 312 "
+                    "TFLOP/s; FlashAttention-2 (Dao 2023) 50-73% of peak forward, less backward"),
+    "sm89": Kernels(0.65, 0.45, "Ada: GEMMs ~65% of the dense tensor peak; FlashAttention-2"),
+    "sm90": Kernels(0.60, 0.50, "H100: the 989 TFLOP/s peak assumes the 1.98 GHz boost clock; "
+                    "under sustained tensor load SXM parts run ~1.6-1.75 GHz, and cuBLAS/"
+                    "Transformer Engine bf16 GEMMs of transformer shapes reach ~70% of the "
+                    "clock-scaled peak; FlashAttention-2/3 on H100 (Shah et al. 2024) 35-75% "
+                    "forward, less backward"),
+    "sm100": Kernels(0.60, 0.50, "B200: taken as H100's fractions (no public training "
+                     "measurements at the time of writing)"),
+}
+
+
+def kernels(gpu) -> Kernels:
+    return KERNELS.get(getattr(gpu, "sm", ""), KERNELS["sm90"])
+
+
+def gemm_peak(gpu, precision: str) -> float:
+    """Dense FLOP/s of the GEMMs in `precision` (fp8 where the catalog gives a peak)."""
+    if precision == "fp8":
+        fp8 = getattr(gpu, "fp8_flops", 0.0)
+        if not fp8:
+            from ..errors import ConfigError
+            raise ConfigError(f"precision fp8: {gpu.name} has no fp8 tensor cores in the "
+                              "catalog; use --precision bf16")
+        return fp8
+    return gpu.bf16_flops
 
 
 # -- FLOPs ---------------------------------------------------------------------------------
+def layer_weights_touched(model: ModelConfig) -> float:
+    """Weights one token multiplies in one (MoE) layer."""
+    return model.attn_params + (model.top_k + model.shared_experts) * model.expert_params \
+        + model.router_params if model.moe else model.attn_params + model.expert_params
+
+
 def layer_matmul_flops(model: ModelConfig, tokens: float) -> float:
-    """Forward matmul FLOPs of one layer for `tokens` tokens (top_k experts per token)."""
-    weights = model.attn_params + model.top_k * model.expert_params + model.router_params
-    return 2.0 * weights * tokens
+    """Forward matmul FLOPs of one layer for `tokens` tokens."""
+    return 2.0 * layer_weights_touched(model) * tokens
 
 
 def attention_flops(model: ModelConfig, queries: float, keys: float) -> float:
     """Forward QK^T and AV FLOPs of one layer: `queries` tokens each against `keys` keys."""
-    return 2.0 * 2.0 * model.q_dim * queries * keys
+    return 2.0 * model.heads * (model.qk_head_dim + model.v_head_dim) * queries * keys
 
 
 def layer_forward_flops(model: ModelConfig, batch: float, seq: int, ctx: int | None = None
@@ -54,19 +110,98 @@ def logits_flops(model: ModelConfig, tokens: float) -> float:
     return 2.0 * model.hidden * model.vocab * tokens
 
 
-def training_flops(model: ModelConfig, tokens_batch: float, seq: int, recompute: str = "none"
-                   ) -> tuple[float, float]:
+def model_layer_flops(model: ModelConfig, tokens_batch: float, seq: int,
+                      causal: bool = False) -> float:
+    """Forward FLOPs of all layers (dense leading layers counted with their own MLP); with
+    `causal` the attention core counts only the unmasked half of the score square."""
+    moe = layer_forward_flops(model, tokens_batch, seq)
+    if causal:
+        moe -= attention_flops(model, tokens_batch * seq, seq) / 2
+    if not model.dense_layers:
+        return model.layers * moe
+    dense = moe + 2.0 * tokens_batch * seq * (
+        model.dense_mlp_params - (model.top_k + model.shared_experts) * model.expert_params
+        - model.router_params)
+    return model.dense_layers * dense + (model.layers - model.dense_layers) * moe
+
+
+def training_flops(model: ModelConfig, tokens_batch: float, seq: int, recompute: str = "none",
+                   causal: bool = False) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one training step over `tokens_batch` sequences.
+
+    Selective recomputation re-runs the attention core (QK^T, softmax, AV) once more. With
+    `causal` the attention core counts the unmasked half of the square only.
 
     >>> m = ModelConfig("gpt", layers=1, hidden=4, ffn=16, heads=1, vocab=8, mlp="gelu")
     >>> training_flops(m, 1, 2)[0] == 3 * (2 * 2 * 12 * 16 + 4 * 2 * 4 * 2 + 2 * 2 * 4 * 8)
     True
     """
-    fwd_layers = model.layers * layer_forward_flops(model, tokens_batch, seq)
+    fwd_layers = model_layer_flops(model, tokens_batch, seq, causal)
     fwd_logits = logits_flops(model, tokens_batch * seq)
     model_flops = 3.0 * (fwd_layers + fwd_logits)
-    hw = model_flops + (fwd_layers if recompute == "full" else 0.0)
-    return model_flops, hw
+    redo = {"full": fwd_layers, "selective": model.layers * attention_flops(
+        model, tokens_batch * seq, seq) / (2 if causal else 1)}
+    return model_flops, model_flops + redo.get(recompute, 0.0)
+
+
+# -- kernel time ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds one GPU spends on one layer for one microbatch, forward, by kernel kind."""
+    gemm_s: float
+    attention_s: float  # attention core (forward), FlashAttention or BMMs + softmax passes
+    elementwise_s: float
+    attention_bwd_factor: float  # backward attention time over forward
+
+    @property
+    def forward_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.elementwise_s
+
+    def backward_s(self) -> float:
+        return 2 * self.gemm_s + self.attention_bwd_factor * self.attention_s \
+            + 2 * self.elementwise_s
+
+    def recompute_s(self, recompute: str) -> float:
+        return {"full": self.forward_s, "selective": self.attention_s}.get(recompute, 0.0)
+
+    def microbatch_s(self, recompute: str) -> float:
+        return self.forward_s + self.backward_s() + self.recompute_s(recompute)
+
+
+def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
+                ctx: int | None = None) -> LayerTimes:
+    """Forward kernel time of one (MoE) layer on one GPU for `batch` sequences of `seq` new
+    tokens over `ctx` keys, the sequence split over cp and the layer over tp."""
+    ctx = seq if ctx is None else ctx
+    k = kernels(gpu)
+    t, cp = lay.tp, lay.cp
+    tokens = batch * seq / cp  # this GPU's queries
+    gemm_rate = gemm_peak(gpu, lay.precision) * k.gemm
+    expert_share = 0.0
+    if model.moe:  # the busiest EP rank multiplies imbalance x its share of routed tokens
+        expert_share = 2.0 * model.top_k * model.expert_params * tokens \
+            * (lay.moe_imbalance - 1.0)
+    gemm_s = (layer_matmul_flops(model, tokens) + expert_share) / t / gemm_rate
+    keys = ctx  # ring attention: every query meets every key over the cp steps
+    square = attention_flops(model, tokens, keys) / t
+    hbm = gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY
+    if lay.flash:
+        causal = 0.5 if seq == ctx else 1.0  # prefill/training skip the masked half
+        attn_s = square * causal / (gpu.bf16_flops * k.attention)
+        bwd = 2.5  # dS, dQ, dK, dV, and the scores recomputed
+        scores = 0.0
+    else:  # score matrix in HBM: BMMs at GEMM rate, scale-mask-softmax and dropout passes
+        attn_s = square / (gpu.bf16_flops * k.gemm)
+        scores = 4.5 * model.heads / t * keys  # elements per query: softmax r/w, dropout r/w/mask
+        bwd = 2.0
+    h = model.hidden
+    sp = t if lay.sequence_parallel else 1
+    mlp = (3 if model.mlp == "swiglu" else 2) * model.ffn * (
+        model.top_k + model.shared_experts if model.moe else 1) / t
+    # norms (2 x read+write h), residual adds (2 x 3h), the activation function: bf16 elements
+    elem_s = (10 * h / sp + mlp) * BF16 * tokens / hbm
+    attn_s += BF16 * scores * tokens / hbm  # the score passes belong to the attention core
+    return LayerTimes(gemm_s, attn_s, elem_s, bwd)
 
 
 # -- parameters per GPU --------------------------------------------------------------------
@@ -76,24 +211,29 @@ def kv_heads_per_gpu(model: ModelConfig, tp: int) -> float:
 
 
 def layer_params_per_gpu(model: ModelConfig, lay: Layout) -> tuple[float, float]:
-    """(dense params, expert params) of one layer on one GPU."""
-    kv = kv_heads_per_gpu(model, lay.tp) * model.head_dim
-    attn = model.hidden * (2 * model.q_dim / lay.tp + 2 * kv)
-    dense = attn + model.router_params
-    experts = (model.experts / lay.ep) * model.expert_params / lay.tp
+    """(dense params, expert params) of one (MoE) layer on one GPU."""
+    if model.mla:
+        attn = model.attn_params / lay.tp
+    else:
+        kv = kv_heads_per_gpu(model, lay.tp) * model.head_dim
+        attn = model.hidden * (2 * model.q_dim / lay.tp + 2 * kv)
     if not model.moe:
-        dense, experts = dense + experts, 0.0
+        return attn + model.expert_params / lay.tp, 0.0
+    dense = attn + model.router_params + model.shared_experts * model.expert_params / lay.tp
+    experts = (model.experts / lay.ep) * model.expert_params / lay.tp
     return dense, experts
 
 
 def stage_params_per_gpu(model: ModelConfig, lay: Layout) -> tuple[float, float]:
     """(dense, expert) params on one GPU of the most loaded stage (layers + its embedding)."""
     d, e = layer_params_per_gpu(model, lay)
-    n = layers_per_stage(model, lay)
+    layers = stage_layers(model, lay)
     emb = model.vocab * model.hidden / lay.tp  # the first stage's input or last stage's output
     if lay.pp == 1 and not model.tied_embeddings:
         emb *= 2
-    return n * d + emb, n * e
+    ends = max(layers[0], layers[-1])
+    n = max(layers)
+    return max(n * d, ends * d + emb), n * e
 
 
 # -- memory --------------------------------------------------------------------------------
@@ -104,83 +244,109 @@ class Memory:
     optimizer: float
     activations: float  # activations (train/prefill) and KV cache (prefill/decode)
     kv_cache: float = 0.0
+    logits: float = 0.0  # the last stage's logits and loss buffers
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+        return self.weights + self.gradients + self.optimizer + self.activations \
+            + self.kv_cache + self.logits
 
     def to_dict(self) -> dict:
         return {"weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "activations": self.activations,
-                "kv_cache": self.kv_cache, "total": self.total}
+                "kv_cache": self.kv_cache, "logits": self.logits, "total": self.total}
 
 
 def activation_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
-    """Bytes one layer keeps per token for its backward pass, on one GPU (no recomputation).
+    """Bytes one layer keeps per token for its backward pass, on one GPU, without full
+    recomputation (Korthikanti et al. 2022, Table 2, generalised).
 
-    Inside the TP region (split over tp): Q, K, V, the attention output and the MLP's inner
-    activations; outside (split over tp only with sequence parallelism): the two norm inputs,
-    the QKV input and the MLP input.
+    Outside the TP region (split over tp only with sequence parallelism): the two norm inputs,
+    the QKV input and the MLP input. Inside (split over tp): Q, K, V, the attention output,
+    the MLP's inner activations (gate and up outputs and their product for SwiGLU; the GeLU
+    input and output otherwise), and for MoE the routed token copies. Without FlashAttention
+    and without selective recomputation the softmax output, dropout mask and dropout output
+    (5 bytes per score) are kept too. The imbalance of routing inflates the expert part.
     """
-    h, f, t = model.hidden, model.ffn, lay.tp
-    kv = kv_heads_per_gpu(model, t) * model.head_dim
-    mlp_inner = (3 if model.mlp == "swiglu" else 2) * f * model.top_k
-    inside = BF16 * (2 * model.q_dim / t + 2 * kv + mlp_inner / t)
-    dispatched = BF16 * h * (model.top_k if model.moe else 0)  # routed token copies
-    outside = BF16 * 4 * h + dispatched
-    return inside + (outside / t if lay.sequence_parallel else outside)
+    h, t = model.hidden, lay.tp
+    kvh = kv_heads_per_gpu(model, t)
+    qkv = model.heads / t * model.qk_head_dim + kvh * (model.qk_head_dim + model.v_head_dim)
+    attn = BF16 * (qkv + model.heads / t * model.v_head_dim)
+    if model.mla:  # the compressed latents feeding the up-projections (not split over tp)
+        attn += BF16 * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
+    if not lay.flash and lay.recompute == "none":
+        attn += 5 * model.heads / t * lay.seq
+    per_mlp = (3 if model.mlp == "swiglu" else 2) * model.ffn * BF16 / t
+    if model.moe:
+        routed = model.top_k * lay.moe_imbalance
+        mlp = per_mlp * (routed + model.shared_experts) + BF16 * h * routed / t
+    else:
+        mlp = per_mlp
+    outside = BF16 * 4 * h
+    return attn + mlp + (outside / t if lay.sequence_parallel else outside)
 
 
-def inflight_microbatches(lay: Layout) -> float:
-    """Microbatches whose activations the first stage holds at once under 1F1B.
+def inflight_microbatches(lay: Layout, stage: int = 0) -> float:
+    """Microbatches whose activations pipeline stage `stage` holds at its peak (train).
 
-    1F1B keeps at most pp in flight; interleaving with vpp chunks multiplies it by
-    (1 + (pp-1)/(pp*vpp)) (Korthikanti et al. 2022, sec. 4.2.3).
+    1F1B: stage i runs pp - i forwards before its first backward. Interleaved 1F1B with v
+    chunks: 2(pp-i-1) + (v-1)pp + 1 chunk-forwards (Megatron-LM's warm-up count), each of 1/v
+    of the stage's layers: for the first stage pp * (1 + (pp-1)/(pp*v)) microbatches'
+    worth (Korthikanti et al. 2022, sec. 4.2.3). Never more than the microbatches of a step.
     """
     if lay.mode != "train":
         return 1.0
-    n = float(min(lay.pp, lay.microbatches))
-    if lay.vpp > 1:
-        n *= 1 + (lay.pp - 1) / (lay.pp * lay.vpp)
-    return n
+    p, v = lay.pp, lay.vpp
+    n = (p - stage) if v == 1 else (2 * (p - stage - 1) + (v - 1) * p + 1) / v
+    return float(min(n, lay.microbatches))
+
+
+def _shard(lay: Layout, dense: float, expert: float, level: int) -> float:
+    if lay.zero < level:
+        return dense + expert
+    return dense / lay.dp + expert / max(lay.dp // lay.ep, 1)
 
 
 def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
     """Peak memory of one GPU of the most loaded stage, by category (bytes)."""
     dense, expert = stage_params_per_gpu(model, lay)
-    params = dense + expert
-    weights = BF16 * params
+    weights = WEIGHT_BYTES * (dense + expert)
     grads = opt = 0.0
     if lay.mode == "train":
-        edp = max(lay.dp // lay.ep, 1)
-        shard = lambda p_dense, p_exp, level: (p_dense / lay.dp + p_exp / edp  # noqa: E731
-                                               if lay.zero >= level else p_dense + p_exp)
-        opt = OPTIMIZER_BYTES * shard(dense, expert, 1)
-        grads = GRAD_BYTES * shard(dense, expert, 2)
-        weights = BF16 * shard(dense, expert, 3)
-        if lay.zero == 3:  # one layer's weights are gathered at a time (FSDP unit = layer)
+        opt = OPTIMIZER_BYTES * _shard(lay, dense, expert, 1)
+        grads = GRAD_BYTES * _shard(lay, dense, expert, 2)
+        if lay.zero == 3:  # weights sharded; one layer (FSDP unit) gathered, the next prefetched
             d, e = layer_params_per_gpu(model, lay)
-            weights += BF16 * (d + e)
+            weights = WEIGHT_BYTES * (_shard(lay, dense, expert, 3) + 2 * (d + e))
     tokens = lay.batch * lay.seq / lay.cp  # tokens one GPU's sequence shard holds
-    n = layers_per_stage(model, lay)
+    layers = stage_layers(model, lay)
     per_token = activation_bytes_per_token(model, lay)
     if lay.mode == "train":
-        working = 0.0
+        sp = lay.tp if lay.sequence_parallel else 1
+        working = per_token * tokens  # one layer's activations during its recompute/backward
         if lay.recompute == "full":  # keep each layer's input; re-run one layer at a time
-            t = lay.tp if lay.sequence_parallel else 1
-            stored = n * BF16 * model.hidden / t * tokens
-            working = per_token * tokens  # one layer's activations during its backward
+            keep = BF16 * model.hidden / sp * tokens
         else:
-            stored = n * per_token * tokens
-        first = stored * inflight_microbatches(lay) + working
-        # the last stage holds one microbatch plus the fp32 logits for the loss
-        logits = 4.0 * tokens * model.vocab / lay.tp
-        last = stored + working + logits
-        acts = max(first, last) if lay.pp > 1 else last
+            keep, working = per_token * tokens, 0.0
+        stages = [layers[i] * keep * inflight_microbatches(lay, i) for i in range(lay.pp - 1)]
+        # the last stage holds one microbatch, and its logits: the bf16 output of the head,
+        # the fp32 copy the loss works on and the fp32 softmax kept for backward
+        logits = (BF16 + 4 + 4) * tokens * model.vocab / lay.tp
+        last = layers[-1] * keep + logits
+        acts = max(stages + [last]) + working
+        if last >= max(stages, default=0.0):
+            return Memory(weights, grads, opt, acts - logits, 0.0, logits)
         return Memory(weights, grads, opt, acts)
     # inference: one layer's working set at a time, and the KV cache of every layer
-    kv = kv_heads_per_gpu(model, lay.tp) * model.head_dim
-    kv_cache = n * 2 * BF16 * kv * lay.batch * lay.seq / lay.cp
+    n = layers_per_stage(model, lay)
+    kv_cache = n * kv_cache_bytes_per_token(model, lay) * lay.batch * lay.seq / lay.cp
     new_tokens = tokens if lay.mode == "prefill" else lay.batch
-    acts = per_token * new_tokens + BF16 * new_tokens * model.vocab / lay.tp
-    return Memory(weights, 0.0, 0.0, acts, kv_cache)
+    acts = per_token * new_tokens
+    return Memory(weights, 0.0, 0.0, acts, kv_cache, BF16 * new_tokens * model.vocab / lay.tp)
+
+
+def kv_cache_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
+    """KV cache of one layer per token on one GPU (MLA caches its compressed latent)."""
+    if model.mla:
+        return BF16 * (model.kv_lora_rank + model.rope_head_dim)
+    return 2 * BF16 * kv_heads_per_gpu(model, lay.tp) * model.head_dim

@@ -23,6 +23,8 @@ from .models import ModelConfig
 
 MODES = ("train", "prefill", "decode")
 KINDS = ("TP", "CP", "EP", "PP", "DP")
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,20 @@ class Layout:
     `seq` is the training / prompt sequence length, or the KV-cache context length in decode.
     `global_batch` counts sequences per optimizer step (train) or sequences served (inference).
     `vpp` is the number of interleaved virtual pipeline stages per GPU (Narayanan et al. 2021).
-    `zero`: 0 plain DP, 1/2 shard optimizer states / and gradients, 3 also parameters (= FSDP).
-    `recompute`: "none" or "full" (every layer re-runs its forward during backward).
+    `zero`: 0 plain DP, 1 shards the optimizer states (Megatron's distributed optimizer),
+    2 also the gradients, 3 also the parameters (= FSDP).
+    `recompute`: "none", "selective" (the attention core re-runs in backward, Korthikanti et
+    al. 2022) or "full" (every layer re-runs its forward during backward).
+    `flash`: FlashAttention-style attention (no score matrix stored or written to HBM).
+    `precision`: the GEMMs' arithmetic ("bf16", or "fp8" as Transformer Engine runs it).
+    `balanced_ends`: the first and last pipeline stages carry one transformer layer fewer, for
+    the embedding and the loss (Llama 3 paper sec. 3.3.2; Megatron-core's
+    --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split).
+    Overlap switches: `dp_overlap` (gradient reduce-scatter / parameter all-gather bucket by
+    bucket behind backward / forward), `tp_overlap` (TP collectives split and hidden behind
+    the GEMMs), `cp_overlap` (ring attention's K,V sends behind the attention of the chunk in
+    hand), `pp_overlap` (stage-boundary sends asynchronous, off the steady-state path).
+    `moe_imbalance`: tokens the busiest expert-parallel rank receives over the mean (1 = even).
     """
     tp: int = 1
     pp: int = 1
@@ -48,6 +62,14 @@ class Layout:
     vpp: int = 1
     recompute: str = "none"
     mode: str = "train"
+    flash: bool = True
+    precision: str = "bf16"
+    balanced_ends: bool = False
+    dp_overlap: bool = True
+    tp_overlap: bool = False
+    cp_overlap: bool = True
+    pp_overlap: bool = True
+    moe_imbalance: float = 1.0
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "cp", "ep", "seq", "global_batch", "micro_batch", "vpp"):
@@ -56,8 +78,16 @@ class Layout:
                 raise ConfigError(f"{f} must be an integer >= 1, got {v!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"zero must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero!r}")
-        if self.recompute not in ("none", "full"):
-            raise ConfigError(f"recompute must be none or full, got {self.recompute!r}")
+        if self.recompute not in RECOMPUTE:
+            raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE)}, "
+                              f"got {self.recompute!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                              f"got {self.precision!r}")
+        imb = self.moe_imbalance
+        if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1.0 <= imb <= 64:
+            raise ConfigError(f"moe_imbalance must be a number from 1 (even routing) to 64, "
+                              f"got {imb!r}")
         if self.mode not in MODES:
             raise ConfigError(f"mode {self.mode!r} is unknown: allowed are {', '.join(MODES)}")
 
@@ -147,9 +177,23 @@ def validate(model: ModelConfig, lay: Layout, world: int | None = None) -> Layou
     return lay
 
 
+def stage_layers(model: ModelConfig, lay: Layout) -> list[int]:
+    """Transformer layers of each pipeline stage: as even as the count allows; with
+    `balanced_ends` the embedding and the loss count as one layer each."""
+    p = lay.pp
+    if lay.balanced_ends and p > 2:
+        base, extra = divmod(model.layers + 2, p)
+        out = [base + (1 if i < extra else 0) for i in range(p)]
+        out[0] -= 1
+        out[-1] -= 1
+        return out
+    base, extra = divmod(model.layers, p)
+    return [base + (1 if i < extra else 0) for i in range(p)]
+
+
 def layers_per_stage(model: ModelConfig, lay: Layout) -> int:
-    """Layers on the most loaded pipeline stage (stages get ceil(L/pp) or floor(L/pp))."""
-    return math.ceil(model.layers / lay.pp)
+    """Layers on the most loaded pipeline stage."""
+    return max(stage_layers(model, lay))
 
 
 def coords(lay: Layout, rank: int) -> dict:

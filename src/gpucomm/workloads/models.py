@@ -13,6 +13,10 @@ transformer loads from a YAML file of the same shape:
     mlp: swiglu           # swiglu (3 matrices: gate, up, down) or gelu (2 matrices)
     experts: 1            # MoE: experts per layer (1 = dense)
     top_k: 1              # MoE: experts each token is routed to
+    shared_experts: 0     # MoE: experts every token also passes through (DeepSeek)
+    dense_layers: 0       # MoE: leading layers with a dense MLP of width dense_ffn
+    route_nodes: 0        # MoE: node-limited routing, a token reaches at most this many nodes
+    kv_lora_rank: 0       # MLA (DeepSeek-V2/V3): compressed KV width; 0 = ordinary attention
     source: "..."
 
     >>> m = get_model("llama3-70b")
@@ -49,6 +53,15 @@ class ModelConfig:
     mlp: str = "swiglu"
     experts: int = 1
     top_k: int = 1
+    shared_experts: int = 0
+    dense_layers: int = 0
+    dense_ffn: int = 0  # 0: same as ffn
+    route_nodes: int = 0  # 0: routing is not node-limited
+    # multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank 0 = ordinary (GQA) attention
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    rope_head_dim: int = 0  # decoupled rotary part of each query/key head
+    v_head_dim: int = 0  # 0: head_dim
     tied_embeddings: bool = False
     source: str = ""
 
@@ -71,6 +84,19 @@ class ModelConfig:
         if self.mlp not in MLP_KINDS:
             raise ConfigError(f"model {self.name!r}: mlp {self.mlp!r} is unknown: allowed are "
                               f"{', '.join(MLP_KINDS)}")
+        for field in ("shared_experts", "dense_layers", "dense_ffn", "route_nodes",
+                      "q_lora_rank", "kv_lora_rank", "rope_head_dim", "v_head_dim"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"model {self.name!r}: {field} must be an integer >= 0, "
+                                  f"got {value!r}")
+        if self.dense_layers >= self.layers:
+            raise ConfigError(f"model {self.name!r}: dense_layers {self.dense_layers} must be "
+                              f"below layers {self.layers}")
+        if self.dense_ffn == 0:
+            object.__setattr__(self, "dense_ffn", self.ffn)
+        if self.v_head_dim == 0:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
         if self.top_k > self.experts:
             raise ConfigError(f"model {self.name!r}: top_k {self.top_k} exceeds experts "
                               f"{self.experts}")
@@ -89,9 +115,26 @@ class ModelConfig:
         return self.kv_heads * self.head_dim
 
     @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query/key head (MLA adds the decoupled rotary part)."""
+        return self.head_dim + self.rope_head_dim
+
+    @property
     def attn_params(self) -> int:
-        """Wq, Wk, Wv and Wo of one layer."""
-        return self.hidden * (2 * self.q_dim + 2 * self.kv_dim)
+        """Wq, Wk, Wv and Wo of one layer (MLA: the down- and up-projections of Q and KV)."""
+        h = self.hidden
+        if not self.mla:
+            return h * (2 * self.q_dim + 2 * self.kv_dim)
+        q_out = self.heads * self.qk_head_dim
+        q = h * q_out if not self.q_lora_rank else \
+            h * self.q_lora_rank + self.q_lora_rank * q_out
+        kv = h * (self.kv_lora_rank + self.rope_head_dim) \
+            + self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
+        return q + kv + self.heads * self.v_head_dim * h
 
     @property
     def expert_params(self) -> int:
@@ -99,12 +142,23 @@ class ModelConfig:
         return MLP_KINDS[self.mlp] * self.hidden * self.ffn
 
     @property
+    def dense_mlp_params(self) -> int:
+        """The MLP of a dense layer (the leading dense_layers of an MoE model)."""
+        return MLP_KINDS[self.mlp] * self.hidden * self.dense_ffn
+
+    @property
     def router_params(self) -> int:
         return self.hidden * self.experts if self.moe else 0
 
     @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.moe else 0
+
+    @property
     def layer_params(self) -> int:
-        return self.attn_params + self.experts * self.expert_params + self.router_params
+        """One MoE layer (or one layer of a dense model)."""
+        return self.attn_params + (self.experts + self.shared_experts) * self.expert_params \
+            + self.router_params
 
     @property
     def embedding_params(self) -> int:
@@ -113,13 +167,17 @@ class ModelConfig:
 
     @property
     def params(self) -> int:
-        return self.layers * self.layer_params + self.embedding_params
+        dense = self.dense_layers * (self.attn_params + self.dense_mlp_params)
+        return dense + (self.layers - self.dense_layers) * self.layer_params \
+            + self.embedding_params
 
     @property
     def active_params(self) -> int:
-        """Parameters one token touches (top_k experts of each MoE layer)."""
-        per_layer = self.attn_params + self.top_k * self.expert_params + self.router_params
-        return self.layers * per_layer + self.embedding_params
+        """Parameters one token touches (top_k routed + shared experts of each MoE layer)."""
+        per_layer = self.attn_params + (self.top_k + self.shared_experts) * self.expert_params \
+            + self.router_params
+        dense = self.dense_layers * (self.attn_params + self.dense_mlp_params)
+        return dense + (self.layers - self.dense_layers) * per_layer + self.embedding_params
 
     def to_dict(self) -> dict:
         return asdict(self)

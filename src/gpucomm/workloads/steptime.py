@@ -1,47 +1,59 @@
-"""The step-time model: compute from FLOPs, communication timed by the simulator on real groups.
+"""The step-time model: kernel time from FLOPs and bytes, communication timed by the simulator
+on real groups, overlapped where frameworks overlap it.
 
 Assumptions (one value each, the same for every case):
-- Compute runs at COMPUTE_EFFICIENCY of the GPU's dense bf16 peak. Decode (and any pass with
-  little arithmetic per byte) is bounded by HBM: a layer takes max(FLOPs / (peak * eff),
-  bytes read / (HBM bandwidth * HBM_EFFICIENCY)).
-- TP, CP and EP collectives and PP sends sit on the critical path (exposed): a layer waits for
-  them. Each runs on the representative group of rank 0 (TP inside a node, DP one GPU per node
-  along a rail, ...), timed by `gpucomm.simulate.predict` on the cluster's topology.
+- Kernels run at the rates of their GPU class (`compute.KERNELS`: GEMMs, FlashAttention, and
+  HBM-bound elementwise kernels). Decode (and any pass with little arithmetic per byte) is
+  bounded by HBM: a layer takes max(kernel time, bytes read / (HBM bandwidth * efficiency)).
+- Every collective runs on the representative group of rank 0 (TP inside a node, DP one GPU
+  per node along a rail, ...), timed by `gpucomm.simulate.predict` on the cluster's topology.
+  Groups of one kind run their collective at the same moment; those on the same nodes (e.g.
+  the 8 DP groups of a DGX, which share its NICs) are timed together by the flow model, and
+  the slowdown sharing causes is applied to the group's time (see Timer).
 - Training uses 1F1B: the step is (m + (p-1)/v) microbatch slots of forward + backward +
-  exposed per-microbatch communication, for m microbatches, p stages and v interleaved chunks;
-  the bubble is the (p-1)/v slots beyond m ((p-1)/(m+p-1) of the step when v = 1).
-- DP gradient reduction (and ZeRO's reduce-scatter) overlaps the backward pass of the last
-  microbatch, bucket by bucket: exposed = max(last bucket, total - W*(1 - 1/n)) for n buckets
-  and window W. ZeRO-1/2's parameter all-gather overlaps the first forward the same way;
-  ZeRO-3's per-layer gathers overlap each microbatch's compute.
+  exposed per-microbatch communication, for m microbatches, p stages and v interleaved chunks.
+- What is exposed depends on the layout's overlap switches (`OVERLAPS`, each with its
+  source): DP/FSDP buckets behind backward/forward, TP collectives behind their GEMMs, ring
+  attention's sends behind attention, pipeline sends off the steady state. EP all-to-alls
+  are always exposed.
 - Inference keeps one batch in flight: stages run one after another, all communication exposed.
-- Groups of one kind run their collective at the same moment. Those on the same nodes (e.g.
-  the 8 DP groups of a DGX, which share its NICs) are timed together by the simulator's flow
-  model, and the slowdown sharing causes is applied to the group's time (see Timer).
-- The optimizer step, data loading and the vocab-parallel loss's small collectives are not
-  timed.
+- The optimizer step is an HBM-bound pass over the GPU's optimizer shard; data loading and
+  the vocab-parallel loss's small collectives are not timed.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
 from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
-from .compute import (BF16, Memory, kv_heads_per_gpu, layer_forward_flops,
-                      layer_params_per_gpu, logits_flops, memory_per_gpu, training_flops)
-from .layout import KINDS, Layout, group_ranks, rank_of, validate
+from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Memory, gemm_peak, kernels,
+                      kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
+                      layer_times, logits_flops, memory_per_gpu, stage_params_per_gpu,
+                      training_flops)
+from .layout import KINDS, Layout, group_ranks, rank_of, stage_layers, validate
 from .models import ModelConfig, get_model
 
-# Fraction of dense bf16 peak a well-tuned transformer layer sustains end to end (GEMMs near
-# 70-80% of peak, attention, norms and elementwise kernels well below). One constant for every
-# model, GPU and layout; benchmarks/planner_validation.py holds it against published runs.
-COMPUTE_EFFICIENCY = 0.55
-# Fraction of nominal HBM bandwidth a streaming read reaches (STREAM-like kernels on A100/H100
-# reach 80-90% of the data-sheet figure).
-HBM_EFFICIENCY = 0.85
+# A layout whose estimate exceeds HBM by at most this fraction is predicted with a warning
+# (the estimate leaves out allocator fragmentation, NCCL buffers and the CUDA context, and
+# rounds the framework's own savings, so a few percent either way is within its accuracy);
+# beyond it the layout is refused with a variant that fits.
+MEMORY_TOLERANCE = 0.05
+
+OVERLAPS = {
+    "dp_overlap": "DP/FSDP reduce-scatter and all-gather bucket by bucket behind backward and "
+                  "forward (Megatron-core DDP --overlap-grad-reduce/--overlap-param-gather; "
+                  "PyTorch FSDP prefetch)",
+    "tp_overlap": "TP all-gather/reduce-scatter split into chunks hidden behind the GEMMs "
+                  "(Megatron-LM --tp-comm-overlap with Transformer Engine userbuffers; "
+                  "PyTorch AsyncTP)",
+    "cp_overlap": "ring attention: the next K,V chunk travels while attention runs on the "
+                  "current one (Liu et al. 2023; Megatron-core context parallelism, p2p)",
+    "pp_overlap": "pipeline sends asynchronous, off the steady-state path (Megatron-core "
+                  "--overlap-p2p-communication; Llama 3 paper sec. 3.3.2)",
+}
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,17 @@ def make_cluster(system: str, nodes: int, nic: str | None = None, **options) -> 
 
 
 MAX_TOGETHER_RANKS = 256  # keeps the flow simulation of concurrent groups to seconds
+# Large reduce-scatters and all-gathers across nodes are timed as NCCL runs them: ring with
+# the Simple protocol (NCCL's only algorithm for them besides NVLS and, for small sizes, PAT;
+# its tuner picks Simple above a few MB). One candidate instead of every registered one keeps
+# a 16K-GPU --search to seconds.
+RING_ONLY = ("reduce_scatter", "all_gather")
+RING_ONLY_BYTES = 8 << 20
+# Serving frameworks all-reduce small TP messages with their own one-shot/two-shot kernels
+# where GPUs reach each other's memory (vLLM custom_all_reduce, TensorRT-LLM's ONESHOT/TWOSHOT
+# strategies) and fall back to NCCL otherwise; training frameworks (Megatron) use NCCL.
+SERVING_ALL_REDUCE = ("one_shot", "two_shot")
+RING_CUT = 32  # longer rings are timed on their first 16 and 32 members and extrapolated
 _TIMES: dict = {}  # (system, nic, options, sim model) -> {group shape: timing}
 
 
@@ -94,10 +117,12 @@ class Timer:
     on every group cut to its first members, which cross the same kind of links.
     """
 
-    def __init__(self, cluster: Cluster, sim_model: str = "analytic", contention: bool = True):
+    def __init__(self, cluster: Cluster, sim_model: str = "analytic", contention: bool = True,
+                 serving: bool = False):  # noqa: D107
         self.cluster, self.sim_model, self.contention = cluster, sim_model, contention
+        self.serving = serving
         self._cache = _TIMES.setdefault((cluster.system, cluster.nic, cluster.options,
-                                         sim_model, contention), {})
+                                         sim_model, contention, serving), {})
 
     def place(self, groups: list[tuple[int, ...]]):
         gpn = self.cluster.gpus_per_node
@@ -112,6 +137,29 @@ class Timer:
         if len(ranks) < 2 or nbytes <= 0:
             return {"time_s": 0.0, "algorithm": "-", "protocol": "-", "together": 1}
         gpn = self.cluster.gpus_per_node
+        if collective in RING_ONLY and nbytes >= RING_ONLY_BYTES \
+                and len({r // gpn for r in ranks}) > 1:
+            return self._ring(collective, nbytes, ranks, peers)
+        return self._time(collective, nbytes, ranks, peers)
+
+    def _ring(self, collective: str, nbytes: int, ranks: tuple, peers: list) -> dict:
+        """A large ring across nodes. At a fixed block per rank its time is linear in its
+        steps, so a ring longer than RING_CUT is timed on its first RING_CUT/2 and RING_CUT
+        members (and its peers cut alike: the same nodes pattern) and extrapolated, without
+        building a topology of hundreds of nodes."""
+        n = len(ranks)
+        if n <= RING_CUT:
+            return self._time(collective, nbytes, ranks, peers)
+        block = nbytes / n
+        ks = (RING_CUT // 2, RING_CUT)
+        t = [self._time(collective, int(block * k), ranks[:k], [g[:k] for g in peers])
+             for k in ks]
+        per_step = (t[1]["time_s"] - t[0]["time_s"]) / (ks[1] - ks[0])
+        return {**t[1], "time_s": t[1]["time_s"] + per_step * (n - ks[1])}
+
+    def _time(self, collective: str, nbytes: int, ranks: tuple[int, ...],
+              peers: list[tuple[int, ...]] = ()) -> dict:
+        gpn = self.cluster.gpus_per_node
         base = ranks[0] // gpn * gpn
         shape = (collective, int(nbytes), tuple(tuple(r - base for r in g)
                                                 for g in (ranks, *peers)))
@@ -119,12 +167,24 @@ class Timer:
             from ..simulate import predict
             topo, local = self.place([ranks])
             dtype = "bfloat16" if nbytes % 2 == 0 else "int8"
+            pick = {}
+            if collective in RING_ONLY and nbytes >= RING_ONLY_BYTES \
+                    and len({r // gpn for r in ranks}) > 1:
+                pick = {"algorithm": "ring", "protocol": "simple"}
+            elif self.serving and collective == "all_reduce":
+                pick = {"also": SERVING_ALL_REDUCE}
             res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
-                          model=self.sim_model)
+                          model=self.sim_model, **pick)
             out = {"time_s": float(res.time_s), "algorithm": res.algorithm,
                    "protocol": res.protocol, "together": 1}
             groups = [ranks, *peers]
-            if self.contention and len(groups) > 1:
+            # bandwidth-bound sizes: sharing slows a pattern by a size-independent ratio,
+            # measured once per (collective, groups, algorithm, protocol)
+            big = nbytes >= RING_ONLY_BYTES
+            skey = ("slowdown", collective, shape[2], res.algorithm, res.protocol)
+            if self.contention and len(groups) > 1 and big and skey in self._cache:
+                out.update(time_s=out["time_s"] * self._cache[skey], together=len(groups))
+            elif self.contention and len(groups) > 1:
                 # too many ranks to simulate at once: measure the slowdown on the groups cut
                 # to their first members (same nodes pattern, same links shared)
                 keep = max(2, MAX_TOGETHER_RANKS // len(groups))
@@ -132,7 +192,7 @@ class Timer:
                 topo, local = self.place(cut)
                 if keep < len(ranks):
                     res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
-                                  model=self.sim_model)
+                                  model=self.sim_model, **pick)
                 together = time_together(collective, int(nbytes), topo, local, res,
                                          dtype=dtype)
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
@@ -140,8 +200,10 @@ class Timer:
                 if together is not None and alone:
                     # the flow model's slowdown from sharing, applied to the chosen model's
                     # time of one group (so the two models' other differences stay out)
-                    out.update(time_s=out["time_s"] * max(1.0, together / alone),
-                               together=len(groups))
+                    slow = max(1.0, together / alone)
+                    out.update(time_s=out["time_s"] * slow, together=len(groups))
+                    if big:
+                        self._cache[skey] = slow
             self._cache[shape] = out
         return self._cache[shape]
 
@@ -159,11 +221,24 @@ def peer_groups(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: i
     seen, out = {ranks}, []
     first = ranks[0] // gpus_per_node  # a group on the same nodes has a member on this one
     for r in range(first * gpus_per_node, min((first + 1) * gpus_per_node, lay.world)):
-        g = group_ranks(lay, kind, r)
+        g = group_of(lay, kind, r, gpus_per_node)
         if g not in seen and {x // gpus_per_node for x in g} == nodes:
             seen.add(g)
             out.append(g)
     return out
+
+
+def group_of(lay: Layout, kind: str, rank: int, gpus_per_node: int) -> tuple[int, ...]:
+    """`rank`'s group of a layout kind, or of an EP part: "ep_intra" (its EP peers on its
+    node) and "ep_inter" (its EP peers with its GPU index on the other nodes)."""
+    if kind == "pp":
+        return (rank, rank + rank_of(lay, pp=1))
+    if kind in ("ep_intra", "ep_inter"):
+        ep = group_ranks(lay, "ep", rank)
+        if kind == "ep_intra":
+            return tuple(r for r in ep if r // gpus_per_node == rank // gpus_per_node)
+        return tuple(r for r in ep if r % gpus_per_node == rank % gpus_per_node)
+    return group_ranks(lay, kind, rank)
 
 
 @dataclass(frozen=True)
@@ -181,6 +256,8 @@ class CommTime:
         d.update(group_size=len(self.ranks), time_s=self.time_s, total_s=self.total_s,
                  algorithm=self.algorithm, protocol=self.protocol, groups_together=self.together)
         return d
+
+
 
 
 @dataclass(frozen=True)
@@ -202,32 +279,51 @@ class Plan:
     tokens_per_s: float
     tflops_per_gpu: float  # model FLOPs (no recomputation) per second per GPU / 1e12
     hw_tflops_per_gpu: float  # executed FLOPs (with recomputation)
-    mfu: float
+    mfu: float  # model FLOP/s over the GPU's dense bf16 peak (also for fp8 runs)
     memory: Memory
     hbm_bytes: float
     comms: tuple = field(default=(), repr=False)
+    optimizer_s: float = 0.0
+    warnings: tuple = ()
+    ep_split: dict = field(default_factory=dict)  # EP part ("intra"/"inter") -> s per step
+    kernels: object = None  # compute.Kernels of the GPU class
+    causal_tflops_per_gpu: float = 0.0  # model FLOPs counting the causal half of attention
 
     @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total
 
+    def overlaps(self) -> list[dict]:
+        """The overlap switches of a training step, each with its setting and source."""
+        if self.layout.mode != "train":
+            return []
+        return [{"switch": k, "on": bool(getattr(self.layout, k)), "source": v}
+                for k, v in OVERLAPS.items()]
+
     def to_dict(self) -> dict:
-        lay = self.layout
+        lay, kern = self.layout, self.kernels
         return {
             "model": self.model, "system": self.system, "nic": self.nic, "nodes": self.nodes,
             "gpus": self.gpus, "gpu": self.gpu, "mode": lay.mode,
-            "layout": {k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "sp",
-                                                    "zero", "recompute", "seq", "global_batch",
-                                                    "micro_batch")},
+            "layout": {k: getattr(lay, k) for k in (
+                "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "recompute", "seq",
+                "global_batch", "micro_batch", "flash", "precision", "balanced_ends",
+                "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "moe_imbalance")},
             "microbatches": lay.microbatches,
             "step_time_s": self.step_time_s, "compute_time_s": self.compute_time_s,
+            "optimizer_time_s": self.optimizer_s,
             "comm_time_s": dict(self.comm_time_s), "exposed_comm_by_kind_s":
                 dict(self.exposed_by_kind), "exposed_comm_s": self.exposed_comm_s,
+            "ep_all_to_all_s": dict(self.ep_split),
             "bubble_s": self.bubble_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
-            "mfu": self.mfu, "memory_per_gpu_bytes": self.memory.total,
+            "causal_tflops_per_gpu": self.causal_tflops_per_gpu,
+            "mfu": self.mfu, "mfu_basis": "model FLOPs / dense bf16 peak",
+            "memory_per_gpu_bytes": self.memory.total,
             "memory_breakdown_bytes": self.memory.to_dict(), "hbm_bytes": self.hbm_bytes,
-            "compute_efficiency": COMPUTE_EFFICIENCY, "hbm_efficiency": HBM_EFFICIENCY,
+            "warnings": list(self.warnings), "overlaps": self.overlaps(),
+            "kernels": {"gemm_efficiency": kern.gemm, "attention_efficiency": kern.attention,
+                        "hbm_efficiency": HBM_EFFICIENCY, "source": kern.source},
             "collectives": [c.to_dict() for c in self.comms],
         }
 
@@ -236,26 +332,52 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.1f} GB"
 
 
-def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> None:
-    """ConfigError if the layout does not fit, naming a nearby layout that does."""
-    if mem.total <= gpu.hbm_bytes:
-        return
+def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str, ...]:
+    """Warnings for a layout within MEMORY_TOLERANCE over HBM; ConfigError (naming a nearby
+    layout that fits) for one clearly over."""
+    cap = gpu.hbm_bytes
+    if mem.total <= cap:
+        return ()
+    over = mem.total - cap
+    if over <= MEMORY_TOLERANCE * cap:
+        return (f"memory: the estimate {_gb(mem.total)} per GPU is {_gb(over)} "
+                f"({over / cap:.1%}) over the {_gb(cap)} of {gpu.name}, within the "
+                f"estimate's {MEMORY_TOLERANCE:.0%} accuracy: it may not fit",)
     parts = ", ".join(f"{k} {_gb(v)}" for k, v in mem.to_dict().items() if k != "total" and v)
-    fix = _fitting_variant(model, lay, gpu)
-    tips = ("a larger --tp or --pp, --zero 3, --recompute full or a smaller --micro-batch"
-            if lay.mode == "train" else "a larger --tp or --pp, or a smaller batch or context")
+    fix = fitting_variant(model, lay, gpu)
+    tips = ["a larger --tp, --pp or --ep" + (" (or more nodes)" if lay.mode == "train" else "")]
+    if lay.mode == "train":
+        tips += (["--zero 3"] if lay.zero < 3 else []) + \
+            (["--recompute full"] if lay.recompute != "full" else []) + \
+            (["a smaller --micro-batch"] if lay.micro_batch > 1 else [])
+    else:
+        tips.append("a smaller batch or context")
+    tips = ", ".join(tips)
     raise ConfigError(f"{model.name} with tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} "
-                      f"ep={lay.ep} does not fit: it needs {_gb(mem.total)} per GPU ({parts}) "
-                      f"but {gpu.name} has {_gb(gpu.hbm_bytes)}; "
+                      f"ep={lay.ep} vpp={lay.vpp} does not fit: it needs {_gb(mem.total)} per "
+                      f"GPU ({parts}), {over / cap:.0%} over the {_gb(cap)} of {gpu.name}; "
                       + (f"{fix} would fit" if fix else f"try {tips}"))
 
 
-def _fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
-    """The first of a few standard memory savers (same GPU count) that makes `lay` fit."""
+def fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
+    """The first of a few standard memory savers (same GPU count) that makes `lay` fit,
+    cheapest first: ZeRO-2 (no extra traffic), selective recomputation, less interleaving,
+    ZeRO-3, a smaller micro-batch, full recomputation, then deeper pipelines."""
     tries = []
     if lay.mode == "train":
-        tries += [("--recompute full", dict(recompute="full")), ("--zero 3", dict(zero=3)),
-                  ("--zero 3 --recompute full", dict(zero=3, recompute="full"))]
+        if lay.zero < 2:
+            tries.append(("--zero 2", dict(zero=2)))
+        if lay.recompute == "none" and not lay.flash:
+            tries.append(("--recompute selective", dict(recompute="selective")))
+        if lay.vpp > 1:
+            tries.append(("--vpp 1", dict(vpp=1)))
+        if lay.zero < 3:
+            tries.append(("--zero 3", dict(zero=3)))
+        if lay.micro_batch > 1:
+            tries.append(("--micro-batch 1", dict(micro_batch=1)))
+        if lay.recompute != "full":
+            tries.append(("--recompute full", dict(recompute="full")))
+            tries.append(("--zero 3 --recompute full", dict(zero=3, recompute="full")))
     pp, dp = lay.pp, lay.dp
     while dp % 2 == 0 and pp * 2 <= model.layers:
         pp, dp = pp * 2, dp // 2
@@ -273,22 +395,19 @@ def _fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
     return None
 
 
-def _stage_layers(model: ModelConfig, lay: Layout) -> list[int]:
-    base, extra = divmod(model.layers, lay.pp)
-    return [base + (1 if i < extra else 0) for i in range(lay.pp)]
-
-
-def _group(lay: Layout, comm: Comm) -> tuple[int, ...]:
-    if comm.group == "pp":
-        return (0, rank_of(lay, pp=1))  # one stage boundary
-    return group_ranks(lay, comm.group, 0)
-
-
 def _overlapped(total: float, last: float, n: int, window: float) -> float:
     """Exposed time of n buckets of total seconds produced evenly over `window` seconds."""
     if total <= 0:
         return 0.0
     return max(last, total - window * (1 - 1 / max(n, 1)))
+
+
+def _hidden(total: float, first: float, window: float) -> float:
+    """Exposed time of communication pipelined behind `window` seconds of compute: the first
+    piece cannot hide, the rest hides up to the window."""
+    if total <= 0:
+        return 0.0
+    return first + max(0.0, total - first - window)
 
 
 def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None, *,
@@ -306,48 +425,69 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     cluster = cluster or make_cluster(system, nodes, nic, **topology_options)
     lay = validate(model, layout, cluster.gpus)
     gpu = cluster.gpu
+    gemm_peak(gpu, lay.precision)  # refuses fp8 on a GPU without it
     mem = memory_per_gpu(model, lay)
-    if check_fit:
-        check_memory(model, lay, mem, gpu)
-    timer = Timer(cluster, sim_model, contention)
+    warnings = check_memory(model, lay, mem, gpu) if check_fit else ()
+    timed = time_comms(model, lay, cluster, sim_model, contention)
+    step = _training_step if lay.mode == "train" else _inference_step
+    return replace(step(model, lay, cluster, mem, timed), warnings=warnings)
+
+
+def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tuple:
+    """Every collective of the step, timed on its representative group."""
+    timer = Timer(cluster, sim_model, contention, serving=lay.mode != "train")
+    gpn = cluster.gpus_per_node
     timed = []
-    for c in step_comms(model, lay):
-        ranks = _group(lay, c)
-        peers = peer_groups(lay, c.group, ranks, cluster.gpus_per_node) if contention else []
+    for c in step_comms(model, lay, gpn):
+        ranks = group_of(lay, c.group, 0, gpn)
+        peers = peer_groups(lay, c.group, ranks, gpn) if contention else []
         t = timer.time(c.collective, c.nbytes, ranks, peers)
         mult = lay.microbatches if c.per == "microbatch" else 1
         timed.append(CommTime(c, ranks, t["time_s"], t["time_s"] * c.count * mult,
                               t["algorithm"], t["protocol"], t["together"]))
-    step = _training_step if lay.mode == "train" else _inference_step
-    return step(model, lay, cluster, mem, tuple(timed))
+    return tuple(timed)
 
 
-def _rate(gpu) -> float:
-    return gpu.bf16_flops * COMPUTE_EFFICIENCY
+def optimizer_time(model: ModelConfig, lay: Layout, gpu) -> float:
+    """Adam over this GPU's optimizer shard: reads bf16 grads... and fp32 state, writes state
+    and bf16 weights (HBM-bound)."""
+    dense, expert = stage_params_per_gpu(model, lay)
+    shard = dense / lay.dp + expert / max(lay.dp // lay.ep, 1) if lay.zero >= 1 \
+        else dense + expert
+    nbytes = shard * (4 + 2 * OPTIMIZER_BYTES + 2)
+    return nbytes / (gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY)
 
 
 def _training_step(model, lay, cluster, mem, timed) -> Plan:
     gpu, m, p, v = cluster.gpu, lay.microbatches, lay.pp, lay.vpp
-    shard = lay.tp * lay.cp
-    layer_f = layer_forward_flops(model, lay.batch, lay.seq) / shard
-    head_f = logits_flops(model, lay.batch * lay.seq) / shard
-    redo = 1.0 if lay.recompute == "full" else 0.0
-    stage_flops = [n * layer_f * (3 + redo) + (3 * head_f if i == p - 1 else 0.0)
-                   for i, n in enumerate(_stage_layers(model, lay))]
-    slowest = max(range(p), key=lambda i: stage_flops[i])
-    mb_compute = stage_flops[slowest] / _rate(gpu)
-    fwd = mb_compute / (3 + redo) * 1  # forward share of a microbatch
-    bwd = mb_compute - fwd
+    lt = layer_times(model, lay, gpu, lay.batch, lay.seq)
+    per_layer = lt.microbatch_s(lay.recompute)
+    head_s = logits_flops(model, lay.batch * lay.seq) / (lay.tp * lay.cp) \
+        / (gemm_peak(gpu, lay.precision) * kernels(gpu).gemm)
+    layers = stage_layers(model, lay)
+    stage_s = [n * per_layer + (3 * head_s if i == p - 1 else 0.0)
+               for i, n in enumerate(layers)]
+    slowest = max(range(p), key=lambda i: stage_s[i])
+    n = layers[slowest]
+    mb_compute = stage_s[slowest]
+    mb_fwd = n * lt.forward_s
+    mb_bwd = mb_compute - mb_fwd
 
     per_mb = {k: 0.0 for k in KINDS}
+    first = {k: 0.0 for k in KINDS}
     comm_total = {k: 0.0 for k in KINDS}
+    ep_split = {}
     dp_grad = dp_param = zero3 = 0.0
     dp_grad_last = dp_param_last = zero3_one = 0.0
     dp_grad_n = dp_param_n = 0
     for c in timed:
         comm_total[c.comm.kind] += c.total_s
+        if c.comm.kind == "EP":
+            part = c.comm.group.split("_")[-1]
+            ep_split[part] = ep_split.get(part, 0.0) + c.total_s
         if c.comm.kind != "DP":
             per_mb[c.comm.kind] += c.time_s * c.comm.count
+            first[c.comm.kind] = max(first[c.comm.kind], c.time_s)
         elif c.comm.per == "microbatch":  # ZeRO-3 gathers
             zero3 += c.time_s * c.comm.count
             zero3_one = max(zero3_one, c.time_s)
@@ -359,19 +499,46 @@ def _training_step(model, lay, cluster, mem, timed) -> Plan:
             dp_grad += c.total_s
             dp_grad_n += int(c.comm.count)
             dp_grad_last = max(dp_grad_last, c.time_s)
-    zero3_exposed = max(zero3_one, zero3 - mb_compute) if zero3 else 0.0
-    slot = mb_compute + sum(per_mb.values()) + zero3_exposed
-    bubble = (p - 1) / v * slot
-    dp_exposed = (_overlapped(dp_grad, dp_grad_last, dp_grad_n, bwd)
-                  + _overlapped(dp_param, dp_param_last, dp_param_n, fwd)
-                  + m * zero3_exposed)
-    exposed = {k: m * per_mb[k] for k in KINDS}
-    exposed["DP"] = dp_exposed
+    exposed_mb = dict(per_mb)
+    redo_full = 1 if lay.recompute == "full" else 0
+    if lay.tp_overlap and per_mb["TP"]:  # each collective in tp chunks behind its GEMM
+        window = n * lt.gemm_s * (3 + redo_full)
+        exposed_mb["TP"] = _hidden(per_mb["TP"], per_mb["TP"] / lay.tp, window)
+    if lay.cp_overlap and per_mb["CP"]:  # cp-1 ring steps, each behind one attention block
+        window = n * lt.attention_s * (1 + lt.attention_bwd_factor + redo_full)
+        exposed_mb["CP"] = _hidden(per_mb["CP"], per_mb["CP"] / max(lay.cp - 1, 1), window)
+    pp_chain = 0.0
+    if lay.pp_overlap and per_mb["PP"]:  # only the warm-up/cool-down chain waits on sends
+        pp_chain = 2 * (p - 1) * first["PP"]
+        exposed_mb["PP"] = 0.0
+    zero3_exposed = (max(zero3_one, zero3 - mb_compute) if lay.dp_overlap else zero3) \
+        if zero3 else 0.0
+    slot = mb_compute + sum(exposed_mb.values()) + zero3_exposed
+    bubble = (p - 1) / v * slot + pp_chain
+    if lay.dp_overlap:
+        dp_exposed = (_overlapped(dp_grad, dp_grad_last, dp_grad_n, mb_bwd)
+                      + _overlapped(dp_param, dp_param_last, dp_param_n, mb_fwd))
+    else:
+        dp_exposed = dp_grad + dp_param
+    exposed = {k: m * exposed_mb[k] for k in KINDS}
+    exposed["PP"] += pp_chain
+    bubble -= pp_chain
+    exposed["DP"] = dp_exposed + m * zero3_exposed
     compute = m * mb_compute
-    step_s = compute + sum(exposed.values()) + bubble
+    opt_s = optimizer_time(model, lay, gpu)
+    step_s = compute + sum(exposed.values()) + bubble + opt_s
     model_flops, hw_flops = training_flops(model, lay.global_batch, lay.seq, lay.recompute)
-    return _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, exposed, bubble,
-                   lay.global_batch * lay.seq, model_flops, hw_flops)
+    causal = training_flops(model, lay.global_batch, lay.seq, causal=True)[0]
+    return replace(_finish(model, lay, cluster, mem, timed, step_s, compute, comm_total,
+                           exposed, bubble, lay.global_batch * lay.seq, model_flops, hw_flops,
+                           opt_s, ep_split),
+                   causal_tflops_per_gpu=causal / step_s / cluster.gpus / 1e12)
+
+
+def compute_bound(model: ModelConfig, lay: Layout, cluster: Cluster, mem: Memory) -> Plan:
+    """The step with every collective free: a lower bound of `plan`'s step (no simulator)."""
+    step = _training_step if lay.mode == "train" else _inference_step
+    return step(model, lay, cluster, mem, ())
 
 
 def _experts_touched(model: ModelConfig, tokens: float) -> float:
@@ -386,22 +553,24 @@ def _inference_step(model, lay, cluster, mem, timed) -> Plan:
     decode = lay.mode == "decode"
     b = lay.batch
     new = b * (1 if decode else lay.seq / lay.cp)  # new tokens per GPU's shard
-    shard = lay.tp * lay.cp
-    flops = (layer_forward_flops(model, b, 1, lay.seq) / lay.tp if decode else
-             layer_forward_flops(model, b, lay.seq) / shard)
+    lt = layer_times(model, lay, gpu, b, 1 if decode else lay.seq, lay.seq)
     dense, expert = layer_params_per_gpu(model, lay)
     touched = _experts_touched(model, new * lay.ep) / model.experts if model.moe else 1.0
     weight_bytes = BF16 * (dense + expert * touched)
-    kv = kv_heads_per_gpu(model, lay.tp) * model.head_dim
-    kv_bytes = 2 * BF16 * kv * b * lay.seq / lay.cp  # read (decode) or written (prefill)
+    kv_bytes = kv_cache_bytes_per_token(model, lay) * b * lay.seq / lay.cp
     hbm = gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY
-    layer_s = max(flops / _rate(gpu), (weight_bytes + kv_bytes) / hbm)
-    head_s = max(logits_flops(model, b) / lay.tp / _rate(gpu),
+    layer_s = max(lt.forward_s, (weight_bytes + kv_bytes) / hbm)
+    rate = gemm_peak(gpu, lay.precision) * kernels(gpu).gemm
+    head_s = max(logits_flops(model, b) / lay.tp / rate,
                  BF16 * model.vocab * model.hidden / lay.tp / hbm)
     compute = model.layers * layer_s + head_s  # the stages run one after another
     comm_total = {k: 0.0 for k in KINDS}
+    ep_split = {}
     for c in timed:  # counts cover every stage: one batch visits them in turn
         comm_total[c.comm.kind] += c.total_s
+        if c.comm.kind == "EP":
+            part = c.comm.group.split("_")[-1]
+            ep_split[part] = ep_split.get(part, 0.0) + c.total_s
     exposed = dict(comm_total)
     step_s = compute + sum(exposed.values())
     tokens = lay.global_batch * (1 if decode else lay.seq)
@@ -409,11 +578,11 @@ def _inference_step(model, lay, cluster, mem, timed) -> Plan:
                            else layer_forward_flops(model, lay.global_batch, lay.seq))
            + logits_flops(model, lay.global_batch))
     return _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, exposed, 0.0,
-                   tokens, fwd, fwd)
+                   tokens, fwd, fwd, 0.0, ep_split)
 
 
 def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, exposed, bubble,
-            tokens, model_flops, hw_flops) -> Plan:
+            tokens, model_flops, hw_flops, opt_s, ep_split) -> Plan:
     n = cluster.gpus
     used = [k for k in KINDS if comm_total[k] > 0 or exposed[k] > 0]
     return Plan(model.name, cluster.system, cluster.nic, cluster.nodes, n, cluster.gpu.name, lay,
@@ -421,4 +590,4 @@ def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, expose
                 {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
                 tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
                 model_flops / step_s / n / cluster.gpu.bf16_flops, mem, cluster.gpu.hbm_bytes,
-                timed)
+                timed, opt_s, (), ep_split, kernels(cluster.gpu))
