@@ -14,11 +14,14 @@ from ..workloads.layout import KINDS, MODES, Layout
 from ..workloads.models import get_model, list_models
 from ..workloads.search import search_layouts
 from ..workloads.steptime import make_cluster, plan
+from ..topology import FABRICS
 from .common import add_format, positive_int, print_json
+from .topo import add_network_args, network_from_args
 
 _LAYOUT_INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch",
                 "zero")
-_TOPO_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p")
+_TOPO_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p",
+              "leaf_ports", "placement", "network")
 _COMPARE_KEYS = ("system", "nic", "nodes", "mode", "recompute", "sp") + _TOPO_KEYS + _LAYOUT_INTS
 
 
@@ -36,7 +39,7 @@ def register(sub) -> None:
                    help="another GPU model in the system (e.g. --system pcie --gpu h100)")
     p.add_argument("--pcie-gen", type=int, choices=(3, 4, 5, 6), default=None,
                    help="set every PCIe link to this generation")
-    p.add_argument("--fabric", choices=("rail", "fat-tree"), default=None)
+    p.add_argument("--fabric", choices=FABRICS, default=None)
     p.add_argument("--oversubscription", type=float, default=None,
                    help="fabric oversubscription (1 = full bisection)")
     p.add_argument("--nics-per-node", type=positive_int, default=None)
@@ -75,6 +78,7 @@ def register(sub) -> None:
     p.add_argument("--collectives", action="store_true",
                    help="also list every collective with its group, size and time")
     add_format(p)
+    add_network_args(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -85,7 +89,9 @@ def _settings(args) -> dict:
             "global_batch": args.global_batch, "micro_batch": args.micro_batch,
             "zero": args.zero, "gpu": args.gpu, "pcie_gen": args.pcie_gen,
             "fabric": args.fabric, "oversubscription": args.oversubscription,
-            "nics_per_node": args.nics_per_node, "p2p": args.p2p}
+            "nics_per_node": args.nics_per_node, "p2p": args.p2p,
+            "leaf_ports": args.leaf_ports, "placement": args.placement,
+            "network": network_from_args(args)}
 
 
 def _topology_options(s: dict) -> dict:

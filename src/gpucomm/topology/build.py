@@ -7,6 +7,10 @@ replicates the node, names devices `n{k}.{name}`, and adds the fabric:
 - rail:     NIC i of every node on leaf (rail) switch i; spines join the rails.
 - fat-tree: nodes fill leaf switches in order (`leaf_ports` NIC ports per leaf); spines
             join the leaves.
+- rail-2tier: rail-optimised leaf/spine at cable granularity (fabric.py): NIC i of each
+            group of `leaf_ports` nodes on leaf (group, i), `leaf_ports / oversubscription`
+            uplinks per leaf, one cable per spine; `network` (fabric.Network) says how flows
+            are hashed, what loss does and which cables are down.
 Leaf uplinks carry the leaf's downlink bandwidth divided by `oversubscription`.
 
     >>> t = build_topology("dgx-h100", nodes=2)
@@ -23,10 +27,11 @@ import yaml
 
 from ..errors import ConfigError
 from ..hardware import get_gpu, get_link_tech, get_nic, get_nvswitch, nic_names
+from .fabric import rail_2tier, with_network
 from .model import Device, Link, Topology
 from .yamlio import topology_from_dict
 
-FABRICS = ("rail", "fat-tree")
+FABRICS = ("rail", "fat-tree", "rail-2tier")
 PCIE_GENS = (3, 4, 5, 6)
 MAX_SPINES = 8
 
@@ -70,7 +75,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
                    nic: str | None = None, nics_per_node: int | None = None,
                    pcie_gen: int | None = None, p2p: bool = True, fabric: str = "rail",
                    oversubscription: float = 1.0, *, gpu: str | None = None,
-                   leaf_ports: int = 32, node_topology: Topology | None = None) -> Topology:
+                   leaf_ports: int = 32, node_topology: Topology | None = None,
+                   network=None, placement: str = "packed") -> Topology:
     """A cluster of `nodes` copies of a node preset (or of `node_topology`, a one-node
     Topology loaded from YAML) on a fabric.
 
@@ -190,8 +196,12 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         if not M:
             raise ConfigError(f"{name} has no NICs, so {nodes} nodes cannot be joined: give "
                               f"--nic NAME (allowed: {', '.join(nic_names())})")
-        fdev, flinks = _fabric(nodes, [d.name for d in nic_devs], [d.model for d in nic_devs],
-                               fabric, oversubscription, leaf_ports)
+        names, models = [d.name for d in nic_devs], [d.model for d in nic_devs]
+        if fabric == "rail-2tier":
+            fdev, flinks = rail_2tier(nodes, names, models, oversubscription, leaf_ports,
+                                      placement, network.seed if network is not None else 0)
+        else:
+            fdev, flinks = _fabric(nodes, names, models, fabric, oversubscription, leaf_ports)
         all_devices += fdev
         all_links += flinks
     label = name if nodes == 1 else f"{name}x{nodes}"
@@ -202,6 +212,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     # Nodes are exact replicas laid out in the same order: the router derives node k's
     # local routes from node 0's by shifting indices instead of recomputing them.
     topo._cache["replica"] = (len(devices), len(links))
+    if network is not None:
+        return with_network(topo, network)  # checks the routes that are left
     topo.check_routes()
     return topo
 
