@@ -94,11 +94,16 @@ class FabricPolicy:
             # a schedule channel of a rail stands for CHANNELS / rails NCCL channels, each its
             # own connection with its own queue pairs (hashed independently)
             from .predict import CHANNELS
-            self.connections = max(1, CHANNELS // max(paths.rails_per_node, 1))
+            self.connections = network.connections or \
+                max(1, CHANNELS // max(paths.rails_per_node, 1))
             self.lanes = network.qps_per_connection * self.connections
         else:
             self.lanes = min(max(_widest(router), 1), MAX_LANES)
         self.ports = np.asarray(router.ports(), dtype=np.uint64)
+        kind = {d.name: d.kind for d in self.topo.devices}
+        # switch egress ports: where queues build and PFC pauses start (a NIC schedules its
+        # own queue pairs and is never the congestion point)
+        self.egress = np.array([kind[ln.src] == "switch" for ln in self.topo.links], dtype=bool)
         self.recovery_s = recovery_s() if network.lossless and network.cc == "dcqcn" else 0.0
 
     # ---- capacity --------------------------------------------------------------------------
@@ -191,8 +196,15 @@ class FabricPolicy:
         np.add.at(demand, safe[valid], np.broadcast_to(alone[:, None] / L, table.shape)[valid])
         lane_cap = capacity * L
         cnt = np.bincount(safe[valid], minlength=len(capacity)).astype(np.float64)
-        hot = (demand > capacity * (1 + 1e-9)) & (link_class == _NET)
-        share = np.where(valid, lane_cap[safe] / np.maximum(cnt[safe], 1), np.inf).min(axis=1)
+        per_link = np.where(valid, lane_cap[safe] / np.maximum(cnt[safe], 1), np.inf)
+        share = per_link.min(axis=1)
+        # hot: a switch egress that is some op's bottleneck, shared by more than one op, with
+        # more demand than capacity (an incast or a hash collision)
+        at = np.argmin(per_link, axis=1)
+        neck = safe[np.arange(n), at]
+        hot = np.zeros(len(capacity), dtype=bool)
+        hot[neck[valid[np.arange(n), at]]] = True
+        hot &= self.egress & (cnt > L) & (demand > capacity * (1 + 1e-9))
         paused = np.full(len(capacity), np.inf)
         w = table.shape[1] // L
         for j in range(L):
@@ -207,7 +219,10 @@ class FabricPolicy:
             up &= link_class[np.where(ok, blk, 0)] == _NET
             np.minimum.at(paused, blk[up], np.broadcast_to(share[:, None], blk.shape)[up])
         caps = np.where(valid, paused[safe], np.inf).min(axis=1)
-        return caps
+        # the incast flows themselves are held by max-min at the hot port (and speed up when
+        # it clears); the static cap is for victims only
+        through = (valid & hot[safe]).any(axis=1)
+        return np.where(through, np.inf, caps)
 
 
 def _widest(router) -> int:

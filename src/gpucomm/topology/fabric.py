@@ -63,6 +63,7 @@ class Network:
     cc: str = "dcqcn"
     fail_links: int = 0
     mtu: int = 4096
+    connections: int = 0  # connections per rail and peer; 0: NCCL's channels / the rails
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
@@ -89,6 +90,9 @@ class Network:
         k = self.fail_links
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ConfigError(f"fail_links {k!r} not allowed: an integer >= 0")
+        c = self.connections
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_QPS:
+            raise ConfigError(f"connections {c!r} not allowed: an integer 0..{MAX_QPS} (0: auto)")
         if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or self.mtu < 256:
             raise ConfigError(f"mtu {self.mtu!r} not allowed: an integer >= 256 bytes")
 
