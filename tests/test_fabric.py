@@ -56,15 +56,18 @@ def test_adaptive_and_spray_split_the_two_flows(routing):
         assert _time(_tiny(net), [(0, 2), (1, 3)]).time_s == pytest.approx(one, rel=0.02)
 
 
+def _spine_links(net):
+    paths = PathTable(_tiny(net))
+    row = paths.routes(np.array([0]), np.array([2]), 0)[0]
+    row = row[row >= 0]
+    return row[paths.lane_scale[row] > 1]
+
+
 def test_hash_without_qp_puts_every_qp_of_a_nic_pair_on_one_path():
-    net = Network(connections=1, qps_per_connection=8, hash_inputs=("src", "dst"))
-    t = PathTable(_tiny(net)).routes(np.array([0]), np.array([2]), 0)[0]
-    w = len(t) // 8
-    lanes = {tuple(t[j * w:(j + 1) * w]) for j in range(8)}
-    assert len(lanes) == 1
-    spread = PathTable(_tiny(Network(connections=1, qps_per_connection=8)))
-    t = spread.routes(np.array([0]), np.array([2]), 0)[0]
-    assert len({tuple(t[j * w:(j + 1) * w]) for j in range(8)}) == 2
+    same = _spine_links(Network(connections=1, qps_per_connection=8, hash_inputs=("src", "dst")))
+    assert len(same) == 16 and len(set(same.tolist())) == 2  # 8 lanes x (up, down), one spine
+    spread = _spine_links(Network(connections=1, qps_per_connection=8))
+    assert len(spread) == 16 and len(set(spread.tolist())) == 4  # both spines
 
 
 def test_lanes_leave_an_uncontended_flow_alone():

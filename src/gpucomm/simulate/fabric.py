@@ -60,9 +60,13 @@ from ..errors import ConfigError
 from ..topology.routing import lane_key, mix
 
 MAX_LANES = 32
+# NCCL_NCHANNELS_PER_NET_PEER's default (NCCL 2.x env docs): channels, so connections, per
+# network peer; rings get the same from NCCL duplicating each ring channel
+CONNECTIONS_PER_PEER = 2
 DCQCN_TIMER_S = 55e-6   # DCQCN rate-increase timer T (Zhu et al., SIGCOMM 2015, §5)
 DCQCN_FAST_RECOVERY = 5  # F: fast-recovery rounds, each halving the gap to the target rate
 _NET = 2  # paths.NET: the link class of NIC and switch links
+_NET_KINDS = ("nic", "switch")
 
 
 def goodput(loss_rate: float, window_packets: float) -> float:
@@ -91,11 +95,9 @@ class FabricPolicy:
         router = self.topo.router
         self.router = router
         if network.routing == "ecmp":
-            # a schedule channel of a rail stands for CHANNELS / rails NCCL channels, each its
-            # own connection with its own queue pairs (hashed independently)
-            from .predict import CHANNELS
-            self.connections = network.connections or \
-                max(1, CHANNELS // max(paths.rails_per_node, 1))
+            # NCCL opens several connections to a network peer (each its own QPs, hashed on
+            # their own); a schedule op stands for all of them
+            self.connections = network.connections or CONNECTIONS_PER_PEER
             self.lanes = network.qps_per_connection * self.connections
         else:
             self.lanes = min(max(_widest(router), 1), MAX_LANES)
@@ -104,6 +106,13 @@ class FabricPolicy:
         # switch egress ports: where queues build and PFC pauses start (a NIC schedules its
         # own queue pairs and is never the congestion point)
         self.egress = np.array([kind[ln.src] == "switch" for ln in self.topo.links], dtype=bool)
+        self.network_link = np.array([kind[ln.src] in _NET_KINDS or kind[ln.dst] in _NET_KINDS
+                                      for ln in self.topo.links], dtype=bool)
+        # lanes part only on switch-to-switch links: those carry capacity x lanes, and a
+        # flow lists them once per lane (m of L lanes on a link load it with m/L of the flow)
+        between = np.array([kind[ln.src] == kind[ln.dst] == "switch"
+                            for ln in self.topo.links], dtype=bool)
+        self.lane_scale = np.where(between, float(self.lanes), 1.0)
         self.recovery_s = recovery_s() if network.lossless and network.cc == "dcqcn" else 0.0
 
     # ---- capacity --------------------------------------------------------------------------
@@ -122,107 +131,121 @@ class FabricPolicy:
 
     # ---- routes ----------------------------------------------------------------------------
     def lane_routes(self, single, idx, gs, gd, channel):
-        """L lane blocks per row: `single` (one path per op) repeated, except rows `idx`,
-        inter-node ops from rail GPU gs to gd on `channel`, which get one path per lane."""
+        """Route rows with lanes: each row is lane 0's path, then the switch-to-switch links
+        of lanes 1..L-1 (where lanes part; the other links are common to all lanes and
+        appear once). `single` holds one path per op; rows `idx`, inter-node ops from rail
+        GPU gs to gd on `channel`, get one path per lane."""
         L = self.lanes
-        if not len(idx):
-            return np.tile(single, (1, L)) if L > 1 else single
-        blocks = [self._lane(gs, gd, channel, j) for j in range(L)]
-        width = max([single.shape[1]] + [b.shape[1] for b in blocks])
-        out = np.full((len(single), L * width), -1, dtype=np.int32)
+        if L == 1 and not len(idx):
+            return single
+        blocks = [single.copy() for _ in range(L)]
         for j in range(L):
-            out[:, j * width:j * width + single.shape[1]] = single
-            blk = np.full((len(idx), width), -1, dtype=np.int32)
-            blk[:, :blocks[j].shape[1]] = blocks[j]
-            out[idx, j * width:(j + 1) * width] = blk
-        return out
+            if len(idx):
+                lane = self._lane(gs, gd, channel, j)
+                w = max(blocks[j].shape[1], lane.shape[1])
+                blocks[j] = _widen(blocks[j], w)
+                blocks[j][idx] = _widen(lane, w)
+        split = self.lane_scale > 1
+        parts = [blocks[0]]
+        for b in blocks[1:]:
+            parts.append(np.where((b >= 0) & split[np.where(b >= 0, b, 0)], b, -1))
+        full = np.concatenate(parts, axis=1)
+        order = np.argsort(full < 0, axis=1, kind="stable")
+        full = np.take_along_axis(full, order, axis=1)
+        width = int((full >= 0).sum(axis=1).max(initial=0))
+        return np.ascontiguousarray(full[:, :width], dtype=np.int32)
 
     def _lane(self, gs, gd, channel, j):
         net = self.net
         gs, gd = np.asarray(gs, dtype=np.int64), np.asarray(gd, dtype=np.int64)
         c = np.asarray(channel, dtype=np.int64)
+        n = len(gs)
         if net.routing == "ecmp":
             f = net.hash_inputs
-            a = self.ports[gs] if "src" in f else np.zeros(len(gs), np.uint64)
-            b = self.ports[gd] if "dst" in f else np.zeros(len(gs), np.uint64)
-            q = (c.astype(np.uint64) * np.uint64(64) + np.uint64(j + 1)) if "qp" in f \
-                else np.zeros(len(gs), np.uint64)
-            key = mix(mix(a, b, q), np.full(len(gs), net.seed, np.uint64),
-                      np.zeros(len(gs), np.uint64))
+            zero = np.zeros(n, np.uint64)
+            a = self.ports[gs] if "src" in f else zero
+            b = self.ports[gd] if "dst" in f else zero
+            # lane j = connection j // qps (its channel's own), queue pair j % qps
+            conn = c.astype(np.uint64) * np.uint64(self.connections) + \
+                np.uint64(j // net.qps_per_connection)
+            q = conn * np.uint64(MAX_LANES) + np.uint64(j % net.qps_per_connection + 1) \
+                if "qp" in f else zero
+            key = mix(mix(a, b, q), np.full(n, net.seed, np.uint64), zero)
         else:  # an even split: lane j on tied path j, rotated per pair so pairs differ
-            rot = mix(self.ports[gs], self.ports[gd], np.full(len(gs), net.seed, np.uint64))
+            rot = mix(self.ports[gs], self.ports[gd], np.full(n, net.seed, np.uint64))
             key = lane_key((rot % np.uint64(MAX_LANES)) + np.uint64(j))
         return np.asarray(self.router.route_matrix(gs, gd, c, key=key), dtype=np.int32)
 
-    def first_lane(self, table):
-        """The columns of lane 0 (latency is that of one path, not of L copies)."""
-        if self.lanes == 1 or table.shape[1] == 0:
-            return table
-        return table[:, :table.shape[1] // self.lanes]
-
-    def bottleneck(self, table, capacity):
-        """Per op: the rate it gets alone, min over links of capacity x L / multiplicity."""
+    def properties(self, table, latency, link_class, capacity):
+        """(latency, class, bottleneck) of lane rows: a link's latency counts 1/scale per
+        entry (lanes' tied paths have equal latency), the bottleneck is the least
+        capacity x scale / multiplicity over the row's links."""
         if table.shape[1] == 0:
-            return np.full(len(table), np.inf)
-        srt = np.sort(np.where(table >= 0, table, np.iinfo(np.int32).max), axis=1)
-        valid = srt != np.iinfo(np.int32).max
-        new = np.ones_like(valid)
-        new[:, 1:] = srt[:, 1:] != srt[:, :-1]
-        # multiplicity of each distinct link in the row
-        run = np.cumsum(new, axis=1)
-        mult = np.zeros(srt.shape, dtype=np.int64)
-        rows = np.repeat(np.arange(len(srt)), srt.shape[1])
-        np.add.at(mult, (rows, run.ravel() - 1), valid.ravel().astype(np.int64))
-        first = new & valid
-        m = np.zeros(srt.shape, dtype=np.float64)
-        m[first] = mult[np.nonzero(first)[0], run[first] - 1]
-        safe = np.where(valid, srt, 0)
-        rate = np.where(first, capacity[safe] * self.lanes / np.maximum(m, 1), np.inf)
-        return rate.min(axis=1)
+            n = len(table)
+            return np.zeros(n), np.zeros(n, dtype=np.int8), np.full(n, np.inf)
+        valid = table >= 0
+        safe = np.where(valid, table, 0)
+        lat = np.where(valid, latency[safe] / self.lane_scale[safe], 0.0).sum(axis=1)
+        cls = np.where(valid, link_class[safe], 0).max(axis=1)
+        # multiplicity of each entry's link within its row
+        mult = np.zeros(table.shape)
+        for k in range(table.shape[1]):
+            mult += valid & (table == table[:, k:k + 1])
+        rate = np.where(valid, capacity[safe] * self.lane_scale[safe] / np.maximum(mult, 1),
+                        np.inf)
+        return lat, cls, rate.min(axis=1)
 
     # ---- PFC pause spreading -----------------------------------------------------------------
-    def pause_caps(self, table, alone, capacity, link_class):
+    def pause_caps(self, table, alone, capacity):
         """Per op: the rate PFC's head-of-line blocking holds it to (inf: none), for ops that
-        run together; only without congestion control on a lossless fabric."""
+        run together; only without congestion control on a lossless fabric. A hot port is a
+        switch egress that is some op's bottleneck, shared by several ops and asked for more
+        than it carries (an incast, or flows hashed together); the links before it on those
+        ops' rows (lane 0's path order) are paused to the hot ops' share, and every other op
+        on a paused link is held to it."""
         n = len(table)
         caps = np.full(n, np.inf)
         if not self.net.lossless or self.net.cc != "none" or n < 2 or table.shape[1] == 0:
             return caps
-        L = self.lanes
         valid = table >= 0
         safe = np.where(valid, table, 0)
+        scale = self.lane_scale
         alone = np.where(np.isfinite(alone), alone, 0.0)
-        demand = np.zeros(len(capacity))
-        np.add.at(demand, safe[valid], np.broadcast_to(alone[:, None] / L, table.shape)[valid])
-        lane_cap = capacity * L
-        cnt = np.bincount(safe[valid], minlength=len(capacity)).astype(np.float64)
-        per_link = np.where(valid, lane_cap[safe] / np.maximum(cnt[safe], 1), np.inf)
+        nl = len(capacity)
+        demand = np.zeros(nl)
+        np.add.at(demand, safe[valid], (alone[:, None] / scale[safe])[valid])
+        cnt = np.bincount(safe[valid], minlength=nl).astype(np.float64)
+        ops_on = np.zeros(nl)
+        first = valid.copy()
+        for k in range(1, table.shape[1]):  # count each op once per link
+            first[:, k] &= ~(table[:, :k] == table[:, k:k + 1]).any(axis=1)
+        np.add.at(ops_on, safe[first], 1)
+        per_link = np.where(valid, (capacity * scale)[safe] / np.maximum(cnt[safe], 1), np.inf)
         share = per_link.min(axis=1)
-        # hot: a switch egress that is some op's bottleneck, shared by more than one op, with
-        # more demand than capacity (an incast or a hash collision)
         at = np.argmin(per_link, axis=1)
-        neck = safe[np.arange(n), at]
-        hot = np.zeros(len(capacity), dtype=bool)
-        hot[neck[valid[np.arange(n), at]]] = True
-        hot &= self.egress & (cnt > L) & (demand > capacity * (1 + 1e-9))
-        paused = np.full(len(capacity), np.inf)
-        w = table.shape[1] // L
-        for j in range(L):
-            blk = table[:, j * w:(j + 1) * w]
-            ok = blk >= 0
-            h = ok & hot[np.where(ok, blk, 0)]
-            has = h.any(axis=1)
-            if not has.any():
-                continue
-            first = np.argmax(h, axis=1)
-            up = ok & (np.arange(w)[None, :] < first[:, None]) & has[:, None]
-            up &= link_class[np.where(ok, blk, 0)] == _NET
-            np.minimum.at(paused, blk[up], np.broadcast_to(share[:, None], blk.shape)[up])
+        rows = np.arange(n)
+        hot = np.zeros(nl, dtype=bool)
+        hot[safe[rows, at][valid[rows, at]]] = True
+        hot &= self.egress & (ops_on > 1) & (demand > capacity * (1 + 1e-9))
+        h = valid & hot[safe]
+        has = h.any(axis=1)
+        if not has.any():
+            return caps
+        pos = np.argmax(h, axis=1)
+        up = valid & (np.arange(table.shape[1])[None, :] < pos[:, None]) & has[:, None]
+        up &= self.network_link[safe]
+        paused = np.full(nl, np.inf)
+        np.minimum.at(paused, safe[up], np.broadcast_to(share[:, None], table.shape)[up])
         caps = np.where(valid, paused[safe], np.inf).min(axis=1)
         # the incast flows themselves are held by max-min at the hot port (and speed up when
         # it clears); the static cap is for victims only
-        through = (valid & hot[safe]).any(axis=1)
-        return np.where(through, np.inf, caps)
+        return np.where(has, np.inf, caps)
+
+
+def _widen(m, width):
+    if m.shape[1] >= width:
+        return m
+    return np.concatenate([m, np.full((len(m), width - m.shape[1]), -1, np.int32)], axis=1)
 
 
 def _widest(router) -> int:

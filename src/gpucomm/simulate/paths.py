@@ -55,11 +55,11 @@ class PathTable:
         self._cache: dict = {}
         # a network (routing policy, loss) changes routes and payload capacity: fabric.py
         self.fabric = None
-        self.lanes = 1
+        self.lane_scale = np.ones(self.nlinks)  # capacity x lanes on links lanes split over
         if getattr(topology, "network", None) is not None:
             from .fabric import FabricPolicy
             self.fabric = FabricPolicy(self, topology.network)
-            self.lanes = self.fabric.lanes
+            self.lane_scale = self.fabric.lane_scale
             self.capacity = self.fabric.capacity(self.capacity, cls, self.latency)
 
     @property
@@ -104,9 +104,8 @@ class PathTable:
 
     def properties(self, table: np.ndarray):
         """Per op: (latency sum, path class, bottleneck capacity) of padded route rows."""
-        if self.fabric is not None and self.lanes > 1:  # one lane's latency; lane-weighted cap
-            lat, cls = _lat_class(self, self.fabric.first_lane(table))
-            return lat, cls, self.fabric.bottleneck(table, self.capacity)
+        if self.fabric is not None and self.fabric.lanes > 1:  # lanes: weighted by 1/scale
+            return self.fabric.properties(table, self.latency, self.link_class, self.capacity)
         lat, cls = _lat_class(self, table)
         valid = table >= 0
         safe = np.where(valid, table, 0)

@@ -63,7 +63,7 @@ class Network:
     cc: str = "dcqcn"
     fail_links: int = 0
     mtu: int = 4096
-    connections: int = 0  # connections per rail and peer; 0: NCCL's channels / the rails
+    connections: int = 0  # connections per network peer; 0: NCCL's default (2)
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
