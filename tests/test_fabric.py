@@ -187,3 +187,61 @@ def test_topo_summary_names_tiers_oversubscription_and_redundancy():
 def test_bad_network_values_name_the_field(kw, field):
     with pytest.raises(ConfigError, match=field):
         Network(**kw)
+
+
+# ---- the command line -----------------------------------------------------------------------
+def _cli(capsys, *argv):
+    from gpucomm.cli import main
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+TINY = ("-N", "4", "--nic", "roce-400g", "--fabric", "rail-2tier", "--leaf-ports", "2")
+
+
+def test_topo_show_prints_the_fabric(capsys):
+    rc, out, _ = _cli(capsys, "topo", "show", *TINY, "--fail-links", "1", "--routing", "spray")
+    assert rc == 0
+    assert "leaf   16 switch(es), oversubscription 2, uplinks per leaf 1" in out
+    assert "spine  2 switch(es)" in out and "redundancy:" in out
+    assert "spray routing" in out and "1 failed cable(s)" in out
+
+
+def test_sim_flags_change_the_prediction(capsys):
+    import json
+    base = ("sim", *TINY, "--placement", "spread", "-b", "1G", "-e", "1G", "--algorithm", "ring",
+            "--format", "json")
+    bw = {}
+    for name, extra in (("plain", ()), ("lossy", ("--lossy", "--loss-rate", "1e-2")),
+                        ("spray", ("--routing", "spray"))):
+        rc, out, _ = _cli(capsys, *base, *extra)
+        assert rc == 0
+        bw[name] = json.loads(out)["rows"][0]["busbw"]
+    assert bw["lossy"] < bw["plain"] * 0.7
+    assert bw["spray"] >= bw["lossy"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("--lossy", "--loss-rate", "2"), "loss_rate 2.0 not allowed"),
+    (("--loss-rate", "0.01"), "give --lossy"),
+    (("--hash-inputs", "src,port"), "hash_inputs src,port not allowed"),
+    (("--fail-links", "99"), "fail_links 99 is more than"),
+    (("--qps-per-connection", "100"), "qps_per_connection 100 not allowed")])
+def test_bad_fabric_flags_are_one_line_exit_2(capsys, argv, needle):
+    rc, out, err = _cli(capsys, "sim", *TINY, "-b", "1M", "-e", "1M", *argv)
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_takes_the_fabric_flags(capsys):
+    import json
+    base = ("plan", "--model", "llama3-8b", "--nodes", "4", "--tp", "8", "--seq", "2048",
+            "--global-batch", "16", "--nic", "roce-400g", "--fabric", "rail-2tier",
+            "--leaf-ports", "1", "--no-contention", "--format", "json")
+    rc, out, _ = _cli(capsys, *base)
+    assert rc == 0
+    lossless = json.loads(out)["comm_time_s"]
+    rc, out, _ = _cli(capsys, *base, "--lossy", "--loss-rate", "1e-2")
+    assert rc == 0
+    lossy = json.loads(out)["comm_time_s"]
+    assert lossy["DP"] > lossless["DP"]
