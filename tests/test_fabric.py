@@ -245,3 +245,15 @@ def test_plan_takes_the_fabric_flags(capsys):
     assert rc == 0
     lossy = json.loads(out)["comm_time_s"]
     assert lossy["DP"] > lossless["DP"]
+
+
+def test_auto_routing_follows_the_nic_and_infiniband_never_drops():
+    net = Network(lossless=False, loss_rate=1e-3)
+    kw = dict(nodes=4, gpus_per_node=1, nics_per_node=1, fabric="rail-2tier", leaf_ports=2,
+              network=net)
+    ib = build_topology("dgx-h100", nic="ib-ndr", **kw).network
+    roce = build_topology("dgx-h100", nic="roce-400g", **kw).network
+    efa = build_topology("dgx-h100", nic="efa-400g", **kw).network
+    assert (ib.routing, ib.lossless, ib.loss_rate) == ("adaptive", True, 0.0)
+    assert (roce.routing, roce.lossless, roce.loss_rate) == ("ecmp", False, 1e-3)
+    assert efa.routing == "spray"

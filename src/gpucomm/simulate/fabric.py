@@ -54,6 +54,8 @@ recover faster) and for flows shorter than the recovery.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import ConfigError
@@ -73,7 +75,7 @@ def goodput(loss_rate: float, window_packets: float) -> float:
     """Go-back-N goodput fraction: (1 - p) / (1 + (W - 1) p).
 
         >>> round(goodput(1e-3, 61), 4)
-        0.9424
+        0.9425
     """
     p, w = float(loss_rate), max(float(window_packets), 1.0)
     if not 0.0 <= p < 1.0:
@@ -90,6 +92,8 @@ class FabricPolicy:
     """Routing lanes, payload capacity and pause caps for one PathTable."""
 
     def __init__(self, paths, network):
+        if network.routing == "auto":  # NICs of mixed kinds (with_network resolves the rest)
+            network = dataclasses.replace(network, routing="ecmp")
         self.net = network
         self.topo = paths.topo
         router = self.topo.router

@@ -30,7 +30,12 @@ from ..errors import ConfigError, TopologyError
 from ..hardware import get_link_tech
 from .model import Device, Link
 
-ROUTINGS = ("ecmp", "adaptive", "spray")
+ROUTINGS = ("auto", "ecmp", "adaptive", "spray")
+# what each NIC technology does by default: InfiniBand switches route adaptively (NVIDIA
+# Quantum AR), Ethernet switches hash (ECMP), EFA's SRD sprays packets over many paths
+DEFAULT_ROUTING = {"ib": "adaptive", "efa": "spray"}
+# fabrics that never drop: InfiniBand's credit-based link-level flow control
+LOSSLESS_KINDS = ("ib",)
 HASH_FIELDS = ("src", "dst", "qp")
 MAX_QPS = 64
 
@@ -39,22 +44,24 @@ MAX_QPS = 64
 class Network:
     """How the fabric treats flows.
 
-    routing: "ecmp" (a switch hashes each flow, one queue pair, onto one of the tied paths),
+    routing: "auto" (the NIC's own: adaptive on InfiniBand, spray on EFA, else ecmp),
+    "ecmp" (a switch hashes each flow, one queue pair, onto one of the tied paths),
     "adaptive" (InfiniBand adaptive routing: packets go to the least loaded port) or "spray"
     (per-packet spraying over every path, as Spectrum-X). qps_per_connection: queue pairs per
     NCCL connection (NCCL_IB_QPS_PER_CONNECTION); the connection's data is split over them.
     hash_inputs: the packet fields the ECMP hash reads: "src"/"dst" (the NICs' addresses) and
     "qp" (the destination queue pair: Meta's E-ECMP; without it all QPs between two NICs
     collide). seed: the switches' hash seed (and which links fail). lossless: PFC on (no drops);
-    else RoCE drops under congestion at `loss_rate` per packet and the NIC goes back N.
+    else RoCE drops under congestion at `loss_rate` per packet and the NIC goes back N
+    (InfiniBand's credit-based links never drop: lossy applies to Ethernet NICs only).
     cc: congestion control on a lossless fabric, "dcqcn" (rate control: no pause spreading,
     a rate-recovery cost) or "none" (PFC alone: pauses spread to victim flows).
     fail_links: leaf-spine cables that are down.
 
-        >>> Network(routing="ecmp", qps_per_connection=4).lanes
-        4
+        >>> Network(qps_per_connection=4, lossless=False, loss_rate=1e-4).routing
+        'auto'
     """
-    routing: str = "ecmp"
+    routing: str = "auto"
     qps_per_connection: int = 1
     hash_inputs: tuple = HASH_FIELDS
     seed: int = 0
@@ -96,10 +103,19 @@ class Network:
         if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or self.mtu < 256:
             raise ConfigError(f"mtu {self.mtu!r} not allowed: an integer >= 256 bytes")
 
-    @property
-    def lanes(self) -> int:
-        """Queue pairs a connection is split into (spray/adaptive: set by the fabric)."""
-        return self.qps_per_connection
+    def resolved(self, nic_kind: str) -> "Network":
+        """This network on NICs of `nic_kind` (catalog kind: ib, roce, efa, ...): the routing
+        "auto" stands for made concrete, and InfiniBand made lossless.
+
+            >>> Network(lossless=False, loss_rate=1e-3).resolved("ib").routing
+            'adaptive'
+        """
+        out = self
+        if self.routing == "auto":
+            out = dataclasses.replace(out, routing=DEFAULT_ROUTING.get(nic_kind, "ecmp"))
+        if nic_kind in LOSSLESS_KINDS and not out.lossless:
+            out = dataclasses.replace(out, lossless=True, loss_rate=0.0)
+        return out
 
 
 def with_network(topo, network: Network | None):
@@ -107,6 +123,9 @@ def with_network(topo, network: Network | None):
     network recorded for the simulator. TopologyError if the failures cut ranks apart."""
     if network is None:
         return topo
+    kinds = {get_link_tech(d.model).kind for d in topo.devices if d.kind == "nic" and d.model}
+    if len(kinds) == 1:
+        network = network.resolved(kinds.pop())
     links = list(topo.links)
     if network.fail_links:
         cables = _cables(topo)
