@@ -4,14 +4,17 @@ A Topology with a `network` (gpucomm.topology.fabric.Network) gets a `FabricPoli
 PathTable. The flow and analytic models keep doing max-min sharing over links; the policy
 decides which links a flow loads and how much of a link's capacity carries payload.
 
-**Lanes: per-QP paths in a max-min model.** A connection (one NCCL channel between two
-GPUs) is split into `L` lanes. Every route row holds L blocks, one path per lane; every link
-capacity is multiplied by L. A flow of rate R that crosses link l in m of its L lanes then
-loads it with m·R/L, and max-min over (flow, link) multiplicities is exact for that. The flow
-stays one flow: NCCL splits a connection's data evenly over its QPs and a slow QP holds the
-connection's buffer slots, so the QPs of a connection move at one rate (NCCL_IB_SPLIT_DATA_
-ON_QPS; with round-robin of whole messages the coupling is the same over a few messages).
-- ECMP: L = qps_per_connection; QP q of the connection on channel c from NIC a to NIC b takes
+**Lanes: per-QP paths in a max-min model.** An op (one schedule channel between two GPUs)
+is split into `L` lanes: NCCL's connections to that peer (2, NCCL_NCHANNELS_PER_NET_PEER) times
+their queue pairs. Lanes part only between switches, so a route row is lane 0's whole path
+followed by the switch-to-switch links of lanes 1..L-1, and switch-to-switch links carry L x
+their capacity. A flow of rate R listed m times on such a link loads it with m·R/L, and
+max-min over (flow, link) multiplicities is exact for that; links common to all lanes appear
+once, so a flow alone on its path keeps the flow model's fast path. The op stays one flow:
+NCCL splits a connection's data evenly over its QPs and a slow QP holds the connection's buffer
+slots, so the QPs move at one rate (NCCL_IB_SPLIT_DATA_ON_QPS; with round-robin of whole
+messages the coupling is the same over a few messages).
+- ECMP: L = connections x qps_per_connection; QP q of a connection from NIC a to NIC b takes
   the tied path that the switches' hash of `hash_inputs` (a, b, the QP, the seed) picks
   (Router.route_matrix with an explicit key). Two flows hashed onto one cable share it, and
   the flow model's max-min sharing turns that into time. Seeds give a distribution.
