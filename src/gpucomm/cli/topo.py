@@ -94,8 +94,6 @@ def topology_from_args(args) -> Topology:
     fabric_opts = {k: v for k, v in (("leaf_ports", getattr(args, "leaf_ports", None)),
                                      ("placement", getattr(args, "placement", None)),
                                      ("network", network_from_args(args))) if v is not None}
-    if fabric_opts.get("placement") and args.fabric != "rail-2tier":
-        raise ConfigError("--placement applies to --fabric rail-2tier")
     opts.update(fabric_opts)
     if args.topology:
         if args.system:

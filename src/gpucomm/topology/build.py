@@ -84,6 +84,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     preset's NICs (catalog names: ib-ndr, roce-400g, efa-100g, ...). pcie_gen: set every PCIe
     link to that generation. p2p=False: GPU traffic bounces through host memory.
     gpu: another GPU model with the same NVLink generation (or none, e.g. pcie + rtx4090).
+    network: a fabric.Network (routing, loss, failed cables; None: the plain model).
+    placement: rail-2tier only, where the job's nodes sit on the leaves (fabric.PLACEMENTS).
 
         >>> build_topology("pcie", gpus_per_node=4, pcie_gen=5, p2p=False).nranks
         4
@@ -96,6 +98,9 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         raise ConfigError(f"oversubscription {oversubscription!r} not allowed: must be a "
                           "number >= 1 (1 = full bisection, 2 = 2:1, ...)")
     leaf_ports = _int_option("leaf_ports", leaf_ports, 1)
+    if placement != "packed" and fabric != "rail-2tier":
+        raise ConfigError(f"placement {placement!r} applies to fabric rail-2tier (the job's "
+                          f"nodes on its leaves), not to {fabric!r}")
     base = node_topology if node_topology is not None else preset_node(system)
     name = base.name if node_topology is not None else system
     if len({d.node for d in base.devices}) != 1:
