@@ -257,3 +257,17 @@ def test_auto_routing_follows_the_nic_and_infiniband_never_drops():
     assert (ib.routing, ib.lossless, ib.loss_rate) == ("adaptive", True, 0.0)
     assert (roce.routing, roce.lossless, roce.loss_rate) == ("ecmp", False, 1e-3)
     assert efa.routing == "spray"
+
+
+def test_failed_cables_never_make_the_all_reduce_faster():
+    def t(k, seed):
+        topo = build_topology("dgx-h100", nodes=4, nic="roce-400g", fabric="rail-2tier",
+                              leaf_ports=2, placement="spread",
+                              network=Network(fail_links=k, seed=seed, routing="spray"))
+        return predict("all_reduce", GIB, topo, algorithm="ring", protocol="simple").time_s
+    slower = 0
+    for seed in range(3):
+        base, failed = t(0, seed), t(3, seed)
+        assert failed >= base * (1 - 1e-9)
+        slower += failed > base * 1.05
+    assert slower  # losing cables on the spine path shows
