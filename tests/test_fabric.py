@@ -271,3 +271,15 @@ def test_failed_cables_never_make_the_all_reduce_faster():
         assert failed >= base * (1 - 1e-9)
         slower += failed > base * 1.05
     assert slower  # losing cables on the spine path shows
+
+
+def test_sim_seeds_gives_the_median_and_spread(capsys):
+    import json
+    rc, out, _ = _cli(capsys, "sim", "-N", "8", "--nic", "roce-400g", "--fabric", "rail-2tier",
+                      "--leaf-ports", "4", "--placement", "random", "--seeds", "4", "-b", "1G",
+                      "-e", "1G", "--algorithm", "ring", "--format", "json")
+    assert rc == 0
+    row = json.loads(out)["rows"][0]
+    assert row["seeds"] == 4
+    assert row["busbw_min"] <= row["busbw_median"] <= row["busbw_max"]
+    assert row["busbw_min"] < row["busbw_max"]  # jobs land and hash differently
