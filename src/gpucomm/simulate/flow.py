@@ -296,7 +296,7 @@ class _Sim:
                             rem = np.concatenate([rem, g["bytes"][flows]])
                             rate = np.concatenate([rate, np.zeros(len(flows))])
                             self._load(fm)
-                            old = rate.copy()
+                            old = rate.copy() if self.recovery_s else None
                             rate = self._rates(act, rate, contended)
                             rem = self._ramp(rem, old, rate)
                             contended = self.shared > 0
@@ -325,7 +325,7 @@ class _Sim:
                     land_t = np.concatenate([land_t, t_next + g["alpha_row"][g["row"][ids]]])
                     check = True
                     if len(act) and contended:
-                        old = rate.copy()
+                        old = rate.copy() if self.recovery_s else None
                         rate = self._rates(act, rate, contended)
                         rem = self._ramp(rem, old, rate)
                     contended = self.shared > 0
