@@ -18,14 +18,16 @@ from ..workloads.models import list_models
 from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Comparison,
                                  PlanRequest, answer)
 from ..workloads.search import SearchResult
+from ..topology import FABRICS
 from .common import (PLOT_SUFFIXES, add_format, finite_float, output_file, positive_int,
                      print_json)
 
 _INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch", "zero",
-         "nodes", "pcie_gen", "nics_per_node", "gpus_per_node")
+         "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
           "pp_overlap")
+from .topo import add_network_args, network_from_args
 
 
 def register(sub) -> None:
@@ -42,7 +44,7 @@ def register(sub) -> None:
                    help="another GPU model in the system (e.g. --system pcie --gpu h100)")
     p.add_argument("--pcie-gen", type=int, choices=(3, 4, 5, 6), default=None,
                    help="set every PCIe link to this generation")
-    p.add_argument("--fabric", choices=("rail", "fat-tree"), default=None)
+    p.add_argument("--fabric", choices=FABRICS, default=None)
     p.add_argument("--oversubscription", type=finite_float, default=None,
                    help="fabric oversubscription (1 = full bisection)")
     p.add_argument("--nics-per-node", type=positive_int, default=None)
@@ -107,13 +109,17 @@ def register(sub) -> None:
     p.add_argument("--collectives", action="store_true",
                    help="also list every collective with its group, size and time")
     add_format(p)
+    add_network_args(p)
     p.set_defaults(func=cmd_plan)
 
 
 def request(args) -> PlanRequest:
     """The command line as one request value."""
     topology = tuple((k, getattr(args, k)) for k in TOPOLOGY_KEYS
-                     if getattr(args, k) is not None and not (k == "p2p" and args.p2p))
+                     if getattr(args, k, None) is not None and not (k == "p2p" and args.p2p))
+    network = network_from_args(args)
+    if network is not None:
+        topology += (("network", network),)
     given = {k: getattr(args, k) for k in LAYOUT_KEYS if hasattr(args, k)}
     layout = tuple((k, v) for k, v in given.items() if v is not None)
     return PlanRequest(args.model, args.system, args.nodes, args.nic, topology, layout,

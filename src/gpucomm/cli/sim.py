@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..collectives import get_collective
 from ..dtypes import REDUCE_OPS, check_op, get_dtype
 from ..errors import ConfigError
@@ -45,6 +47,9 @@ def register(sub) -> None:
     p.add_argument("--compare", metavar="LOGFILE",
                    help="an nccl-tests log to predict row by row (its collective and machine "
                    "as `gpucomm doctor` reads them; flags given override, with a warning)")
+    p.add_argument("--seeds", type=positive_int, metavar="N",
+                   help="predict with fabric seeds 0..N-1 (ECMP hash, random placement, failed "
+                   "cables) and print the median seed's row with the busbw spread")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
     p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: curves, "
@@ -54,7 +59,6 @@ def register(sub) -> None:
 
 
 def cmd_sim(args) -> int:
-    from ..simulate import predict
     if args.op not in REDUCE_OPS:
         raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
     if args.plot:
@@ -68,15 +72,10 @@ def cmd_sim(args) -> int:
     if coll.reduces:
         check_op(args.op, get_dtype(args.datatype))  # as bench and algo: no avg on integers
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
-    topo = topology_from_args(args)
     params = _builder_params(args, coll)
-    results = []
-    for size in sizes:
-        results.append(predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
-                               model=args.model, protocol=args.protocol,
-                               root=args.root if coll.rooted else 0, redop=args.op,
-                               gpus_per_thread=args.gpus_per_thread or 1,
-                               cuda_graph=bool(args.cuda_graph), **params))
+    if args.seeds:
+        return _seeded(args, coll, params, sizes)
+    results = [_predict(args, coll, size, topo, params) for size in sizes]
     rows = [r.to_row() for r in results]
     if not coll.reduces:
         for row in rows:
@@ -101,6 +100,44 @@ def cmd_sim(args) -> int:
         path = write_html(args.html, doc, args=args, topology=topo, sims=results,
                           traced=traced, schedule=sched)
         print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _predict(args, coll, size, topo, params):
+    from ..simulate import predict
+    return predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
+                   model=args.model, protocol=args.protocol,
+                   root=args.root if coll.rooted else 0, redop=args.op,
+                   gpus_per_thread=args.gpus_per_thread or 1,
+                   cuda_graph=bool(args.cuda_graph), **params)
+
+
+def _seeded(args, coll, params, sizes) -> int:
+    """--seeds N: one prediction per fabric seed; per size the median seed's row, with the
+    busbw median, min and max over the seeds (hash collisions make it a distribution)."""
+    runs = []
+    for seed in range(args.seeds):
+        args.seed = seed
+        topo = topology_from_args(args)
+        runs.append([_predict(args, coll, size, topo, params).to_row() for size in sizes])
+    rows = []
+    for i in range(len(sizes)):
+        per = sorted((run[i] for run in runs), key=lambda r: r["busbw"])
+        bw = [r["busbw"] for r in per]
+        row = dict(per[(len(per) - 1) // 2])
+        row.update(seeds=args.seeds, busbw_median=float(np.median(bw)), busbw_min=bw[0],
+                   busbw_max=bw[-1])
+        rows.append(row)
+    if args.format == "json":
+        print_json({"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
+                    "model": args.model, "seeds": args.seeds, "rows": rows})
+        return 0
+    print(f"# gpucomm sim: {coll.name} on {topo} ({args.model} model), fabric seeds "
+          f"0..{args.seeds - 1}: the median seed's row")
+    print(_table(rows))
+    for r in rows:
+        print(f"# {r['size']:>13} B: busbw over {args.seeds} seeds median "
+              f"{r['busbw_median']:.2f}, min {r['busbw_min']:.2f}, max {r['busbw_max']:.2f} GB/s")
     return 0
 
 

@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..hardware import nic_names
 from ..topology import (FABRICS, Topology, build_topology, preset_names)
 from ..topology.analysis import bisection_bandwidth, gpu_bandwidths, summary
+from ..topology.fabric import HASH_FIELDS, PLACEMENTS, ROUTINGS, Network, fabric_summary
 from ..topology.build import preset_node
 from .common import (PLOT_SUFFIXES, add_format, finite_float, int_arg, output_file,
                      positive_int, print_json)
@@ -41,7 +42,53 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
     g.add_argument("--nvlink-partition", type=positive_int, metavar="GPUS",
                    help="split each node's NVLink switch domain into partitions (MNNVL "
                    "cliques) of GPUS GPUs, e.g. 36 on gb200-nvl72; each is a node of the result")
+    add_network_args(p)
     p.set_defaults(_default_system=default_system)
+
+
+def add_network_args(p) -> None:
+    """Flags of the fabric's behaviour beyond line rate (gpucomm.topology.fabric.Network)."""
+    g = p.add_argument_group("fabric behaviour (any of these turns the fabric model on)")
+    g.add_argument("--leaf-ports", type=positive_int, default=None,
+                   help="nodes per leaf (rail-2tier; fat-tree: NIC ports per leaf; default 32)")
+    g.add_argument("--placement", choices=PLACEMENTS, default=None,
+                   help="rail-2tier: the job's nodes packed under leaves in rank order, or "
+                   "spread over the leaf groups (default packed)")
+    g.add_argument("--routing", choices=ROUTINGS, default=None,
+                   help="ecmp: per-QP hash onto one path; adaptive (InfiniBand AR) or spray "
+                   "(per-packet): an even split over the paths")
+    g.add_argument("--qps-per-connection", type=positive_int, default=None, metavar="N",
+                   help="queue pairs per connection, as NCCL_IB_QPS_PER_CONNECTION (default 1)")
+    g.add_argument("--hash-inputs", default=None, metavar="FIELDS",
+                   help=f"what the ECMP hash reads, from {','.join(HASH_FIELDS)} (default all; "
+                   "without qp all QPs between two NICs collide)")
+    g.add_argument("--seed", type=int, default=None, help="switch hash seed (and which links "
+                   "fail); default 0")
+    g.add_argument("--lossless", action=argparse.BooleanOptionalAction, default=None,
+                   help="PFC on (default) or --no-lossless/--lossy: drops and go-back-N")
+    g.add_argument("--lossy", dest="lossless", action="store_false",
+                   help="RoCE without PFC (give --loss-rate)")
+    g.add_argument("--loss-rate", type=float, default=None, metavar="P",
+                   help="per-packet loss probability on a lossy fabric")
+    g.add_argument("--cc", choices=("dcqcn", "none"), default=None,
+                   help="congestion control of a lossless fabric: dcqcn (default) or none "
+                   "(PFC alone: pauses spread to victim flows)")
+    g.add_argument("--fail-links", type=int, default=None, metavar="K",
+                   help="K leaf-spine cables down (capacity lost, ECMP rehashed)")
+
+
+def network_from_args(args):
+    """The Network the fabric flags give, or None if none was given (the plain model)."""
+    keys = ("routing", "qps_per_connection", "hash_inputs", "seed", "lossless", "loss_rate",
+            "cc", "fail_links")
+    given = {k: getattr(args, k, None) for k in keys}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return None
+    if "hash_inputs" in given:
+        given["hash_inputs"] = tuple(x.strip() for x in given["hash_inputs"].split(",")
+                                     if x.strip())
+    return Network(**given)
 
 
 def topology_from_args(args) -> Topology:
@@ -50,11 +97,20 @@ def topology_from_args(args) -> Topology:
                 pcie_gen=args.pcie_gen, p2p=args.p2p, fabric=args.fabric,
                 oversubscription=args.oversubscription, gpu=args.gpu,
                 nvlink_partition=getattr(args, "nvlink_partition", None))
+    fabric_opts = {k: v for k, v in (("leaf_ports", getattr(args, "leaf_ports", None)),
+                                     ("placement", getattr(args, "placement", None)),
+                                     ("network", network_from_args(args))) if v is not None}
+    opts.update(fabric_opts)
     if args.topology:
         if args.system:
             raise ConfigError("give either --system or --topology, not both")
         topo = Topology.load(args.topology)
         changed = [k for k, v in opts.items() if v not in (None, True, "rail", 1.0)]
+        if "network" in changed and topo.nodes > 1:  # a whole cluster: the network applies
+            from ..topology.fabric import with_network
+            changed.remove("network")
+            if not changed and args.nodes in (None, topo.nodes):
+                return with_network(topo, opts["network"])
         if topo.nodes == 1 and len({d.node for d in topo.devices}) == 1 \
                 and (changed or (args.nodes or 1) > 1):
             # a node description: build a cluster of it
@@ -130,6 +186,7 @@ def show_dict(topo, full: bool = False) -> dict:
                              "to_nic": _gbps(r["to_nic_Bps"]),
                              "to_host": _gbps(r["to_host_Bps"])} for r in bw]}
     s = summary(topo)
+    out["fabric"] = fabric_summary(topo)
     out["devices"] = s["devices"]
     out["links"] = {t: {"links": v["links"], "GBps": [_gbps(b) for b in v["bandwidth_Bps"]]}
                     for t, v in s["links"].items()}
@@ -171,6 +228,8 @@ def cmd_show(args) -> int:
     print(f"bisection bandwidth (first half of the {'nodes' if topo.nodes > 1 else 'GPUs'} "
           f"to the rest): {info['bisection_GBps']:g} GB/s nominal, "
           f"{info['bisection_achievable_GBps']:g} GB/s achievable")
+    if info["fabric"]:
+        _print_fabric(info["fabric"])
     if args.all:
         print("devices:")
         _table(info["device_list"], ["name", "kind", "node", "model"], indent=2)
@@ -180,6 +239,25 @@ def cmd_show(args) -> int:
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0
+
+
+def _print_fabric(f) -> None:
+    print("fabric:")
+    for t in f["tiers"]:
+        extra = ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in t.items()
+                          if k not in ("tier", "switches") and v is not None)
+        print(f"  {t['tier']:<6} {t['switches']} switch(es){', ' + extra if extra else ''}")
+    red = f["redundancy"]
+    if red["paths"]:
+        print(f"  redundancy: {red['paths']} tied path(s) between leaves; one failed cable "
+              f"takes {100 * red['cable_share']:g}% of a leaf's uplink")
+    net = f["network"]
+    if net:
+        mode = "lossless (PFC" + (", DCQCN)" if net["cc"] == "dcqcn" else ", no CC)") \
+            if net["lossless"] else f"lossy (go-back-N, loss rate {net['loss_rate']:g})"
+        print(f"  network: {net['routing']} routing, {net['qps_per_connection']} QP(s) per "
+              f"connection, hash on {'+'.join(net['hash_inputs'])}, seed {net['seed']}; {mode}"
+              f"; {net['fail_links']} failed cable(s)")
 
 
 def cmd_route(args) -> int:

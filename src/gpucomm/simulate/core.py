@@ -110,14 +110,15 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
             out = analytic.run_ring(schedule, cst, bounds, itemsize)
             if out is not None:
                 end, ops, busy = out
-                busy = busy / paths.capacity
+                busy = busy / paths.capacity / paths.lane_scale
                 events = ops
         if end is None:
             end, ops, busy, timeline = analytic.run(schedule, cst, bounds, itemsize, trace)
-            busy = busy / paths.capacity
+            busy = busy / paths.capacity / paths.lane_scale
             events = ops
     else:
         end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
+        busy = busy / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
         if trace and times is not None:
             timeline = _flow_timeline(schedule, times, bounds, itemsize)
     t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0

@@ -197,7 +197,7 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
     nl = coster.paths.nlinks
     if g is None:
         return 0.0, 0, 0, np.zeros(nl), None
-    sim = _Sim(g, coster.link_cap)
+    sim = _Sim(g, coster.link_cap, getattr(coster.paths.fabric, "recovery_s", 0.0))
     sim.run()
     n = g["nops"]
     busy = np.zeros(nl)
@@ -213,8 +213,10 @@ class _Sim:
     """The event loop. An op starts when its predecessors allow, transfers its bytes as a flow
     (its engines are busy meanwhile), and its data lands `alpha` later (when readers may go)."""
 
-    def __init__(self, g, link_cap):
+    def __init__(self, g, link_cap, recovery_s=0.0):
         self.g = g
+        # congestion control's ramp: a flow whose rate rises by dR owes dR * recovery_s bytes
+        self.recovery_s = recovery_s
         n = g["nops"]
         self.n = n
         self.time = np.full(2 * n + g["ngroups"] + 1, np.inf)  # end | transfer end | barrier
@@ -294,7 +296,9 @@ class _Sim:
                             rem = np.concatenate([rem, g["bytes"][flows]])
                             rate = np.concatenate([rate, np.zeros(len(flows))])
                             self._load(fm)
+                            old = rate.copy() if self.recovery_s else None
                             rate = self._rates(act, rate, contended)
+                            rem = self._ramp(rem, old, rate)
                             contended = self.shared > 0
                     if check:
                         continue  # zero-byte ops may free engines for more ops at this time
@@ -321,7 +325,9 @@ class _Sim:
                     land_t = np.concatenate([land_t, t_next + g["alpha_row"][g["row"][ids]]])
                     check = True
                     if len(act) and contended:
+                        old = rate.copy() if self.recovery_s else None
                         rate = self._rates(act, rate, contended)
+                        rem = self._ramp(rem, old, rate)
                     contended = self.shared > 0
             t = t_next
             if len(land):
@@ -333,6 +339,12 @@ class _Sim:
                     done += len(ids)
                     check = True
         return t
+
+    def _ramp(self, rem, old, rate):
+        """Bytes a running flow's congestion control loses climbing to a higher rate."""
+        if not self.recovery_s:
+            return rem
+        return rem + self.recovery_s * np.where(old > 0, np.maximum(rate - old, 0.0), 0.0)
 
     def _sent(self, ids, when):
         """Record transfer ends; close engine barriers whose last member just finished."""

@@ -53,6 +53,14 @@ class PathTable:
         self.node = np.array([topology.node_of(r) for r in range(n)], dtype=np.int64)
         self._rails, self._home = _rails(topology, self.node, self.placement[0])
         self._cache: dict = {}
+        # a network (routing policy, loss) changes routes and payload capacity: fabric.py
+        self.fabric = None
+        self.lane_scale = np.ones(self.nlinks)  # capacity x lanes on links lanes split over
+        if getattr(topology, "network", None) is not None:
+            from .fabric import FabricPolicy
+            self.fabric = FabricPolicy(self, topology.network)
+            self.lane_scale = self.fabric.lane_scale
+            self.capacity = self.fabric.capacity(self.capacity, cls, self.latency)
 
     @property
     def rails_per_node(self) -> int:
@@ -67,6 +75,7 @@ class PathTable:
         d = self.placement[row, np.asarray(dst, dtype=np.int64)]
         out = _matrix(self.topo, s, d, c)
         inter = (self.node[s] != self.node[d]) & (s != d)
+        idx = gs = gd = np.zeros(0, dtype=np.int64)
         if inter.any() and self._rails:
             idx = np.flatnonzero(inter)
             gs, gd = self._rail_gpus(s[idx], d[idx], c[idx])
@@ -75,6 +84,8 @@ class PathTable:
             out = _widen(out, width)
             out[idx] = _widen(rows, width)
         out[s == d] = -1  # a local copy crosses no link
+        if self.fabric is not None:  # one path per lane (queue pair, sprayed share)
+            out = self.fabric.lane_routes(out, idx, gs, gd, c[idx])
         return out
 
     def _rail_gpus(self, src, dst, channels):
@@ -93,14 +104,24 @@ class PathTable:
 
     def properties(self, table: np.ndarray):
         """Per op: (latency sum, path class, bottleneck capacity) of padded route rows."""
+        if self.fabric is not None and self.fabric.lanes > 1:  # lanes: weighted by 1/scale
+            return self.fabric.properties(table, self.latency, self.link_class, self.capacity)
+        lat, cls = _lat_class(self, table)
         valid = table >= 0
         safe = np.where(valid, table, 0)
-        lat = np.where(valid, self.latency[safe], 0.0).sum(axis=1)
-        cls = np.where(valid, self.link_class[safe], 0).max(axis=1) if table.shape[1] else \
-            np.zeros(len(table), dtype=np.int8)
         cap = np.where(valid, self.capacity[safe], np.inf).min(axis=1) if table.shape[1] else \
             np.full(len(table), np.inf)
         return lat, cls, cap
+
+
+def _lat_class(paths, table):
+    """Per route row: summed link latency and the slowest path class."""
+    valid = table >= 0
+    safe = np.where(valid, table, 0)
+    lat = np.where(valid, paths.latency[safe], 0.0).sum(axis=1)
+    cls = np.where(valid, paths.link_class[safe], 0).max(axis=1) if table.shape[1] else \
+        np.zeros(len(table), dtype=np.int8)
+    return lat, cls
 
 
 def _matrix(topo, s, d, c) -> np.ndarray:

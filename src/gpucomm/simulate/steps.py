@@ -38,7 +38,8 @@ class StepCoster:
     def __init__(self, paths: PathTable, protocol: Protocol, lanes: float, channels: int):
         self.paths, self.proto, self.lanes, self.channels = paths, protocol, lanes, channels
         self.memo: dict = {}
-        self.link_cap = paths.capacity * protocol.wire_efficiency  # payload B/s per link
+        # payload B/s per link; x lanes where a connection is split over paths (fabric.py)
+        self.link_cap = paths.capacity * protocol.wire_efficiency * paths.lane_scale
 
     def pattern(self, step) -> Pattern:
         key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
@@ -57,7 +58,8 @@ class StepCoster:
         counts = np.bincount(table[valid], minlength=self.paths.nlinks) if valid.any() else \
             np.zeros(self.paths.nlinks)
         safe = np.where(valid, table, 0)
-        share = np.where(valid, self.paths.capacity[safe] / np.maximum(counts[safe], 1), np.inf)
+        share = np.where(valid, (self.paths.capacity * self.paths.lane_scale)[safe]
+                         / np.maximum(counts[safe], 1), np.inf)
         share = share.min(axis=1) if table.shape[1] else np.full(len(step), np.inf)
         proto = self.proto
         alpha = np.where(local, 0.0, proto.alpha(lat, cls))
@@ -66,6 +68,12 @@ class StepCoster:
         share_rate = np.where(local, np.inf, proto.op_rate(share, cls, self.lanes, self.channels))
         _, _, bottleneck = self.paths.properties(table)
         alone = np.where(local, np.inf, proto.op_rate(bottleneck, cls, self.lanes, self.channels))
+        if self.paths.fabric is not None:  # PFC: ops held back by pauses of others' incast
+            held = self.paths.fabric.pause_caps(table, alone, self.paths.capacity
+                                                * self.proto.wire_efficiency)
+            flow_cap = np.minimum(flow_cap, held)
+            share_rate = np.minimum(share_rate, held)
+            alone = np.minimum(alone, held)
         return Pattern(table, alpha, cls, flow_cap, share_rate, local, alone)
 
 

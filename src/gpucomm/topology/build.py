@@ -7,6 +7,10 @@ replicates the node, names devices `n{k}.{name}`, and adds the fabric:
 - rail:     NIC i of every node on leaf (rail) switch i; spines join the rails.
 - fat-tree: nodes fill leaf switches in order (`leaf_ports` NIC ports per leaf); spines
             join the leaves.
+- rail-2tier: rail-optimised leaf/spine at cable granularity (fabric.py): NIC i of each
+            group of `leaf_ports` nodes on leaf (group, i), `leaf_ports / oversubscription`
+            uplinks per leaf, one cable per spine; `network` (fabric.Network) says how flows
+            are hashed, what loss does and which cables are down.
 Leaf uplinks carry the leaf's downlink bandwidth divided by `oversubscription`.
 
     >>> t = build_topology("dgx-h100", nodes=2)
@@ -25,10 +29,11 @@ from ..errors import ConfigError
 from ..hardware import (GPU_FABRIC_KINDS, get_gpu, get_link_tech, get_nic, get_nvswitch,
                         nic_names)
 from ..limits import check_model_ranks
+from .fabric import rail_2tier, with_network
 from .model import Device, Link, Topology
 from .yamlio import topology_from_dict
 
-FABRICS = ("rail", "fat-tree")
+FABRICS = ("rail", "fat-tree", "rail-2tier")
 PCIE_GENS = (3, 4, 5, 6)
 MAX_SPINES = 8
 
@@ -82,7 +87,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
                    pcie_gen: int | None = None, p2p: bool = True, fabric: str = "rail",
                    oversubscription: float = 1.0, *, gpu: str | None = None,
                    leaf_ports: int = 32, node_topology: Topology | None = None,
-                   nvlink_partition: int | None = None) -> Topology:
+                   nvlink_partition: int | None = None,
+                   network=None, placement: str = "packed") -> Topology:
     """A cluster of `nodes` copies of a node preset (or of `node_topology`, a one-node
     Topology loaded from YAML) on a fabric.
 
@@ -94,6 +100,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     (NCCL's MNNVL cliques on a GB200 NVL72 rack); each partition is a node of the result, its
     GPUs reach the other partitions only through the NICs. A partition must keep together the
     GPUs that share a CPU, memory or NIC (a GB200 superchip), and divide the GPUs in use.
+    network: a fabric.Network (routing, loss, failed cables; None: the plain model).
+    placement: rail-2tier only, where the job's nodes sit on the leaves (fabric.PLACEMENTS).
 
         >>> build_topology("pcie", gpus_per_node=4, pcie_gen=5, p2p=False).nranks
         4
@@ -106,6 +114,9 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         raise ConfigError(f"oversubscription {oversubscription!r} not allowed: must be a "
                           "number >= 1 (1 = full bisection, 2 = 2:1, ...)")
     leaf_ports = _int_option("leaf_ports", leaf_ports, 1)
+    if placement != "packed" and fabric != "rail-2tier":
+        raise ConfigError(f"placement {placement!r} applies to fabric rail-2tier (the job's "
+                          f"nodes on its leaves), not to {fabric!r}")
     base = node_topology if node_topology is not None else preset_node(system)
     name = base.name if node_topology is not None else system
     if len({d.node for d in base.devices}) != 1:
@@ -216,7 +227,16 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         if not M:
             raise ConfigError(f"{name} has no NICs, so {nodes * per} nodes cannot be joined: "
                               f"give --nic NAME (allowed: {', '.join(nic_names())})")
-        fdev, flinks = _fabric(node_nics, fabric, oversubscription, leaf_ports)
+        if fabric == "rail-2tier":
+            if per > 1:
+                raise ConfigError("fabric rail-2tier joins whole nodes: it cannot be combined "
+                                  "with --nvlink-partition")
+            names = [nic.split(".", 1)[1] for nic, _ in node_nics[0]]
+            models = [model for _, model in node_nics[0]]
+            fdev, flinks = rail_2tier(nodes, names, models, oversubscription, leaf_ports,
+                                      placement, network.seed if network is not None else 0)
+        else:
+            fdev, flinks = _fabric(node_nics, fabric, oversubscription, leaf_ports)
         all_devices += fdev
         all_links += flinks
     label = name if nodes == 1 else f"{name}x{nodes}"
@@ -230,6 +250,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     # local routes from node 0's by shifting indices instead of recomputing them.
     if len({_shape(b) for b in blocks}) == 1:
         topo._cache["replica"] = (len(blocks[0][0]), len(blocks[0][1]))
+    if network is not None:
+        return with_network(topo, network)  # checks the routes that are left
     topo.check_routes()
     return topo
 

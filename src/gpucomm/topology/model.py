@@ -107,6 +107,7 @@ class Topology:
     in_switch_reduction: bool = False
     p2p: bool = True
     nic_affinity: tuple[str, ...] = ()
+    network: object = None  # a topology.fabric.Network: routing, loss, failures (None: plain)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False,
                          hash=False)
 
@@ -151,7 +152,7 @@ class Topology:
         if "hash" not in self._cache:
             self._cache["hash"] = hash((self.name, self.devices, self.links, self.ranks,
                                         self.gpus_per_node, self.nodes, self.in_switch_reduction,
-                                        self.p2p, self.nic_affinity))
+                                        self.p2p, self.nic_affinity, self.network))
         return self._cache["hash"]
 
     # ---- lookups -------------------------------------------------------------------------

@@ -59,6 +59,12 @@ def _pick(x, n, shift):
     return (x >> shift) % n
 
 
+def lane_key(j):
+    """A hash value that picks alternative j (mod their number) of the switch-to-switch
+    segment and the first alternative of the node segments (an even split over paths)."""
+    return np.asarray(j, dtype=np.uint64) << np.uint64(20)
+
+
 class Router:
     """Routing state of one Topology (built lazily, cached)."""
 
@@ -272,11 +278,11 @@ class Router:
                 self._routes[key] = tuple(sum(c, ()) for c in combos)
         return self._routes[key]
 
-    def route(self, s, d, channel=0):
+    def route(self, s, d, channel=0, key=None):
         if s == d:
             return ()
         segs = self._segments_cached(s, d)
-        x = mix(s, d, channel)
+        x = mix(s, d, channel) if key is None else int(key)
         return sum((seg[_pick(x, len(seg), 20 * i)] for i, seg in enumerate(segs)), ())
 
     def _segments_cached(self, s, d):
@@ -313,11 +319,16 @@ class Router:
             self._tables, self._tables_built = self._build_tables(), True
         return self._tables
 
-    def route_matrix(self, src, dst, channel=0):
+    def route_matrix(self, src, dst, channel=0, key=None):
+        """Routes of many pairs; `key` (uint64 per pair) replaces the hash of (src, dst,
+        channel) that picks among ECMP alternatives (fabric routing policies hash other
+        fields)."""
         src, dst, channel = np.broadcast_arrays(np.asarray(src, dtype=np.int64),
                                                 np.asarray(dst, dtype=np.int64),
                                                 np.asarray(channel, dtype=np.int64))
         src, dst, channel = src.ravel(), dst.ravel(), channel.ravel()
+        if key is not None:
+            key = np.broadcast_to(np.asarray(key, dtype=np.uint64), src.shape).ravel()
         R = len(self.rank_dev)
         bad = (src < 0) | (src >= R) | (dst < 0) | (dst >= R)
         if bad.any():
@@ -331,10 +342,11 @@ class Router:
         parts = []
         loop = np.nonzero(~inter)[0] if self._tables else np.arange(n)
         if self._tables and inter.any():
-            parts.append((np.nonzero(inter)[0], self._compose(src[inter], dst[inter],
-                                                               channel[inter])))
+            parts.append((np.nonzero(inter)[0], self._compose(
+                src[inter], dst[inter], channel[inter], None if key is None else key[inter])))
         if len(loop):
-            rows = [self.route(int(src[k]), int(dst[k]), int(channel[k])) for k in loop]
+            rows = [self.route(int(src[k]), int(dst[k]), int(channel[k]),
+                               None if key is None else key[k]) for k in loop]
             parts.append((loop, _pad(rows, single=True)))
         width = max([p[1].shape[1] for p in parts] + [0])
         out = np.full((n, width), -1, dtype=np.int32)
@@ -342,9 +354,9 @@ class Router:
             out[idx, :arr.shape[1]] = arr
         return out
 
-    def _compose(self, s, d, c):
+    def _compose(self, s, d, c, key=None):
         t = self._tables
-        x = mix(s, d, c)
+        x = mix(s, d, c) if key is None else key
         n_out, n_sw, n_in = t["out"][1], t["sw"][1], t["in"][1]
         x0, y0 = t["x"][s], t["y"][d]
         missing = (n_sw[x0, y0] == 0) | (n_out[s] == 0) | (n_in[d] == 0)

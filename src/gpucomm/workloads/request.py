@@ -19,10 +19,12 @@ from .layout import Layout
 from .models import get_model
 from .steptime import Cluster, Plan, make_cluster, plan
 
+# "network": a topology.fabric.Network value (routing, QPs, loss, failed cables), built by the CLI
 TOPOLOGY_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p",
-                 "gpus_per_node")
+                 "gpus_per_node", "leaf_ports", "placement", "network")
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout))
-COMPARE_KEYS = ("system", "nic", "nodes") + TOPOLOGY_KEYS + LAYOUT_KEYS
+COMPARE_KEYS = ("system", "nic", "nodes") + tuple(k for k in TOPOLOGY_KEYS if k != "network") \
+    + LAYOUT_KEYS
 
 
 @dataclass(frozen=True)

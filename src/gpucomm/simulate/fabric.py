@@ -1,0 +1,271 @@
+"""What the fabric does beyond line rate, at the level a flow model carries.
+
+A Topology with a `network` (gpucomm.topology.fabric.Network) gets a `FabricPolicy` in its
+PathTable. The flow and analytic models keep doing max-min sharing over links; the policy
+decides which links a flow loads and how much of a link's capacity carries payload.
+
+**Lanes: per-QP paths in a max-min model.** An op (one schedule channel between two GPUs)
+is split into `L` lanes: NCCL's connections to that peer (2, NCCL_NCHANNELS_PER_NET_PEER) times
+their queue pairs. Lanes part only between switches, so a route row is lane 0's whole path
+followed by the switch-to-switch links of lanes 1..L-1, and switch-to-switch links carry L x
+their capacity. A flow of rate R listed m times on such a link loads it with m·R/L, and
+max-min over (flow, link) multiplicities is exact for that; links common to all lanes appear
+once, so a flow alone on its path keeps the flow model's fast path. The op stays one flow:
+NCCL splits a connection's data evenly over its QPs and a slow QP holds the connection's buffer
+slots, so the QPs move at one rate (NCCL_IB_SPLIT_DATA_ON_QPS; with round-robin of whole
+messages the coupling is the same over a few messages).
+- ECMP: L = connections x qps_per_connection; QP q of a connection from NIC a to NIC b takes
+  the tied path that the switches' hash of `hash_inputs` (a, b, the QP, the seed) picks
+  (Router.route_matrix with an explicit key). Two flows hashed onto one cable share it, and
+  the flow model's max-min sharing turns that into time. Seeds give a distribution.
+- spray (Spectrum-X): L = the widest set of tied paths; lane j takes path j (mod their
+  number): every flow is split evenly over every path, whatever the hash.
+- adaptive (InfiniBand AR): switches send each packet to the least loaded tied port. For tied
+  paths of equal capacity (ECMP ties are equal by construction) the fluid limit is the even
+  split, so it is routed as spray. Known to be wrong: AR reacts to load from other jobs and
+  to asymmetric failures, which a split fixed per flow does not; AR and spraying reorder
+  packets, which needs NIC support (not modelled: assumed present).
+
+**Lossy RoCE: go-back-N goodput.** Without PFC a RoCE NIC (ConnectX before selective repeat)
+answers a lost packet by resending everything after it: W packets, the window in flight
+(bandwidth x round trip / MTU). With independent losses of probability p per packet the
+fraction of the wire that is goodput is (1 - p) / (1 + (W - 1) p) (Bertsekas & Gallager,
+Data Networks, go-back-N efficiency; the collapse of RoCE under loss is measured in Mittal
+et al., "Revisiting Network Support for RDMA", SIGCOMM 2018). It scales every network link.
+Wrong when losses come in bursts (one rollback covers a burst: pessimistic), with selective
+repeat (ConnectX-6 Dx+, IRN: close to 1 - p), and when p·W nears 1 (timeouts dominate).
+
+**Lossless: PFC pauses and their spreading (cc="none").** Flows converging on one port
+(incast) get their max-min share of it. PFC keeps the excess from being dropped by pausing the
+links upstream; a paused link stops *every* flow of the class on it, so a flow that merely
+shares an upstream link with an incast flow (a victim) is held to the incast flow's rate
+(head-of-line blocking; the pause tree reaches every link before the hot port on the incast
+flows' paths; Guo et al., "RDMA over Commodity Ethernet at Scale", SIGCOMM 2016; Zhu et al.,
+"Congestion Control for Large-Scale RDMA Deployments" (DCQCN), SIGCOMM 2015, victim flows).
+Computed per step of the schedule over the ops that run together (one all-to-all step, one
+tree step). Wrong for transient pauses (bursts shorter than a buffer: no pause at all) and
+when the switch buffer absorbs the whole incast (deep-buffer spines, as Meta's CTSW).
+
+**Congestion control (cc="dcqcn").** Rate control slows the incast senders before buffers
+reach the pause threshold, so there are no victims; the cost is recovery: when a flow's fair
+share rises (a competitor finished), DCQCN climbs back by halving the gap to its target every
+T = 55 us (fast recovery, F = 5 rounds; Zhu et al. 2015 defaults), losing about
+2·T·(1 - 2^-F) x (rate gained) bytes. The flow model charges exactly that debt at each event
+where a flow's rate rises. Receiver-driven schemes (Meta's NCCL clear-to-send) avoid the
+ramp but cap bytes in flight; not modelled. Wrong when the timers are tuned (newer NICs
+recover faster) and for flows shorter than the recovery.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..topology.routing import lane_key, mix
+
+MAX_LANES = 32
+# NCCL_NCHANNELS_PER_NET_PEER's default (NCCL 2.x env docs): channels, so connections, per
+# network peer; rings get the same from NCCL duplicating each ring channel
+CONNECTIONS_PER_PEER = 2
+DCQCN_TIMER_S = 55e-6   # DCQCN rate-increase timer T (Zhu et al., SIGCOMM 2015, §5)
+DCQCN_FAST_RECOVERY = 5  # F: fast-recovery rounds, each halving the gap to the target rate
+_NET = 2  # paths.NET: the link class of NIC and switch links
+_NET_KINDS = ("nic", "switch")
+
+
+def goodput(loss_rate: float, window_packets: float) -> float:
+    """Go-back-N goodput fraction: (1 - p) / (1 + (W - 1) p).
+
+        >>> round(goodput(1e-3, 61), 4)
+        0.9425
+    """
+    p, w = float(loss_rate), max(float(window_packets), 1.0)
+    if not 0.0 <= p < 1.0:
+        raise ConfigError(f"loss_rate {p!r} must be in [0, 1)")
+    return (1.0 - p) / (1.0 + (w - 1.0) * p)
+
+
+def recovery_s() -> float:
+    """Seconds of lost full rate per unit of rate regained under DCQCN fast recovery."""
+    return DCQCN_TIMER_S * 2.0 * (1.0 - 2.0 ** -DCQCN_FAST_RECOVERY)
+
+
+class FabricPolicy:
+    """Routing lanes, payload capacity and pause caps for one PathTable."""
+
+    def __init__(self, paths, network):
+        if network.routing == "auto":  # NICs of mixed kinds (with_network resolves the rest)
+            network = dataclasses.replace(network, routing="ecmp")
+        self.net = network
+        self.topo = paths.topo
+        router = self.topo.router
+        self.router = router
+        if network.routing == "ecmp":
+            # NCCL opens several connections to a network peer (each its own QPs, hashed on
+            # their own); a schedule op stands for all of them
+            self.connections = network.connections or CONNECTIONS_PER_PEER
+            self.lanes = network.qps_per_connection * self.connections
+        else:
+            self.lanes = min(max(_widest(router), 1), MAX_LANES)
+        self.ports = np.asarray(router.ports(), dtype=np.uint64)
+        kind = {d.name: d.kind for d in self.topo.devices}
+        # switch egress ports: where queues build and PFC pauses start (a NIC schedules its
+        # own queue pairs and is never the congestion point)
+        self.egress = np.array([kind[ln.src] == "switch" for ln in self.topo.links], dtype=bool)
+        self.network_link = np.array([kind[ln.src] in _NET_KINDS or kind[ln.dst] in _NET_KINDS
+                                      for ln in self.topo.links], dtype=bool)
+        # lanes part only on switch-to-switch links: those carry capacity x lanes, and a
+        # flow lists them once per lane (m of L lanes on a link load it with m/L of the flow)
+        between = np.array([kind[ln.src] == kind[ln.dst] == "switch"
+                            for ln in self.topo.links], dtype=bool)
+        self.lane_scale = np.where(between, float(self.lanes), 1.0)
+        self.recovery_s = recovery_s() if network.lossless and network.cc == "dcqcn" else 0.0
+
+    # ---- capacity --------------------------------------------------------------------------
+    def capacity(self, capacity, link_class, latency):
+        """Payload capacity of each link: network links lose go-back-N retransmissions on a
+        lossy fabric (window = capacity x base round trip / MTU)."""
+        if self.net.lossless or self.net.loss_rate == 0:
+            return capacity
+        rtt = 2.0 * _one_way(self.topo, latency)
+        out = capacity.copy()
+        net = link_class == _NET
+        for i in np.flatnonzero(net):
+            w = np.ceil(capacity[i] * rtt / self.net.mtu) + 1
+            out[i] = capacity[i] * goodput(self.net.loss_rate, w)
+        return out
+
+    # ---- routes ----------------------------------------------------------------------------
+    def lane_routes(self, single, idx, gs, gd, channel):
+        """Route rows with lanes: each row is lane 0's path, then the switch-to-switch links
+        of lanes 1..L-1 (where lanes part; the other links are common to all lanes and
+        appear once). `single` holds one path per op; rows `idx`, inter-node ops from rail
+        GPU gs to gd on `channel`, get one path per lane."""
+        L = self.lanes
+        if L == 1 and not len(idx):
+            return single
+        blocks = [single.copy() for _ in range(L)]
+        for j in range(L):
+            if len(idx):
+                lane = self._lane(gs, gd, channel, j)
+                w = max(blocks[j].shape[1], lane.shape[1])
+                blocks[j] = _widen(blocks[j], w)
+                blocks[j][idx] = _widen(lane, w)
+        split = self.lane_scale > 1
+        parts = [blocks[0]]
+        for b in blocks[1:]:
+            parts.append(np.where((b >= 0) & split[np.where(b >= 0, b, 0)], b, -1))
+        full = np.concatenate(parts, axis=1)
+        order = np.argsort(full < 0, axis=1, kind="stable")
+        full = np.take_along_axis(full, order, axis=1)
+        width = int((full >= 0).sum(axis=1).max(initial=0))
+        return np.ascontiguousarray(full[:, :width], dtype=np.int32)
+
+    def _lane(self, gs, gd, channel, j):
+        net = self.net
+        gs, gd = np.asarray(gs, dtype=np.int64), np.asarray(gd, dtype=np.int64)
+        c = np.asarray(channel, dtype=np.int64)
+        n = len(gs)
+        if net.routing == "ecmp":
+            f = net.hash_inputs
+            zero = np.zeros(n, np.uint64)
+            a = self.ports[gs] if "src" in f else zero
+            b = self.ports[gd] if "dst" in f else zero
+            # lane j = connection j // qps (its channel's own), queue pair j % qps
+            conn = c.astype(np.uint64) * np.uint64(self.connections) + \
+                np.uint64(j // net.qps_per_connection)
+            q = conn * np.uint64(MAX_LANES) + np.uint64(j % net.qps_per_connection + 1) \
+                if "qp" in f else zero
+            key = mix(mix(a, b, q), np.full(n, net.seed, np.uint64), zero)
+        else:  # an even split: lane j on tied path j, rotated per pair so pairs differ
+            rot = mix(self.ports[gs], self.ports[gd], np.full(n, net.seed, np.uint64))
+            key = lane_key((rot % np.uint64(MAX_LANES)) + np.uint64(j))
+        return np.asarray(self.router.route_matrix(gs, gd, c, key=key), dtype=np.int32)
+
+    def properties(self, table, latency, link_class, capacity):
+        """(latency, class, bottleneck) of lane rows: a link's latency counts 1/scale per
+        entry (lanes' tied paths have equal latency), the bottleneck is the least
+        capacity x scale / multiplicity over the row's links."""
+        if table.shape[1] == 0:
+            n = len(table)
+            return np.zeros(n), np.zeros(n, dtype=np.int8), np.full(n, np.inf)
+        valid = table >= 0
+        safe = np.where(valid, table, 0)
+        lat = np.where(valid, latency[safe] / self.lane_scale[safe], 0.0).sum(axis=1)
+        cls = np.where(valid, link_class[safe], 0).max(axis=1)
+        # multiplicity of each entry's link within its row
+        mult = np.zeros(table.shape)
+        for k in range(table.shape[1]):
+            mult += valid & (table == table[:, k:k + 1])
+        rate = np.where(valid, capacity[safe] * self.lane_scale[safe] / np.maximum(mult, 1),
+                        np.inf)
+        return lat, cls, rate.min(axis=1)
+
+    # ---- PFC pause spreading -----------------------------------------------------------------
+    def pause_caps(self, table, alone, capacity):
+        """Per op: the rate PFC's head-of-line blocking holds it to (inf: none), for ops that
+        run together; only without congestion control on a lossless fabric. A hot port is a
+        switch egress that is some op's bottleneck, shared by several ops and asked for more
+        than it carries (an incast, or flows hashed together); the links before it on those
+        ops' rows (lane 0's path order) are paused to the hot ops' share, and every other op
+        on a paused link is held to it."""
+        n = len(table)
+        caps = np.full(n, np.inf)
+        if not self.net.lossless or self.net.cc != "none" or n < 2 or table.shape[1] == 0:
+            return caps
+        valid = table >= 0
+        safe = np.where(valid, table, 0)
+        scale = self.lane_scale
+        alone = np.where(np.isfinite(alone), alone, 0.0)
+        nl = len(capacity)
+        demand = np.zeros(nl)
+        np.add.at(demand, safe[valid], (alone[:, None] / scale[safe])[valid])
+        cnt = np.bincount(safe[valid], minlength=nl).astype(np.float64)
+        ops_on = np.zeros(nl)
+        first = valid.copy()
+        for k in range(1, table.shape[1]):  # count each op once per link
+            first[:, k] &= ~(table[:, :k] == table[:, k:k + 1]).any(axis=1)
+        np.add.at(ops_on, safe[first], 1)
+        per_link = np.where(valid, (capacity * scale)[safe] / np.maximum(cnt[safe], 1), np.inf)
+        share = per_link.min(axis=1)
+        at = np.argmin(per_link, axis=1)
+        rows = np.arange(n)
+        hot = np.zeros(nl, dtype=bool)
+        hot[safe[rows, at][valid[rows, at]]] = True
+        hot &= self.egress & (ops_on > 1) & (demand > capacity * (1 + 1e-9))
+        h = valid & hot[safe]
+        has = h.any(axis=1)
+        if not has.any():
+            return caps
+        pos = np.argmax(h, axis=1)
+        up = valid & (np.arange(table.shape[1])[None, :] < pos[:, None]) & has[:, None]
+        up &= self.network_link[safe]
+        paused = np.full(nl, np.inf)
+        np.minimum.at(paused, safe[up], np.broadcast_to(share[:, None], table.shape)[up])
+        caps = np.where(valid, paused[safe], np.inf).min(axis=1)
+        # the incast flows themselves are held by max-min at the hot port (and speed up when
+        # it clears); the static cap is for victims only
+        return np.where(has, np.inf, caps)
+
+
+def _widen(m, width):
+    if m.shape[1] >= width:
+        return m
+    return np.concatenate([m, np.full((len(m), width - m.shape[1]), -1, np.int32)], axis=1)
+
+
+def _widest(router) -> int:
+    """Most tied fabric paths between two ports (the switch-to-switch ECMP width)."""
+    t = router._ensure_tables()
+    if t is not None:
+        return int(t["sw"][1].max(initial=1))
+    return 1
+
+
+def _one_way(topo, latency) -> float:
+    """Latency of the longest route between the first rank and the others' nodes."""
+    if topo.nodes < 2:
+        return 0.0
+    last = topo.nranks - 1
+    return float(sum(latency[i] for i in topo.route(0, last)))

@@ -1,0 +1,254 @@
+"""The network fabric beyond line rate: how flows are routed, what the fabric does with loss,
+which links have failed; plus the port-level rail-optimised leaf/spine builder.
+
+`Network` is the value a Topology carries (`Topology.network`, None = the plain model: one
+ECMP path per (src, dst, channel), no loss). The mechanisms that use it at simulation time live
+in `gpucomm.simulate.fabric`; here are the value, the topology transforms (failed links are
+removed, so routes are recomputed: ECMP rehashes over what is left) and the fabric summary
+`gpucomm topo show` prints.
+
+Rail-optimised 2-tier Clos (`fabric="rail-2tier"`), the shape of NVIDIA's DGX SuperPOD and of
+most RoCE training fabrics: nodes come in groups of `leaf_ports` (one leaf port per node and
+rail); NIC i of every node of group g is cabled to leaf (g, i); each leaf has
+`leaf_ports / oversubscription` uplinks at NIC speed, one cable to each spine. Unlike the
+aggregated "rail" fabric, every cable is its own link, so a switch's per-flow hash can put two
+flows on one cable while another cable idles.
+
+    >>> from gpucomm.topology import build_topology
+    >>> t = build_topology("dgx-h100", nodes=4, fabric="rail-2tier", leaf_ports=2)
+    >>> fabric_summary(t)["tiers"][1]["switches"], fabric_summary(t)["redundancy"]["paths"]
+    (2, 2)
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass
+
+from ..errors import ConfigError, TopologyError
+from ..hardware import get_link_tech
+from .model import Device, Link
+
+ROUTINGS = ("auto", "ecmp", "adaptive", "spray")
+# what each NIC technology does by default: InfiniBand switches route adaptively (NVIDIA
+# Quantum AR), Ethernet switches hash (ECMP), EFA's SRD sprays packets over many paths
+DEFAULT_ROUTING = {"ib": "adaptive", "efa": "spray"}
+# fabrics that never drop: InfiniBand's credit-based link-level flow control
+LOSSLESS_KINDS = ("ib",)
+HASH_FIELDS = ("src", "dst", "qp")
+MAX_QPS = 64
+
+
+@dataclass(frozen=True)
+class Network:
+    """How the fabric treats flows.
+
+    routing: "auto" (the NIC's own: adaptive on InfiniBand, spray on EFA, else ecmp),
+    "ecmp" (a switch hashes each flow, one queue pair, onto one of the tied paths),
+    "adaptive" (InfiniBand adaptive routing: packets go to the least loaded port) or "spray"
+    (per-packet spraying over every path, as Spectrum-X). qps_per_connection: queue pairs per
+    NCCL connection (NCCL_IB_QPS_PER_CONNECTION); the connection's data is split over them.
+    hash_inputs: the packet fields the ECMP hash reads: "src"/"dst" (the NICs' addresses) and
+    "qp" (the destination queue pair: Meta's E-ECMP; without it all QPs between two NICs
+    collide). seed: the switches' hash seed (and which links fail). lossless: PFC on (no drops);
+    else RoCE drops under congestion at `loss_rate` per packet and the NIC goes back N
+    (InfiniBand's credit-based links never drop: lossy applies to Ethernet NICs only).
+    cc: congestion control on a lossless fabric, "dcqcn" (rate control: no pause spreading,
+    a rate-recovery cost) or "none" (PFC alone: pauses spread to victim flows).
+    fail_links: leaf-spine cables that are down.
+
+        >>> Network(qps_per_connection=4, lossless=False, loss_rate=1e-4).routing
+        'auto'
+    """
+    routing: str = "auto"
+    qps_per_connection: int = 1
+    hash_inputs: tuple = HASH_FIELDS
+    seed: int = 0
+    lossless: bool = True
+    loss_rate: float = 0.0
+    cc: str = "dcqcn"
+    fail_links: int = 0
+    mtu: int = 4096
+    connections: int = 0  # connections per network peer; 0: NCCL's default (2)
+
+    def __post_init__(self):
+        if self.routing not in ROUTINGS:
+            raise ConfigError(f"routing {self.routing!r} not allowed: one of {', '.join(ROUTINGS)}")
+        q = self.qps_per_connection
+        if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= MAX_QPS:
+            raise ConfigError(f"qps_per_connection {q!r} not allowed: an integer 1..{MAX_QPS}")
+        fields = tuple(self.hash_inputs)
+        bad = [f for f in fields if f not in HASH_FIELDS]
+        if bad or not fields or len(set(fields)) != len(fields):
+            raise ConfigError(f"hash_inputs {','.join(map(str, fields)) or '(none)'} not "
+                              f"allowed: distinct fields among {', '.join(HASH_FIELDS)}")
+        object.__setattr__(self, "hash_inputs", tuple(f for f in HASH_FIELDS if f in fields))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed {self.seed!r} not allowed: an integer >= 0")
+        p = self.loss_rate
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+            raise ConfigError(f"loss_rate {p!r} not allowed: a probability in [0, 1)")
+        if self.lossless and p > 0:
+            raise ConfigError("loss_rate applies to a lossy fabric: give --lossy with "
+                              "--loss-rate (a lossless fabric drops nothing)")
+        if self.cc not in ("dcqcn", "none"):
+            raise ConfigError(f"cc {self.cc!r} not allowed: dcqcn or none")
+        k = self.fail_links
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ConfigError(f"fail_links {k!r} not allowed: an integer >= 0")
+        c = self.connections
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_QPS:
+            raise ConfigError(f"connections {c!r} not allowed: an integer 0..{MAX_QPS} (0: auto)")
+        if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or self.mtu < 256:
+            raise ConfigError(f"mtu {self.mtu!r} not allowed: an integer >= 256 bytes")
+
+    def resolved(self, nic_kind: str) -> "Network":
+        """This network on NICs of `nic_kind` (catalog kind: ib, roce, efa, ...): the routing
+        "auto" stands for made concrete, and InfiniBand made lossless.
+
+            >>> Network(lossless=False, loss_rate=1e-3).resolved("ib").routing
+            'adaptive'
+        """
+        out = self
+        if self.routing == "auto":
+            out = dataclasses.replace(out, routing=DEFAULT_ROUTING.get(nic_kind, "ecmp"))
+        if nic_kind in LOSSLESS_KINDS and not out.lossless:
+            out = dataclasses.replace(out, lossless=True, loss_rate=0.0)
+        return out
+
+
+def with_network(topo, network: Network | None):
+    """`topo` with `network` applied: the failed cables removed (routes recomputed), the
+    network recorded for the simulator. TopologyError if the failures cut ranks apart."""
+    if network is None:
+        return topo
+    kinds = {get_link_tech(d.model).kind for d in topo.devices if d.kind == "nic" and d.model}
+    if len(kinds) == 1:
+        network = network.resolved(kinds.pop())
+    links = list(topo.links)
+    if network.fail_links:
+        cables = _cables(topo)
+        if network.fail_links > len(cables):
+            raise ConfigError(f"fail_links {network.fail_links} is more than the "
+                              f"{len(cables)} switch-to-switch cables of {topo.name}")
+        down = set()
+        for pair in random.Random(network.seed).sample(cables, network.fail_links):
+            down.update(pair)
+        links = [ln for i, ln in enumerate(links) if i not in down]
+    out = dataclasses.replace(topo, links=tuple(links), network=network)
+    if "replica" in topo._cache:  # node-internal links come first and are never failed
+        out._cache["replica"] = topo._cache["replica"]
+    try:
+        out.check_routes()
+    except TopologyError as e:
+        raise TopologyError(f"with {network.fail_links} failed cable(s) (seed "
+                            f"{network.seed}): {e}") from None
+    return out
+
+
+def _cables(topo) -> list[tuple[int, int]]:
+    """Switch-to-switch cables as (link, reverse link) index pairs, in link order."""
+    kind = {d.name: d.kind for d in topo.devices}
+    where = {(ln.src, ln.dst, k): i for i, ln in enumerate(topo.links) for k in [0]}
+    seen, out = set(), []
+    for i, ln in enumerate(topo.links):
+        if kind[ln.src] == kind[ln.dst] == "switch" and i not in seen:
+            j = where.get((ln.dst, ln.src, 0))
+            pair = (i, j) if j is not None else (i, i)
+            seen.update(pair)
+            out.append(pair)
+    return out
+
+
+# ---- the port-level rail-optimised 2-tier builder ---------------------------------------
+PLACEMENTS = ("packed", "spread", "random")
+
+
+def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="packed", seed=0):
+    """Devices and links of a rail-optimised leaf/spine fabric, one link per cable.
+
+    placement: where the job's nodes sit. "packed": node k in leaf group k // leaf_ports (a
+    ring stays under one leaf but at group boundaries); "spread": node k in group k % groups
+    (consecutive ranks on different leaves: every ring hop crosses the spines); "random": the
+    nodes shuffled over the leaves by `seed` (a job that lands wherever nodes were free)."""
+    if placement not in PLACEMENTS:
+        raise ConfigError(f"placement {placement!r} not allowed: one of {', '.join(PLACEMENTS)}")
+    rails = len(nic_names)
+    groups = math.ceil(nodes / leaf_ports)
+    uplinks = max(1, round(leaf_ports / oversub))
+    devices, links = [], []
+    tech = get_link_tech(nic_models[0])
+    order = list(range(nodes))
+    random.Random(seed).shuffle(order)
+    for g in range(groups):
+        for i in range(rails):
+            devices.append(Device(f"leaf{g}.{i}", "switch", -1, nic_models[i]))
+    for k in range(nodes):
+        for i in range(rails):
+            t = get_link_tech(nic_models[i])
+            g = k // leaf_ports if placement == "packed" else k % groups if \
+                placement == "spread" else order[k] // leaf_ports
+            links += _duplex(f"n{k}.{nic_names[i]}", f"leaf{g}.{i}", t)
+    if groups * rails > 1:
+        devices += [Device(f"spine{s}", "switch", -1, nic_models[0]) for s in range(uplinks)]
+        for g in range(groups):
+            for i in range(rails):
+                for s in range(uplinks):
+                    links += _duplex(f"leaf{g}.{i}", f"spine{s}", tech)
+    return devices, links
+
+
+def _duplex(a, b, tech):
+    return [Link(a, b, tech.bandwidth_Bps, tech.latency_s, tech.name, tech.efficiency),
+            Link(b, a, tech.bandwidth_Bps, tech.latency_s, tech.name, tech.efficiency)]
+
+
+# ---- what `topo show` prints --------------------------------------------------------------
+def fabric_summary(topo) -> dict | None:
+    """Tiers of the switch fabric (leaves: switches with NIC ports; spines: the rest), each
+    tier's down:up capacity (oversubscription) and the redundancy between leaves: how many
+    tied paths join two leaves and the share of a leaf's uplink one failed cable takes away.
+    None for a topology without fabric switches."""
+    kind = {d.name: d.kind for d in topo.devices}
+    switches = [d.name for d in topo.devices if d.kind == "switch"]
+    if not switches:
+        return None
+    down, up, cables_up = {}, {}, {}
+    for ln in topo.links:
+        if kind[ln.dst] == "switch" and kind[ln.src] == "nic":
+            down[ln.dst] = down.get(ln.dst, 0.0) + ln.bandwidth_Bps
+        if kind[ln.src] == "switch" and kind[ln.dst] == "switch":
+            up[ln.src] = up.get(ln.src, 0.0) + ln.bandwidth_Bps
+            cables_up[ln.src] = cables_up.get(ln.src, 0) + 1
+    leaves = [s for s in switches if s in down]
+    spines = [s for s in switches if s not in down]
+    tiers = [{"tier": "leaf", "switches": len(leaves)}]
+    ratios = [down[s] / up[s] for s in leaves if up.get(s)]
+    tiers[0]["oversubscription"] = round(max(ratios), 3) if ratios else None
+    tiers[0]["uplinks_per_leaf"] = min((cables_up.get(s, 0) for s in leaves), default=0)
+    if spines:
+        tiers.append({"tier": "spine", "switches": len(spines),
+                      "links_per_spine": min(cables_up.get(s, 0) for s in spines)})
+    paths = _leaf_paths(topo, leaves)
+    red = {"paths": paths,
+           "cable_share": None if not paths else round(1.0 / max(tiers[0]["uplinks_per_leaf"],
+                                                                  1), 4)}
+    net = topo.network
+    return {"tiers": tiers, "redundancy": red,
+            "network": None if net is None else dataclasses.asdict(net)}
+
+
+def _leaf_paths(topo, leaves) -> int:
+    """Fewest tied shortest paths between two leaves of one rail in different groups (or any
+    two leaves): the ECMP width a flow's hash chooses among."""
+    if len(leaves) < 2:
+        return 0
+    router = topo.router
+    idx = topo.index_of
+    best = None
+    a = leaves[0]
+    for b in leaves[1:]:
+        n = len(router._paths(idx(a), idx(b), False))
+        best = n if best is None else min(best, n)
+    return best or 0

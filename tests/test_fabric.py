@@ -1,0 +1,285 @@
+"""The fabric beyond line rate: per-QP ECMP, adaptive/spray, go-back-N, PFC, DCQCN, failures."""
+import numpy as np
+import pytest
+
+from gpucomm.errors import ConfigError, TopologyError
+from gpucomm.schedule import Schedule, step
+from gpucomm.simulate import predict, simulate
+from gpucomm.simulate.fabric import goodput, recovery_s
+from gpucomm.simulate.paths import PathTable
+from gpucomm.topology import build_topology
+from gpucomm.topology.fabric import Network, fabric_summary
+
+GIB = 1 << 30
+
+
+def _tiny(network=None, **kw):
+    """4 one-GPU nodes, one NIC each; nodes 0,1 under leaf 0 and 2,3 under leaf 1; 2 spines."""
+    return build_topology("dgx-h100", nodes=4, gpus_per_node=1, nics_per_node=1,
+                          nic="roce-400g", fabric="rail-2tier", leaf_ports=2,
+                          network=network, **kw)
+
+
+def _pairs(pairs):
+    src, dst = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    return Schedule("sendrecv", 4, "pairs", 1, [step(src, dst, 0, 1)])
+
+
+def _time(topo, pairs, trace=False, **kw):
+    return simulate(_pairs(pairs), topo, GIB, model="flow", protocol="simple", trace=trace, **kw)
+
+
+def _collide(topo):
+    """Do flows 0->2 and 1->3 leave leaf 0 by the same spine cable?"""
+    t = PathTable(topo).routes(np.array([0, 1]), np.array([2, 3]), 0)
+    return bool(set(t[0][t[0] >= 0]) & set(t[1][t[1] >= 0]))
+
+
+def _seeds(routing="ecmp", **kw):
+    return [Network(routing=routing, connections=1, seed=s, **kw) for s in range(16)]
+
+
+def test_two_flows_hashed_onto_one_cable_take_twice_as_long():
+    one = _time(_tiny(Network(connections=1)), [(0, 2)]).time_s
+    nets = _seeds()
+    hit = [n for n in nets if _collide(_tiny(n))]
+    miss = [n for n in nets if not _collide(_tiny(n))]
+    assert hit and miss  # 16 seeds over 2 spines: both outcomes occur
+    assert _time(_tiny(hit[0]), [(0, 2), (1, 3)]).time_s == pytest.approx(2 * one, rel=0.02)
+    assert _time(_tiny(miss[0]), [(0, 2), (1, 3)]).time_s == pytest.approx(one, rel=0.02)
+
+
+@pytest.mark.parametrize("routing", ["adaptive", "spray"])
+def test_adaptive_and_spray_split_the_two_flows(routing):
+    one = _time(_tiny(Network(routing=routing)), [(0, 2)]).time_s
+    for net in _seeds(routing)[:4]:
+        assert _time(_tiny(net), [(0, 2), (1, 3)]).time_s == pytest.approx(one, rel=0.02)
+
+
+def _spine_links(net):
+    paths = PathTable(_tiny(net))
+    row = paths.routes(np.array([0]), np.array([2]), 0)[0]
+    row = row[row >= 0]
+    return row[paths.lane_scale[row] > 1]
+
+
+def test_hash_without_qp_puts_every_qp_of_a_nic_pair_on_one_path():
+    same = _spine_links(Network(connections=1, qps_per_connection=8, hash_inputs=("src", "dst")))
+    assert len(same) == 16 and len(set(same.tolist())) == 2  # 8 lanes x (up, down), one spine
+    spread = _spine_links(Network(connections=1, qps_per_connection=8))
+    assert len(spread) == 16 and len(set(spread.tolist())) == 4  # both spines
+
+
+def test_lanes_leave_an_uncontended_flow_alone():
+    plain = _time(_tiny(), [(0, 2)]).time_s
+    for net in (Network(qps_per_connection=4), Network(routing="spray")):
+        assert _time(_tiny(net), [(0, 2)]).time_s == pytest.approx(plain, rel=1e-6)
+    # and inside a node lanes change nothing
+    node = build_topology("dgx-h100")
+    base = predict("all_reduce", GIB, node, algorithm="ring", model="flow").time_s
+    lanes = build_topology("dgx-h100", network=Network(qps_per_connection=4))
+    assert predict("all_reduce", GIB, lanes, algorithm="ring", model="flow").time_s == \
+        pytest.approx(base, rel=1e-6)
+
+
+def test_more_qps_never_hurt_the_median_and_spray_is_best():
+    def median(**kw):
+        ts = [predict("all_reduce", GIB, build_topology(
+            "dgx-h100", nodes=8, nic="roce-400g", fabric="rail-2tier", leaf_ports=4,
+            placement="spread", network=Network(seed=s, **kw)), algorithm="ring",
+            protocol="simple").time_s for s in range(5)]
+        return float(np.median(ts))
+    q1, q4, spray = median(), median(qps_per_connection=4), median(routing="spray")
+    assert q4 <= q1 * (1 + 1e-9)
+    assert spray <= q4 * (1 + 1e-9)
+
+
+def _gbn_monte_carlo(p, w, packets=200_000, seed=1):
+    """A go-back-N sender: a loss wastes the lost packet and the w-1 sent after it."""
+    rng = np.random.default_rng(seed)
+    sent = delivered = 0
+    while delivered < packets:
+        lost = rng.random(4096) < p
+        if not lost.any():
+            sent += 4096
+            delivered += 4096
+            continue
+        k = int(np.argmax(lost))
+        delivered += k
+        sent += k + w
+    return delivered / sent
+
+
+@pytest.mark.parametrize("p,w", [(1e-3, 61), (1e-2, 20), (5e-2, 8)])
+def test_go_back_n_goodput_matches_its_formula_and_a_simulated_sender(p, w):
+    assert goodput(p, w) == pytest.approx((1 - p) / (1 + (w - 1) * p))
+    assert goodput(p, w) == pytest.approx(_gbn_monte_carlo(p, w), rel=0.03)
+
+
+def test_lossy_fabric_scales_network_links_by_goodput():
+    topo = _tiny(Network(lossless=False, loss_rate=1e-3))
+    plain, lossy = PathTable(_tiny()), PathTable(topo)
+    net = plain.link_class == 2
+    ratio = lossy.capacity[net] / plain.capacity[net]
+    rtt = 2 * sum(plain.latency[i] for i in topo.route(0, 3))
+    w = np.ceil(plain.capacity[net] * rtt / 4096) + 1
+    assert np.allclose(ratio, [(1 - 1e-3) / (1 + (x - 1) * 1e-3) for x in w])
+    assert np.array_equal(lossy.capacity[~net], plain.capacity[~net])
+    times = [_time(_tiny(Network(lossless=False, loss_rate=p)), [(0, 2)]).time_s
+             for p in (0.0, 1e-4, 1e-3, 1e-2)]
+    assert times == sorted(times) and times[-1] > times[0] * 1.2
+
+
+def test_pfc_without_cc_holds_a_victim_to_the_incast_rate():
+    # 1, 2 and 0 send to 3 (a 3-way incast at node 3's NIC); 0 also sends to 2: the victim
+    # shares node 0's uplink with 0->3
+    pairs = [(0, 3), (1, 3), (2, 3), (0, 2)]
+    ends = {}
+    for cc in ("dcqcn", "none"):
+        r = _time(_tiny(Network(connections=1, routing="spray", cc=cc)), pairs, trace=True)
+        ends[cc] = {(rec[1], rec[2]): rec[6] for rec in r.timeline}
+    assert ends["none"][(0, 2)] > 1.5 * ends["dcqcn"][(0, 2)]
+    assert ends["none"][(1, 3)] == pytest.approx(ends["dcqcn"][(1, 3)], rel=0.05)
+
+
+def test_dcqcn_recovery_charges_the_ramp_when_a_flow_speeds_up():
+    # 0->3 (2 chunks) and 2->3 (1 chunk) share node 3's downlink at half rate each; when
+    # 2->3 ends, 0->3 climbs from R/2 to R and owes recovery_s x R/2 bytes
+    sched = Schedule("sendrecv", 4, "pairs", 4,
+                     [step(np.array([0, 2]), np.array([3, 3]), 0, np.array([4, 6]),
+                           np.array([2, 1]))])
+    t = {cc: simulate(sched, _tiny(Network(connections=1, routing="spray", cc=cc)), GIB,
+                      model="flow", protocol="simple").time_s for cc in ("none", "dcqcn")}
+    assert recovery_s() == pytest.approx(2 * 55e-6 * (1 - 1 / 32))
+    assert t["dcqcn"] - t["none"] == pytest.approx(recovery_s() / 2, rel=0.02)
+
+
+def test_failed_links_lose_capacity_and_rehash():
+    topo = build_topology("dgx-h100", nodes=4, nic="roce-400g", fabric="rail-2tier",
+                          leaf_ports=2, network=Network(fail_links=1))
+    plain = build_topology("dgx-h100", nodes=4, nic="roce-400g", fabric="rail-2tier",
+                           leaf_ports=2, network=Network())
+    assert len(topo.links) == len(plain.links) - 2
+    f = fabric_summary(topo)
+    assert f["tiers"][0]["uplinks_per_leaf"] == 1
+    assert f["tiers"][0]["oversubscription"] == 2
+    with pytest.raises(TopologyError, match="failed cable"):
+        _tiny(Network(fail_links=4))
+    with pytest.raises(ConfigError, match="more than"):
+        _tiny(Network(fail_links=99))
+
+
+def test_topo_summary_names_tiers_oversubscription_and_redundancy():
+    t = build_topology("dgx-h100", nodes=64, nic="roce-400g", fabric="rail-2tier",
+                       leaf_ports=32, oversubscription=2)
+    f = fabric_summary(t)
+    assert [x["tier"] for x in f["tiers"]] == ["leaf", "spine"]
+    assert f["tiers"][0]["switches"] == 16 and f["tiers"][1]["switches"] == 16
+    assert f["tiers"][0]["oversubscription"] == 2
+    assert f["redundancy"]["paths"] == 16
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(routing="ospf"), "routing"), (dict(qps_per_connection=0), "qps_per_connection"),
+    (dict(hash_inputs=("port",)), "hash_inputs"), (dict(loss_rate=0.1), "loss_rate"),
+    (dict(lossless=False, loss_rate=1.5), "loss_rate"), (dict(fail_links=-1), "fail_links"),
+    (dict(cc="timely"), "cc")])
+def test_bad_network_values_name_the_field(kw, field):
+    with pytest.raises(ConfigError, match=field):
+        Network(**kw)
+
+
+# ---- the command line -----------------------------------------------------------------------
+def _cli(capsys, *argv):
+    from gpucomm.cli import main
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+TINY = ("-N", "4", "--nic", "roce-400g", "--fabric", "rail-2tier", "--leaf-ports", "2")
+
+
+def test_topo_show_prints_the_fabric(capsys):
+    rc, out, _ = _cli(capsys, "topo", "show", *TINY, "--fail-links", "1", "--routing", "spray")
+    assert rc == 0
+    assert "leaf   16 switch(es), oversubscription 2, uplinks per leaf 1" in out
+    assert "spine  2 switch(es)" in out and "redundancy:" in out
+    assert "spray routing" in out and "1 failed cable(s)" in out
+
+
+def test_sim_flags_change_the_prediction(capsys):
+    import json
+    base = ("sim", *TINY, "--placement", "spread", "-b", "1G", "-e", "1G", "--algorithm", "ring",
+            "--format", "json")
+    bw = {}
+    for name, extra in (("plain", ()), ("lossy", ("--lossy", "--loss-rate", "1e-2")),
+                        ("spray", ("--routing", "spray"))):
+        rc, out, _ = _cli(capsys, *base, *extra)
+        assert rc == 0
+        bw[name] = json.loads(out)["rows"][0]["busbw"]
+    assert bw["lossy"] < bw["plain"] * 0.7
+    assert bw["spray"] >= bw["lossy"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("--lossy", "--loss-rate", "2"), "loss_rate 2.0 not allowed"),
+    (("--loss-rate", "0.01"), "give --lossy"),
+    (("--hash-inputs", "src,port"), "hash_inputs src,port not allowed"),
+    (("--fail-links", "99"), "fail_links 99 is more than"),
+    (("--qps-per-connection", "100"), "qps_per_connection 100 not allowed")])
+def test_bad_fabric_flags_are_one_line_exit_2(capsys, argv, needle):
+    rc, out, err = _cli(capsys, "sim", *TINY, "-b", "1M", "-e", "1M", *argv)
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_takes_the_fabric_flags(capsys):
+    import json
+    base = ("plan", "--model", "llama3-8b", "--nodes", "4", "--tp", "8", "--seq", "2048",
+            "--global-batch", "16", "--nic", "roce-400g", "--fabric", "rail-2tier",
+            "--leaf-ports", "1", "--no-contention", "--format", "json")
+    rc, out, _ = _cli(capsys, *base)
+    assert rc == 0
+    lossless = json.loads(out)["comm_time_s"]
+    rc, out, _ = _cli(capsys, *base, "--lossy", "--loss-rate", "1e-2")
+    assert rc == 0
+    lossy = json.loads(out)["comm_time_s"]
+    assert lossy["DP"] > lossless["DP"]
+
+
+def test_auto_routing_follows_the_nic_and_infiniband_never_drops():
+    net = Network(lossless=False, loss_rate=1e-3)
+    kw = dict(nodes=4, gpus_per_node=1, nics_per_node=1, fabric="rail-2tier", leaf_ports=2,
+              network=net)
+    ib = build_topology("dgx-h100", nic="ib-ndr", **kw).network
+    roce = build_topology("dgx-h100", nic="roce-400g", **kw).network
+    efa = build_topology("dgx-h100", nic="efa-400g", **kw).network
+    assert (ib.routing, ib.lossless, ib.loss_rate) == ("adaptive", True, 0.0)
+    assert (roce.routing, roce.lossless, roce.loss_rate) == ("ecmp", False, 1e-3)
+    assert efa.routing == "spray"
+
+
+def test_failed_cables_never_make_the_all_reduce_faster():
+    def t(k, seed):
+        topo = build_topology("dgx-h100", nodes=4, nic="roce-400g", fabric="rail-2tier",
+                              leaf_ports=2, placement="spread",
+                              network=Network(fail_links=k, seed=seed, routing="spray"))
+        return predict("all_reduce", GIB, topo, algorithm="ring", protocol="simple").time_s
+    slower = 0
+    for seed in range(3):
+        base, failed = t(0, seed), t(3, seed)
+        assert failed >= base * (1 - 1e-9)
+        slower += failed > base * 1.05
+    assert slower  # losing cables on the spine path shows
+
+
+def test_sim_seeds_gives_the_median_and_spread(capsys):
+    import json
+    rc, out, _ = _cli(capsys, "sim", "-N", "8", "--nic", "roce-400g", "--fabric", "rail-2tier",
+                      "--leaf-ports", "4", "--placement", "random", "--seeds", "4", "-b", "1G",
+                      "-e", "1G", "--algorithm", "ring", "--format", "json")
+    assert rc == 0
+    row = json.loads(out)["rows"][0]
+    assert row["seeds"] == 4
+    assert row["busbw_min"] <= row["busbw_median"] <= row["busbw_max"]
+    assert row["busbw_min"] < row["busbw_max"]  # jobs land and hash differently
