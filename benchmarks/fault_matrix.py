@@ -33,6 +33,9 @@ def main() -> int:
                                env=env, capture_output=True, text=True, cwd=ROOT)
             failed += p.returncode != 0
             print(f"seed {seed}: {p.stdout.strip().splitlines()[-1]}", flush=True)
+            for line in p.stdout.splitlines():  # why a case failed: its assertion message
+                if line.startswith("E   ") and "Error:" in line:
+                    print(f"  {line[4:].strip()[:300]}", flush=True)
             if os.path.exists(report):
                 rows += [json.loads(line) for line in open(report)]
     groups = collections.defaultdict(list)
