@@ -11,8 +11,9 @@ the engine can use without building their steps: each step forwards the chunk re
 the step before, and every step has the same (src, dst, channel) columns, so a per-rank
 frontier is exact: `start_s[r] = max(end_{s-1}[r-1], start_{s-1}[r] + x_r)`,
 `end_s[r] = start_s[r] + x_r + alpha_r` (the destination chunk is always free: a ring never
-writes a chunk a rank still has to forward). `tests/test_simulate.py`
-checks that the frontier equals the general engine.
+writes a chunk a rank still has to forward). That max-plus recurrence is solved in closed form
+(`ring_end`), O(P log P) instead of O(P^2). `tests/test_simulate.py` checks the frontier
+against the general engine and the closed form against the recurrence.
 """
 from __future__ import annotations
 
@@ -128,28 +129,62 @@ def run_ring(sched, coster: StepCoster, bounds, itemsize: int):
     shape = (lambda a: a.reshape(c, p)) if sched.collective.name == "all_reduce" else \
         (lambda a: np.ascontiguousarray(a.reshape(p, c).T))
     x, a = shape(xfer), shape(np.asarray(pat.alpha, dtype=np.float64))
-    # op (r -> r+1) of step s starts when the chunk it forwards has landed at r (sent by r-1
-    # in step s-1) and its engines finished putting the step s-1 bytes on the wire.
-    start = -x  # so that step 0 starts at 0
-    fin = np.zeros((c, p))
-    land = np.empty_like(fin)
-    done = 0
-    while done < nsteps:
-        land[:, 1:] = fin[:, :-1]
-        land[:, 0] = fin[:, -1]
-        new_start = np.maximum(land, start + x)
-        new_fin = new_start + x + a
-        done += 1
-        if done % 32 == 0 and done < nsteps:
-            # Max-plus steady state: once every op advances by the same lambda per step it
-            # does so forever (the recurrence is shift-invariant), so jump to the end.
-            d1, d2 = new_start - start, new_fin - fin
-            lo, hi = float(min(d1.min(), d2.min())), float(max(d1.max(), d2.max()))
-            if hi - lo <= 1e-12 * max(abs(hi), 1e-30):
-                new_fin = new_fin + (nsteps - done) * hi
-                done = nsteps
-        start, fin = new_start, new_fin
-    e = fin
+    end = max(ring_end(x[k], a[k], nsteps) for k in range(c))
     busy = np.zeros(coster.paths.nlinks)
     _account(busy, pat, nbytes * nsteps)
-    return float(e.max()), nsteps * len(probe), busy
+    return end, nsteps * len(probe), busy
+
+
+def ring_end(x, a, nsteps: int) -> float:
+    """End of `nsteps` ring steps from the frontier recurrence, in closed form.
+
+    With S_s[r] the start of rank r's op in step s (S_0 = 0) and w = x + a,
+    S_s[r] = max(S_{s-1}[r-1] + w[r-1], S_{s-1}[r] + x[r]): a max-plus path problem. A path
+    of K = nsteps-1 moves ending at r advances k times (from r-k to r, collecting w) and stays
+    K-k times, each stay best spent on the largest x among the ranks it passed. So
+    S_K[r] = max_k (sum of w over r-k..r-1) + (K-k) * max(x[r-k..r]); for each distinct value
+    m of x the k with max(x[r-k..r]) = m form an interval, and the best k in it is a range
+    maximum of v*m - C[v] (C the prefix sum of w over the unrolled ring), taken with a sparse
+    table. O(P log P) per distinct x, exactly the recurrence (tests/test_simulate.py).
+    """
+    p = len(x)
+    w = x + a
+    k_max = nsteps - 1
+    if k_max <= 0:
+        return float(w.max())
+    n = p + k_max  # unrolled positions v; rank(v) = (v - K) mod P, rank r sits at u = r + K
+    rank = (np.arange(n) - k_max) % p
+    xu = x[rank]
+    csum = np.concatenate([[0.0], np.cumsum(w[rank])])  # C[v] = sum of w over positions < v
+    u = np.arange(p) + k_max
+    idx = np.arange(n)
+    best = np.full(p, -np.inf)
+    for m in np.unique(x):
+        last_gt = np.maximum.accumulate(np.where(xu > m, idx, -1))[u]
+        last_eq = np.maximum.accumulate(np.where(xu == m, idx, -1))[u]
+        lo = np.maximum(last_gt + 1, u - k_max)
+        hi = last_eq
+        ok = hi >= lo
+        if not ok.any():
+            continue
+        top = _range_max(idx * m - csum[:n], lo[ok], hi[ok])
+        best[ok] = np.maximum(best[ok], csum[u[ok]] + (k_max - u[ok]) * m + top)
+    return float((best + w).max())
+
+
+def _range_max(values, lo, hi):
+    """max(values[lo_i..hi_i]) for each i, inclusive bounds, by a sparse table."""
+    levels = [values]
+    span = 1
+    longest = int((hi - lo + 1).max())
+    while 2 * span <= longest:
+        prev = levels[-1]
+        levels.append(np.maximum(prev[:-span], prev[span:]))
+        span *= 2
+    j = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
+    out = np.empty(len(lo))
+    for lv in np.unique(j):
+        sel = j == lv
+        tab = levels[lv]
+        out[sel] = np.maximum(tab[lo[sel]], tab[hi[sel] - (1 << int(lv)) + 1])
+    return out
