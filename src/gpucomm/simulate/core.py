@@ -6,7 +6,7 @@ import numpy as np
 from ..collectives import layout
 from ..dtypes import get_dtype
 from ..errors import ConfigError
-from . import analytic, flow
+from . import analytic, flow, symmetry
 from .paths import PathTable
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
 from .result import SimResult
@@ -103,7 +103,7 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lay.dtype).itemsize
     bounds = schedule.chunk_bounds(lay.block_count)
-    timeline, events, ops = (), 0, 0
+    timeline, events, ops, note = (), 0, 0, ""
     end = None
     if model == "analytic":
         if not trace and analytic.is_ring(schedule):
@@ -117,16 +117,23 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
             busy = busy / paths.capacity
             events = ops
     else:
-        end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
-        if trace and times is not None:
-            timeline = _flow_timeline(schedule, times, bounds, itemsize)
+        out = None if trace else symmetry.ring_all_reduce_flow(schedule, cst, bounds, itemsize,
+                                                               placement)
+        if out is not None:
+            end, events, ops, busy, reps = out
+            note = (f"node-shift symmetry: {reps} of {ops // (2 * (schedule.nranks - 1))} "
+                    f"ops per step simulated, one node standing for all")
+        else:
+            end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
+            if trace and times is not None:
+                timeline = _flow_timeline(schedule, times, bounds, itemsize)
     t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0
     algbw, busbw = lay.busbw(t) if t > 0 else (0.0, 0.0)
     link_busy = {int(i): float(b) for i, b in enumerate(busy) if b > 0}
     return SimResult(lay.collective.name, schedule.algorithm, proto.name, model, schedule.nranks,
                      lay.size, lay.count, lay.dtype.name, t, algbw, busbw, link_busy, events, ops,
                      tuple(timeline), redop, schedule.root if lay.collective.rooted else -1,
-                     schedule.channels)
+                     schedule.channels, note=note)
 
 
 def _flow_timeline(schedule, times, bounds, itemsize):

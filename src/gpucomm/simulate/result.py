@@ -25,6 +25,7 @@ class SimResult:
     root: int = -1
     channels: int = 1
     candidates: tuple = field(default=(), repr=False)  # (algorithm, protocol, time_s) tried by auto
+    note: str = ""  # how the answer was reached when not op by op (symmetry, closed form)
 
     @property
     def time_us(self) -> float:
