@@ -14,6 +14,7 @@ from ..collectives import get_collective
 from ..dtypes import REDUCE_OPS
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
+from .progress import Progress
 from .common import add_format, param_pairs, positive_int, print_json, size_arg, sweep_sizes
 
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
@@ -51,6 +52,7 @@ def register(sub) -> None:
 
 def cmd_sim(args) -> int:
     from ..simulate import predict
+    from ..simulate.core import size_sweep
     if args.op not in REDUCE_OPS:
         raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
     topo = topology_from_args(args)
@@ -60,12 +62,14 @@ def cmd_sim(args) -> int:
     params = _builder_params(args, coll)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
     results = []
-    for size in sizes:
-        results.append(predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
-                               model=args.model, protocol=args.protocol,
-                               root=args.root if coll.rooted else 0, redop=args.op,
-                               gpus_per_thread=args.gpus_per_thread or 1,
-                               cuda_graph=bool(args.cuda_graph), **params))
+    with size_sweep(sizes), Progress(len(sizes), "sizes") as bar:
+        for size in sizes:
+            results.append(predict(coll, size, topo, algorithm=args.algorithm,
+                                   dtype=args.datatype, model=args.model,
+                                   protocol=args.protocol, root=args.root if coll.rooted else 0,
+                                   redop=args.op, gpus_per_thread=args.gpus_per_thread or 1,
+                                   cuda_graph=bool(args.cuda_graph), **params))
+            bar.advance(f"{size} B")
     rows = [r.to_row() for r in results]
     if not coll.reduces:
         for row in rows:

@@ -26,28 +26,34 @@ DENSE_LIMIT = 64_000_000  # (ranks x chunks) cells of per-chunk state the genera
 
 
 def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
-    """(end time, events, link busy seconds, timeline) of a schedule, general engine."""
+    """(end time, events, link busy seconds, timeline) of a schedule, general engine.
+
+    `bounds` may be a 2-D table, one row of chunk bounds per size of a sweep: the sizes then
+    run side by side through one pass over the steps (ends (K,), busy (links, K))."""
     p, t = sched.nranks, sched.total_chunks
     if p * t > DENSE_LIMIT:
         raise ConfigError(f"{sched.algorithm} {sched.collective.name} on {p} ranks has {p * t} "
                           f"(rank, chunk) cells; the analytic model handles up to {DENSE_LIMIT}")
-    ready = np.zeros(p * t)
-    readend = np.zeros(p * t)
+    sweep = np.ndim(bounds) == 2
+    bounds2 = np.atleast_2d(bounds)
+    k = len(bounds2)
+    ready = np.zeros((p * t, k))
+    readend = np.zeros((p * t, k))
     nch = max(int(sched.channels), 1)
-    send_free = np.zeros((p, nch))
-    recv_free = np.zeros((p, nch))
-    busy = np.zeros(coster.paths.nlinks)
-    events, end, timeline = 0, 0.0, []
+    send_free = np.zeros((p, nch, k))
+    recv_free = np.zeros((p, nch, k))
+    busy = np.zeros((coster.paths.nlinks, k))
+    events, end, timeline = 0, np.zeros(k), []
     for si, st in enumerate(sched.steps()):
         if len(st) == 0:
             continue
         pat = coster.pattern(st)
-        nbytes = op_bytes(st, bounds, itemsize)
+        nbytes = sweep_bytes(st, bounds2, itemsize)
         ch = st.channel
         if ch.size and int(ch.max()) >= nch:
             grow = int(ch.max()) + 1 - nch
-            send_free = np.pad(send_free, ((0, 0), (0, grow)))
-            recv_free = np.pad(recv_free, ((0, 0), (0, grow)))
+            send_free = np.pad(send_free, ((0, 0), (0, grow), (0, 0)))
+            recv_free = np.pad(recv_free, ((0, 0), (0, grow), (0, 0)))
             nch += grow
         sidx, sown = expand(st.src, st.src_chunk, st.nchunks, t)
         didx, down = expand(st.dst, st.dst_chunk, st.nchunks, t)
@@ -56,25 +62,33 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
                               _gather_max(readend, didx, down, len(st)))
         start = np.maximum(np.maximum(src_ready, dst_free),
                            np.maximum(send_free[st.src, ch], recv_free[st.dst, ch]))
-        xfer = np.where(pat.local | (nbytes <= 0), 0.0, nbytes / pat.share_rate)
+        local = pat.local[:, None]
+        xfer = np.where(local | (nbytes <= 0), 0.0, nbytes / pat.share_rate[:, None])
         sent = start + xfer  # the engines are free again; the data lands alpha later
-        fin = sent + np.where(pat.local, 0.0, pat.alpha)
+        fin = sent + np.where(local, 0.0, pat.alpha[:, None])
         ready[didx] = fin if down is None else fin[down]
         np.maximum.at(readend, sidx, fin if sown is None else fin[sown])
         np.maximum.at(send_free, (st.src, ch), sent)
         np.maximum.at(recv_free, (st.dst, ch), sent)
         _account(busy, pat, nbytes)
         events += len(st)
-        end = max(end, float(fin.max()))
+        np.maximum(end, fin.max(axis=0), out=end)
         if trace:
-            timeline.extend(_records(si, st, start, fin, nbytes))
-    return end, events, busy, timeline
+            timeline.extend(_records(si, st, start[:, 0], fin[:, 0], nbytes[:, 0]))
+    if sweep:
+        return end, events, busy, timeline
+    return float(end[0]), events, busy[:, 0], timeline
+
+
+def sweep_bytes(st, bounds2, itemsize):
+    """(ops, sizes) payload bytes of a step's ops for each row of chunk bounds."""
+    return ((bounds2[:, st.src_chunk + st.nchunks] - bounds2[:, st.src_chunk]) * itemsize).T
 
 
 def _gather_max(arr, idx, owner, n):
     if owner is None:
         return arr[idx]
-    out = np.zeros(n)
+    out = np.zeros((n,) + arr.shape[1:])
     np.maximum.at(out, owner, arr[idx])
     return out
 
@@ -84,8 +98,12 @@ def _account(busy, pat, nbytes):
     valid = pat.table >= 0
     if not valid.any():
         return
-    rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
-    np.add.at(busy, pat.table[valid], rows.astype(np.float64))
+    if busy.ndim == 1:
+        rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
+        np.add.at(busy, pat.table[valid], rows.astype(np.float64))
+        return
+    op = np.broadcast_to(np.arange(len(pat.table))[:, None], pat.table.shape)[valid]
+    np.add.at(busy, pat.table[valid], nbytes[op].astype(np.float64))
 
 
 def _records(si, st, start, fin, nbytes):
