@@ -40,9 +40,9 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
     ready = np.zeros((p * t, k))
     readend = np.zeros((p * t, k))
     nch = max(int(sched.channels), 1)
-    send_free = np.zeros((p, nch, k))
-    recv_free = np.zeros((p, nch, k))
-    busy = np.zeros((coster.paths.nlinks, k))
+    send_free = np.zeros((p * nch, k))  # (rank, channel) flattened
+    recv_free = np.zeros((p * nch, k))
+    carried: dict = {}  # pattern id -> (pattern, bytes its ops carried over all its steps)
     events, end, timeline = 0, np.zeros(k), []
     for si, st in enumerate(sched.steps()):
         if len(st) == 0:
@@ -52,32 +52,60 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
         ch = st.channel
         if ch.size and int(ch.max()) >= nch:
             grow = int(ch.max()) + 1 - nch
-            send_free = np.pad(send_free, ((0, 0), (0, grow), (0, 0)))
-            recv_free = np.pad(recv_free, ((0, 0), (0, grow), (0, 0)))
+            send_free = np.pad(send_free.reshape(p, nch, k), ((0, 0), (0, grow), (0, 0)))
+            recv_free = np.pad(recv_free.reshape(p, nch, k), ((0, 0), (0, grow), (0, 0)))
             nch += grow
+            send_free, recv_free = send_free.reshape(p * nch, k), recv_free.reshape(p * nch, k)
         sidx, sown = expand(st.src, st.src_chunk, st.nchunks, t)
         didx, down = expand(st.dst, st.dst_chunk, st.nchunks, t)
-        src_ready = _gather_max(ready, sidx, sown, len(st))
-        dst_free = np.maximum(_gather_max(ready, didx, down, len(st)),
-                              _gather_max(readend, didx, down, len(st)))
+        seng, deng = st.src * nch + ch, st.dst * nch + ch
+        src_ready = _gather_max(ready, sidx, sown, st.nchunks)
+        dst_free = np.maximum(_gather_max(ready, didx, down, st.nchunks),
+                              _gather_max(readend, didx, down, st.nchunks))
         start = np.maximum(np.maximum(src_ready, dst_free),
-                           np.maximum(send_free[st.src, ch], recv_free[st.dst, ch]))
+                           np.maximum(send_free[seng], recv_free[deng]))
         local = pat.local[:, None]
         xfer = np.where(local | (nbytes <= 0), 0.0, nbytes / pat.share_rate[:, None])
         sent = start + xfer  # the engines are free again; the data lands alpha later
         fin = sent + np.where(local, 0.0, pat.alpha[:, None])
         ready[didx] = fin if down is None else fin[down]
-        np.maximum.at(readend, sidx, fin if sown is None else fin[sown])
-        np.maximum.at(send_free, (st.src, ch), sent)
-        np.maximum.at(recv_free, (st.dst, ch), sent)
-        _account(busy, pat, nbytes)
+        scatter_max(readend, sidx, fin if sown is None else fin[sown])
+        scatter_max(send_free, seng, sent)
+        scatter_max(recv_free, deng, sent)
+        acc = carried.get(id(pat))
+        if acc is None or acc[0] is not pat:
+            carried[id(pat)] = (pat, nbytes.astype(np.float64))
+        else:
+            acc[1][...] += nbytes
         events += len(st)
         np.maximum(end, fin.max(axis=0), out=end)
         if trace:
             timeline.extend(_records(si, st, start[:, 0], fin[:, 0], nbytes[:, 0]))
+    busy = np.zeros((coster.paths.nlinks, k))
+    for pat, nb in carried.values():
+        _account(busy, pat, nb)
     if sweep:
         return end, events, busy, timeline
     return float(end[0]), events, busy[:, 0], timeline
+
+
+def scatter_max(arr, idx, vals):
+    """np.maximum.at(arr, idx, vals) along axis 0, without ufunc.at's per-element cost."""
+    if len(idx) < 2:
+        if len(idx):
+            arr[idx] = np.maximum(arr[idx], vals)
+        return
+    order = np.argsort(idx, kind="stable")
+    s = idx[order]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    if new.all():
+        arr[idx] = np.maximum(arr[idx], vals)
+        return
+    starts = np.flatnonzero(new)
+    u = s[starts]
+    arr[u] = np.maximum(arr[u], np.maximum.reduceat(vals[order], starts, axis=0))
 
 
 def sweep_bytes(st, bounds2, itemsize):
@@ -85,12 +113,15 @@ def sweep_bytes(st, bounds2, itemsize):
     return ((bounds2[:, st.src_chunk + st.nchunks] - bounds2[:, st.src_chunk]) * itemsize).T
 
 
-def _gather_max(arr, idx, owner, n):
+def _gather_max(arr, idx, owner, nchunks):
+    """Per op, the max of arr over its chunks (owner: expand()'s op of each chunk, sorted)."""
     if owner is None:
         return arr[idx]
-    out = np.zeros((n,) + arr.shape[1:])
-    np.maximum.at(out, owner, arr[idx])
-    return out
+    if not nchunks.all():  # an op without chunks waits on none (reduceat cannot say so)
+        out = np.zeros((len(nchunks),) + arr.shape[1:])
+        np.maximum.at(out, owner, arr[idx])
+        return out
+    return np.maximum.reduceat(arr[idx], np.cumsum(nchunks) - nchunks, axis=0)
 
 
 def _account(busy, pat, nbytes):
@@ -102,8 +133,11 @@ def _account(busy, pat, nbytes):
         rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
         np.add.at(busy, pat.table[valid], rows.astype(np.float64))
         return
-    op = np.broadcast_to(np.arange(len(pat.table))[:, None], pat.table.shape)[valid]
-    np.add.at(busy, pat.table[valid], nbytes[op].astype(np.float64))
+    links, op = pat.table[valid], np.nonzero(valid)[0]
+    order = np.argsort(links, kind="stable")
+    s = links[order]
+    starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+    busy[s[starts]] += np.add.reduceat(nbytes[op[order]].astype(np.float64), starts, axis=0)
 
 
 def _records(si, st, start, fin, nbytes):

@@ -64,7 +64,7 @@ def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
     placement = _placement(schedule.nranks, topology, ranks)
     lay = layout(schedule.collective, nbytes, dtype, schedule.nranks)
     gen = generation_of(topology)
-    nodes = len({topology.node_of(int(r)) for r in placement.reshape(-1)})
+    nodes = len(np.unique(topology.router.rank_node[placement.reshape(-1)]))
     if isinstance(protocol, Protocol):
         protos = [protocol]
     elif str(protocol).lower() == "auto":

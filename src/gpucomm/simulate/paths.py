@@ -54,6 +54,7 @@ class PathTable:
         self._rails, self._home = _rails(topology, self.node, self.placement[0])
         self._cache: dict = {}
         self._local = _replica_routes(topology, self.node)
+        self._rail_tab = None
 
     @property
     def rails_per_node(self) -> int:
@@ -80,16 +81,24 @@ class PathTable:
 
     def _rail_gpus(self, src, dst, channels):
         """The GPUs owning the rail an inter-node op leaves by and the one it arrives at."""
-        gs = np.empty(len(src), dtype=np.int64)
-        gd = np.empty(len(src), dtype=np.int64)
-        node = self.node
-        for k, (a, b, ch) in enumerate(zip(src.tolist(), dst.tolist(), channels.tolist())):
-            out, into = self._rails.get(int(node[a])), self._rails.get(int(node[b]))
-            if out is None or into is None:  # a node without NICs: the plain route
-                gs[k], gd[k] = a, b
-                continue
-            i = (self._home.get(a, 0) + ch) % len(out)
-            gs[k], gd[k] = out[i], into[i % len(into)]
+        if self._rail_tab is None:
+            nn = int(self.node.max()) + 1 if len(self.node) else 1
+            width = max((len(v) for v in self._rails.values()), default=1)
+            tab = np.full((nn, width), -1, dtype=np.int64)
+            count = np.zeros(nn, dtype=np.int64)
+            for nd, owners in self._rails.items():
+                tab[nd, :len(owners)], count[nd] = owners, len(owners)
+            home = np.zeros(len(self.node), dtype=np.int64)
+            for r, pos in self._home.items():
+                home[r] = pos
+            self._rail_tab = (tab, count, home)
+        tab, count, home = self._rail_tab
+        na, nb = self.node[src], self.node[dst]
+        n_out, n_in = count[na], count[nb]
+        ok = (n_out > 0) & (n_in > 0)  # a node without NICs: the plain route
+        i = (home[src] + channels) % np.maximum(n_out, 1)
+        gs = np.where(ok, tab[na, np.where(ok, i, 0)], src)
+        gd = np.where(ok, tab[nb, np.where(ok, i % np.maximum(n_in, 1), 0)], dst)
         return gs, gd
 
     def properties(self, table: np.ndarray):

@@ -223,7 +223,7 @@ def _ring_orders(topology, placement):
 
 
 def _multi_node(topology, placement) -> bool:
-    return len({topology.node_of(int(r)) for r in placement}) > 1
+    return len(np.unique(topology.router.rank_node[np.asarray(placement)])) > 1
 
 
 def _nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
