@@ -97,3 +97,18 @@ def test_replica_routes_equal_the_topologys_own():
     want = topo.route_matrix(src[same], dst[same], ch[same])
     for g, w in zip(got, want):
         assert g[g >= 0].tolist() == w[w >= 0].tolist()
+
+
+@pytest.mark.parametrize("proto", ["simple", "ll128", "ll"])
+def test_flow_ring_steady_state_extrapolated_equals_whole_ring(proto, monkeypatch):
+    from gpucomm.simulate import symmetry
+    monkeypatch.setattr(symmetry, "STEADY_PROBE_STEPS", 40)  # 6 nodes: 94 steps, probe 40
+    topo = build_topology("dgx-h100", nodes=6, nics_per_node=2)
+    p = topo.nranks
+    sched = build("all_reduce", "ring", p, channels=2)
+    for size in (4 * p * 2 * 8, 4 * p * 2 * 4096):
+        fast = simulate(sched, topo, size, model="flow", protocol=proto)
+        assert "extrapolated" in fast.note
+        full = _full_flow(sched, topo, size, proto)
+        assert fast.time_s == pytest.approx(full.time_s, rel=REL)
+        assert fast.link_busy_s.keys() == full.link_busy_s.keys()

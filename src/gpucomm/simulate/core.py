@@ -150,9 +150,12 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
         out = None if trace else symmetry.ring_all_reduce_flow(schedule, cst, bounds, itemsize,
                                                                placement)
         if out is not None:
-            end, events, ops, busy, reps = out
+            end, events, ops, busy, reps, extrapolated = out
             note = (f"node-shift symmetry: {reps} of {ops // (2 * (schedule.nranks - 1))} "
                     f"ops per step simulated, one node standing for all")
+            if extrapolated:
+                note += (f"; periodic from a step on: the last {extrapolated} of "
+                         f"{2 * (schedule.nranks - 1)} steps extrapolated")
         else:
             end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
             if trace and times is not None:

@@ -116,24 +116,92 @@ def ring_all_reduce_flow(sched, coster: StepCoster, bounds, itemsize: int, place
     first[orbit[::-1]] = np.arange(len(orbit))[::-1]
     link_cap = coster.link_cap[first]
     nsteps = 2 * (p - 1)
-    graph = _ring_graph(nsteps, p, q, c, bounds, itemsize, sched)
-    graph.update(route=route.astype(np.int32), alpha_row=pat.alpha[rep],
-                 cap_row=pat.flow_cap[rep], alone_row=pat.alone_rate[rep],
-                 windowed=nsteps * p * c > flow.EXACT_OPS)
-    graph["bytes"] = np.where(pat.local[rep][graph["row"]], 0.0, graph["bytes"])
-    sim = flow.simulate_graph(graph, link_cap)
-    n = graph["nops"]
+    windowed = nsteps * p * c > flow.EXACT_OPS  # as the whole schedule would be
+
+    def graph_of(steps):
+        graph = _ring_graph(steps, p, q, c, bounds, itemsize)
+        graph.update(route=route.astype(np.int32), alpha_row=pat.alpha[rep],
+                     cap_row=pat.flow_cap[rep], alone_row=pat.alone_rate[rep], windowed=windowed)
+        graph["bytes"] = np.where(pat.local[rep][graph["row"]], 0.0, graph["bytes"])
+        return graph
+
+    equal = sizes.min() == sizes.max()
+    out = _steady_state(graph_of, link_cap, nsteps, p, q * c, q) if equal else None
+    if out is None:
+        graph = graph_of(nsteps)
+        sim = flow.simulate_graph(graph, link_cap)
+        end, events, extrapolated = float(sim.time[:graph["nops"]].max()), sim.events, 0
+    else:
+        end, events, extrapolated = out
+        graph = graph_of(1)  # every step moves the same bytes over the same routes
     crossings = np.zeros(norbits)
     links = route[graph["row"]]
     valid = links >= 0
     np.add.at(crossings, links[valid], np.broadcast_to(graph["bytes"][:, None],
                                                        links.shape)[valid])
+    if out is not None:
+        crossings *= nsteps
     cap = coster.paths.capacity
     busy = crossings[orbit] / np.where(cap > 0, cap, 1.0)
-    return float(sim.time[:n].max()), sim.events, nsteps * p * c, busy, q * c
+    return end, events, nsteps * p * c, busy, q * c, extrapolated
 
 
-def _ring_graph(nsteps, p, q, c, bounds, itemsize, sched):
+STEADY_PROBE_STEPS = 96  # ring steps simulated before looking for the periodic regime
+
+
+def _steady_state(graph_of, link_cap, nsteps, p, per, q):
+    """(end, events, steps extrapolated) of a long ring from its first steps, or None.
+
+    Simulate the first M steps (M <= P-1, so no op yet waits on the chunk it wrote P steps
+    before). If, well before the truncation can matter (an op lives L steps: the last L+1
+    are cut short of later steps' contention), a window of more than L+1+K consecutive steps
+    repeats the steps K before it shifted by one period D for every op (start, transfer end,
+    landing) -- K is 1 or, where the slow hop between nodes visits the node's q ranks in
+    turn, up to 2q -- the state the event loop carries (flows alive, their bytes left, data
+    in flight) repeats too, and so does everything after: step b + jK ends j·D after step b.
+    The dependencies on the steps P and P-1 back, absent from the probe, must not bind from
+    step P-1 on: checked on the extrapolated times. Otherwise None (simulate every step).
+    """
+    m = STEADY_PROBE_STEPS
+    if nsteps < 2 * m + 2 or m > p - 1:
+        return None
+    graph = graph_of(m)
+    sim = flow.simulate_graph(graph, link_cap)
+    n = graph["nops"]
+    start = sim.start.reshape(m, per)
+    land = sim.time[:n].reshape(m, per)
+    sent = sim.time[n:2 * n].reshape(m, per)
+    first, last = start.min(axis=1), land.max(axis=1)
+    life = int((np.searchsorted(first, last, side="left") - np.arange(m)).max())
+    hi = m - life - 2  # steps from hi on may feel the missing ones
+    tol = 1e-9 * float(land.max())
+    for k in range(1, 2 * q + 1):
+        lo = hi - (life + 2 + k)
+        if lo < k:
+            return None
+        period = float(start[hi - 1, 0] - start[hi - 1 - k, 0])
+        if all(np.abs(x[lo:hi] - x[lo - k:hi - k] - period).max() <= tol
+               for x in (start, land, sent)):
+            break
+    else:
+        return None
+    b = hi - 1
+    # from step P-1 on, op (S, r) also waits on the landing of (S-P, r) and (S+1-P, r+1):
+    # none of them (steps 0..b as simulated, later ones periodic) may land after the
+    # earliest the waiting op can start (the block of K steps ending at b, j periods on)
+    block = b - k + 1
+    earliest = float(start[block:b + 1].min())
+    late = float(land[block:b + 1].max())
+    j = (np.arange(b + 1) + p - 1 - block) // k
+    if (land.max(axis=1)[:b + 1] > earliest + j * period + tol).any() or \
+            late > earliest + ((p - 1) // k) * period + tol:
+        return None
+    last_step = nsteps - 1
+    ref = b - ((b - last_step) % k)  # the step of the verified block in phase with the last
+    return float(land[ref].max()) + ((last_step - ref) // k) * period, sim.events, nsteps - m
+
+
+def _ring_graph(nsteps, p, q, c, bounds, itemsize):
     """flow.build's graph of a ring all-reduce, for ranks 0..q-1 only.
 
     Op (S, r, ch) sends chunk ch*P + (r - S) mod P from r to r+1. Its predecessors (flow.py):
