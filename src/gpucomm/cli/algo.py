@@ -70,11 +70,18 @@ def cmd_list(args) -> int:
     return 0
 
 
+SHOW_MAX_OPS = 1_000_000  # a schedule `algo show` prints (one step a line)
+
+
 def cmd_show(args) -> int:
     if args.ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
     sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
                   **param_pairs(args.param))
+    if not sched.ops_at_most(SHOW_MAX_OPS):
+        raise ConfigError(f"{args.algorithm} {sched.collective.name} on {args.ranks} ranks has "
+                          f"more than {SHOW_MAX_OPS:,} ops, too many to print: use fewer "
+                          f"--ranks, or time it with `gpucomm sim`")
     lay = layout(sched.collective, args.size, args.dtype, args.ranks)
     sent = sched.bytes_sent(lay)
     if args.format == "json":

@@ -18,6 +18,7 @@ MODELS = ("analytic", "flow")
 _PATHS: dict = {}
 _COSTERS: dict = {}
 _SWEEP: dict = {"sizes": (), "memo": {}}
+FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.py) is answered
 SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
 
 
@@ -157,6 +158,12 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
                 note += (f"; periodic from a step on: the last {extrapolated} of "
                          f"{2 * (schedule.nranks - 1)} steps extrapolated")
         else:
+            if schedule.nranks > FLOW_MAX_RANKS:
+                raise ConfigError(
+                    f"the flow model simulates {schedule.algorithm} {schedule.collective.name} "
+                    f"op by op up to {FLOW_MAX_RANKS:,} ranks ({schedule.nranks:,} asked; only a "
+                    "ring all-reduce on a node-symmetric cluster goes beyond): use --model "
+                    "analytic above that")
             end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
             if trace and times is not None:
                 timeline = _flow_timeline(schedule, times, bounds, itemsize)
