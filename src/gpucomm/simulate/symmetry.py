@@ -20,7 +20,7 @@ import re
 import numpy as np
 
 from . import flow
-from .steps import StepCoster, op_bytes
+from .steps import StepCoster
 
 _NODE = re.compile(r"^n(\d+)\.(.*)$")
 
@@ -77,7 +77,7 @@ def _name(part, nodes):
 def ring_all_reduce_flow(sched, coster: StepCoster, bounds, itemsize: int, placement):
     """flow.run's answer for a ring all-reduce from one node's ops, or None where the cluster
     or the ring is not node-shift symmetric."""
-    topo, paths = coster.paths.topo, coster.paths
+    topo = coster.paths.topo
     p, c = sched.nranks, max(int(sched.channels), 1)
     g = int(topo.gpus_per_node or 0)
     if (sched.collective.name != "all_reduce" or sched.algorithm != "ring" or p < 2
