@@ -83,3 +83,34 @@ def test_an_unreachable_cluster_is_one_error(tmp_path):
     _, points = expand(SPEC)
     with pytest.raises(ConfigError, match="Dask scheduler"):
         run_grid(points, tmp_path / "r.jsonl", cluster="tcp://127.0.0.1:9")
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty, self.text = tty, []
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, s):
+        self.text.append(s)
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_shows_only_on_a_terminal_and_only_when_slow(tty, monkeypatch):
+    from gpucomm.cli import progress
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    stream = _Stream(tty)
+    with progress.Progress(3, "sizes", stream=stream) as bar:
+        for k in range(3):
+            bar.advance(f"{k} B")
+    assert bool("".join(stream.text)) == tty
+    quick = _Stream(True)
+    monkeypatch.setattr(progress, "DELAY_S", 60.0)
+    with progress.Progress(3, "sizes", stream=quick) as bar:
+        bar.advance()
+    assert quick.text == []
