@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat $(BUILD) | cksum | cut -d' ' -f1)
 $(STAMP): $(BUILD)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,plot,html,mpi,torch]'
+	$(PY) -m pip install -q -e '.[test,plot,html,mpi,torch,cluster]'
 	rm -f $(VENV)/.installed-*; touch $@
 
 demo: $(STAMP)

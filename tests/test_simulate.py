@@ -267,3 +267,25 @@ def test_host_issue_time_bounds_back_to_back_collectives():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="gpus_per_thread"):
             predict("all_reduce", 8, topo, gpus_per_thread=bad)
+
+
+def _frontier_loop(x, a, nsteps):
+    """The ring frontier recurrence step by step (what analytic.ring_end solves in closed form)."""
+    start, fin = np.zeros(len(x)), None
+    for s in range(nsteps):
+        if s:
+            start = np.maximum(np.roll(fin, 1), start + x)
+        fin = start + x + a
+    return float(fin.max())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ring_closed_form_equals_the_recurrence(seed):
+    from gpucomm.simulate.analytic import ring_end
+    rng = np.random.default_rng(seed)
+    p = int(rng.integers(1, 40))
+    nsteps = int(rng.integers(1, 3 * p + 2))
+    kinds = int(rng.integers(1, 4)) if seed % 2 else p  # few path classes, or all distinct
+    x = rng.choice(rng.uniform(1e-6, 1e-3, kinds), p)
+    a = rng.choice(rng.uniform(0, 2e-5, kinds), p)
+    assert ring_end(x, a, nsteps) == pytest.approx(_frontier_loop(x, a, nsteps), rel=1e-12)

@@ -134,6 +134,16 @@ class Schedule:
     def nops(self) -> int:
         return sum(len(s) for s in self.steps())
 
+    def ops_at_most(self, limit: int) -> bool:
+        """Whether the schedule has at most `limit` ops; generates only the steps it needs
+        (a 100,000-rank ring answers after its first steps, not its 2·10^10 ops)."""
+        n = 0
+        for s in self.steps():
+            n += len(s)
+            if n > limit:
+                return False
+        return True
+
     # --- sizes -----------------------------------------------------------------------
     def chunk_bounds(self, block_count: int) -> np.ndarray:
         """Element offsets of every chunk of the logical buffer, plus the end (length+1)."""

@@ -97,9 +97,16 @@ def cmd_list(args) -> int:
     return 0
 
 
+SHOW_MAX_OPS = 1_000_000  # a schedule `algo show` prints (one step a line)
+
+
 def cmd_show(args) -> int:
     check_ranks(args.ranks, MAX_SCHEDULE_RANKS, "--ranks")
     sched = _schedule_of(args)
+    if not sched.ops_at_most(SHOW_MAX_OPS):
+        raise ConfigError(f"{args.algorithm} {sched.collective.name} on {args.ranks} ranks has "
+                          f"more than {SHOW_MAX_OPS:,} ops, too many to print: use fewer "
+                          f"--ranks, or time it with `gpucomm sim`")
     lay = layout(sched.collective, args.size, args.dtype, sched.nranks)
     sent = sched.bytes_sent(lay)
     if args.format == "json":

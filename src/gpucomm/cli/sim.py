@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
 from .common import (PLOT_SUFFIXES, add_format, int_arg, output_file, param_pairs, positive_int,
                      print_json, read_text, size_arg, sweep_sizes)
+from .progress import Progress
 
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
           "protocol")
@@ -75,7 +76,12 @@ def cmd_sim(args) -> int:
     params = _builder_params(args, coll)
     if args.seeds:
         return _seeded(args, coll, params, sizes)
-    results = [_predict(args, coll, size, topo, params) for size in sizes]
+    from ..simulate.core import size_sweep
+    results = []
+    with size_sweep(sizes), Progress(len(sizes), "sizes") as bar:
+        for size in sizes:
+            results.append(_predict(args, coll, size, topo, params))
+            bar.advance(f"{size} B")
     rows = [r.to_row() for r in results]
     if not coll.reduces:
         for row in rows:

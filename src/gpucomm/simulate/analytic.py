@@ -11,8 +11,9 @@ the engine can use without building their steps: each step forwards the chunk re
 the step before, and every step has the same (src, dst, channel) columns, so a per-rank
 frontier is exact: `start_s[r] = max(end_{s-1}[r-1], start_{s-1}[r] + x_r)`,
 `end_s[r] = start_s[r] + x_r + alpha_r` (the destination chunk is always free: a ring never
-writes a chunk a rank still has to forward). `tests/test_simulate.py`
-checks that the frontier equals the general engine.
+writes a chunk a rank still has to forward). That max-plus recurrence is solved in closed form
+(`ring_end`), O(P log P) instead of O(P^2). `tests/test_simulate.py` checks the frontier
+against the general engine and the closed form against the recurrence.
 """
 from __future__ import annotations
 
@@ -25,57 +26,102 @@ DENSE_LIMIT = 64_000_000  # (ranks x chunks) cells of per-chunk state the genera
 
 
 def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
-    """(end time, events, link busy seconds, timeline) of a schedule, general engine."""
+    """(end time, events, link busy seconds, timeline) of a schedule, general engine.
+
+    `bounds` may be a 2-D table, one row of chunk bounds per size of a sweep: the sizes then
+    run side by side through one pass over the steps (ends (K,), busy (links, K))."""
     p, t = sched.nranks, sched.total_chunks
     if p * t > DENSE_LIMIT:
         raise ConfigError(f"{sched.algorithm} {sched.collective.name} on {p} ranks has {p * t} "
                           f"(rank, chunk) cells; the analytic model handles up to {DENSE_LIMIT}")
-    ready = np.zeros(p * t)
-    readend = np.zeros(p * t)
+    sweep = np.ndim(bounds) == 2
+    bounds2 = np.atleast_2d(bounds)
+    k = len(bounds2)
+    ready = np.zeros((p * t, k))
+    readend = np.zeros((p * t, k))
     nch = max(int(sched.channels), 1)
-    send_free = np.zeros((p, nch))
-    recv_free = np.zeros((p, nch))
-    busy = np.zeros(coster.paths.nlinks)
-    events, end, timeline = 0, 0.0, []
+    send_free = np.zeros((p * nch, k))  # (rank, channel) flattened
+    recv_free = np.zeros((p * nch, k))
+    carried: dict = {}  # pattern id -> (pattern, bytes its ops carried over all its steps)
+    events, end, timeline = 0, np.zeros(k), []
     for si, st in enumerate(sched.steps()):
         if len(st) == 0:
             continue
         pat = coster.pattern(st)
-        nbytes = op_bytes(st, bounds, itemsize)
+        nbytes = sweep_bytes(st, bounds2, itemsize)
         ch = st.channel
         if ch.size and int(ch.max()) >= nch:
             grow = int(ch.max()) + 1 - nch
-            send_free = np.pad(send_free, ((0, 0), (0, grow)))
-            recv_free = np.pad(recv_free, ((0, 0), (0, grow)))
+            send_free = np.pad(send_free.reshape(p, nch, k), ((0, 0), (0, grow), (0, 0)))
+            recv_free = np.pad(recv_free.reshape(p, nch, k), ((0, 0), (0, grow), (0, 0)))
             nch += grow
+            send_free, recv_free = send_free.reshape(p * nch, k), recv_free.reshape(p * nch, k)
         sidx, sown = expand(st.src, st.src_chunk, st.nchunks, t)
         didx, down = expand(st.dst, st.dst_chunk, st.nchunks, t)
-        src_ready = _gather_max(ready, sidx, sown, len(st))
-        dst_free = np.maximum(_gather_max(ready, didx, down, len(st)),
-                              _gather_max(readend, didx, down, len(st)))
+        seng, deng = st.src * nch + ch, st.dst * nch + ch
+        src_ready = _gather_max(ready, sidx, sown, st.nchunks)
+        dst_free = np.maximum(_gather_max(ready, didx, down, st.nchunks),
+                              _gather_max(readend, didx, down, st.nchunks))
         start = np.maximum(np.maximum(src_ready, dst_free),
-                           np.maximum(send_free[st.src, ch], recv_free[st.dst, ch]))
-        xfer = np.where(pat.local | (nbytes <= 0), 0.0, nbytes / pat.share_rate)
+                           np.maximum(send_free[seng], recv_free[deng]))
+        local = pat.local[:, None]
+        xfer = np.where(local | (nbytes <= 0), 0.0, nbytes / pat.share_rate[:, None])
         sent = start + xfer  # the engines are free again; the data lands alpha later
-        fin = sent + np.where(pat.local, 0.0, pat.alpha)
+        fin = sent + np.where(local, 0.0, pat.alpha[:, None])
         ready[didx] = fin if down is None else fin[down]
-        np.maximum.at(readend, sidx, fin if sown is None else fin[sown])
-        np.maximum.at(send_free, (st.src, ch), sent)
-        np.maximum.at(recv_free, (st.dst, ch), sent)
-        _account(busy, pat, nbytes)
+        scatter_max(readend, sidx, fin if sown is None else fin[sown])
+        scatter_max(send_free, seng, sent)
+        scatter_max(recv_free, deng, sent)
+        acc = carried.get(id(pat))
+        if acc is None or acc[0] is not pat:
+            carried[id(pat)] = (pat, nbytes.astype(np.float64))
+        else:
+            acc[1][...] += nbytes
         events += len(st)
-        end = max(end, float(fin.max()))
+        np.maximum(end, fin.max(axis=0), out=end)
         if trace:
-            timeline.extend(_records(si, st, start, fin, nbytes))
-    return end, events, busy, timeline
+            timeline.extend(_records(si, st, start[:, 0], fin[:, 0], nbytes[:, 0]))
+    busy = np.zeros((coster.paths.nlinks, k))
+    for pat, nb in carried.values():
+        _account(busy, pat, nb)
+    if sweep:
+        return end, events, busy, timeline
+    return float(end[0]), events, busy[:, 0], timeline
 
 
-def _gather_max(arr, idx, owner, n):
+def scatter_max(arr, idx, vals):
+    """np.maximum.at(arr, idx, vals) along axis 0, without ufunc.at's per-element cost."""
+    if len(idx) < 2:
+        if len(idx):
+            arr[idx] = np.maximum(arr[idx], vals)
+        return
+    order = np.argsort(idx, kind="stable")
+    s = idx[order]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    if new.all():
+        arr[idx] = np.maximum(arr[idx], vals)
+        return
+    starts = np.flatnonzero(new)
+    u = s[starts]
+    arr[u] = np.maximum(arr[u], np.maximum.reduceat(vals[order], starts, axis=0))
+
+
+def sweep_bytes(st, bounds2, itemsize):
+    """(ops, sizes) payload bytes of a step's ops for each row of chunk bounds."""
+    return ((bounds2[:, st.src_chunk + st.nchunks] - bounds2[:, st.src_chunk]) * itemsize).T
+
+
+def _gather_max(arr, idx, owner, nchunks):
+    """Per op, the max of arr over its chunks (owner: expand()'s op of each chunk, sorted)."""
     if owner is None:
         return arr[idx]
-    out = np.zeros(n)
-    np.maximum.at(out, owner, arr[idx])
-    return out
+    if not nchunks.all():  # an op without chunks waits on none (reduceat cannot say so)
+        out = np.zeros((len(nchunks),) + arr.shape[1:])
+        np.maximum.at(out, owner, arr[idx])
+        return out
+    return np.maximum.reduceat(arr[idx], np.cumsum(nchunks) - nchunks, axis=0)
 
 
 def _account(busy, pat, nbytes):
@@ -83,8 +129,15 @@ def _account(busy, pat, nbytes):
     valid = pat.table >= 0
     if not valid.any():
         return
-    rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
-    np.add.at(busy, pat.table[valid], rows.astype(np.float64))
+    if busy.ndim == 1:
+        rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
+        np.add.at(busy, pat.table[valid], rows.astype(np.float64))
+        return
+    links, op = pat.table[valid], np.nonzero(valid)[0]
+    order = np.argsort(links, kind="stable")
+    s = links[order]
+    starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+    busy[s[starts]] += np.add.reduceat(nbytes[op[order]].astype(np.float64), starts, axis=0)
 
 
 def _records(si, st, start, fin, nbytes):
@@ -128,28 +181,62 @@ def run_ring(sched, coster: StepCoster, bounds, itemsize: int):
     shape = (lambda a: a.reshape(c, p)) if sched.collective.name == "all_reduce" else \
         (lambda a: np.ascontiguousarray(a.reshape(p, c).T))
     x, a = shape(xfer), shape(np.asarray(pat.alpha, dtype=np.float64))
-    # op (r -> r+1) of step s starts when the chunk it forwards has landed at r (sent by r-1
-    # in step s-1) and its engines finished putting the step s-1 bytes on the wire.
-    start = -x  # so that step 0 starts at 0
-    fin = np.zeros((c, p))
-    land = np.empty_like(fin)
-    done = 0
-    while done < nsteps:
-        land[:, 1:] = fin[:, :-1]
-        land[:, 0] = fin[:, -1]
-        new_start = np.maximum(land, start + x)
-        new_fin = new_start + x + a
-        done += 1
-        if done % 32 == 0 and done < nsteps:
-            # Max-plus steady state: once every op advances by the same lambda per step it
-            # does so forever (the recurrence is shift-invariant), so jump to the end.
-            d1, d2 = new_start - start, new_fin - fin
-            lo, hi = float(min(d1.min(), d2.min())), float(max(d1.max(), d2.max()))
-            if hi - lo <= 1e-12 * max(abs(hi), 1e-30):
-                new_fin = new_fin + (nsteps - done) * hi
-                done = nsteps
-        start, fin = new_start, new_fin
-    e = fin
+    end = max(ring_end(x[k], a[k], nsteps) for k in range(c))
     busy = np.zeros(coster.paths.nlinks)
     _account(busy, pat, nbytes * nsteps)
-    return float(e.max()), nsteps * len(probe), busy
+    return end, nsteps * len(probe), busy
+
+
+def ring_end(x, a, nsteps: int) -> float:
+    """End of `nsteps` ring steps from the frontier recurrence, in closed form.
+
+    With S_s[r] the start of rank r's op in step s (S_0 = 0) and w = x + a,
+    S_s[r] = max(S_{s-1}[r-1] + w[r-1], S_{s-1}[r] + x[r]): a max-plus path problem. A path
+    of K = nsteps-1 moves ending at r advances k times (from r-k to r, collecting w) and stays
+    K-k times, each stay best spent on the largest x among the ranks it passed. So
+    S_K[r] = max_k (sum of w over r-k..r-1) + (K-k) * max(x[r-k..r]); for each distinct value
+    m of x the k with max(x[r-k..r]) = m form an interval, and the best k in it is a range
+    maximum of v*m - C[v] (C the prefix sum of w over the unrolled ring), taken with a sparse
+    table. O(P log P) per distinct x, exactly the recurrence (tests/test_simulate.py).
+    """
+    p = len(x)
+    w = x + a
+    k_max = nsteps - 1
+    if k_max <= 0:
+        return float(w.max())
+    n = p + k_max  # unrolled positions v; rank(v) = (v - K) mod P, rank r sits at u = r + K
+    rank = (np.arange(n) - k_max) % p
+    xu = x[rank]
+    csum = np.concatenate([[0.0], np.cumsum(w[rank])])  # C[v] = sum of w over positions < v
+    u = np.arange(p) + k_max
+    idx = np.arange(n)
+    best = np.full(p, -np.inf)
+    for m in np.unique(x):
+        last_gt = np.maximum.accumulate(np.where(xu > m, idx, -1))[u]
+        last_eq = np.maximum.accumulate(np.where(xu == m, idx, -1))[u]
+        lo = np.maximum(last_gt + 1, u - k_max)
+        hi = last_eq
+        ok = hi >= lo
+        if not ok.any():
+            continue
+        top = _range_max(idx * m - csum[:n], lo[ok], hi[ok])
+        best[ok] = np.maximum(best[ok], csum[u[ok]] + (k_max - u[ok]) * m + top)
+    return float((best + w).max())
+
+
+def _range_max(values, lo, hi):
+    """max(values[lo_i..hi_i]) for each i, inclusive bounds, by a sparse table."""
+    levels = [values]
+    span = 1
+    longest = int((hi - lo + 1).max())
+    while 2 * span <= longest:
+        prev = levels[-1]
+        levels.append(np.maximum(prev[:-span], prev[span:]))
+        span *= 2
+    j = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
+    out = np.empty(len(lo))
+    for lv in np.unique(j):
+        sel = j == lv
+        tab = levels[lv]
+        out[sel] = np.maximum(tab[lo[sel]], tab[hi[sel] - (1 << int(lv)) + 1])
+    return out

@@ -1,12 +1,14 @@
 """simulate(): time one schedule on one topology with the analytic or the flow model."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from ..collectives import layout
 from ..dtypes import get_dtype
 from ..errors import ConfigError
-from . import analytic, flow
+from . import analytic, flow, symmetry
 from .paths import PathTable
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
 from .result import SimResult
@@ -15,6 +17,31 @@ from .steps import StepCoster
 MODELS = ("analytic", "flow")
 _PATHS: dict = {}
 _COSTERS: dict = {}
+_SWEEP: dict = {"sizes": (), "memo": {}}
+FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.py) is answered
+SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
+
+
+@contextmanager
+def size_sweep(sizes):
+    """Within this block the analytic model answers one schedule for every size of `sizes`
+    at its first call: one pass over the schedule's steps with the sizes side by side (the
+    same arithmetic, vectorised), remembered for the calls of the other sizes.
+
+    >>> from gpucomm.algorithms import build
+    >>> from gpucomm.topology import build_topology
+    >>> sched, topo = build("all_reduce", "ring", 8), build_topology("dgx-h100")
+    >>> with size_sweep([1024, 1 << 20]):
+    ...     a = simulate(sched, topo, 1024).time_s
+    >>> a == simulate(sched, topo, 1024).time_s
+    True
+    """
+    old = dict(_SWEEP)
+    _SWEEP.update(sizes=frozenset(int(x) for x in sizes), memo={})
+    try:
+        yield
+    finally:
+        _SWEEP.update(old)
 
 
 def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
@@ -38,7 +65,7 @@ def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
     placement = _placement(schedule.nranks, topology, ranks)
     lay = layout(schedule.collective, nbytes, dtype, schedule.nranks)
     gen = generation_of(topology)
-    nodes = len({topology.node_of(int(r)) for r in placement.reshape(-1)})
+    nodes = len(np.unique(topology.router.rank_node[placement.reshape(-1)]))
     if isinstance(protocol, Protocol):
         protos = [protocol]
     elif str(protocol).lower() == "auto":
@@ -46,8 +73,12 @@ def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
     else:
         protos = [get_protocol(protocol, gen, nodes)]
     best = None
+    swept = model == "analytic" and not trace and lay.size in _SWEEP["sizes"]
     for proto in protos:
-        res = _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop)
+        if swept:
+            res = _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay)
+        else:
+            res = _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop)
         if best is None or res.time_s < best.time_s:
             best = res
     return best
@@ -103,7 +134,7 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lay.dtype).itemsize
     bounds = schedule.chunk_bounds(lay.block_count)
-    timeline, events, ops = (), 0, 0
+    timeline, events, ops, note = (), 0, 0, ""
     end = None
     if model == "analytic":
         if not trace and analytic.is_ring(schedule):
@@ -117,17 +148,84 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
             busy = busy / paths.capacity / paths.lane_scale
             events = ops
     else:
-        end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
-        busy = busy / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
-        if trace and times is not None:
-            timeline = _flow_timeline(schedule, times, bounds, itemsize)
+        # node-shift symmetry holds only where routing is deterministic (no fabric policy:
+        # ECMP hashing, failed cables and lanes make nodes differ)
+        symmetric = not trace and paths.fabric is None
+        out = symmetry.ring_all_reduce_flow(schedule, cst, bounds, itemsize, placement) \
+            if symmetric else None
+        if out is not None:
+            end, events, ops, busy, reps, extrapolated = out
+            note = (f"node-shift symmetry: {reps} of {ops // (2 * (schedule.nranks - 1))} "
+                    f"ops per step simulated, one node standing for all")
+            if extrapolated:
+                note += (f"; periodic from a step on: the last {extrapolated} of "
+                         f"{2 * (schedule.nranks - 1)} steps extrapolated")
+        else:
+            if schedule.nranks > FLOW_MAX_RANKS:
+                raise ConfigError(
+                    f"the flow model simulates {schedule.algorithm} {schedule.collective.name} "
+                    f"op by op up to {FLOW_MAX_RANKS:,} ranks ({schedule.nranks:,} asked; only a "
+                    "ring all-reduce on a node-symmetric cluster goes beyond): use --model "
+                    "analytic above that")
+            end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
+            busy = busy / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
+            if trace and times is not None:
+                timeline = _flow_timeline(schedule, times, bounds, itemsize)
+    return _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note)
+
+
+def _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note=""):
     t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0
     algbw, busbw = lay.busbw(t) if t > 0 else (0.0, 0.0)
-    link_busy = {int(i): float(b) for i, b in enumerate(busy) if b > 0}
+    nz = np.flatnonzero(busy > 0)
+    link_busy = dict(zip(nz.tolist(), busy[nz].tolist()))
     return SimResult(lay.collective.name, schedule.algorithm, proto.name, model, schedule.nranks,
                      lay.size, lay.count, lay.dtype.name, t, algbw, busbw, link_busy, events, ops,
                      tuple(timeline), redop, schedule.root if lay.collective.rooted else -1,
-                     schedule.channels)
+                     schedule.channels, note=note)
+
+
+def _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) -> SimResult:
+    """The analytic answer for `lay` from a pass over every size of the sweep (size_sweep)."""
+    key = (id(schedule), id(topology), placement.tobytes(), proto, float(lanes), str(dtype),
+           redop)
+    hit = _SWEEP["memo"].get(key)
+    if hit is None or hit[0] is not schedule or hit[1] is not topology:
+        lays = []
+        for size in sorted(_SWEEP["sizes"]):
+            try:
+                lays.append(layout(schedule.collective, size, dtype, schedule.nranks))
+            except ConfigError:  # a size this dtype cannot hold: asked for alone, if ever
+                continue
+        results = _analytic_many(schedule, topology, lays, placement, proto, lanes, redop)
+        hit = _SWEEP["memo"][key] = (schedule, topology, {r.size: r for r in results})
+    res = hit[2].get(lay.size)
+    if res is None:
+        res = _one(schedule, topology, lay, placement, proto, "analytic", False, lanes, redop)
+    return res
+
+
+def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
+    paths = path_table(topology, placement)
+    cst = coster(paths, proto, lanes, schedule.channels)
+    itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
+    bounds = [schedule.chunk_bounds(lay.block_count) for lay in lays]
+    outs = [None] * len(lays)
+    if analytic.is_ring(schedule):
+        for i, b in enumerate(bounds):
+            out = analytic.run_ring(schedule, cst, b, itemsize)
+            if out is not None:
+                outs[i] = (out[0], out[1], out[2] / paths.capacity)
+    rest = [i for i, o in enumerate(outs) if o is None]
+    batch = max(1, SWEEP_CELLS // max(schedule.nranks * schedule.total_chunks, 1))
+    for at in range(0, len(rest), batch):
+        part = rest[at:at + batch]
+        ends, ops, busy, _ = analytic.run(schedule, cst, np.array([bounds[i] for i in part]),
+                                          itemsize)
+        for j, i in enumerate(part):
+            outs[i] = (float(ends[j]), ops, busy[:, j] / paths.capacity)
+    return [_result(schedule, lay, proto, "analytic", end, ops, ops, busy, (), redop)
+            for lay, (end, ops, busy) in zip(lays, outs)]
 
 
 def _flow_timeline(schedule, times, bounds, itemsize):

@@ -197,8 +197,7 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
     nl = coster.paths.nlinks
     if g is None:
         return 0.0, 0, 0, np.zeros(nl), None
-    sim = _Sim(g, coster.link_cap, getattr(coster.paths.fabric, "recovery_s", 0.0))
-    sim.run()
+    sim = simulate_graph(g, coster.link_cap, getattr(coster.paths.fabric, "recovery_s", 0.0))
     n = g["nops"]
     busy = np.zeros(nl)
     links = g["route"][g["row"]]
@@ -207,6 +206,16 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
     busy = busy / np.where(coster.paths.capacity > 0, coster.paths.capacity, 1.0)
     times = (sim.start, sim.time[:n]) if trace else None
     return float(sim.time[:n].max()), sim.events, n, busy, times
+
+
+def simulate_graph(g, link_cap, recovery_s=0.0) -> "_Sim":
+    """Run the event loop over a graph in build()'s format (symmetry.py builds reduced ones;
+    g["windowed"], if given, says whether the window of steps applies, as for the whole
+    schedule); the returned state holds each op's times. `recovery_s`: congestion control's
+    ramp (fabric.py), 0 without one."""
+    sim = _Sim(g, link_cap, recovery_s)
+    sim.run()
+    return sim
 
 
 class _Sim:
@@ -243,7 +252,8 @@ class _Sim:
         nsteps = len(sp) - 1
         while self.lo < nsteps and self.unstarted[self.lo] == 0:
             self.lo += 1
-        hi = nsteps if g["nops"] <= EXACT_OPS else min(self.lo + WINDOW_STEPS, nsteps)
+        windowed = g.get("windowed", g["nops"] > EXACT_OPS)
+        hi = min(self.lo + WINDOW_STEPS, nsteps) if windowed else nsteps
         if hi > self.hi:  # steps entering the window
             self.wait = np.concatenate([self.wait[~self.started[self.wait]],
                                         np.arange(sp[self.hi], sp[hi], dtype=np.int64)])

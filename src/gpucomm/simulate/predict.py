@@ -199,7 +199,7 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
         kw["chunks"] = int(np.clip(np.ceil(float(nbytes) / K.SLICE_BYTES[proto]), 1,
                                    MAX_PIPELINE_CHUNKS))
     kw = {k: v for k, v in kw.items() if k in accepted}
-    sched = alg.build(p, root=root, **kw)
+    sched = _build(alg, p, root, kw)
     lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
                    ranks=ranks, lanes=lanes, redop=redop)
@@ -207,6 +207,22 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
 
 
 _ORDERS: dict = {}
+_BUILT: dict = {}
+
+
+def _build(alg, p, root, kw):
+    """alg.build, memoised: the sizes of a sweep share one Schedule object (its patterns and
+    a sweep's vectorised pass are keyed on it)."""
+    key = (alg.collective, alg.name, p, root, tuple(sorted(kw.items())))
+    try:
+        hit = _BUILT.get(key)
+    except TypeError:  # an unhashable parameter value: build afresh
+        return alg.build(p, root=root, **kw)
+    if hit is None:
+        if len(_BUILT) > 256:
+            _BUILT.clear()
+        hit = _BUILT[key] = alg.build(p, root=root, **kw)
+    return hit
 
 
 def _ring_orders(topology, placement):
@@ -214,4 +230,4 @@ def _ring_orders(topology, placement):
 
 
 def _multi_node(topology, placement) -> bool:
-    return len({topology.node_of(int(r)) for r in placement}) > 1
+    return len(np.unique(topology.router.rank_node[np.asarray(placement)])) > 1

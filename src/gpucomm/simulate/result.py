@@ -26,6 +26,7 @@ class SimResult:
     channels: int = 1
     candidates: tuple = field(default=(), repr=False)  # (algorithm, protocol, time_s) tried by auto
     nccl_channels: int = 0  # NCCL channels the schedule's channels stand for (0: as channels)
+    note: str = ""  # how the answer was reached when not op by op (symmetry, closed form)
 
     @property
     def time_us(self) -> float:

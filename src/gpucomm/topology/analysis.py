@@ -6,8 +6,6 @@
 """
 from __future__ import annotations
 
-import networkx as nx
-
 from ..errors import TopologyError
 from ..hardware import GPU_FABRIC_KINDS
 
@@ -109,6 +107,8 @@ def bisection_bandwidth(topo, achievable: bool = False) -> float:
         b = [r for r in range(n) if topo.node_of(r) >= half]
     else:
         a, b = list(range(n // 2)), list(range(n // 2, n))
+    import networkx as nx  # here, not at import: it costs every command ~0.3 s
+
     g = nx.DiGraph()
     bw, _, eff = topo.link_arrays()
     cap = bw * eff if achievable else bw

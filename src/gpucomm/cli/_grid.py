@@ -1,0 +1,234 @@
+"""Grids of CLI runs: expand a GRID.yaml into points, run them on processes or a Dask cluster.
+
+A point is one `gpucomm COMMAND --option value ... --format json` run, done in-process by a
+worker (the command's own parser and function, so every CLI option works and every check
+applies); its result is the command's JSON output, or its one-line error.
+
+    command: sim                 # the gpucomm command of every point
+    fixed: {collective: all_reduce, minbytes: 1G, maxbytes: 1G}
+    grid:                        # the cartesian product of these lists
+      system: [dgx-h100, dgx-a100]
+      nodes: [2, 4, 8]
+
+Options are the command's long names, `_` or `-` alike; `true`/`false` give `--flag` /
+`--no-flag`; a list under `fixed` repeats the option (`param: [a=1, b=2]`).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+
+COMMANDS = ("sim", "plan", "topo", "algo", "hw", "bench")
+MAX_POINTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run: its options (for the output line and resuming) and the argv that runs it."""
+    key: str  # canonical JSON of the options: identifies the point across runs
+    options: dict
+    argv: tuple
+
+
+def load_grid(path) -> tuple[str, list[Point]]:
+    """(command, points) of a GRID.yaml, every point's options checked by the command's parser."""
+    import yaml
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read grid {str(path)!r}: {e.strerror}") from None
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"grid {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") \
+            from None
+    return expand(spec, source=str(path))
+
+
+def expand(spec, source="grid") -> tuple[str, list[Point]]:
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{source}: expected a mapping with 'command', 'fixed' and 'grid'")
+    unknown = set(spec) - {"command", "fixed", "grid"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}: "
+                          "allowed are command, fixed, grid")
+    command = spec.get("command", "sim")
+    words = command.split() if isinstance(command, str) else []
+    if not words or words[0] not in COMMANDS:
+        raise ConfigError(f"{source}: command {command!r} not allowed: one of "
+                          f"{', '.join(COMMANDS)} (with its subcommand, e.g. 'topo show')")
+    fixed = spec.get("fixed") or {}
+    grid = spec.get("grid") or {}
+    for name, value in (("fixed", fixed), ("grid", grid)):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: '{name}' must be a mapping of option -> value")
+    axes = []
+    for opt, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{source}: grid option {opt!r} must be a non-empty list")
+        axes.append([(opt, v) for v in values])
+    count = 1
+    for ax in axes:
+        count *= len(ax)
+    if count > MAX_POINTS:
+        raise ConfigError(f"{source}: the grid has {count} points; at most {MAX_POINTS}")
+    parser = _parser_for(words)
+    points = []
+    for combo in itertools.product(*axes):
+        options = {**fixed, **dict(combo)}
+        argv = tuple(words + _argv(options) + ["--format", "json"])
+        _check(parser, argv, options, source)
+        points.append(Point(json.dumps(options, sort_keys=True, default=str), options, argv))
+    return command, points
+
+
+def _argv(options: dict) -> list[str]:
+    out = []
+    for opt, value in options.items():
+        flag = "--" + str(opt).replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            for v in value:
+                out += [flag, str(v)]
+        elif value is not None:
+            out += [flag, str(value)]
+    return out
+
+
+def _parser_for(words):
+    from . import build_parser
+    return build_parser()
+
+
+def _check(parser, argv, options, source):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(list(argv))
+    except SystemExit:
+        last = err.getvalue().strip().splitlines()[-1:] or ["invalid options"]
+        raise ConfigError(f"{source}: point {json.dumps(options, default=str)}: "
+                          f"{last[0].split('error: ')[-1]}") from None
+
+
+def run_point(argv) -> dict:
+    """Run one point in this process: {"result": the command's JSON} or {"error": "..."}."""
+    from . import main
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(argv))
+    except SystemExit as e:  # argparse, after the up-front check: should not happen
+        code = e.code if isinstance(e.code, int) else 2
+    except Exception as e:  # a bug in a command: keep the sweep going, say which point
+        return {"error": f"{type(e).__name__}: {e}"}
+    if code != 0:
+        msg = err.getvalue().strip().splitlines()
+        return {"error": msg[-1] if msg else f"exit status {code}"}
+    text = out.getvalue()
+    try:
+        return {"result": json.loads(text)}
+    except ValueError:
+        return {"result": text}
+
+
+def done_keys(path) -> set:
+    """Keys of the points a results file already holds (a torn last line is ignored)."""
+    keys = set()
+    p = Path(path)
+    if not p.exists():
+        return keys
+    with p.open() as f:
+        for line in f:
+            try:
+                keys.add(json.loads(line)["key"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return keys
+
+
+def run_grid(points, out_path, *, workers=None, cluster=None, on_point=None) -> dict:
+    """Run the points not yet in `out_path`, appending one JSON line per point as each ends.
+
+    Local processes by default (`workers`, default the CPU count); `cluster`: the address of
+    a running Dask scheduler. Returns {"total", "skipped", "ran", "errors"}."""
+    done = done_keys(out_path)
+    todo = [p for p in points if p.key not in done]
+    stats = {"total": len(points), "skipped": len(points) - len(todo), "ran": 0, "errors": 0}
+    if not todo:
+        return stats
+    _trim_torn_line(out_path)
+    with open(out_path, "a") as out:
+        for point, answer in _execute(todo, workers, cluster):
+            line = {"key": point.key, "point": point.options, **answer}
+            out.write(json.dumps(line, default=str) + "\n")
+            out.flush()
+            stats["ran"] += 1
+            stats["errors"] += "error" in answer
+            if on_point is not None:
+                on_point(point, answer)
+    return stats
+
+
+def _trim_torn_line(path):
+    """An interrupted run may leave half a line: end the file at its last newline."""
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return
+    data = p.read_bytes()
+    if not data.endswith(b"\n"):
+        p.write_bytes(data[:data.rfind(b"\n") + 1])
+
+
+def _execute(todo, workers, cluster):
+    if cluster:
+        yield from _on_dask(todo, cluster)
+        return
+    import os
+    n = workers or os.cpu_count() or 1
+    if n <= 1 or len(todo) == 1:
+        for p in todo:
+            yield p, run_point(p.argv)
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(run_point, p.argv): p for p in todo}
+        try:
+            for fut in cf.as_completed(futures):
+                yield futures[fut], fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
+def _on_dask(todo, address):
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise ConfigError("--cluster needs Dask's distributed: pip install 'gpucomm[cluster]'") \
+            from None
+    try:
+        client = Client(address, timeout="10s")
+    except (OSError, TimeoutError) as e:
+        raise ConfigError(f"cannot reach the Dask scheduler at {address!r}: {e}") from None
+    try:
+        futures = client.map(run_point, [p.argv for p in todo], key=[
+            f"gpucomm-point-{abs(hash(p.key))}-{i}" for i, p in enumerate(todo)], pure=False)
+        by_key = {f.key: p for f, p in zip(futures, todo)}
+        for fut in as_completed(futures):
+            try:
+                answer = fut.result()
+            except Exception as e:  # a worker died or raised: that point's error
+                answer = {"error": f"{type(e).__name__}: {e}"}
+            yield by_key[fut.key], answer
+    finally:
+        client.close()

@@ -1,0 +1,114 @@
+"""The simulator's fast paths give the answer of the whole, unreduced simulation.
+
+Fast paths: the ring frontier in closed form (analytic), one node standing for all under
+node-shift symmetry (flow), one vectorised pass over every size of a sweep (analytic, every
+algorithm), and intra-node routes of replica nodes taken from node 0's table.
+"""
+import numpy as np
+import pytest
+
+from gpucomm.algorithms import algorithms, build
+from gpucomm.collectives import COLLECTIVES
+from gpucomm.simulate import predict, simulate
+from gpucomm.simulate.core import size_sweep
+from gpucomm.simulate.paths import PathTable
+from gpucomm.topology import build_topology
+
+REL = 1e-3  # the bar: 0.1%
+
+
+def _full_flow(sched, topo, size, proto):
+    """The flow model op by op (a trace turns every fast path off)."""
+    return simulate(sched, topo, size, model="flow", protocol=proto, trace=True)
+
+
+@pytest.mark.parametrize("system,nodes,kw", [
+    ("dgx-h100", 2, {}), ("dgx-h100", 3, {}), ("dgx-a100", 3, {"nics_per_node": 2}),
+    ("dgx-h100", 2, {"fabric": "fat-tree"})])
+@pytest.mark.parametrize("proto", ["simple", "ll128", "ll"])
+def test_flow_ring_from_one_node_equals_whole_ring(system, nodes, kw, proto):
+    topo = build_topology(system, nodes=nodes, **kw)
+    p = topo.nranks
+    # chunks equal (exact symmetry), and an uneven split 1 element in 40,000 apart
+    for channels, size in ((1, 4 * p * 16), (2, 4 * p * 2 * 4096), (1, 4 * (p * 40_000 + 5))):
+        sched = build("all_reduce", "ring", p, channels=channels)
+        fast = simulate(sched, topo, size, model="flow", protocol=proto)
+        assert "node-shift symmetry" in fast.note
+        full = _full_flow(sched, topo, size, proto)
+        assert full.note == ""
+        assert fast.time_s == pytest.approx(full.time_s, rel=REL)
+        assert fast.ops == full.ops
+        busy_f, busy_w = fast.link_busy_s, full.link_busy_s
+        assert set(busy_f) == set(busy_w)
+        assert all(busy_f[k] == pytest.approx(busy_w[k], rel=REL) for k in busy_w)
+
+
+def test_flow_symmetry_is_refused_where_the_cluster_is_not_symmetric():
+    # 5 nodes on a fat-tree with 4 nodes per leaf: node 3 -> 4 crosses a spine, 0 -> 1 not
+    topo = build_topology("dgx-h100", nodes=5, fabric="fat-tree")
+    sched = build("all_reduce", "ring", topo.nranks)
+    res = simulate(sched, topo, 1 << 20, model="flow", protocol="simple")
+    assert res.note == ""
+    # a placement other than the identity: the whole schedule
+    topo = build_topology("dgx-h100", nodes=2)
+    ranks = np.roll(np.arange(16), 3)
+    res = simulate(build("all_reduce", "ring", 16), topo, 1 << 20, model="flow",
+                   protocol="simple", ranks=ranks)
+    assert res.note == ""
+
+
+CASES = [(c, a.name) for c in COLLECTIVES for a in algorithms(c)]
+
+
+@pytest.mark.parametrize("coll,name", CASES, ids=[f"{c}-{n}" for c, n in CASES])
+def test_sweep_pass_equals_size_by_size(coll, name):
+    topo = build_topology("dgx-h100", nodes=2, nics_per_node=2)
+    sched = build(coll, name, topo.nranks)
+    sizes = [8, 4096, 3 << 17, 1 << 24]
+    alone = [simulate(sched, topo, s, protocol=pr) for s in sizes for pr in ("ll", "simple")]
+    with size_sweep(sizes):
+        swept = [simulate(sched, topo, s, protocol=pr) for s in sizes for pr in ("ll", "simple")]
+    for a, b in zip(alone, swept):
+        assert b.time_s == pytest.approx(a.time_s, rel=1e-12)
+        assert b.link_busy_s.keys() == a.link_busy_s.keys()
+
+
+@pytest.mark.parametrize("model", ["analytic", "flow"])
+def test_predicted_sweep_equals_point_by_point(model):
+    topo = build_topology("dgx-h100", nodes=2)
+    sizes = [8, 1 << 16, 1 << 22] if model == "analytic" else [1 << 16, 1 << 22]
+    alone = [predict("all_reduce", s, topo, model=model) for s in sizes]
+    with size_sweep(sizes):
+        swept = [predict("all_reduce", s, topo, model=model) for s in sizes]
+    for a, b in zip(alone, swept):
+        assert (b.algorithm, b.protocol) == (a.algorithm, a.protocol)
+        assert b.time_s == pytest.approx(a.time_s, rel=1e-12)
+
+
+def test_replica_routes_equal_the_topologys_own():
+    topo = build_topology("dgx-h100", nodes=3)
+    paths = PathTable(topo)
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, topo.nranks, 400)
+    dst = rng.integers(0, topo.nranks, 400)
+    ch = rng.integers(0, 4, 400)
+    same = (src // 8 == dst // 8) & (src != dst)
+    got = paths.routes(src[same], dst[same], ch[same])
+    want = topo.route_matrix(src[same], dst[same], ch[same])
+    for g, w in zip(got, want):
+        assert g[g >= 0].tolist() == w[w >= 0].tolist()
+
+
+@pytest.mark.parametrize("proto", ["simple", "ll128", "ll"])
+def test_flow_ring_steady_state_extrapolated_equals_whole_ring(proto, monkeypatch):
+    from gpucomm.simulate import symmetry
+    monkeypatch.setattr(symmetry, "STEADY_PROBE_STEPS", 40)  # 6 nodes: 94 steps, probe 40
+    topo = build_topology("dgx-h100", nodes=6, nics_per_node=2)
+    p = topo.nranks
+    sched = build("all_reduce", "ring", p, channels=2)
+    for size in (4 * p * 2 * 8, 4 * p * 2 * 4096):
+        fast = simulate(sched, topo, size, model="flow", protocol=proto)
+        assert "extrapolated" in fast.note
+        full = _full_flow(sched, topo, size, proto)
+        assert fast.time_s == pytest.approx(full.time_s, rel=REL)
+        assert fast.link_busy_s.keys() == full.link_busy_s.keys()
