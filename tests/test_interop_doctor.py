@@ -125,7 +125,7 @@ def test_several_logs_and_bad_ones(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no nccl-tests result rows" in err
     assert main(["doctor", str(tmp_path / "missing.log")]) == 2
-    assert "cannot read log" in capsys.readouterr().err
+    assert "cannot read nccl-tests log" in capsys.readouterr().err
     rows_only = tmp_path / "rows.log"
     rows_only.write_text("  1048576  262144  float  sum  -1  20.5  51.1  51.1  0  "
                          "20.1  52.1  52.1  0\n")
