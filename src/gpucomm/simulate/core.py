@@ -206,26 +206,31 @@ def _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) 
 
 
 def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
+    """Results of the sizes the pass can answer (a size whose unequal chunks need the general
+    engine beyond its cell limit is left out: asked for alone, it raises as it would alone)."""
     paths = path_table(topology, placement)
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
     bounds = [schedule.chunk_bounds(lay.block_count) for lay in lays]
+    scale = paths.capacity * paths.lane_scale  # busy seconds; lanes carry m/L of a link
     outs = [None] * len(lays)
     if analytic.is_ring(schedule):
         for i, b in enumerate(bounds):
             out = analytic.run_ring(schedule, cst, b, itemsize)
             if out is not None:
-                outs[i] = (out[0], out[1], out[2] / paths.capacity)
+                outs[i] = (out[0], out[1], out[2] / scale)
     rest = [i for i, o in enumerate(outs) if o is None]
+    if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
+        rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
     batch = max(1, SWEEP_CELLS // max(schedule.nranks * schedule.total_chunks, 1))
     for at in range(0, len(rest), batch):
         part = rest[at:at + batch]
         ends, ops, busy, _ = analytic.run(schedule, cst, np.array([bounds[i] for i in part]),
                                           itemsize)
         for j, i in enumerate(part):
-            outs[i] = (float(ends[j]), ops, busy[:, j] / paths.capacity)
-    return [_result(schedule, lay, proto, "analytic", end, ops, ops, busy, (), redop)
-            for lay, (end, ops, busy) in zip(lays, outs)]
+            outs[i] = (float(ends[j]), ops, busy[:, j] / scale)
+    return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop)
+            for lay, out in zip(lays, outs) if out is not None]
 
 
 def _flow_timeline(schedule, times, bounds, itemsize):

@@ -103,10 +103,14 @@ def nvls_ok(coll, topology) -> bool:
 
 
 def node_groups(topology, placement) -> dict:
-    nodes: dict = {}
-    for r in np.asarray(placement).tolist():
-        nodes.setdefault(topology.node_of(int(r)), []).append(int(r))
-    return nodes
+    """Node -> the placed ranks on it, in placement order (nodes in order of first rank)."""
+    placed = np.asarray(placement, dtype=np.int64).reshape(-1)
+    node = np.asarray(topology.router.rank_node)[placed]
+    uniq, first, inv = np.unique(node, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    members = np.split(placed[np.argsort(inv, kind="stable")],
+                       np.cumsum(np.bincount(inv, minlength=len(uniq)))[:-1])
+    return {int(uniq[k]): members[k].tolist() for k in order}
 
 
 def _net(paths, placement, nodes):
@@ -118,8 +122,10 @@ def _net(paths, placement, nodes):
 
 
 def _index(placement, ranks):
-    where = {int(r): i for i, r in enumerate(np.asarray(placement).tolist())}
-    return np.array([where[r] for r in ranks])
+    """Positions in the placement (schedule ranks) of topology ranks."""
+    placed = np.asarray(placement, dtype=np.int64).reshape(-1)
+    order = np.argsort(placed, kind="stable")
+    return order[np.searchsorted(placed, np.asarray(ranks, dtype=np.int64), sorter=order)]
 
 
 def _rate(pr, capacity, cls, nch) -> float:
@@ -135,12 +141,46 @@ def _result(coll, name, proto, model, lay, p, t, busy, nch):
                      lay.dtype.name, t, algbw, busbw, busy, 1, p, timeline, nccl_channels=nch)
 
 
+def _shape(paths, topology, placement) -> dict:
+    """What the closed forms need of a placement, whatever the size: node count, the longest
+    node's chain (its links' capacity, class, latency, and whether a GPU's up and down
+    neighbours share its port), the NICs, and the ring of neighbours' links (for NVLS's
+    busy time). Cached on the placement's path table: a sweep's sizes share it."""
+    hit = paths._cache.get("nccl_shape")
+    if hit is not None:
+        return hit
+    nodes = node_groups(topology, placement)
+    out = {"nodes": len(nodes), "g": max(len(v) for v in nodes.values()), "chain": None,
+           "net": _net(paths, placement, nodes) if len(nodes) > 1 else None}
+    chain = max(nodes.values(), key=len)
+    if len(chain) > 1:
+        idx = _index(placement, chain)
+        fwd = paths.routes(idx[:-1], idx[1:], 0)
+        back = paths.routes(idx[1:], idx[:-1], 0)
+        lat_s, cls, capf = paths.properties(fwd)
+        # a middle GPU sends up and down the chain: through one port (a switch) that is 2S
+        shared = len(idx) > 2 and fwd.shape[1] and back.shape[1] and fwd[1, 0] == back[0, 0]
+        links = np.unique(np.concatenate([fwd[fwd >= 0], back[back >= 0]]))
+        out["chain"] = (len(chain), float(capf.min()), int(cls.max()), float(lat_s.max()),
+                        2.0 if shared else 1.0, links)
+        out["pair"] = float(paths.properties(paths.routes(idx[:1], idx[1:2], 0))[2][0])
+    p = len(np.asarray(placement).reshape(-1))
+    ring = paths.routes(np.arange(p), np.roll(np.arange(p), -1), 0)
+    out["ring_links"] = np.unique(ring[ring >= 0])
+    paths._cache["nccl_shape"] = out
+    return out
+
+
+def _busy(links, carried, capacity, t) -> dict:
+    return dict(zip(links.tolist(), np.minimum(carried / capacity[links], t).tolist()))
+
+
 def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
     """NCCL's tree all-reduce (chain in the node, double binary tree across nodes)."""
     p = len(placement)
     lay = layout(coll, nbytes, dtype, p)
-    nodes = node_groups(topology, placement)
-    n = len(nodes)
+    shape = _shape(paths, topology, placement)
+    n = shape["nodes"]
     gen = generation_of(topology)
     pr = get_protocol(proto, gen, n)
     gen = gen if gen in K.TREE_PER_CHANNEL_BW else K.DEFAULT_GENERATION  # NCCL's tables
@@ -151,24 +191,14 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     size = float(lay.size)
     hop = K.TREE_HOP_LATENCY_S[proto]
     t_intra, lat = 0.0, K.TREE_BASE_LATENCY_S[proto]
-    chain = max(nodes.values(), key=len)
-    busy: dict = {}
-    if len(chain) > 1:
-        idx = _index(placement, chain)
-        fwd = paths.routes(idx[:-1], idx[1:], 0)
-        back = paths.routes(idx[1:], idx[:-1], 0)
-        lat_s, cls, capf = paths.properties(fwd)
-        # a middle GPU sends up and down the chain: through one port (a switch) that is 2S
-        shared = len(idx) > 2 and fwd.shape[1] and back.shape[1] and fwd[1, 0] == back[0, 0]
-        per_port = 2.0 if shared else 1.0
-        rate = min(_rate(pr, float(capf.min()), int(cls.max()), nch), cap)
+    if shape["chain"] is not None:
+        length, capf, cls, lat_s, per_port, _ = shape["chain"]
+        rate = min(_rate(pr, capf, cls, nch), cap)
         t_intra = size * per_port / rate
-        lat += 2 * (len(chain) - 1) * (hop[int(cls.max())] + float(lat_s.max()))
-        for li in np.unique(np.concatenate([fwd[fwd >= 0], back[back >= 0]])).tolist():
-            busy[int(li)] = size * per_port / 2 / float(paths.capacity[li])
+        lat += 2 * (length - 1) * (hop[cls] + lat_s)
     t_net = 0.0
     if n > 1:
-        lat_net, nic = _net(paths, placement, nodes)
+        lat_net, nic = shape["net"]
         f = 2.0  # tuning.cc: a tree's algBw is half its busBw at any node count
         rate = min(_rate(pr, nic, NET, nch), cap)
         t_net = size * f / rate
@@ -176,7 +206,10 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     table = K.TREE_CORRECTION[proto]
     correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
     t = lat + max(t_intra, t_net) / correction
-    busy = {k: min(v, t) for k, v in busy.items()}
+    busy = {}
+    if shape["chain"] is not None:
+        per_port, links = shape["chain"][4], shape["chain"][5]
+        busy = _busy(links, size * per_port / 2, paths.capacity, t)
     return _result(coll, "tree", proto, model, lay, p, t, busy, nch)
 
 
@@ -195,31 +228,27 @@ def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
         return None  # NVLS runs the Simple protocol only
     lay = layout(coll, nbytes, dtype, len(placement))
     gen = generation_of(topology)
-    nodes = node_groups(topology, placement)
-    g = max(len(v) for v in nodes.values())
+    shape = _shape(paths, topology, placement)
+    g, n = shape["g"], shape["nodes"]
     if g < 2:
         return None
-    local = _index(placement, [v for v in nodes.values() if len(v) > 1][0][:2])
-    link = float(paths.properties(paths.routes(local[:1], local[1:], 0))[2][0])
     size = float(lay.size)
     eff = nvls_efficiency(gen, size, g)
-    t_nvl = size * (1 + 1 / g) / (link * eff)
+    t_nvl = size * (1 + 1 / g) / (shape["pair"] * eff)
     lat = K.NVLS_LATENCY_S
     t_net, f = 0.0, 1.0
-    if len(nodes) > 1:
-        lat_net, nic = _net(paths, placement, nodes)
-        f = 1.0 if len(nodes) == 2 else 2.0  # double binary tree: 2 transfers per node
+    if n > 1:
+        lat_net, nic = shape["net"]
+        f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node
         t_net = size * f / nic
-        lat += 2 * np.log2(len(nodes)) * (K.NVLSTREE_NET_LATENCY_S + lat_net)
+        lat += 2 * np.log2(n) * (K.NVLSTREE_NET_LATENCY_S + lat_net)
     t = lat + max(t_nvl, t_net)
     # every GPU's links to and from the switch carry S(1 + 1/g) (the ring of pairs covers each
     # GPU's uplink and downlink once); the NIC rails carry the inter-node shards
-    ring = paths.routes(np.arange(len(placement)), np.roll(np.arange(len(placement)), -1), 0)
-    busy = {}
-    for li in np.unique(ring[ring >= 0]).tolist():
-        carried = size * f / g if paths.link_class[li] != 0 else size * (1 + 1 / g) / eff
-        busy[int(li)] = float(min(carried / paths.capacity[li], t))
-    name = "nvls" if len(nodes) == 1 else "nvls_tree"
+    links = shape["ring_links"]
+    carried = np.where(paths.link_class[links] != 0, size * f / g, size * (1 + 1 / g) / eff)
+    busy = _busy(links, carried, paths.capacity, t)
+    name = "nvls" if n == 1 else "nvls_tree"
     return _result(coll, name, "simple", model, lay, len(placement), t, busy, K.NVLS_CHANNELS)
 
 
