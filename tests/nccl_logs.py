@@ -1,4 +1,5 @@
-"""Render the published nccl-tests tables (/work/shared/data) as the logs nccl-tests prints."""
+"""Render the published nccl-tests tables (../shared/data beside the repository) as the logs
+nccl-tests prints."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from pathlib import Path
 from gpucomm.bench.table import format_log
 from gpucomm.collectives import get_collective, layout
 
-DATA = Path("/work/shared/data/nccl-tests-published.json")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nccl-tests-published.json"
 # How CUDA names the boards the tables describe.
 DEVICE_NAMES = (("4090", "NVIDIA GeForce RTX 4090", "rtx4090"),
                 ("H200", "NVIDIA H200", "h200"),
