@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..schedule import Schedule, concat, step
+from ..schedule import Schedule, step
 from . import algorithm
 
 

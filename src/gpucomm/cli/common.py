@@ -9,7 +9,7 @@ import sys
 
 from ..dtypes import parse_size
 from ..errors import ConfigError
-from ..limits import MAX_SWEEP_POINTS, check_size, read_text, sweep_points
+from ..limits import MAX_SWEEP_POINTS, check_size, sweep_points
 
 
 def size_arg(text: str) -> int:

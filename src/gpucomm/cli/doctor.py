@@ -9,7 +9,6 @@ prints measured vs expected, a verdict and the likeliest causes the log shows.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from ..errors import ConfigError
 from .common import add_format, positive_int, print_json

@@ -16,7 +16,7 @@ from ..dtypes import REDUCE_OPS, check_op, get_dtype
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
 from .common import (PLOT_SUFFIXES, add_format, int_arg, output_file, param_pairs, positive_int,
-                     print_json, read_text, size_arg, sweep_sizes)
+                     print_json, size_arg, sweep_sizes)
 from .progress import Progress
 
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",

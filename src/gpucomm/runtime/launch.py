@@ -5,7 +5,6 @@ rank fails the others are stopped and the launcher exits non-zero.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import secrets
@@ -19,6 +18,7 @@ import time
 
 from ..errors import ConfigError
 from .segment import leftovers, unlink_name
+from .signals import trapped
 
 MAX_LOCAL_RANKS = 64  # the shm transport's limit (shm.MAX_RANKS)
 
@@ -31,23 +31,11 @@ class Interrupted(KeyboardInterrupt):
         self.status = 128 + signum
 
 
-@contextlib.contextmanager
 def signals_interrupt():
     """While the block runs (main thread only), SIGTERM and SIGHUP raise `Interrupted` as
     SIGINT raises KeyboardInterrupt, so whoever started processes stops them and cleans up
     instead of dying and leaving them re-parented to init."""
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
-    saved = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            saved[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in saved.items():
-            signal.signal(sig, old)
+    return trapped(Interrupted)
 
 
 def check_launch(cmd: list, nranks, timeout=None) -> None:

@@ -23,10 +23,7 @@ x86-64 keeps stores and loads in program order (TSO), which is what this relies 
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import threading
 import time
 import zlib
 
@@ -41,6 +38,7 @@ from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT
 from .plan import compile_plan
 from .push import fused_push, fused_result_push
 from .segment import Segment, new_name, unlink_name
+from .signals import trapped
 
 DONE = 0xFFFFFFFF
 # control segment layout, in int64 words
@@ -638,23 +636,10 @@ class ShmTransport:
         self._ctrl.unlink()
 
 
-@contextlib.contextmanager
 def _signals_exit():
     """SIGTERM and SIGHUP raise SystemExit(128 + signal) while the block runs (main thread
     only, and only where the default action would kill the process), so cleanup runs."""
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    saved = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) is signal.SIG_DFL:
-                saved[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in saved.items():
-            signal.signal(sig, old)
+    return trapped(lambda signum: SystemExit(128 + signum), only_default=True)
 
 
 def pid_alive(pid: int) -> bool:

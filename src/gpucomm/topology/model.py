@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..errors import ConfigError, TopologyError
+from ..errors import TopologyError
 from ..limits import read_text
 
 DEVICE_KINDS = ("gpu", "cpu", "pcie_switch", "nvswitch", "nic", "switch", "memory")
