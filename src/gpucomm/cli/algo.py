@@ -11,7 +11,8 @@ from ..errors import ConfigError, ScheduleError
 from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
                       check_ranks)
 from ..verify import verify
-from .common import add_format, int_arg, param_pairs, positive_int, print_json, size_arg
+from .common import (add_format, int_arg, param_pairs, positive_int, print_json, size_arg,
+                     write_text)
 
 
 def register(sub) -> None:
@@ -279,11 +280,7 @@ def cmd_export(args) -> int:
     xml = to_msccl_xml(sched, protocol=args.protocol, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes)
     if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(xml)
-        except OSError as e:
-            raise ConfigError(f"cannot write {args.output!r}: {e.strerror}") from None
+        write_text(args.output, xml)
         print(f"wrote {args.output}: {sched.algorithm} {sched.collective.name} on "
               f"{sched.nranks} ranks, {sched.nops} ops, verified")
     else:

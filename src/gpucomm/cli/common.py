@@ -81,6 +81,15 @@ def output_file(path: str, flag: str, suffixes: tuple[str, ...]) -> str:
     return path
 
 
+def write_text(path: str, text: str) -> None:
+    """Write a command's text output to `path`; ConfigError (one line) if that fails."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None
+
+
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 

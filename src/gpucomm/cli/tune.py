@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from .common import add_format, print_json, size_arg
+from .common import add_format, print_json, size_arg, write_text
 from .topo import add_topology_args, topology_from_args
 
 
@@ -26,7 +26,6 @@ def register(sub) -> None:
 
 
 def cmd_tune(args) -> int:
-    from ..errors import ConfigError
     from ..interop.tuner import NCCL_COLLECTIVES, TuneRequest, to_csv, tune
     topo = topology_from_args(args)
     nodes = len({topo.node_of(r) for r in range(topo.nranks)})
@@ -40,11 +39,7 @@ def cmd_tune(args) -> int:
     text = to_csv(rules, f"NCCL example tuner rules written by gpucomm tune for {topo}\n"
                          f"(gpucomm's {args.model} model; -1 = any / NCCL's default)")
     if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as e:
-            raise ConfigError(f"cannot write {args.output!r}: {e.strerror}") from None
+        write_text(args.output, text)
         print(f"wrote {args.output}: {len(rules)} rules for {topo.nranks} ranks on {nodes} "
               "node(s)")
     else:
