@@ -37,15 +37,13 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpucomm.collectives import get_collective  # noqa: E402
 from gpucomm.simulate import predict  # noqa: E402
+from gpucomm.simulate.nccl import from_nccl_algo  # noqa: E402
 from gpucomm.topology import build_topology  # noqa: E402
 
 DATA = [ROOT.parent / "shared" / "data" / "nccl-tests-published.json",
         *sorted((ROOT / "data" / "measurements").glob("*.json"))]
 MIB = 1 << 20
 KIB = 1 << 10
-# NCCL_ALGO spellings (any case) -> gpucomm's names for NCCL's algorithms
-ALGO_NAMES = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree",
-              "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain", "pat": "pat"}
 CLASSES = ("1 node NVSwitch", "1 node NVLink mesh", "1 node PCIe", "multi-node",
            "1 GPU per node", "point-to-point")
 
@@ -111,7 +109,7 @@ def choice_of(t: dict) -> dict:
     env = (t.get("env") or "")
     m = re.search(r"NCCL_ALGO=(\w+)", env)
     if m:
-        return {"algorithm": ALGO_NAMES[m.group(1).lower()]}
+        return {"algorithm": from_nccl_algo(m.group(1))}
     return {"exclude": ["nvls"] if "NCCL_NVLS_ENABLE=0" in env else []}
 
 

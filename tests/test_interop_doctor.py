@@ -32,6 +32,31 @@ def test_every_published_table_as_a_log_is_read_back(table):
     assert build_topology(**g.build_kwargs()).nranks == table["gpus"]
 
 
+@pytest.mark.skipif(not TABLES, reason="published data not present")
+@pytest.mark.parametrize("table", [t for t in TABLES if t["collective"] in ("alltoall", "sendrecv")],
+                         ids=lambda t: t["id"])
+def test_point_to_point_tables_are_diagnosed(table):
+    """Every row predicted with NCCL's grouped point-to-point (a merge once left all-to-all
+    with no candidate: 'no algorithm left for all_to_all')."""
+    d = diagnose(DoctorRequest(parse_log(nccl_logs.render(table)), name=table["id"]))
+    assert d.rows and all(r["predicted_busbw"] > 0 for r in d.rows)
+
+
+@pytest.mark.parametrize("value,expect", [("Tree", "tree"), ("NVLSTree", "nvls_tree"),
+                                          ("Ring", "ring"), ("CollNetDirect", None)])
+def test_the_logs_nccl_algo_is_followed_where_nccl_could_run_it(value, expect):
+    """NCCL_ALGO from the log's INFO lines, in NCCL's spelling, forces that algorithm; one
+    NCCL could not run here (CollNet without SHARP) leaves NCCL's own choice."""
+    line = "dgx-a07:41230:41230 [0] NCCL INFO NCCL version"
+    text = EXAMPLE.read_text().replace(
+        line, f"dgx-a07:41230:41230 [0] NCCL INFO NCCL_ALGO set by environment to {value}\n"
+        + line, 1)
+    assert f"to {value}" in text
+    d = diagnose(DoctorRequest(parse_log(text), name="forced"))
+    chosen = {r["algorithm"] for r in d.rows}
+    assert chosen == {expect} if expect else "collnet_direct" not in chosen
+
+
 @pytest.mark.parametrize("name,gpu", [
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 PCIe", "h100"), ("NVIDIA H800", "h100"),
     ("NVIDIA H200", "h200"), ("NVIDIA B200", "b200"), ("NVIDIA A100-SXM4-40GB", "a100"),

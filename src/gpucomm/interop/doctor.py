@@ -13,12 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..algorithms import algorithms
 from ..collectives import get_collective
 from ..dtypes import format_size
 from ..errors import ConfigError
 from ..hardware import get_nic
-from ..simulate import predict
+from ..simulate import nccl, predict
 from ..topology import build_topology
 from .nccltests import NcclTestsLog
 from .system import SystemGuess, infer_system, label
@@ -29,15 +28,6 @@ DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16"
           "uint32": "uint32", "uint64": "uint64", "float16": "float16", "float32": "float32",
           "float64": "float64"}
 # NCCL_ALGO names -> gpucomm names, first one registered wins (names changed once already)
-NCCL_ALGOS = {"ring": ("ring",), "tree": ("tree", "double_binary_tree"), "nvls": ("nvls",),
-              "nvlstree": ("nvls_tree", "nvls"), "nvls_tree": ("nvls_tree", "nvls"),
-              "collnetdirect": ("collnet_direct",), "collnetchain": ("collnet_chain",),
-              "pat": ("pat",)}
-# gpucomm schedules that are NCCL's own algorithms (NCCL's tuner picks only among these;
-# all-to-all and send/recv are NCCL's grouped point-to-point calls, i.e. the direct schedule)
-NCCL_SCHEDULES = {"ring", "tree", "double_binary_tree", "nvls", "nvls_tree", "collnet_direct",
-                  "collnet_chain", "pat"}
-P2P_COLLECTIVES = {"all_to_all", "sendrecv", "gather", "scatter"}
 # NCCL's ring channels on NVSwitch systems (2 per NVLink-switch plane; 24-32 on H100); fewer
 # in a log means a cap was set (the model's own figure, simulate/predict.py CHANNELS)
 NVSWITCH_CHANNELS = 16
@@ -190,26 +180,6 @@ def _system(g: SystemGuess, req, warnings) -> dict:
     return {k: v for k, v in kw.items() if v is not None}
 
 
-def nccl_algorithm(name: str, coll) -> str:
-    """gpucomm's name for an NCCL_ALGO value; ConfigError if gpucomm has no such algorithm."""
-    key = name.lower().replace("_", "")
-    registered = {a.name for a in algorithms(coll)} | {"nvls"}
-    for cand in NCCL_ALGOS.get(key, (name.lower(),)):
-        if cand in registered:
-            return cand
-    raise ConfigError(f"NCCL_ALGO={name}: gpucomm has no {coll.name} algorithm for it "
-                      f"(allowed: {', '.join(sorted(registered))})")
-
-
-def nccl_excluded(coll) -> list:
-    """The registered schedules NCCL would not run for `coll` (auto must not pick them)."""
-    names = [a.name for a in algorithms(coll)]
-    keep = {"direct"} if coll.name in P2P_COLLECTIVES else NCCL_SCHEDULES
-    if not any(n in keep for n in names):
-        return []
-    return [n for n in names if n not in keep]
-
-
 def _choice(log, coll, req, topo) -> dict:
     """predict()'s algorithm/protocol arguments: the user's, else what the log's NCCL was told."""
     env = log.info.env
@@ -217,14 +187,15 @@ def _choice(log, coll, req, topo) -> dict:
     if req.algorithm:
         out["algorithm"] = req.algorithm
     elif env.get("NCCL_ALGO") and "," not in env["NCCL_ALGO"] and "^" not in env["NCCL_ALGO"]:
-        try:
-            out["algorithm"] = nccl_algorithm(env["NCCL_ALGO"], coll)
+        try:  # as NCCL, an algorithm that cannot serve this collective here is not forced
+            name = nccl.from_nccl_algo(env["NCCL_ALGO"])
+            if name != "ring":
+                nccl.check(name, coll, topo, range(topo.nranks))
+            out["algorithm"] = name
         except ConfigError:
             pass
-    if "algorithm" not in out:
-        out["exclude"] = nccl_excluded(coll)
-        if env.get("NCCL_NVLS_ENABLE") == "0":
-            out["exclude"].append("nvls")
+    if "algorithm" not in out and env.get("NCCL_NVLS_ENABLE") == "0":
+        out["exclude"] = ["nvls"]  # auto already chooses among NCCL's own algorithms only
     if req.protocol:
         out["protocol"] = req.protocol
     elif env.get("NCCL_PROTO") and "^" not in env["NCCL_PROTO"]:

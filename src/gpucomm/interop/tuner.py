@@ -14,7 +14,6 @@ from ..collectives import get_collective
 from ..dtypes import get_dtype
 from ..errors import ConfigError
 from ..simulate import predict
-from .doctor import nccl_excluded
 
 HEADER = ("collective", "min_bytes", "max_bytes", "algorithm", "protocol", "channels", "nNodes",
           "nRanks", "numPipeOps", "regBuff")
@@ -22,7 +21,7 @@ NCCL_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather",
                     "reduce_scatter": "reducescatter", "broadcast": "broadcast",
                     "reduce": "reduce"}
 # gpucomm schedule -> NCCL algorithm name (both of gpucomm's spellings of the tree)
-NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "double_binary_tree": "tree", "nvls": "nvls",
+NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "nvls": "nvls",
                   "nvls_tree": "nvls_tree", "collnet_direct": "collnet_direct",
                   "collnet_chain": "collnet_chain", "pat": "pat"}
 NCCL_ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
@@ -62,14 +61,10 @@ def tune(req: TuneRequest) -> list[dict]:
         probes = sorted(set(probes))
         if not probes:
             raise ConfigError(f"no sizes between {req.min_bytes} and {req.max_bytes}")
-        exclude = nccl_excluded(coll)
         choices = []
         for size in probes:
-            res = predict(coll, size, req.topology, dtype=req.dtype, model=req.model,
-                          exclude=exclude)
+            res = predict(coll, size, req.topology, dtype=req.dtype, model=req.model)
             algo = NCCL_ALGORITHM.get(res.algorithm)
-            if algo == "nvls" and req.nodes > 1:
-                algo = "nvls_tree"  # NCCL's name for NVLS inside nodes + a tree across them
             if algo is None:
                 raise ConfigError(f"{coll.name} at {size} B: the model chose {res.algorithm}, "
                                   "which NCCL does not have")

@@ -38,12 +38,23 @@ from .result import SimResult
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
+# NCCL_ALGO's spellings (any case, with or without underscores) -> the names above
+_SPELLINGS = {name.replace("_", ""): name for name in NCCL_ALGORITHMS}
 CLOSED_FORMS = ("tree", "nvls", "nvls_tree")
 # PAT (NCCL 2.23, arXiv 2506.20252) is Bruck-like: log2(P) steps, each moving a power-of-two
 # share; the schedules with that shape stand for it.
 PAT_SCHEDULES = {"all_gather": "bruck", "reduce_scatter": "recursive_halving"}
 NVLS_COLLECTIVES = ("all_reduce",)
 P2P_COLLECTIVES = ("all_to_all", "sendrecv", "gather", "scatter")
+
+
+def from_nccl_algo(value: str) -> str:
+    """gpucomm's name for one NCCL_ALGO value ("Tree", "NVLSTree", "CollNetDirect", ...)."""
+    name = _SPELLINGS.get(str(value).strip().lower().replace("_", ""))
+    if name is None:
+        raise ConfigError(f"NCCL_ALGO={value}: not one of NCCL's algorithms "
+                          f"({', '.join(NCCL_ALGORITHMS)})")
+    return name
 
 
 def candidates(coll, topology, placement) -> list[str]:
