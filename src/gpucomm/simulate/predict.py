@@ -137,13 +137,11 @@ def _candidates(coll, algorithm, topology, placement, exclude):
             return [name]
         get_algorithm(coll, name)  # raises with the allowed names
         return [name]
-    names = [a for a in nccl.candidates(coll, topology, placement) if a not in exclude]
-    if "double_binary_tree" in exclude or "tree" in exclude:
-        names = [a for a in names if a != "tree"]
-    if "nvls" in exclude:
-        names = [a for a in names if a not in ("nvls", "nvls_tree")]
-    if not nccl.candidates(coll, topology, placement):  # e.g. barrier: every registered one
-        names = [a.name for a in algorithms(coll) if a.name not in exclude]
+    if "nvls" in exclude:  # as NCCL_NVLS_ENABLE=0: no in-switch reduction, in or across nodes
+        exclude.add("nvls_tree")
+    names = nccl.candidates(coll, topology, placement) or \
+        [a.name for a in algorithms(coll)]  # e.g. barrier: NCCL has none, every registered one
+    names = [a for a in names if a not in exclude]
     if not names:
         raise ConfigError(f"no algorithm left for {coll.name} after excluding "
                           f"{', '.join(sorted(exclude))}")
