@@ -118,3 +118,33 @@ DEFAULT_GENERATION = "hopper"
 # only shows with several GPUs per thread: ~40 us for 8 GPUs, what nccl-tests -g 8 tables on
 # DGX V100/A100/H100 show at small sizes where -g 1 runs on the same systems show 17-25 us.
 HOST_LAUNCH_S = 5.0 * US
+
+# --- point-to-point (send/recv, all-to-all): NCCL's p2p channel rules -------------------------
+# How many channels one send or receive to a peer runs on, and what one such channel carries.
+# graph/paths.cc ncclTopoGetNchannels: a network peer gets max(local NICs, ceil(NIC GB/s /
+# NCCL_P2P_PER_CHANNEL_NET_BW)) channels, an NVLink peer 2·max(1, path bw / ncclTopoNVLinkBw),
+# a PCIe peer 2; the minimum over all peers is rounded up to a power of two
+# (ncclTopoComputeP2pChannelsPerPeer/ncclTopoComputeP2pChannels), and across nodes halved while
+# perPeer x ceil(nRanks / NCCL_MAX_DEV_WORK_P2P_PER_BATCH) exceeds the p2p channel count.
+P2P_NET_CHANNEL_GBPS = 14.0  # paths.cc NCCL_P2P_PER_CHANNEL_NET_BW default (GB/s per channel)
+P2P_PER_BATCH = 8  # device.h NCCL_MAX_DEV_WORK_P2P_PER_BATCH
+# topo.h SMxx_NVLINK_BW: NCCL's bandwidth of one NVLink channel by SM (ncclTopoNVLinkBw), GB/s;
+# a p2p channel over NVLink carries that much (one CUDA block copying).
+P2P_NVLINK_CHANNEL_GBPS = {"sm60": 18.0, "sm70": 20.0, "sm75": 20.0, "sm80": 20.0, "sm86": 12.0,
+                           "sm89": 20.0, "sm90": 20.6, "sm100": 40.1}
+# init.cc p2pChunkSize: NCCL_P2P_NET_CHUNKSIZE (several nodes), NCCL_P2P_NVL_CHUNKSIZE (one
+# all-NVLink node), NCCL_P2P_PCI_CHUNKSIZE (otherwise).
+P2P_NET_CHUNK = 128 * 1024
+P2P_NVL_CHUNK = 512 * 1024
+P2P_PCI_CHUNK = 128 * 1024
+# The channels NCCL's ring search leaves a communicator (p2pnChannels = pow2Up(nChannels)):
+# one node over NVLink reaches MAXCHANNELS (32, as NCCL_DEBUG shows on DGX/HGX nodes); across
+# nodes the search finds one ring per NIC rail, search.cc duplicates it (x2) and connect.cc
+# doubles it again (x2), up to the 16 channels the model runs NVSwitch nodes at; a PCIe node
+# without NVLink gets the same 4 per search ring (one ring).
+P2P_CHANNELS_ONE_NODE_NVLINK = 32
+P2P_CHANNELS_PER_RAIL = 4
+P2P_CHANNELS_MULTI_NODE_MAX = 16
+# enqueue.cc addP2pToPlan: p2p runs LL or Simple only (no LL128), LL while an operation is at
+# most nChannels x NCCL_P2P_LL_THRESHOLD bytes.
+P2P_LL_THRESHOLD = 16384

@@ -31,7 +31,7 @@ from ..errors import ConfigError, GpucommError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, generation_of, get_protocol
-from . import nccl
+from . import nccl, p2p
 from .paths import NVLINK
 from .result import SimResult
 from .rings import ring_orders
@@ -201,7 +201,8 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
                    ranks=ranks, lanes=lanes, redop=redop)
-    return dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))
+    res = dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))
+    return p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
 
 
 _ORDERS: dict = {}

@@ -1,0 +1,157 @@
+"""NCCL's point-to-point channels: what one send/receive to a peer can carry.
+
+Send/recv and all-to-all run as grouped point-to-point operations (enqueue.cc
+scheduleP2pTasksToPlan / addP2pToPlan). Unlike a ring, one operation to one peer runs on few
+channels, each one CUDA block moving the data in p2p chunks; so a single peer is capped well
+below the links when those channels are few. The rules, all NCCL's own (constants.py):
+
+- channels per peer (graph/paths.cc ncclTopoGetNchannels, ncclTopoComputeP2pChannelsPerPeer):
+  the minimum over every peer of {network peer: max(local NICs, ceil(NIC GB/s /
+  NCCL_P2P_PER_CHANNEL_NET_BW = 14)); NVLink peer: 2·max(1, path bw / NVLink channel bw);
+  PCIe peer: 2}, rounded up to a power of two; across nodes halved while
+  perPeer x ceil(nRanks / 8) > p2p channels (ncclTopoComputeP2pChannels), so that every
+  peer fits in one round of 8 ops per channel;
+- channels per operation (enqueue.cc): start at nChannelsMin (perPeer halved while
+  nChannelsMin x nRanks > p2p channels) and double while a part exceeds the maximum part
+  (the p2p chunk across nodes, 32 chunks inside one) up to perPeer;
+- what one channel carries: NCCL_P2P_PER_CHANNEL_NET_BW (14 GB/s) over the network, the SM's
+  NVLink channel bandwidth (topo.h SMxx_NVLINK_BW) over NVLink; over PCIe the links bound it.
+
+`limit` applies the cap to a simulated send/recv or all-to-all: the collective takes at least
+as long as its slowest peer pair needs on its channels. Protocols as addP2pToPlan picks them:
+LL while an operation is at most channels x NCCL_P2P_LL_THRESHOLD (16 KiB), else Simple;
+never LL128 (`limit` returns None for a protocol NCCL would not run).
+
+    >>> op_channels(32 << 20, {"nodes": 1, "chunk": 512 << 10, "cmin": 4, "cmax": 32})
+    4
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..collectives import layout
+from . import constants as K
+from .paths import NET, NVLINK, PCIE
+
+P2P_COLLECTIVES = ("sendrecv", "all_to_all")
+
+
+def _pow2_up(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _sm(topology) -> str:
+    for d in topology.devices:
+        if d.kind == "gpu" and d.model:
+            try:
+                from ..hardware import get_gpu
+                return get_gpu(d.model).sm
+            except Exception:  # a GPU the catalog does not know: NCCL's default (SM80) applies
+                return "sm80"
+    return "sm80"
+
+
+def pairs(coll_name: str, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (sender, receiver) schedule ranks of nccl-tests' point-to-point pattern."""
+    r = np.arange(p)
+    if coll_name == "sendrecv":  # sendrecv_perf: rank r sends to r+1, receives from r-1
+        return r, (r + 1) % p
+    src, dst = np.repeat(r, p), np.tile(r, p)
+    keep = src != dst  # all-to-all: every ordered pair, the copy to self crosses no link
+    return src[keep], dst[keep]
+
+
+def plan(topology, placement, paths) -> dict:
+    """NCCL's p2p channel counts for a communicator on these ranks (cached on `paths`)."""
+    hit = paths._cache.get("p2p_plan")
+    if hit is not None:
+        return hit
+    p = len(np.asarray(placement).reshape(-1))
+    node = np.asarray(topology.router.rank_node)[np.asarray(placement).reshape(-1)]
+    nodes = len(np.unique(node))
+    src, dst = pairs("all_to_all", p)
+    _, cls, cap = paths.properties(paths.routes(src, dst, 0))
+    sm = _sm(topology)
+    nvl_bw = K.P2P_NVLINK_CHANNEL_GBPS.get(sm, K.P2P_NVLINK_CHANNEL_GBPS["sm80"])
+    rails = paths.rails_per_node
+    if nodes > 1:
+        ring = min(K.P2P_CHANNELS_MULTI_NODE_MAX, K.P2P_CHANNELS_PER_RAIL * rails)
+    elif len(cls) and bool((cls == NVLINK).all()):
+        ring = K.P2P_CHANNELS_ONE_NODE_NVLINK
+    else:
+        ring = K.P2P_CHANNELS_PER_RAIL
+    p2p_channels = _pow2_up(min(ring, K.MAX_CHANNELS))
+    per_class = []
+    if (cls == NET).any():
+        gpus_per_node = max(int(np.bincount(np.unique(node, return_inverse=True)[1]).max()), 1)
+        nics = max(rails // gpus_per_node, 1)  # NICs next to each GPU
+        nic_gbps = float(cap[cls == NET].min()) * nics / K.GB
+        per_class.append(max(nics, math.ceil(nic_gbps / K.P2P_NET_CHANNEL_GBPS)))
+    if (cls == NVLINK).any():
+        per_class.append(2 * max(1, int(float(cap[cls == NVLINK].min()) / K.GB / nvl_bw)))
+    if (cls == PCIE).any():
+        per_class.append(2)
+    per_peer = _pow2_up(min(per_class, default=1))
+    if nodes > 1:
+        while per_peer * math.ceil(p / K.P2P_PER_BATCH) > p2p_channels and per_peer > 1:
+            per_peer //= 2
+    else:
+        per_peer = min(per_peer, p2p_channels)
+    cmin = per_peer
+    while cmin * p > p2p_channels and cmin > 1:
+        cmin //= 2
+    chunk = K.P2P_NET_CHUNK if nodes > 1 else \
+        K.P2P_NVL_CHUNK if len(cls) and bool((cls == NVLINK).all()) else K.P2P_PCI_CHUNK
+    out = {"nodes": nodes, "p2p_channels": p2p_channels, "cmax": per_peer, "cmin": cmin,
+           "chunk": chunk, "nvl_Bps": nvl_bw * K.GB}
+    paths._cache["p2p_plan"] = out
+    return out
+
+
+def op_channels(nbytes: float, p: dict) -> int:
+    """Channels one send (or receive) of `nbytes` runs on (enqueue.cc addP2pToPlan)."""
+    if nbytes <= 0:
+        return 1
+    multi = p["nodes"] > 1
+    min_part = p["chunk"] // 2 if multi else p["chunk"] // 8
+    max_part = p["chunk"] if multi else p["chunk"] * 32
+    n = max(min(p["cmin"], math.ceil(nbytes / min_part)), 1)
+    part = max(min_part, math.ceil(nbytes / n))
+    while part > max_part and n <= p["cmax"] // 2:
+        n *= 2
+        part = math.ceil(nbytes / n)
+    return n
+
+
+def channel_Bps(cls: np.ndarray, p: dict) -> np.ndarray:
+    """Payload rate one p2p channel reaches on a path of class `cls` (inf: the links bound)."""
+    cls = np.asarray(cls)
+    return np.where(cls == NET, K.P2P_NET_CHANNEL_GBPS * K.GB,
+                    np.where(cls == NVLINK, p["nvl_Bps"], np.inf))
+
+
+def limit(res, coll, nbytes, topology, placement, paths, dtype, proto):
+    """`res` slowed to the time its slowest peer pair needs on NCCL's p2p channels; None
+    where NCCL's p2p would not run protocol `proto` for this size."""
+    if coll.name not in P2P_COLLECTIVES or len(placement) < 2:
+        return res
+    p = len(placement)
+    info = plan(topology, placement, paths)
+    src, dst = pairs(coll.name, p)
+    per_pair = float(nbytes) if coll.name == "sendrecv" else float(nbytes) / p
+    _, cls, _ = paths.properties(paths.routes(src, dst, 0))
+    n = op_channels(per_pair, info)
+    if proto == "ll128" or (proto == "ll" and per_pair > n * K.P2P_LL_THRESHOLD):
+        return None  # NCCL's p2p runs LL (small operations) or Simple, never LL128
+    t_bw = float((per_pair / (n * channel_Bps(cls, info))).max())
+    t = K.BASE_LATENCY_S[proto] + t_bw
+    res = dataclasses.replace(res, nccl_channels=n if coll.name == "sendrecv" else
+                              res.nccl_channels)
+    if t <= res.time_s:
+        return res
+    algbw, busbw = layout(coll, nbytes, dtype, p).busbw(t)
+    return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
+                               note=f"p2p: {n} channel(s) per peer")
