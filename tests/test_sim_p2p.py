@@ -75,3 +75,15 @@ def test_all_to_all_not_capped_by_per_peer_channels():
     res = predict("all_to_all", 4 << 30, topo)
     assert res.note == "" or "p2p" not in res.note
     assert res.busbw_GBps > 80
+
+
+def test_no_p2p_pcie_box_goes_through_host_memory_on_two_channels():
+    """RTX 4090s without P2P (NCCL's SHM transport): a PCIe peer gets 2 channels, 128 KiB
+    chunks; the data is written to host memory and read back, so both GPUs' writes share the
+    switch's uplink: 2 S over 32 GB/s x 0.85 -> 13.6 GB/s per GPU (hand formula)."""
+    topo = build_topology("pcie", gpus_per_node=2, gpu="rtx4090", pcie_gen=4, p2p=False)
+    p = _plan(topo)
+    assert (p["p2p_channels"], p["cmax"], p["chunk"]) == (4, 2, 128 * 1024)
+    res = predict("sendrecv", 1 << 30, topo)
+    assert res.busbw_GBps == pytest.approx(32 * 0.85 / 2, rel=0.01)
+    assert res.nccl_channels == 2
