@@ -72,7 +72,12 @@ def plan(topology, placement, paths) -> dict:
     p = len(np.asarray(placement).reshape(-1))
     node = np.asarray(topology.router.rank_node)[np.asarray(placement).reshape(-1)]
     nodes = len(np.unique(node))
-    src, dst = pairs("all_to_all", p)
+    # NCCL takes the minimum over each rank's peers, then over ranks (init.cc allGather3):
+    # the first and the last rank's rows stand for all (nodes are alike), which keeps this
+    # O(P) where every pair would be O(P^2) routes
+    others = np.arange(1, p)
+    src = np.concatenate([np.zeros(p - 1, dtype=np.int64), np.full(p - 1, p - 1)])
+    dst = np.concatenate([others, others - 1])
     _, cls, cap = paths.properties(paths.routes(src, dst, 0))
     sm = _sm(topology)
     nvl_bw = K.P2P_NVLINK_CHANNEL_GBPS.get(sm, K.P2P_NVLINK_CHANNEL_GBPS["sm80"])
@@ -106,7 +111,7 @@ def plan(topology, placement, paths) -> dict:
     chunk = K.P2P_NET_CHUNK if nodes > 1 else \
         K.P2P_NVL_CHUNK if len(cls) and bool((cls == NVLINK).all()) else K.P2P_PCI_CHUNK
     out = {"nodes": nodes, "p2p_channels": p2p_channels, "cmax": per_peer, "cmin": cmin,
-           "chunk": chunk, "nvl_Bps": nvl_bw * K.GB}
+           "chunk": chunk, "nvl_Bps": nvl_bw * K.GB, "classes": np.unique(cls)}
     paths._cache["p2p_plan"] = out
     return out
 
@@ -140,9 +145,13 @@ def limit(res, coll, nbytes, topology, placement, paths, dtype, proto):
         return res
     p = len(placement)
     info = plan(topology, placement, paths)
-    src, dst = pairs(coll.name, p)
-    per_pair = float(nbytes) if coll.name == "sendrecv" else float(nbytes) / p
-    _, cls, _ = paths.properties(paths.routes(src, dst, 0))
+    if coll.name == "sendrecv":
+        src, dst = pairs(coll.name, p)
+        per_pair = float(nbytes)
+        _, cls, _ = paths.properties(paths.routes(src, dst, 0))
+    else:  # every pair moves S/P: the slowest class of path among the peers bounds
+        per_pair = float(nbytes) / p
+        cls = info["classes"]
     n = op_channels(per_pair, info)
     if proto == "ll128" or (proto == "ll" and per_pair > n * K.P2P_LL_THRESHOLD):
         return None  # NCCL's p2p runs LL (small operations) or Simple, never LL128
