@@ -125,11 +125,17 @@ def _gpu(name, e) -> GPU:
                _num(e, "fp8_tflops", where) * 1e12 if "fp8_tflops" in e else 0.0)
 
 
+def load_packaged_yaml(text: str):
+    """Parse one of gpucomm's own data files: libyaml's C parser where PyYAML has it (about
+    ten times faster than the pure-Python one, the same values), else the safe loader."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 @lru_cache(maxsize=1)
 def catalog() -> dict:
     """{"links": {name: LinkTech}, "gpus": {name: GPU}, "nvswitches": {name: NVSwitch}}."""
     text = resources.files("gpucomm").joinpath("data/hardware.yaml").read_text()
-    raw = yaml.safe_load(text)
+    raw = load_packaged_yaml(text)
     links = {n: _link(n, e) for n, e in raw["links"].items()}
     gpus = {n: _gpu(n, e) for n, e in raw["gpus"].items()}
     switches = {n: NVSwitch(n, int(e["generation"]), e["nvlink"], int(e["ports"]),
