@@ -54,8 +54,8 @@ def preset_node(system: str) -> Topology:
     if system not in preset_names():
         raise ConfigError(f"unknown system preset {system!r}; allowed: "
                           f"{', '.join(preset_names())} (or --topology FILE)")
-    text = resources.files("gpucomm").joinpath(f"data/presets/{system}.yaml").read_text()
-    return topology_from_dict(load_packaged_yaml(text), f"preset {system}")
+    return topology_from_dict(load_packaged_yaml(f"data/presets/{system}.yaml"),
+                              f"preset {system}")
 
 
 def _int_option(name, value, lo, hi=None):

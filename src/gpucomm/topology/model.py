@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from ..errors import GpucommError, TopologyError
 from ..limits import read_text
@@ -245,6 +244,7 @@ class Topology:
         return out
 
     def to_yaml(self) -> str:
+        import yaml
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None,
                               width=160)
 
@@ -257,6 +257,7 @@ class Topology:
 
     @classmethod
     def from_yaml(cls, text: str, where: str = "topology YAML") -> "Topology":
+        import yaml
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
