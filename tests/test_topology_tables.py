@@ -125,6 +125,10 @@ def test_tables_behave_as_tuples():
         links[len(links)]
     assert as_tuple[3] in links and links != as_tuple[:-1] and links != "x"
     assert devices.index(devices[7]) == 7 and len(devices) == len(tuple(devices))
+    same, other = build_topology("dgx-h100", nodes=2), build_topology("dgx-h100", nodes=2,
+                                                                       oversubscription=2.0)
+    assert same == t and hash(same) == hash(t) and same.links._items is None   # by columns
+    assert other != t and other.devices == t.devices and other.links != t.links
     back = pickle.loads(pickle.dumps(t))
     assert back == t and back.route(0, 9) == t.route(0, 9) and back.devices[9] == devices[9]
 

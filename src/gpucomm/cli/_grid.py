@@ -198,7 +198,7 @@ def _execute(todo, workers, cluster):
             yield p, run_point(p.argv)
         return
     import concurrent.futures as cf
-    size = max(1, min(8, len(todo) // (4 * n)))   # a few points per task: less IPC, balanced
+    size = max(1, min(2, len(todo) // (16 * n)))   # pairs of points: less IPC, balanced
     chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
     with cf.ProcessPoolExecutor(max_workers=n, mp_context=_context()) as pool:
         futures = {pool.submit(run_points, [p.argv for p in chunk]): chunk for chunk in chunks}

@@ -121,11 +121,13 @@ class Topology:
         return list(map(index.get, names))
 
     def __hash__(self) -> int:
-        # computed once: hashing 10^5 links on every dict lookup would be slow
+        # from the sizes, not every device and link: equal topologies have equal sizes, and
+        # hashing 10^6 links (or making them, for a cluster's columns) on a dict lookup is slow
         if "hash" not in self._cache:
-            self._cache["hash"] = hash((self.name, self.devices, self.links, self.ranks,
-                                        self.gpus_per_node, self.nodes, self.in_switch_reduction,
-                                        self.p2p, self.nic_affinity, self.network))
+            self._cache["hash"] = hash((self.name, len(self.devices), len(self.links),
+                                        self.ranks[:1], len(self.ranks), self.gpus_per_node,
+                                        self.nodes, self.in_switch_reduction, self.p2p,
+                                        self.network))
         return self._cache["hash"]
 
     # ---- lookups -------------------------------------------------------------------------
@@ -146,7 +148,7 @@ class Topology:
         return self.devices[self.index_of(self.ranks[self._check_rank(rank)])]
 
     def node_of(self, rank: int) -> int:
-        return self.rank_device(rank).node
+        return int(self.device_nodes()[self._cache["rank_pos"][self._check_rank(rank)]])
 
     def _check_rank(self, rank) -> int:
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) \

@@ -44,6 +44,11 @@ class _Table(Sequence):
         return (item(i) for i in range(len(self)))
 
     def __eq__(self, other):
+        if self is other:
+            return True
+        same = self._same_columns(other)
+        if same is not None:
+            return same
         if isinstance(other, (tuple, _Table)):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented
@@ -67,6 +72,10 @@ class _Table(Sequence):
     def item(self, i: int):
         raise NotImplementedError
 
+    def _same_columns(self, other):
+        """True/False where the columns decide equality at once; None: compare items."""
+        return None
+
 
 class DeviceTable(_Table):
     """`nodes` copies of `template` (device j of node k is `n{k}.{name}` on node k, at index
@@ -88,6 +97,12 @@ class DeviceTable(_Table):
 
     def __len__(self) -> int:
         return self.base + len(self.fabric)
+
+    def _same_columns(self, other):
+        if isinstance(other, DeviceTable) and (self.template, self.nodes, self.fabric) == \
+                (other.template, other.nodes, other.fabric):
+            return True
+        return None
 
     def name(self, i: int) -> str:
         if self._names is not None:
@@ -211,6 +226,16 @@ class LinkTable(_Table):
 
     def __len__(self) -> int:
         return len(self.src)
+
+    def _same_columns(self, other):
+        if isinstance(other, LinkTable) and self.devices == other.devices \
+                and self.techs == other.techs \
+                and all(np.array_equal(a, b) for a, b in zip(self._columns(), other._columns())):
+            return True
+        return None
+
+    def _columns(self):
+        return (self.src, self.dst, self.bw, self.lat, self.eff, self.tech)
 
     def item(self, i: int):
         if self._items is not None:
