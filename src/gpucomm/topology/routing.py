@@ -100,6 +100,16 @@ class Router:
         self._tables_built = False
 
     @property
+    def lsrc(self) -> np.ndarray:
+        """Source device index of every link (int64, read-only)."""
+        return self._ends[0]
+
+    @property
+    def ldst(self) -> np.ndarray:
+        """Destination device index of every link (int64, read-only)."""
+        return self._ends[1]
+
+    @property
     def out(self) -> list:
         """Out-links of every device, [(link, next device, cost in ps)] (built for all)."""
         return [self._out(u) for u in range(len(self.node))]
