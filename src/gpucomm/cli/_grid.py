@@ -217,12 +217,14 @@ def run_points(argvs) -> list[dict]:
 
 
 def _context():
-    """fork where it is safe (POSIX, this process has no other thread): workers start at once
-    with this process's imports and caches (the parser already imported the command), as the
-    1-worker path runs warm in this process; else spawn."""
+    """fork where it is safe (Linux, and this process has no other thread): workers start at
+    once with this process's imports and caches (the parser already imported the command), as
+    the 1-worker path runs warm in this process; else spawn (macOS's system libraries do not
+    survive a fork)."""
     import multiprocessing as mp
+    import sys
     import threading
-    if "fork" in mp.get_all_start_methods() and threading.active_count() == 1:
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
         return mp.get_context("fork")
     return mp.get_context("spawn")
 
