@@ -18,6 +18,7 @@ Example:
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,10 +91,11 @@ class Topology:
     def _check_ranks(self, index, kinds) -> None:
         if not self.ranks:
             raise TopologyError(f"topology {self.name!r} has no ranks (no GPU devices)")
-        if len(set(self.ranks)) != len(self.ranks):
-            raise TopologyError("ranks name the same GPU twice")
         pos = self._positions(self.ranks)
-        if None in pos or any(kinds[i] != "gpu" for i in pos):
+        # device positions stand for names one to one: distinct positions, distinct names
+        if len(set(pos if None not in pos else self.ranks)) != len(self.ranks):
+            raise TopologyError("ranks name the same GPU twice")
+        if None in pos or _kinds_of(kinds, pos) != {"gpu"}:
             r = next(r for r, i in zip(self.ranks, pos) if i is None or kinds[i] != "gpu")
             raise TopologyError(f"rank device {r!r} is not a GPU in this topology")
         self._cache["rank_pos"] = pos
@@ -105,12 +107,14 @@ class Topology:
             if len(self.nic_affinity) != len(self.ranks):
                 raise TopologyError(f"nic_affinity has {len(self.nic_affinity)} entries for "
                                     f"{len(self.ranks)} ranks")
-            nodes = self.device_nodes().tolist()
             aff = self._positions(self.nic_affinity)
-            for r, n, i, g in zip(self.ranks, self.nic_affinity, aff, pos):
-                if i is None or kinds[i] != "nic" or nodes[i] != nodes[g]:
-                    raise TopologyError(f"nic_affinity of {r!r} is {n!r}, which is not a NIC "
-                                        "on the same node")
+            nodes = self.device_nodes()
+            if None in aff or _kinds_of(kinds, aff) != {"nic"} \
+                    or not np.array_equal(nodes[np.asarray(aff)], nodes[np.asarray(pos)]):
+                for r, n, i, g in zip(self.ranks, self.nic_affinity, aff, pos):
+                    if i is None or kinds[i] != "nic" or nodes[i] != nodes[g]:
+                        raise TopologyError(f"nic_affinity of {r!r} is {n!r}, which is not a "
+                                            "NIC on the same node")
             self._cache["nic_pos"] = aff
 
     def _positions(self, names) -> list:
@@ -195,6 +199,18 @@ class Topology:
     def device_kinds(self) -> list[str]:
         """The kind of every device, by index."""
         return self._cache["kinds"]
+
+    def device_kind_codes(self) -> np.ndarray:
+        """The kind of every device as its index in DEVICE_KINDS (int8, read-only)."""
+        if "kind_codes" not in self._cache:
+            if isinstance(self.devices, DeviceTable):
+                codes = self.devices.kind_codes(DEVICE_KINDS)
+            else:
+                code = {k: i for i, k in enumerate(DEVICE_KINDS)}
+                codes = np.array([code[k] for k in self.device_kinds()], dtype=np.int8)
+            codes.flags.writeable = False
+            self._cache["kind_codes"] = codes
+        return self._cache["kind_codes"]
 
     # ---- routing (see routing.py) --------------------------------------------------------
     @property
@@ -293,6 +309,12 @@ def _device_dict(d: Device) -> dict:
 def _link_dict(ln: Link) -> dict:
     return {"src": ln.src, "dst": ln.dst, "bandwidth_Bps": float(ln.bandwidth_Bps),
             "latency_s": float(ln.latency_s), "tech": ln.tech, "efficiency": float(ln.efficiency)}
+
+
+def _kinds_of(kinds: list, positions: list) -> set:
+    """The set of kinds of the devices at `positions` (a C-speed gather)."""
+    got = operator.itemgetter(*positions)(kinds) if positions else ()
+    return {got} if len(positions) == 1 else set(got)
 
 
 def topology_from_dict(data, where="topology") -> Topology:

@@ -27,7 +27,7 @@ import itertools
 import numpy as np
 
 from ..errors import TopologyError
-from .elements import TRANSIT_KINDS
+from .elements import DEVICE_KINDS, TRANSIT_KINDS
 
 MAX_ECMP = 64
 REF_BYTES = 1 << 20   # the reference message of the route metric
@@ -74,7 +74,8 @@ class Router:
         nodes = topo.device_nodes()
         self.node = nodes.tolist()
         self.kind = topo.device_kinds()
-        self.transit = [k in TRANSIT_KINDS for k in self.kind]
+        codes = topo.device_kind_codes()
+        self.transit = np.array([k in TRANSIT_KINDS for k in DEVICE_KINDS])[codes].tolist()
         src, dst = topo.link_ends()
         bw, lat, eff = topo.link_arrays()
         # link cost in integer picoseconds, so that ties (ECMP) compare exactly (numpy's
@@ -87,7 +88,7 @@ class Router:
         self.rank_node = nodes[np.asarray(self.rank_dev, dtype=np.int64)] if self.rank_dev \
             else np.zeros(0, dtype=np.int64)
         self.memories = {}
-        for i in np.flatnonzero(np.asarray(self.kind, dtype=object) == "memory").tolist():
+        for i in np.flatnonzero(codes == DEVICE_KINDS.index("memory")).tolist():
             self.memories.setdefault(self.node[i], []).append(i)
         self._local = {}    # src device -> (dist, preds) inside its node
         self._fabric = {}   # src device -> (dist, preds) over the fabric

@@ -63,7 +63,7 @@ class _Table(Sequence):
     def __getstate__(self):
         state = dict(self.__dict__, _items=None)   # the columns only: made again on use
         if "_names" in state:
-            state["_names"] = None
+            state["_names"], state["_resolved"] = None, {}
         return state
 
     def __repr__(self):
@@ -87,7 +87,7 @@ class DeviceTable(_Table):
         self.base = self.nodes * self.per
         self._pos = {d.name: j for j, d in enumerate(self.template)}
         self._fabric_pos = {d.name: self.base + j for j, d in enumerate(self.fabric)}
-        self._known: dict[str, int] = {}   # names looked up often (ranks, their NICs)
+        self._resolved: dict = {}   # id(names) -> (names, positions), from remember()
         self._names: list[str] | None = None
         if len(self._pos) != self.per or len(self._fabric_pos) != len(self.fabric):
             raise ValueError("device names must be unique in the template and in the fabric")
@@ -150,9 +150,6 @@ class DeviceTable(_Table):
 
     def position(self, name: str):
         """The index of the device named `name`, or None."""
-        p = self._known.get(name)
-        if p is not None:
-            return p
         if not isinstance(name, str):
             return None
         p = self._fabric_pos.get(name)
@@ -160,21 +157,23 @@ class DeviceTable(_Table):
 
     def positions(self, names) -> list:
         """position() of each name (None where there is no such device)."""
-        out = list(map(self._known.get, names))
-        if None in out:
-            out = [p if p is not None else self.position(n) for p, n in zip(out, names)]
-        return out
+        hit = self._resolved.get(id(names))
+        if hit is not None and hit[0] is names:   # made by remember(): known positions
+            return hit[1]
+        return [self.position(n) for n in names]
 
-    def remember(self, template_names) -> list[str]:
-        """The names of `template_names` (template devices) in every node, node-major, with
-        their positions remembered for fast lookups (a cluster's ranks and NICs)."""
-        names = []
+    def remember(self, template_names) -> tuple[str, ...]:
+        """The names of `template_names` (template devices) in every node, node-major; their
+        positions are kept for positions() of this very tuple (a cluster's ranks, its NICs:
+        no name of 100,000 is parsed or hashed to find it)."""
+        names: list[str] = []
         for k in range(self.nodes):
             names += [f"n{k}.{t}" for t in template_names]
         pos = np.asarray([self._pos[t] for t in template_names], dtype=np.int64)
         at = ((np.arange(self.nodes, dtype=np.int64) * self.per)[:, None] + pos).ravel()
-        self._known.update(zip(names, at.tolist()))
-        return names
+        out = tuple(names)
+        self._resolved[id(out)] = (out, at.tolist())
+        return out
 
     def node_array(self) -> np.ndarray:
         return np.concatenate([np.repeat(np.arange(self.nodes, dtype=np.int64), self.per),
@@ -182,6 +181,13 @@ class DeviceTable(_Table):
 
     def kinds(self) -> list[str]:
         return [d.kind for d in self.template] * self.nodes + [d.kind for d in self.fabric]
+
+    def kind_codes(self, kinds: Sequence[str]) -> np.ndarray:
+        """Each device's kind as its index in `kinds` (int8)."""
+        code = {k: i for i, k in enumerate(kinds)}
+        return np.concatenate([np.tile(np.array([code[d.kind] for d in self.template],
+                                                dtype=np.int8), self.nodes),
+                               np.array([code[d.kind] for d in self.fabric], dtype=np.int8)])
 
 
 class NameIndex:
