@@ -48,7 +48,7 @@ def test_packaged_yaml_cache_is_exact_and_never_stale(tmp_path, monkeypatch):
     entry["data"]["links"]["pcie5"]["bandwidth_GBps"] = 1.0   # a cache hit returns the cache
     cached.write_text(json.dumps(entry))
     assert cat.load_packaged_yaml("data/hardware.yaml")["links"]["pcie5"]["bandwidth_GBps"] == 1
-    entry["key"] = "0-0"                                           # the file changed since
+    entry["key"] = "0" * 64                                        # the file changed since
     cached.write_text(json.dumps(entry))
     assert cat.load_packaged_yaml("data/hardware.yaml") == parsed
     cached.write_text("{not json")                                 # broken: parsed again

@@ -10,6 +10,7 @@ units (bytes/s per direction, seconds, bytes, FLOP/s).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -142,30 +143,25 @@ def _cache_dir() -> Path | None:
 def load_packaged_yaml(relpath: str):
     """One of gpucomm's own data files (`relpath` under gpucomm/), parsed. The parsed value is
     kept as JSON in the user's cache folder (GPUCOMM_CACHE_DIR, else ~/.cache/gpucomm), keyed
-    by the file's size and modification time, so that a command's start-up reads JSON instead
-    of importing and running a YAML parser; a cache that cannot be read or written is
-    skipped."""
-    src = resources.files("gpucomm").joinpath(relpath)
+    by a digest of the file's bytes, so that a command's start-up reads JSON instead of
+    importing and running a YAML parser; a cache that cannot be read or written is skipped."""
+    raw = resources.files("gpucomm").joinpath(relpath).read_bytes()
+    key = hashlib.sha256(raw).hexdigest()
     folder = _cache_dir()
-    try:
-        st = os.stat(str(src))
-        key = f"{st.st_size}-{st.st_mtime_ns}"
-    except (OSError, TypeError):   # not a plain file (a zipped package): no cache
-        folder = None
     cached = folder / (relpath.replace("/", "__") + ".json") if folder else None
     if cached is not None:
         try:
             entry = json.loads(cached.read_text())
-            if entry.get("key") == key and entry.get("source") == str(src):
+            if entry.get("key") == key:
                 return entry["data"]
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, KeyError):
             pass
-    data = _parse_yaml(src.read_text())
+    data = _parse_yaml(raw.decode("utf-8"))
     if cached is not None and json.loads(json.dumps(data)) == data:   # JSON keeps it exact
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"key": key, "source": str(src), "data": data}))
+            tmp.write_text(json.dumps({"key": key, "data": data}))
             os.replace(tmp, cached)
         except OSError:
             pass
