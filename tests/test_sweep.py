@@ -64,6 +64,18 @@ def test_a_failing_point_is_a_line_with_its_error(tmp_path):
     assert "nope" in line["error"] and "result" not in line
 
 
+def test_local_worker_processes_give_the_one_process_results(tmp_path):
+    _, points = expand(SPEC)
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    run_grid(points, one, workers=1)
+    stats = run_grid(points, two, workers=2)     # forked workers, points in pairs
+    assert stats == {"total": 8, "skipped": 0, "ran": 8, "errors": 0}
+    lines = _lines(two)
+    assert sorted(x["key"] for x in lines) == sorted(p.key for p in points)
+    assert {x["key"]: x["result"] for x in lines} == \
+        {x["key"]: x["result"] for x in _lines(one)}
+
+
 def test_points_run_on_a_local_dask_cluster_of_two_workers(tmp_path):
     distributed = pytest.importorskip("distributed")
     _, points = expand(SPEC)

@@ -20,14 +20,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_names() -> list[str]:
+    """The command modules of this package (a module `x.py` is the command `gpucomm x`)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__)
+                  if not m.name.startswith("_") and m.name not in ("common", "progress"))
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The parser of every command; given `argv` naming a command, only that command's
+    module is imported (start-up of one command does not pay for the others' imports)."""
     parser = _Parser(
         prog="gpucomm", description="Collective communication on GPU clusters: schedules, "
         "simulation, real runs and benchmarks.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-        if mod.startswith("_") or mod == "common":
-            continue
+    names = command_names()
+    first = next((a for a in argv or () if not a.startswith("-")), None)
+    if first in names and not any(a in ("-h", "--help") for a in argv[:argv.index(first)]):
+        names = [first]
+    for mod in names:
         module = importlib.import_module(f"{__name__}.{mod}")
         if hasattr(module, "register"):
             module.register(sub)
@@ -35,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports
+    args.argv = argv  # the command line, for reports
     try:
         return int(args.func(args) or 0)
     except GpucommError as e:

@@ -104,7 +104,7 @@ def _argv(options: dict) -> list[str]:
 
 def _parser_for(words):
     from . import build_parser
-    return build_parser()
+    return build_parser(list(words))
 
 
 def _check(parser, argv, options, source):
@@ -198,16 +198,35 @@ def _execute(todo, workers, cluster):
             yield p, run_point(p.argv)
         return
     import concurrent.futures as cf
-    import multiprocessing as mp
-    with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(run_point, p.argv): p for p in todo}
+    size = max(1, min(2, len(todo) // (16 * n)))   # pairs of points: less IPC, balanced
+    chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+    with cf.ProcessPoolExecutor(max_workers=n, mp_context=_context()) as pool:
+        futures = {pool.submit(run_points, [p.argv for p in chunk]): chunk for chunk in chunks}
         try:
             for fut in cf.as_completed(futures):
-                yield futures[fut], fut.result()
+                yield from zip(futures[fut], fut.result())
         except BaseException:
             for fut in futures:
                 fut.cancel()
             raise
+
+
+def run_points(argvs) -> list[dict]:
+    """run_point for each argv, in order (one task of a worker)."""
+    return [run_point(argv) for argv in argvs]
+
+
+def _context():
+    """fork where it is safe (Linux, and this process has no other thread): workers start at
+    once with this process's imports and caches (the parser already imported the command), as
+    the 1-worker path runs warm in this process; else spawn (macOS's system libraries do not
+    survive a fork)."""
+    import multiprocessing as mp
+    import sys
+    import threading
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return mp.get_context("fork")
+    return mp.get_context("spawn")
 
 
 def _on_dask(todo, address):

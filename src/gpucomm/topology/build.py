@@ -23,15 +23,16 @@ import math
 from functools import lru_cache
 from importlib import resources
 
-import yaml
+import numpy as np
 
 from ..errors import ConfigError
+from ..hardware.catalog import load_packaged_yaml
 from ..hardware import (GPU_FABRIC_KINDS, get_gpu, get_link_tech, get_nic, get_nvswitch,
                         nic_names)
 from ..limits import check_model_ranks
 from .fabric import rail_2tier, with_network
-from .model import Device, Link, Topology
-from .yamlio import topology_from_dict
+from .model import Device, Link, Topology, topology_from_dict
+from .tables import DeviceTable, replicate_links
 
 FABRICS = ("rail", "fat-tree", "rail-2tier")
 PCIE_GENS = (3, 4, 5, 6)
@@ -53,8 +54,8 @@ def preset_node(system: str) -> Topology:
     if system not in preset_names():
         raise ConfigError(f"unknown system preset {system!r}; allowed: "
                           f"{', '.join(preset_names())} (or --topology FILE)")
-    text = resources.files("gpucomm").joinpath(f"data/presets/{system}.yaml").read_text()
-    return topology_from_dict(yaml.safe_load(text), f"preset {system}")
+    return topology_from_dict(load_packaged_yaml(f"data/presets/{system}.yaml"),
+                              f"preset {system}")
 
 
 def _int_option(name, value, lo, hi=None):
@@ -213,36 +214,25 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     per = len(blocks)
 
     # --- replicate and wire the fabric ----------------------------------------------------
-    all_devices, all_links, all_ranks, all_aff, node_nics = [], [], [], [], []
-    for k in range(nodes * per):
-        bdev, blinks, branks = blocks[k % per]
-        rename = {d.name: f"n{k}.{d.name}" for d in bdev}
-        all_devices += [Device(rename[d.name], d.kind, k, d.model) for d in bdev]
-        all_links += [Link(rename[ln.src], rename[ln.dst], ln.bandwidth_Bps, ln.latency_s,
-                           ln.tech, ln.efficiency) for ln in blinks]
-        all_ranks += [rename[r] for r in branks]
-        all_aff += [rename[affinity[r]] for r in branks] if affinity else []
-        node_nics.append([(rename[d.name], d.model) for d in bdev if d.kind == "nic"])
     if nodes * per > 1:
         if not M:
             raise ConfigError(f"{name} has no NICs, so {nodes * per} nodes cannot be joined: "
                               f"give --nic NAME (allowed: {', '.join(nic_names())})")
-        if fabric == "rail-2tier":
-            if per > 1:
-                raise ConfigError("fabric rail-2tier joins whole nodes: it cannot be combined "
-                                  "with --nvlink-partition")
-            names = [nic.split(".", 1)[1] for nic, _ in node_nics[0]]
-            models = [model for _, model in node_nics[0]]
-            fdev, flinks = rail_2tier(nodes, names, models, oversubscription, leaf_ports,
-                                      placement, network.seed if network is not None else 0)
-        else:
-            fdev, flinks = _fabric(node_nics, fabric, oversubscription, leaf_ports)
-        all_devices += fdev
-        all_links += flinks
+        if fabric == "rail-2tier" and per > 1:
+            raise ConfigError("fabric rail-2tier joins whole nodes: it cannot be combined "
+                              "with --nvlink-partition")
+    seed = network.seed if network is not None else 0
+    if per == 1:   # copies of one node: columns, not a million Python objects (tables.py)
+        all_devices, all_links, all_ranks, all_aff = _replicas(
+            blocks[0], affinity, nodes, fabric, oversubscription, leaf_ports, placement, seed)
+    else:
+        all_devices, all_links, all_ranks, all_aff = _blocks(blocks, affinity, nodes,
+                                                             fabric, oversubscription,
+                                                             leaf_ports)
     label = name if nodes == 1 else f"{name}x{nodes}"
     if per > 1 or nvlink_partition is not None:
         label += f"-nvl{len(blocks[0][2])}"
-    topo = Topology(name=label, devices=tuple(all_devices), links=tuple(all_links),
+    topo = Topology(name=label, devices=all_devices, links=all_links,
                     ranks=tuple(all_ranks), gpus_per_node=len(blocks[0][2]), nodes=nodes * per,
                     in_switch_reduction=in_switch, p2p=bool(p2p),
                     nic_affinity=tuple(all_aff))
@@ -254,6 +244,108 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         return with_network(topo, network)  # checks the routes that are left
     topo.check_routes()
     return topo
+
+
+def _replicas(block, affinity, nodes, fabric, oversub, leaf_ports, placement, seed):
+    """Devices (DeviceTable), links (LinkTable), ranks and NIC affinity of `nodes` copies of
+    one node block on a fabric: device j of node k is `n{k}.{name}` at k * devices + j,
+    node k's links follow node k-1's in the same order, then the fabric's."""
+    bdev, blinks, branks = block
+    ndev = len(bdev)
+    nic_pos = [j for j, d in enumerate(bdev) if d.kind == "nic"]
+    nic_names_, nic_models = [bdev[j].name for j in nic_pos], [bdev[j].model for j in nic_pos]
+    fdev, cols = [], ([], [], [], [], [], ((), []))
+    if nodes > 1 and fabric == "rail-2tier":
+        fdev, flinks = rail_2tier(nodes, nic_names_, nic_models, oversub, leaf_ports,
+                                  placement, seed)
+        devices = DeviceTable(bdev, nodes, fdev)
+        cols = ([devices.position(ln.src) for ln in flinks],
+                [devices.position(ln.dst) for ln in flinks],
+                [ln.bandwidth_Bps for ln in flinks], [ln.latency_s for ln in flinks],
+                [ln.efficiency for ln in flinks], _codes([ln.tech for ln in flinks]))
+    else:
+        if nodes > 1:
+            fdev, cols = _fabric_columns(nodes, ndev, nic_pos, nic_models, fabric, oversub,
+                                         leaf_ports)
+        devices = DeviceTable(bdev, nodes, fdev)
+    links = replicate_links(devices, blinks, cols)
+    ranks = devices.remember(branks)
+    aff = devices.remember([affinity[r] for r in branks]) if affinity else []
+    return devices, links, ranks, aff
+
+
+def _blocks(blocks, affinity, nodes, fabric, oversub, leaf_ports):
+    """Devices, links, ranks and NIC affinity of the blocks of an NVLink partition, each a
+    node, in turn, on a rail or fat-tree fabric."""
+    per = len(blocks)
+    all_devices, all_links, all_ranks, all_aff, node_nics = [], [], [], [], []
+    for k in range(nodes * per):
+        bdev, blinks, branks = blocks[k % per]
+        rename = {d.name: f"n{k}.{d.name}" for d in bdev}
+        all_devices += [Device(rename[d.name], d.kind, k, d.model) for d in bdev]
+        all_links += [Link(rename[ln.src], rename[ln.dst], ln.bandwidth_Bps, ln.latency_s,
+                           ln.tech, ln.efficiency) for ln in blinks]
+        all_ranks += [rename[r] for r in branks]
+        all_aff += [rename[affinity[r]] for r in branks] if affinity else []
+        node_nics.append([(rename[d.name], d.model) for d in bdev if d.kind == "nic"])
+    if nodes * per > 1:
+        fdev, flinks = _fabric(node_nics, fabric, oversub, leaf_ports)
+        all_devices += fdev
+        all_links += flinks
+    return all_devices, all_links, all_ranks, all_aff
+
+
+def _fabric_columns(nodes, ndev, nic_pos, nic_models, fabric, oversub, leaf_ports):
+    """`_fabric` for `nodes` copies of a node (NIC i at device nic_pos[i] of each), as
+    (devices, link columns) with device indices: the same devices and links in the same
+    order, without a Python object per link."""
+    M = len(nic_pos)
+    model0 = nic_models[0]
+    k = np.repeat(np.arange(nodes, dtype=np.int64), M)
+    i = np.tile(np.arange(M, dtype=np.int64), nodes)
+    if fabric == "rail":
+        nleaves, leaf, prefix = M, i, "rail"
+    else:
+        per_leaf = max(1, leaf_ports // M)     # whole nodes per leaf
+        nleaves, leaf, prefix = math.ceil(nodes / per_leaf), k // per_leaf, "leaf"
+    devices = [Device(f"{prefix}{j}", "switch", -1, model0) for j in range(nleaves)]
+    base = nodes * ndev
+    techs = [get_link_tech(m) for m in nic_models]
+    nic = k * ndev + np.asarray(nic_pos, dtype=np.int64)[i]
+    sw = base + leaf
+    bw = np.array([t.bandwidth_Bps for t in techs])[i]
+    down = np.zeros(nleaves)
+    np.add.at(down, leaf, bw)   # unbuffered, in order: the same sums as a loop adding them
+    src, dst = [np.stack([nic, sw], 1).ravel()], [np.stack([sw, nic], 1).ravel()]
+    cols = [[np.repeat(bw, 2)], [np.repeat(np.array([t.latency_s for t in techs])[i], 2)],
+            [np.repeat(np.array([t.efficiency for t in techs])[i], 2)]]
+    names, code = _codes([t.name for t in techs] + [get_link_tech(model0).name])
+    codes = [np.repeat(np.asarray(code[:M], dtype=np.int64)[i], 2)]
+    if nleaves > 1:
+        nspines = min(nleaves, MAX_SPINES)
+        tech = get_link_tech(model0)
+        devices += [Device(f"spine{s}", "switch", -1, model0) for s in range(nspines)]
+        # uplink capacity = downlink capacity / oversubscription, spread over the spines
+        j = np.repeat(np.arange(nleaves, dtype=np.int64), nspines)
+        s = np.tile(np.arange(nspines, dtype=np.int64), nleaves)
+        leaf_i, spine_i = base + j, base + nleaves + s
+        src.append(np.stack([leaf_i, spine_i], 1).ravel())
+        dst.append(np.stack([spine_i, leaf_i], 1).ravel())
+        up = np.repeat(down / oversub / nspines, nspines)
+        cols[0].append(np.repeat(up, 2))
+        cols[1].append(np.full(len(up) * 2, tech.latency_s))
+        cols[2].append(np.full(len(up) * 2, tech.efficiency))
+        codes.append(np.full(len(up) * 2, code[M], dtype=np.int64))
+    return devices, (np.concatenate(src), np.concatenate(dst), np.concatenate(cols[0]),
+                     np.concatenate(cols[1]), np.concatenate(cols[2]),
+                     (names, np.concatenate(codes)))
+
+
+def _codes(values) -> tuple[tuple, list[int]]:
+    """(the distinct values in order of first appearance, each value's position in them)."""
+    seen: dict = {}
+    codes = [seen.setdefault(v, len(seen)) for v in values]
+    return tuple(seen), codes
 
 
 def _shape(block) -> tuple:

@@ -18,77 +18,21 @@ Example:
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from ..errors import TopologyError
+from ..errors import GpucommError, TopologyError
 from ..limits import read_text
+from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device, Link
+from .routing import Router
+from .tables import DeviceTable, LinkTable, NameIndex
+from .yamlio import topology_fields
 
-DEVICE_KINDS = ("gpu", "cpu", "pcie_switch", "nvswitch", "nic", "switch", "memory")
-# Devices a route may pass through. A GPU or a NIC is never a router, host memory only a
-# bounce buffer (used on purpose when P2P is off), never a shortcut between two CPUs.
-TRANSIT_KINDS = frozenset({"cpu", "pcie_switch", "nvswitch", "switch"})
-
-
-@dataclass(frozen=True)
-class Device:
-    """A GPU, CPU root complex, PCIe switch, NVSwitch, NIC, network switch or host memory.
-
-    `node` is the node index, -1 for fabric switches that belong to no node."""
-    name: str
-    kind: str
-    node: int
-    model: str = ""
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name:
-            raise TopologyError(f"device name {self.name!r} must be a non-empty string")
-        if self.kind not in DEVICE_KINDS:
-            raise TopologyError(f"device {self.name!r}: unknown kind {self.kind!r}; "
-                                f"allowed: {', '.join(DEVICE_KINDS)}")
-        if isinstance(self.node, bool) or not isinstance(self.node, int) or self.node < -1:
-            raise TopologyError(f"device {self.name!r}: node {self.node!r} must be an integer "
-                                ">= 0, or -1 for a fabric switch")
-        if self.node == -1 and self.kind != "switch":
-            raise TopologyError(f"device {self.name!r}: only kind 'switch' may have node -1 "
-                                f"(a {self.kind} belongs to a node)")
-
-
-@dataclass(frozen=True)
-class Link:
-    """A DIRECTED link (a bundle of lanes/links between the same two devices).
-
-    `bandwidth_Bps` is nominal per direction; `efficiency` is the achievable fraction
-    (encoding and protocol overhead), kept apart so both stay visible."""
-    src: str
-    dst: str
-    bandwidth_Bps: float
-    latency_s: float
-    tech: str
-    efficiency: float = 1.0
-
-    def __post_init__(self):
-        if self.src == self.dst:
-            raise TopologyError(f"link {self.src}->{self.dst} connects a device to itself")
-        for name, minimum in (("bandwidth_Bps", "> 0"), ("latency_s", ">= 0")):
-            v = getattr(self, name)
-            ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and np.isfinite(v)
-                  and (v > 0 if minimum == "> 0" else v >= 0))
-            if not ok:
-                raise TopologyError(f"link {self.src}->{self.dst}: {name} {v!r} must be a "
-                                    f"finite number {minimum}")
-        eff = self.efficiency
-        if isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0.0 < eff <= 1.0:
-            raise TopologyError(f"link {self.src}->{self.dst}: efficiency {self.efficiency!r} "
-                                "must be in (0, 1]")
-
-    @property
-    def achievable_Bps(self) -> float:
-        return self.bandwidth_Bps * self.efficiency
-
+__all__ = ["DEVICE_KINDS", "TRANSIT_KINDS", "Device", "Link", "Topology", "load_topology",
+           "topology_from_dict"]
 
 @dataclass(frozen=True)
 class Topology:
@@ -113,26 +57,48 @@ class Topology:
 
     def __post_init__(self):
         for name in ("devices", "links", "ranks", "nic_affinity"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            value = getattr(self, name)
+            if not isinstance(value, (DeviceTable, LinkTable)):
+                object.__setattr__(self, name, tuple(value))
+        if isinstance(self.devices, DeviceTable):   # checked when the table was made
+            index = NameIndex(self.devices)
+            kinds = self.devices.kinds()
+        else:
+            index, kinds = self._check_devices()
+        if isinstance(self.links, LinkTable):
+            if self.links.devices is not self.devices:
+                raise TopologyError("a LinkTable must index this topology's devices")
+        else:
+            for i, ln in enumerate(self.links):
+                for end in (ln.src, ln.dst):
+                    if end not in index:
+                        raise TopologyError(f"link {i} ({ln.src}->{ln.dst}) is dangling: no "
+                                            f"device named {end!r}")
+        self._cache["index"] = index
+        self._cache["kinds"] = kinds
+        self._check_ranks(index, kinds)
+
+    def _check_devices(self) -> tuple[dict, list]:
         index = {}
-        for d in self.devices:
+        for i, d in enumerate(self.devices):
             if not isinstance(d, Device):
                 raise TopologyError(f"devices must be Device values, got {type(d).__name__}")
             if d.name in index:
                 raise TopologyError(f"duplicate device name {d.name!r}")
-            index[d.name] = d
-        for i, ln in enumerate(self.links):
-            for end in (ln.src, ln.dst):
-                if end not in index:
-                    raise TopologyError(f"link {i} ({ln.src}->{ln.dst}) is dangling: no device "
-                                        f"named {end!r}")
+            index[d.name] = i
+        return index, [d.kind for d in self.devices]
+
+    def _check_ranks(self, index, kinds) -> None:
         if not self.ranks:
             raise TopologyError(f"topology {self.name!r} has no ranks (no GPU devices)")
-        if len(set(self.ranks)) != len(self.ranks):
+        pos = self._positions(self.ranks)
+        # device positions stand for names one to one: distinct positions, distinct names
+        if len(set(pos if None not in pos else self.ranks)) != len(self.ranks):
             raise TopologyError("ranks name the same GPU twice")
-        for r in self.ranks:
-            if r not in index or index[r].kind != "gpu":
-                raise TopologyError(f"rank device {r!r} is not a GPU in this topology")
+        if None in pos or _kinds_of(kinds, pos) != {"gpu"}:
+            r = next(r for r, i in zip(self.ranks, pos) if i is None or kinds[i] != "gpu")
+            raise TopologyError(f"rank device {r!r} is not a GPU in this topology")
+        self._cache["rank_pos"] = pos
         for name in ("nodes", "gpus_per_node"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -141,18 +107,31 @@ class Topology:
             if len(self.nic_affinity) != len(self.ranks):
                 raise TopologyError(f"nic_affinity has {len(self.nic_affinity)} entries for "
                                     f"{len(self.ranks)} ranks")
-            for r, n in zip(self.ranks, self.nic_affinity):
-                if n not in index or index[n].kind != "nic" or index[n].node != index[r].node:
-                    raise TopologyError(f"nic_affinity of {r!r} is {n!r}, which is not a NIC "
-                                        "on the same node")
-        self._cache["index"] = {d.name: i for i, d in enumerate(self.devices)}
+            aff = self._positions(self.nic_affinity)
+            nodes = self.device_nodes()
+            if None in aff or _kinds_of(kinds, aff) != {"nic"} \
+                    or not np.array_equal(nodes[np.asarray(aff)], nodes[np.asarray(pos)]):
+                for r, n, i, g in zip(self.ranks, self.nic_affinity, aff, pos):
+                    if i is None or kinds[i] != "nic" or nodes[i] != nodes[g]:
+                        raise TopologyError(f"nic_affinity of {r!r} is {n!r}, which is not a "
+                                            "NIC on the same node")
+            self._cache["nic_pos"] = aff
+
+    def _positions(self, names) -> list:
+        """Device index of each name (None where there is none)."""
+        index = self._cache["index"]
+        if isinstance(index, NameIndex):
+            return index.table.positions(names)
+        return list(map(index.get, names))
 
     def __hash__(self) -> int:
-        # computed once: hashing 10^5 links on every dict lookup would be slow
+        # from the sizes, not every device and link: equal topologies have equal sizes, and
+        # hashing 10^6 links (or making them, for a cluster's columns) on a dict lookup is slow
         if "hash" not in self._cache:
-            self._cache["hash"] = hash((self.name, self.devices, self.links, self.ranks,
-                                        self.gpus_per_node, self.nodes, self.in_switch_reduction,
-                                        self.p2p, self.nic_affinity, self.network))
+            self._cache["hash"] = hash((self.name, len(self.devices), len(self.links),
+                                        self.ranks[:1], len(self.ranks), self.gpus_per_node,
+                                        self.nodes, self.in_switch_reduction, self.p2p,
+                                        self.network))
         return self._cache["hash"]
 
     # ---- lookups -------------------------------------------------------------------------
@@ -173,7 +152,7 @@ class Topology:
         return self.devices[self.index_of(self.ranks[self._check_rank(rank)])]
 
     def node_of(self, rank: int) -> int:
-        return self.rank_device(rank).node
+        return int(self.device_nodes()[self._cache["rank_pos"][self._check_rank(rank)]])
 
     def _check_rank(self, rank) -> int:
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) \
@@ -185,17 +164,58 @@ class Topology:
     def link_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(bandwidth_Bps, latency_s, efficiency) as float64 arrays indexed by link."""
         if "arrays" not in self._cache:
-            arr = np.array([(ln.bandwidth_Bps, ln.latency_s, ln.efficiency) for ln in self.links],
-                           dtype=np.float64).reshape(-1, 3)
-            arr.flags.writeable = False
-            self._cache["arrays"] = (arr[:, 0], arr[:, 1], arr[:, 2])
+            if isinstance(self.links, LinkTable):
+                self._cache["arrays"] = (self.links.bw, self.links.lat, self.links.eff)
+            else:
+                arr = np.array([(ln.bandwidth_Bps, ln.latency_s, ln.efficiency)
+                                for ln in self.links], dtype=np.float64).reshape(-1, 3)
+                arr.flags.writeable = False
+                self._cache["arrays"] = (arr[:, 0], arr[:, 1], arr[:, 2])
         return self._cache["arrays"]
+
+    def link_ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """(source, destination) device indices of every link, int64 arrays (read-only)."""
+        if "ends" not in self._cache:
+            if isinstance(self.links, LinkTable):
+                ends = (self.links.src, self.links.dst)
+            else:
+                index = self._cache["index"]
+                ends = tuple(np.array([index[getattr(ln, end)] for ln in self.links],
+                                      dtype=np.int64) for end in ("src", "dst"))
+                for a in ends:
+                    a.flags.writeable = False
+            self._cache["ends"] = ends
+        return self._cache["ends"]
+
+    def device_nodes(self) -> np.ndarray:
+        """The node of every device (-1: fabric), an int64 array (read-only)."""
+        if "nodes" not in self._cache:
+            nodes = self.devices.node_array() if isinstance(self.devices, DeviceTable) else \
+                np.array([d.node for d in self.devices], dtype=np.int64)
+            nodes.flags.writeable = False
+            self._cache["nodes"] = nodes
+        return self._cache["nodes"]
+
+    def device_kinds(self) -> list[str]:
+        """The kind of every device, by index."""
+        return self._cache["kinds"]
+
+    def device_kind_codes(self) -> np.ndarray:
+        """The kind of every device as its index in DEVICE_KINDS (int8, read-only)."""
+        if "kind_codes" not in self._cache:
+            if isinstance(self.devices, DeviceTable):
+                codes = self.devices.kind_codes(DEVICE_KINDS)
+            else:
+                code = {k: i for i, k in enumerate(DEVICE_KINDS)}
+                codes = np.array([code[k] for k in self.device_kinds()], dtype=np.int8)
+            codes.flags.writeable = False
+            self._cache["kind_codes"] = codes
+        return self._cache["kind_codes"]
 
     # ---- routing (see routing.py) --------------------------------------------------------
     @property
-    def router(self):
+    def router(self) -> Router:
         if "router" not in self._cache:
-            from .routing import Router
             self._cache["router"] = Router(self)
         return self._cache["router"]
 
@@ -242,6 +262,7 @@ class Topology:
         return out
 
     def to_yaml(self) -> str:
+        import yaml
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None,
                               width=160)
 
@@ -250,11 +271,11 @@ class Topology:
 
     @classmethod
     def from_dict(cls, data, where: str = "topology") -> "Topology":
-        from .yamlio import topology_from_dict
         return topology_from_dict(data, where)
 
     @classmethod
     def from_yaml(cls, text: str, where: str = "topology YAML") -> "Topology":
+        import yaml
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
@@ -271,8 +292,8 @@ class Topology:
 
     def __str__(self) -> str:
         kinds = {}
-        for d in self.devices:
-            kinds[d.kind] = kinds.get(d.kind, 0) + 1
+        for k in self.device_kinds():
+            kinds[k] = kinds.get(k, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in kinds.items())
         return (f"Topology {self.name}: {self.nodes} node(s) x {self.gpus_per_node} GPU(s), "
                 f"{len(self.ranks)} ranks, {len(self.links)} links ({parts})")
@@ -288,6 +309,22 @@ def _device_dict(d: Device) -> dict:
 def _link_dict(ln: Link) -> dict:
     return {"src": ln.src, "dst": ln.dst, "bandwidth_Bps": float(ln.bandwidth_Bps),
             "latency_s": float(ln.latency_s), "tech": ln.tech, "efficiency": float(ln.efficiency)}
+
+
+def _kinds_of(kinds: list, positions: list) -> set:
+    """The set of kinds of the devices at `positions` (a C-speed gather)."""
+    got = operator.itemgetter(*positions)(kinds) if positions else ()
+    return {got} if len(positions) == 1 else set(got)
+
+
+def topology_from_dict(data, where="topology") -> Topology:
+    """Build and validate a Topology from the YAML mapping (see docs/topology-yaml.md)."""
+    fields = topology_fields(data, where)
+    try:
+        return Topology(**fields)
+    except GpucommError as e:
+        msg = str(e)
+        raise type(e)(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
 def load_topology(path) -> Topology:

@@ -27,7 +27,7 @@ import itertools
 import numpy as np
 
 from ..errors import TopologyError
-from .model import TRANSIT_KINDS
+from .elements import DEVICE_KINDS, TRANSIT_KINDS
 
 MAX_ECMP = 64
 REF_BYTES = 1 << 20   # the reference message of the route metric
@@ -70,41 +70,90 @@ class Router:
 
     def __init__(self, topo):
         self.topo = topo
-        devs = topo.devices
-        self.index = {d.name: i for i, d in enumerate(devs)}
-        self.node = [d.node for d in devs]
-        self.kind = [d.kind for d in devs]
-        self.transit = [d.kind in TRANSIT_KINDS for d in devs]
-        self.lsrc = [self.index[ln.src] for ln in topo.links]
-        self.ldst = [self.index[ln.dst] for ln in topo.links]
-        # link cost in integer picoseconds, so that ties (ECMP) compare exactly
-        self.cost_ps = [int(round((ln.latency_s + REF_BYTES / (ln.bandwidth_Bps * ln.efficiency))
-                                  * 1e12)) for ln in topo.links]
-        self.out = [[] for _ in devs]
-        for li, (u, v) in enumerate(zip(self.lsrc, self.ldst)):
-            self.out[u].append((li, v))
-        self.rank_dev = [self.index[r] for r in topo.ranks]
-        self.rank_node = np.array([self.node[d] for d in self.rank_dev], dtype=np.int64)
+        self.index = topo._cache["index"]      # name -> device index (a dict or NameIndex)
+        nodes = topo.device_nodes()
+        self.node = nodes.tolist()
+        self.kind = topo.device_kinds()
+        codes = topo.device_kind_codes()
+        self.transit = np.array([k in TRANSIT_KINDS for k in DEVICE_KINDS])[codes].tolist()
+        src, dst = topo.link_ends()
+        bw, lat, eff = topo.link_arrays()
+        # link cost in integer picoseconds, so that ties (ECMP) compare exactly (numpy's
+        # float64 arithmetic and round-half-even are Python's)
+        self.cost = np.rint((lat + REF_BYTES / (bw * eff)) * 1e12).astype(np.int64)
+        self._ends = (src, dst)
+        self._adj = {}      # device -> [(link, next device)], built on first use (_out)
+        self._csr = None
+        self.rank_dev = list(topo._cache["rank_pos"])
+        self.rank_node = nodes[np.asarray(self.rank_dev, dtype=np.int64)] if self.rank_dev \
+            else np.zeros(0, dtype=np.int64)
         self.memories = {}
-        for i, d in enumerate(devs):
-            if d.kind == "memory":
-                self.memories.setdefault(d.node, []).append(i)
+        for i in np.flatnonzero(codes == DEVICE_KINDS.index("memory")).tolist():
+            self.memories.setdefault(self.node[i], []).append(i)
         self._local = {}    # src device -> (dist, preds) inside its node
         self._fabric = {}   # src device -> (dist, preds) over the fabric
+        self._switch = {}   # fabric switch -> (dist, preds) over the switches only
         self._routes = {}   # (src rank, dst rank) -> tuple of paths
         self._port = None
-        self._plinks = None
+        self._parr = None
         self._lp0 = {}      # node-0 local paths, reused for replica nodes
         self._tables = None
         self._tables_built = False
 
+    @property
+    def lsrc(self) -> np.ndarray:
+        """Source device index of every link (int64, read-only)."""
+        return self._ends[0]
+
+    @property
+    def ldst(self) -> np.ndarray:
+        """Destination device index of every link (int64, read-only)."""
+        return self._ends[1]
+
+    @property
+    def out(self) -> list:
+        """Out-links of every device, [(link, next device, cost in ps)] (built for all)."""
+        return [self._out(u) for u in range(len(self.node))]
+
+    def _out(self, u):
+        """Out-links of device u in link order, [(link, next device, cost in ps)]."""
+        adj = self._adj.get(u)
+        if adj is None:
+            adj = self._adj[u] = self._edges(u, False)
+        return adj
+
+    def _switch_out(self, u):
+        """Out-links of fabric switch u to other fabric switches."""
+        key = ("sw", u)
+        adj = self._adj.get(key)
+        if adj is None:
+            adj = self._adj[key] = self._edges(u, True)
+        return adj
+
+    def _edges(self, u, switches):
+        if self._csr is None:
+            src = self._ends[0]
+            order = np.argsort(src, kind="stable")
+            starts = np.searchsorted(src[order], np.arange(len(self.node) + 1))
+            self._csr = (order, starts, self.topo.device_nodes())
+        order, starts, nodes = self._csr
+        lis = order[starts[u]:starts[u + 1]]
+        vs = self._ends[1][lis]
+        if switches:
+            keep = nodes[vs] == -1
+            lis, vs = lis[keep], vs[keep]
+        return list(zip(lis.tolist(), vs.tolist(), self.cost[lis].tolist()))
+
     # ---- shortest paths ------------------------------------------------------------------
-    def _sssp(self, src, local):
-        """Dijkstra on (cost, hops) with all tied predecessors."""
-        cache = self._local if local else self._fabric
+    def _sssp(self, src, local, switches=False):
+        """Dijkstra on (cost, hops) with all tied predecessors. switches: over the fabric's
+        switches only (node -1), which gives the same paths between two switches as the
+        whole fabric (a fabric path passes only switches) without visiting every NIC."""
+        cache = self._local if local else self._switch if switches else self._fabric
         if src in cache:
             return cache[src]
         node, n0 = self.node, self.node[src]
+        out = self._switch_out if switches else self._out
         dist, preds = {src: (0, 0)}, {}
         heap = [(0, 0, src)]
         while heap:
@@ -113,13 +162,13 @@ class Router:
                 continue
             if u != src and not (self.transit[u] and (local or node[u] == -1)):
                 continue
-            for li, v in self.out[u]:
+            for li, v, cost in out(u):
                 if local:
                     if node[v] != n0:
                         continue
                 elif node[u] == node[v] != -1:
                     continue    # a node-internal link is not part of the fabric
-                nd = (c + self.cost_ps[li], h + 1)
+                nd = (c + cost, h + 1)
                 d = dist.get(v)
                 if d is None or nd < d:
                     dist[v], preds[v] = nd, [li]
@@ -133,7 +182,8 @@ class Router:
         """All tied shortest paths src -> dst (tuples of link indices), [] if none."""
         if src == dst:
             return [()]
-        dist, preds = self._sssp(src, local)
+        switches = not local and self.node[src] == -1 and self.node[dst] == -1
+        dist, preds = self._sssp(src, local, switches)
         if dst not in dist:
             return []
         out = []
@@ -145,12 +195,12 @@ class Router:
                 out.append(tuple(reversed(tail)))
                 return
             for li in preds[v]:
-                walk(self.lsrc[li], tail + [li])
+                walk(int(self._ends[0][li]), tail + [li])
         walk(dst, [])
         return sorted(out)
 
     def _cost(self, path):
-        return (sum(self.cost_ps[li] for li in path), len(path))
+        return (int(self.cost[list(path)].sum()) if path else 0, len(path))
 
     def _best(self, candidates):
         """Keep the candidates of least (cost, hops), deduplicated, capped."""
@@ -185,39 +235,55 @@ class Router:
         return self._best(cands)
 
     # ---- ports (the NIC a GPU uses) ------------------------------------------------------
-    def _port_links(self):
-        """Fabric links (not internal to one node) by source and by destination device."""
-        if self._plinks is None:
-            up, down = {}, {}
-            for li, (u, v) in enumerate(zip(self.lsrc, self.ldst)):
-                if self.node[u] != self.node[v] or self.node[u] == -1:
-                    up.setdefault(u, []).append(li)
-                    down.setdefault(v, []).append(li)
-            self._plinks = (up, down)
-        return self._plinks
+    def _port_arrays(self):
+        """Per device: the number of fabric links (not internal to one node) out of it and
+        into it, and the first of each (-1 if none)."""
+        if self._parr is None:
+            src, dst = self._ends
+            nodes = np.asarray(self.node, dtype=np.int64)
+            ns, nd = nodes[src], nodes[dst]
+            fab = np.flatnonzero((ns != nd) | (ns == -1))
+            n = len(self.node)
+            arrays = []
+            for ends in (src, dst):
+                count = np.bincount(ends[fab], minlength=n)
+                first = np.full(n, -1, dtype=np.int64)
+                first[ends[fab][::-1]] = fab[::-1]      # the first link wins
+                arrays += [count, first]
+            self._parr = tuple(arrays)
+        return self._parr
+
+    def _simple_array(self, ports):
+        """(uplink, downlink) arrays for ports, and whether each port is simple (_simple)."""
+        up_n, up_1, down_n, down_1 = self._port_arrays()
+        p = np.asarray(ports, dtype=np.int64)
+        nodes = np.asarray(self.node, dtype=np.int64)
+        ldst, lsrc = self._ends[1], self._ends[0]
+        ok = (up_n[p] == 1) & (down_n[p] == 1) & (nodes[p] != -1)
+        ok[ok] &= (nodes[ldst[up_1[p[ok]]]] == -1) & (nodes[lsrc[down_1[p[ok]]]] == -1)
+        return up_1[p], down_1[p], ok
 
     def _simple(self, p):
         """(uplink, downlink) if port p has exactly one link into the fabric, to a switch,
         and one out of it, from a switch; else None."""
-        up, down = self._port_links()
-        u, d = up.get(p, ()), down.get(p, ())
-        if len(u) == 1 and len(d) == 1 and self.node[p] != -1 \
-                and self.node[self.ldst[u[0]]] == -1 and self.node[self.lsrc[d[0]]] == -1:
-            return u[0], d[0]
-        return None
+        up, down, ok = self._simple_array([p])
+        return (int(up[0]), int(down[0])) if ok[0] else None
 
     def _fabric_paths(self, pa, pb):
         sa, sb = self._simple(pa), self._simple(pb)
         if sa and sb and pa != pb:
-            x, y = self.ldst[sa[0]], self.lsrc[sb[1]]
+            x, y = int(self._ends[1][sa[0]]), int(self._ends[0][sb[1]])
             return [(sa[0],) + p + (sb[1],) for p in self._paths(x, y, False)]
         return self._paths(pa, pb, False)
 
     def ports(self):
         """Per rank: the device where its inter-node traffic enters the fabric."""
         if self._port is None:
-            up, _ = self._port_links()
-            has_uplink = [self.node[i] != -1 and i in up for i in range(len(self.node))]
+            if self.topo.nic_affinity:
+                self._port = list(self.topo._cache["nic_pos"])
+                return self._port
+            has_uplink = ((self._port_arrays()[0] > 0)
+                          & (np.asarray(self.node) != -1)).tolist()
             port = []
             for r, g in enumerate(self.rank_dev):
                 if self.topo.nic_affinity:
@@ -297,22 +363,47 @@ class Router:
         ports = self.ports()
         if any(p < 0 for p in ports):
             return None
-        simple = {p: self._simple(p) for p in set(ports)}
-        if not all(simple.values()):
+        up, down, ok = self._simple_array(ports)
+        if not ok.all():
             return None
+        seg = self._replica_segments(ports)
+        if seg is None:
+            R = len(self.rank_dev)
+            seg = (_pad([self._local_paths(self.rank_dev[r], ports[r]) for r in range(R)]),
+                   _pad([self._local_paths(ports[r], self.rank_dev[r]) for r in range(R)]))
+        xs = np.asarray(self._ends[1])[up]
+        ys = np.asarray(self._ends[0])[down]
+        sw_up, x = np.unique(xs, return_inverse=True)
+        sw_down, y = np.unique(ys, return_inverse=True)
+        sw = [[self._paths(int(a), int(b), False) for b in sw_down] for a in sw_up]
+        return {"out": seg[0], "in": seg[1], "sw": _pad2(sw), "up": up, "down": down,
+                "x": x.astype(np.int64), "y": y.astype(np.int64)}
+
+    def _replica_segments(self, ports):
+        """The GPU <-> NIC segments of every rank from node 0's, shifted by node k's device
+        and link offsets, when the nodes are replicas (build_topology) with ranks and ports
+        laid out alike in every node; else None."""
+        replica = self.topo._cache.get("replica")
         R = len(self.rank_dev)
-        seg_out = [self._local_paths(self.rank_dev[r], ports[r]) for r in range(R)]
-        seg_in = [self._local_paths(ports[r], self.rank_dev[r]) for r in range(R)]
-        up = np.array([simple[p][0] for p in ports], dtype=np.int64)
-        down = np.array([simple[p][1] for p in ports], dtype=np.int64)
-        xs = [self.ldst[li] for li in up]
-        ys = [self.lsrc[li] for li in down]
-        sw_up, sw_down = sorted(set(xs)), sorted(set(ys))
-        xi, yi = {x: i for i, x in enumerate(sw_up)}, {y: i for i, y in enumerate(sw_down)}
-        sw = [[self._paths(x, y, False) for y in sw_down] for x in sw_up]
-        return {"out": _pad(seg_out), "in": _pad(seg_in), "sw": _pad2(sw), "up": up,
-                "down": down, "x": np.array([xi[x] for x in xs]),
-                "y": np.array([yi[y] for y in ys])}
+        nodes = int(self.topo.nodes)
+        if not replica or nodes < 2 or R % nodes:
+            return None
+        ndev, nlink = replica
+        gpn = R // nodes
+        k = np.arange(R, dtype=np.int64) // gpn
+        dev = np.asarray(self.rank_dev, dtype=np.int64) - k * ndev
+        port = np.asarray(ports, dtype=np.int64) - k * ndev
+        if not (np.array_equal(self.rank_node, k) and np.array_equal(dev, np.tile(dev[:gpn], nodes))
+                and np.array_equal(port, np.tile(port[:gpn], nodes))):
+            return None
+        out = []
+        for pairs in ([(int(dev[r]), int(port[r])) for r in range(gpn)],
+                      [(int(port[r]), int(dev[r])) for r in range(gpn)]):
+            arr, counts = _pad([self._local_paths(a, b) for a, b in pairs])
+            shift = (k * nlink).reshape(nodes, gpn)[..., None, None]
+            full = np.where(arr[None] >= 0, arr[None] + shift, -1).reshape((R,) + arr.shape[1:])
+            out.append((full.astype(np.int32), np.tile(counts, nodes)))
+        return out
 
     def _ensure_tables(self):
         if not self._tables_built:
@@ -384,36 +475,42 @@ class Router:
         does not). Cheap: per node all pairs (one node when nodes are replicas), then every
         rank's segments and the switch-to-switch table."""
         R = len(self.rank_dev)
-        by_node = {}
-        for r in range(R):
-            by_node.setdefault(int(self.rank_node[r]), []).append(r)
-        groups = list(by_node.values())
+        rank_node = self.rank_node
+        order = np.argsort(rank_node, kind="stable")
+        cuts = np.flatnonzero(np.diff(rank_node[order])) + 1
+        groups = sorted(np.split(order, cuts), key=lambda g: g[0]) if R else []
         if self.topo._cache.get("replica"):
             groups = groups[:1]
         for ranks in groups:
+            ranks = ranks.tolist()
             for s in ranks:
                 for d in ranks:
                     if s != d:
                         self._segments_cached(s, d)
-        if len(by_node) < 2:
+        if len(cuts) < 1:
             return
         t = self._ensure_tables()
         if t is None:
             for s in range(R):
                 for d in range(R):
-                    if self.rank_node[s] != self.rank_node[d]:
+                    if rank_node[s] != rank_node[d]:
                         self._segments_cached(s, d)
             return
+        self._check_tables(t)
+
+    def _check_tables(self, t):
+        """Raise naming a pair of ranks on different nodes that the tables cannot join."""
+        rank_node = self.rank_node
         for counts in (t["out"][1], t["in"][1]):
             if (counts == 0).any():
                 r = int(np.argmax(counts == 0))
-                other = next(o for o in range(R) if self.rank_node[o] != self.rank_node[r])
+                other = int(np.argmax(rank_node != rank_node[r]))
                 self._segments(r, other) if counts is t["out"][1] else self._segments(other, r)
         for xi, yi in np.argwhere(t["sw"][1] == 0):
             srcs = np.nonzero(t["x"] == xi)[0]
             dsts = np.nonzero(t["y"] == yi)[0]
             for s in srcs:
-                far = dsts[self.rank_node[dsts] != self.rank_node[s]]
+                far = dsts[rank_node[dsts] != rank_node[s]]
                 if len(far):
                     self._segments(int(s), int(far[0]))    # raises, naming the reason
 

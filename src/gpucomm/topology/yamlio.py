@@ -6,8 +6,8 @@ take them from the hardware catalog through `tech`; `duplex: true` adds the reve
 """
 from __future__ import annotations
 
-from ..errors import ConfigError, GpucommError, TopologyError
-from .model import Device, Link, Topology
+from ..errors import ConfigError, TopologyError
+from .elements import Device, Link
 
 TOP_KEYS = ("name", "nodes", "gpus_per_node", "in_switch_reduction", "p2p", "devices", "links",
             "ranks", "nic_affinity", "description", "source")
@@ -98,8 +98,9 @@ def parse_link(obj, where) -> list[Link]:
     return out
 
 
-def topology_from_dict(data, where="topology") -> Topology:
-    """Build and validate a Topology from the YAML mapping (see docs/topology-yaml.md)."""
+def topology_fields(data, where="topology") -> dict:
+    """The Topology fields of a YAML mapping (see docs/topology-yaml.md), each checked;
+    `model.topology_from_dict` makes the Topology (and checks the whole)."""
     _mapping(data, where)
     _unknown(data, TOP_KEYS, where)
     for key in ("devices", "links"):
@@ -152,13 +153,8 @@ def topology_from_dict(data, where="topology") -> Topology:
         flags[key] = data.get(key, default)
         if not isinstance(flags[key], bool):
             raise TopologyError(f"{where}: {key} must be true or false, got {flags[key]!r}")
-    try:
-        return Topology(name=str(data.get("name", "custom")), devices=tuple(devices),
-                        links=tuple(links), ranks=tuple(ranks),
-                        gpus_per_node=data.get("gpus_per_node", max(per_node.values(),
-                                                                    default=1)),
-                        nodes=data.get("nodes", max(len(per_node), 1)),
-                        nic_affinity=affinity, **flags)
-    except GpucommError as e:
-        msg = str(e)
-        raise type(e)(msg if msg.startswith(where) else f"{where}: {msg}") from None
+    return dict(name=str(data.get("name", "custom")), devices=tuple(devices),
+                links=tuple(links), ranks=tuple(ranks),
+                gpus_per_node=data.get("gpus_per_node", max(per_node.values(), default=1)),
+                nodes=data.get("nodes", max(len(per_node), 1)), nic_affinity=affinity,
+                **flags)
