@@ -76,9 +76,9 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
     >>> from gpucomm.algorithms import build
     >>> print(compile_plan(build("all_reduce", "ring", 2), 4).describe(0))
     0: shm[0:+2] = in[0:+2]
-    1: out[2:+2] = in[2] op r1.shm[2]  after r1>=1
-    2: shm[2:+2] = out[2:+2]
-    3: out[0:+2] = r1.shm[0:+2]  after r1>=4
+    1: shm[2:+2] = in[2] op r1.shm[2]  after r1>=1
+    2: out[2:+2] = shm[2:+2]
+    3: out[0:+2] = r1.shm[0:+2]  after r1>=2
     """
     lay = Layout.of(schedule, block_count, slice_elems)
     ver = versions(lay)
