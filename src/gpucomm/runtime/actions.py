@@ -61,6 +61,9 @@ class Action(NamedTuple):
     deps: tuple
 
     def describe(self) -> str:
+        dep = ", ".join(f"r{q}>={k}" for q, k in self.deps)
+        if self.n == 0:
+            return f"wait {dep}" if dep else "nothing"
         src = f"r{self.peer}.{Loc(self.src - 3).text}" if self.src >= PEER else self.src.text
         if self.dst == PEER_OUT:
             what = f"r{self.peer}.out[{self.dst_off}:+{self.n}] = " \
@@ -70,7 +73,6 @@ class Action(NamedTuple):
                    f"{self.cur.text}[{self.cur_off}] op {src}[{self.src_off}]"
         else:
             what = f"{self.dst.text}[{self.dst_off}:+{self.n}] = {src}[{self.src_off}:+{self.n}]"
-        dep = ", ".join(f"r{q}>={k}" for q, k in self.deps)
         return what + (f"  after {dep}" if dep else "")
 
 
