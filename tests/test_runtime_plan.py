@@ -234,3 +234,25 @@ def test_plan_call_turns_options_into_compile_arguments():
     staged = plan_call(sched, bc, 4, opts.replace(slice_bytes=MiB), cma=False)
     assert max(a.n for row in staged.actions for a in row) == MiB // 4
     assert isinstance(staged.actions[0][0], Action)
+
+
+def test_bench_header_prints_the_options_in_force_and_parsers_still_read_it(monkeypatch):
+    from argparse import Namespace
+
+    from gpucomm.bench.table import format_log
+    from gpucomm.cli.bench import _settings
+    from gpucomm.interop.nccltests import parse_log
+    monkeypatch.setattr(rt_options, "_active", None)
+    monkeypatch.setenv("GPUCOMM_PUSH", "0")
+    monkeypatch.setenv("GPUCOMM_SLICE_BYTES", str(64 << 10))
+    settings = _settings(Namespace(backend="shm"))
+    assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 3 MiB in 16 MiB "
+                        "slices, piece 1 MiB, push off, stream on from 256 KiB, cma on",)
+    assert _settings(Namespace(backend="mpi")) == ()
+    row = {"size": 64, "count": 16, "type": "float32", "redop": "sum", "root": -1,
+           "time_us": 10.0, "algbw": 0.01, "busbw": 0.01, "wrong": 0, "ip_time_us": 10.0,
+           "ip_algbw": 0.01, "ip_busbw": 0.01, "ip_wrong": 0}
+    text = format_log([row], test="all_reduce_perf", devices=[(0, "h", 0, "cpu", "CPU", 1)],
+                      settings=settings)
+    assert "\n# gpucomm runtime options: slice 64 KiB" in text
+    assert parse_log(text).collective == "all_reduce"
