@@ -14,7 +14,7 @@ from gpucomm.runtime.actions import (IN, OUT, PEER, PEER_IN, PEER_OUT, SHM, Acti
                                      Op, lower, remove)
 from gpucomm.runtime.communicator import choose_algorithm
 from gpucomm.runtime.options import ENV_NAMES, RuntimeOptions
-from gpucomm.runtime.passes import (Layout, Tracker, copy_ins, drop_empty, fill_outputs,
+from gpucomm.runtime.passes import (SliceMap, Tracker, copy_ins, drop_empty, fill_outputs,
                                     lower_steps, tail_waits, versions)
 from gpucomm.runtime.plan import compile_plan, plan_call
 from gpucomm.runtime.shm import ShmTransport
@@ -59,7 +59,7 @@ def test_drop_empty_forwards_references_to_the_op_before():
 
 # --- the passes, one at a time --------------------------------------------------------------
 def _ring_all_reduce(block_count=4, slice_elems=1 << 16):
-    lay = Layout.of(build("all_reduce", "ring", 2), block_count, slice_elems)
+    lay = SliceMap.of(build("all_reduce", "ring", 2), block_count, slice_elems)
     return lay, versions(lay), Tracker.start(lay)
 
 
@@ -100,7 +100,7 @@ def test_lower_steps_read_after_write_and_final_value_placement():
 
 
 def test_fill_outputs_copies_chunks_no_op_wrote():
-    lay = Layout.of(build("broadcast", "ring", 2, root=0), 8, 1 << 16)
+    lay = SliceMap.of(build("broadcast", "ring", 2, root=0), 8, 1 << 16)
     ver, t = versions(lay), Tracker.start(lay)
     lower_steps(lay, ver, t, direct=True)
     assert not t.ops[0]  # the root receives nothing ...
@@ -123,7 +123,7 @@ def test_tail_waits_hold_user_buffers_until_the_last_peer_read():
 
 def test_compile_plan_is_the_passes_in_order():
     sched = build("all_gather", "ring", 3)
-    lay = Layout.of(sched, 5, 2)
+    lay = SliceMap.of(sched, 5, 2)
     ver, t = versions(lay), Tracker.start(lay)
     copy_ins(lay, ver, t)
     lower_steps(lay, ver, t, False)

@@ -1,5 +1,5 @@
 """The passes that turn a Schedule into per-rank op lists for a *pull* transport (`plan`
-runs them in order; each is a plain function of the `Layout` and the `Tracker`):
+runs them in order; each is a plain function of the `SliceMap` and the `Tracker`):
 
 1. `versions`: which value versions of each (rank, chunk) a peer reads, and the final one;
 2. `copy_ins`: input chunks a peer reads before their owner overwrites them go to shared
@@ -22,7 +22,7 @@ from .actions import IN, OUT, PEER, SHM, Entry, Loc, Op
 
 
 @dataclass(frozen=True)
-class Layout:
+class SliceMap:
     """Where everything is, in elements: the chunks of the logical buffer, each cut into
     slices of at most `slice_elems`, and each rank's input and output ranges in it."""
     nranks: int
@@ -33,7 +33,7 @@ class Layout:
     steps: tuple  # per step: ((src, dst, src_chunk, dst_chunk, nchunks, reduce), ...)
 
     @classmethod
-    def of(cls, schedule: Schedule, block_count: int, slice_elems: int) -> "Layout":
+    def of(cls, schedule: Schedule, block_count: int, slice_elems: int) -> "SliceMap":
         coll, p, root = schedule.collective, schedule.nranks, schedule.root
         bounds = tuple(schedule.chunk_bounds(block_count).tolist())
         slices = tuple(_cut(bounds[c], bounds[c + 1], slice_elems)
@@ -84,7 +84,7 @@ class Tracker:
     copied_out: set = field(default_factory=set)  # (r, c) whose output copy-ins wrote
 
     @classmethod
-    def start(cls, lay: Layout) -> "Tracker":
+    def start(cls, lay: SliceMap) -> "Tracker":
         p, sl = lay.nranks, lay.slices
         return cls([[] for _ in range(p)],
                    [[[IN if lay.is_input(r, c) else SHM for _ in sl[c]]
@@ -98,7 +98,7 @@ class Tracker:
         return op
 
 
-def versions(lay: Layout) -> Versions:
+def versions(lay: SliceMap) -> Versions:
     """Pass 1: count the writes of every (rank, chunk) and note which versions peers read."""
     ver = np.zeros((lay.nranks, lay.nchunks), dtype=np.int64)
     peer_read = set()
@@ -112,7 +112,7 @@ def versions(lay: Layout) -> Versions:
     return Versions(ver, frozenset(peer_read))
 
 
-def copy_ins(lay: Layout, ver: Versions, t: Tracker) -> None:
+def copy_ins(lay: SliceMap, ver: Versions, t: Tracker) -> None:
     """Pass 2: input chunks a peer reads before their owner overwrites them, copied into
     shared memory in the order peers first need them; an unchanged output chunk is copied
     out in the same breath, while the input is cached."""
@@ -137,7 +137,7 @@ def copy_ins(lay: Layout, ver: Versions, t: Tracker) -> None:
             t.copied_out.add((r, c))
 
 
-def lower_steps(lay: Layout, ver: Versions, t: Tracker, direct: bool) -> None:
+def lower_steps(lay: SliceMap, ver: Versions, t: Tracker, direct: bool) -> None:
     """Pass 3: each op of each step, slice by slice, on the rank it writes."""
     cur_ver = np.zeros((lay.nranks, lay.nchunks), dtype=np.int64)
     for ops in lay.steps:
@@ -160,7 +160,7 @@ def lower_steps(lay: Layout, ver: Versions, t: Tracker, direct: bool) -> None:
                 cur_ver[d, cd] = v
 
 
-def _emit_slice(lay: Layout, t: Tracker, s: int, d: int, where: tuple, red: bool,
+def _emit_slice(lay: SliceMap, t: Tracker, s: int, d: int, where: tuple, red: bool,
                 target: Loc) -> None:
     """dst (d, chunk cd, slice k) = [its value (op)] (s, chunk cs, slice k)."""
     cs, cd, k = where
@@ -186,7 +186,7 @@ def _emit_slice(lay: Layout, t: Tracker, s: int, d: int, where: tuple, red: bool
     t.writer[d][cd][k] = op
 
 
-def fill_outputs(lay: Layout, ver: Versions, t: Tracker) -> None:
+def fill_outputs(lay: SliceMap, ver: Versions, t: Tracker) -> None:
     """Pass 4: output chunks that no op wrote keep their input (or copied-in) value."""
     for r in range(lay.nranks):
         for c in range(lay.nchunks):
@@ -198,7 +198,7 @@ def fill_outputs(lay: Layout, ver: Versions, t: Tracker) -> None:
                           lay.offset(OUT, r, lo), hi - lo, OUT))
 
 
-def tail_waits(lay: Layout, t: Tracker) -> None:
+def tail_waits(lay: SliceMap, t: Tracker) -> None:
     """Pass 5: a peer still reading our user buffers: they stay ours till it is done."""
     for r in range(lay.nranks):
         if t.user_readers[r]:

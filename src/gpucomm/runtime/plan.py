@@ -28,7 +28,7 @@ from ..schedule import Schedule
 from . import memcopy
 from .actions import PEER, Action, lower
 from .options import RuntimeOptions
-from .passes import (Layout, Tracker, copy_ins, drop_empty, fill_outputs, lower_steps,
+from .passes import (SliceMap, Tracker, copy_ins, drop_empty, fill_outputs, lower_steps,
                      tail_waits, versions)
 from .push import push_copies, push_results, push_split
 
@@ -80,7 +80,7 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
     2: out[2:+2] = shm[2:+2]
     3: out[0:+2] = r1.shm[0:+2]  after r1>=2
     """
-    lay = Layout.of(schedule, block_count, slice_elems)
+    lay = SliceMap.of(schedule, block_count, slice_elems)
     ver = versions(lay)
     t = Tracker.start(lay)
     if not direct:
