@@ -11,7 +11,7 @@ from gpucomm.collectives import layout
 from gpucomm.errors import ConfigError
 from gpucomm.runtime import options as rt_options
 from gpucomm.runtime.actions import (IN, OUT, PEER, PEER_IN, PEER_OUT, SHM, Action, Entry, Loc,
-                                     Op, lower, remove)
+                                     Op, lower)
 from gpucomm.runtime.communicator import choose_algorithm
 from gpucomm.runtime.options import ENV_NAMES, RuntimeOptions
 from gpucomm.runtime.passes import (SliceMap, Tracker, copy_ins, drop_empty, fill_outputs,
@@ -36,10 +36,12 @@ def test_lower_numbers_references_once_through_removals_and_replacements():
     b1 = Op(1, False, PEER_IN, 0, 0, OUT, 0, 4, deps=[a0])
     ranks = [[a0, a1], [b0, b1]]
     assert lower(ranks)[1][0].deps == ((0, 2),)  # the latest reference per peer wins
-    removed = remove(ranks[0], 1)  # a reference to a removed op means the op before it
-    assert removed is a1 and lower(ranks)[1][0].deps == ((0, 1),)
-    remove(ranks[0], 0)
-    assert lower(ranks)[1][1].deps == ((0, 0),)  # ... or the rank's entry
+    a1.stands_for = a0  # a removed op: a reference to it means the op before it
+    ranks[0].remove(a1)
+    assert lower(ranks)[1][0].deps == ((0, 1),)
+    a0.stands_for = Entry(0)  # ... or the rank's entry
+    ranks[0].remove(a0)
+    assert lower(ranks)[1][1].deps == ((0, 0),)
     wait = Op.wait(1, 0, [b0])
     b1.stands_for = wait  # replaced: a reference means what replaced it
     ranks[1][1] = wait

@@ -130,13 +130,6 @@ def resolve(ref):
     return ref
 
 
-def remove(ops: list, i: int) -> Op:
-    """Take op i out of its rank's list; references to it now mean the op before it."""
-    op = ops.pop(i)
-    op.stands_for = ops[i - 1] if i else Entry(op.rank)
-    return op
-
-
 def lower(ranks: list) -> tuple:
     """Number the dependencies, once: per rank a tuple of `Action`s whose deps are (peer q,
     count k) pairs, the latest reference to each peer kept, sorted by peer."""

@@ -54,14 +54,15 @@ class Interpreter:
         self.ufunc = dt.UFUNCS[call.op] if reduces else None
         self.native = call.dtype.compute == call.dtype.storage
         self.piece = max(1, tr.options.piece_bytes // self.isz)
-        self.copy = tr.copy
+        self.copy = tr.copy_large
 
     def run(self) -> None:
         acts, mine, base = self.call.plan.actions[self.tr.rank], self.tr._me, self.call.base
         i = 0
         while i < len(acts):
             a, nxt = acts[i], (acts[i + 1] if i + 1 < len(acts) else None)
-            self._await(a.deps)
+            if a.deps:
+                self._await(a.deps)
             i += self._step(a, nxt)
             mine[PROG] = base | i
 

@@ -55,14 +55,12 @@ class ShmTransport(PeerWaits, PointToPoint):
     or `gpucomm.init(options=...)`'s)."""
 
     def __init__(self, rank: int, nranks: int, timeout: float, rendezvous=None,
-                 slice_bytes: int | None = None, options: RuntimeOptions | None = None):
+                 options: RuntimeOptions | None = None):
         if nranks > MAX_RANKS:
             raise ConfigError(f"the shm transport serves at most {MAX_RANKS} ranks, got {nranks}")
         self.rank, self.nranks, self.timeout = rank, nranks, timeout
         self.options = current() if options is None else options
-        if slice_bytes is not None:
-            self.options = self.options.replace(slice_bytes=slice_bytes)
-        self.copy = memcopy.copier(self.options)
+        self.copy_large = memcopy.copier(self.options)  # streams where the options say
         self.seq = 0
         self.cma = False
         # Spin briefly, then poll between sched_yield calls (as MPICH's progress engine does):
@@ -99,7 +97,6 @@ class ShmTransport(PeerWaits, PointToPoint):
         for name in names:  # every rank mapped every one: a rank that died just now leaks none
             unlink_name(name)
         self._me[STATE] = RUNNING
-
 
     def _create_ctrl(self, name=None) -> None:
         self._ctrl = Segment.create(CTRL_BYTES, name)
