@@ -19,7 +19,7 @@ from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, Action, fused_push, fused
 from .shm_control import IN_ADDR, OUT_ADDR, PROG
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One collective call in progress on this rank: what `ShmTransport._await` needs to wait
     for and check peers, and the arrays the actions' locations name."""
@@ -45,61 +45,94 @@ def _addr(a: np.ndarray) -> int:
 
 
 class Interpreter:
-    """Runs `call.plan`'s actions of transport `tr`'s rank (see the module docstring)."""
+    """Runs the actions of transport `tr`'s rank for calls of one dtype and op (the
+    transport keeps one per pair; see the module docstring)."""
 
-    def __init__(self, tr, call: Call):
-        self.tr, self.call = tr, call
-        self.isz = call.dtype.itemsize
-        reduces = call.schedule.collective.reduces
-        self.ufunc = dt.UFUNCS[call.op] if reduces else None
-        self.native = call.dtype.compute == call.dtype.storage
+    def __init__(self, tr, dtype: dt.DType, op: str, reduces: bool):
+        self.tr, self.call = tr, None
+        self._programs: dict = {}  # id(plan) -> (plan, program)
+        self.isz = dtype.itemsize
+        self.ufunc = dt.UFUNCS[op] if reduces else None
+        self.native = dtype.compute == dtype.storage
         self.piece = max(1, tr.options.piece_bytes // self.isz)
         self.copy = tr.copy_large
 
-    def run(self) -> None:
-        acts, mine, base = self.call.plan.actions[self.tr.rank], self.tr._me, self.call.base
-        i = 0
-        while i < len(acts):
-            a, nxt = acts[i], (acts[i + 1] if i + 1 < len(acts) else None)
+    def run(self, call: Call) -> None:
+        self.call = call
+        mine, base = self.tr._me, call.seq << 32
+        for run_one, a, nxt, done in self._program(call.plan):
             if a.deps:
                 self._await(a.deps)
-            i += self._step(a, nxt)
-            mine[PROG] = base | i
+            run_one(a, nxt)
+            mine[PROG] = base | done
+
+    def _program(self, plan) -> list:
+        """This rank's actions as (handler, action, the action fused with it or None, actions
+        done after it); made once per plan."""
+        hit = self._programs.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        acts, program, i = plan.actions[self.tr.rank], [], 0
+        while i < len(acts):
+            a, nxt = acts[i], (acts[i + 1] if i + 1 < len(acts) else None)
+            run_one, fused = self._handler(a, nxt)
+            i += 2 if fused else 1
+            program.append((run_one, a, nxt if fused else None, i))
+        if len(self._programs) > 256:
+            self._programs.clear()
+        self._programs[id(plan)] = (plan, program)
+        return program
+
+    def _handler(self, a: Action, nxt: Action | None) -> tuple:
+        """The method that runs `a`, and whether it runs `nxt` with it."""
+        if a.src.is_private:  # the peer's private buffer: cross-memory attach
+            if a.reduce:
+                fused = fused_result_push(a, nxt)
+                return self._reduce_from_peer, fused
+            return self._read_peer, False
+        if a.dst == PEER_OUT:
+            return self._push, False
+        if a.n == 0:
+            return self._nothing, False
+        if a.reduce:
+            return self._reduce_local, False
+        if fused_push(a, nxt):
+            return self._copy_and_push, True
+        return self._copy, False
 
     def _await(self, deps) -> None:
         c = self.call
-        self.tr._await(deps, c.checked, c.base, c.deadline, c.desc, c.schedule, c.dtype, c.op)
+        self.tr._await(deps, c.checked, c.seq << 32, c.deadline, c.desc, c.schedule, c.dtype,
+                       c.op)
 
-    def _step(self, a: Action, nxt: Action | None) -> int:
-        """Run `a` (and `nxt` with it when the two are fused); how many actions were done."""
-        if a.src in (PEER_IN, PEER_OUT):  # the peer's private buffer: cross-memory attach
-            word = IN_ADDR if a.src == PEER_IN else OUT_ADDR
-            raddr = self.tr._progs[a.peer][word] + a.src_off * self.isz
-            if a.reduce:
-                return self._reduce_from_peer(a, nxt, raddr)
-            dst = self.call.arrs[a.dst]
-            self.tr._cma(a.peer, raddr, _addr(dst) + a.dst_off * self.isz, a.n * self.isz)
-            return 1
-        if a.dst == PEER_OUT:  # push into the peer's output: one cross-memory write
-            self.tr._cma(a.peer, self.tr._progs[a.peer][OUT_ADDR] + a.dst_off * self.isz,
-                         _addr(self.call.arrs[a.src]) + a.src_off * self.isz, a.n * self.isz,
-                         write=True)
-            return 1
-        if a.n == 0:  # a pure wait
-            return 1
-        src = self.tr._peer_view(a.peer, self.call.dtype) if a.src == PEER \
+    def _nothing(self, a: Action, nxt) -> None:
+        """A pure wait: its dependencies were all it had."""
+
+    def _src(self, a: Action) -> np.ndarray:
+        return self.tr._peer_view(a.peer, self.call.dtype) if a.src == PEER \
             else self.call.arrs[a.src]
-        if a.reduce:
-            self._reduce(self.call.arrs[a.cur][a.cur_off:a.cur_off + a.n],
-                         src[a.src_off:a.src_off + a.n],
-                         self.call.arrs[a.dst][a.dst_off:a.dst_off + a.n])
-            return 1
-        if fused_push(a, nxt):
-            self._await(nxt.deps)
-            self._copy_and_push(a, nxt, src)
-            return 2
-        self._copy(a, src)
-        return 1
+
+    def _peer_addr(self, a: Action) -> int:
+        word = IN_ADDR if a.src == PEER_IN else OUT_ADDR
+        return self.tr._progs[a.peer][word] + a.src_off * self.isz
+
+    def _read_peer(self, a: Action, nxt) -> None:
+        """One cross-memory copy out of the peer's input or output."""
+        dst = self.call.arrs[a.dst]
+        self.tr._cma(a.peer, self._peer_addr(a), _addr(dst) + a.dst_off * self.isz,
+                     a.n * self.isz)
+
+    def _push(self, a: Action, nxt) -> None:
+        """Into the peer's output: one cross-memory write."""
+        self.tr._cma(a.peer, self.tr._progs[a.peer][OUT_ADDR] + a.dst_off * self.isz,
+                     _addr(self.call.arrs[a.src]) + a.src_off * self.isz, a.n * self.isz,
+                     write=True)
+
+    def _reduce_local(self, a: Action, nxt) -> None:
+        arrs = self.call.arrs
+        self._reduce(arrs[a.cur][a.cur_off:a.cur_off + a.n],
+                     self._src(a)[a.src_off:a.src_off + a.n],
+                     arrs[a.dst][a.dst_off:a.dst_off + a.n])
 
     def _reduce(self, cur: np.ndarray, other: np.ndarray, dst: np.ndarray) -> None:
         if self.native:
@@ -109,8 +142,9 @@ class Interpreter:
             dst[:] = dt.to_storage(self.ufunc(dt.to_compute(cur, dtype),
                                               dt.to_compute(other, dtype)), dtype)
 
-    def _copy(self, a: Action, src: np.ndarray) -> None:
+    def _copy(self, a: Action, nxt) -> None:
         isz, c = self.isz, self.call
+        src = self._src(a)
         dst = c.arrs[a.dst]
         if a.src == IN and a.dst == OUT and \
                 c.in_addr + a.src_off * isz == c.out_addr + a.dst_off * isz:
@@ -122,10 +156,11 @@ class Interpreter:
         else:
             dst[a.dst_off:a.dst_off + a.n] = src[a.src_off:a.src_off + a.n]
 
-    def _copy_and_push(self, a: Action, push: Action, src: np.ndarray) -> None:
+    def _copy_and_push(self, a: Action, push: Action) -> None:
         """The copy goes on to the peer (push.push_copies): copy a piece past the cache, then
         write it to the peer from the source, which is still cached."""
-        isz = self.isz
+        self._await(push.deps)
+        isz, src = self.isz, self._src(a)
         q, raddr = push.peer, self.tr._progs[push.peer][OUT_ADDR] + push.dst_off * isz
         saddr = _addr(src) + a.src_off * isz
         daddr = _addr(self.call.arrs[a.dst]) + a.dst_off * isz
@@ -136,13 +171,13 @@ class Interpreter:
                 self.copy(daddr + j * isz, saddr + j * isz, m)
             self.tr._cma(q, raddr + j * isz, saddr + j * isz, m, write=True)
 
-    def _reduce_from_peer(self, a: Action, nxt: Action | None, raddr: int) -> int:
+    def _reduce_from_peer(self, a: Action, nxt: Action | None) -> None:
         """Reduce piece by piece through a cache-sized buffer; where the next action writes
         the result into the peer's output (push.push_results), write each piece right after
         reducing it, while it is still in cache."""
-        isz, tr = self.isz, self.tr
+        isz, tr, raddr = self.isz, self.tr, self._peer_addr(a)
         fused = None
-        if fused_result_push(a, nxt):
+        if nxt is not None:  # fused with its push
             self._await(nxt.deps)
             fused = (nxt.peer, tr._progs[nxt.peer][OUT_ADDR] + nxt.dst_off * isz)
         piece_bytes = min(tr.slice_bytes, tr.options.piece_bytes)
@@ -157,7 +192,6 @@ class Interpreter:
             if fused is not None:
                 tr._cma(fused[0], fused[1] + j * isz, _addr(dst) + lo * isz, m * isz,
                         write=True)
-        return 2 if fused is not None else 1
 
 
 __all__ = ["Call", "Interpreter"]

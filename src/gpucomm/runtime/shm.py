@@ -68,6 +68,7 @@ class ShmTransport(PeerWaits, PointToPoint):
         self._spin_s = 50e-6
         self.broken = None  # the error that broke this communicator
         self._plans: dict = {}
+        self._interps: dict = {}  # (dtype name, op, reduces) -> Interpreter
         self._tmp = np.empty(0, np.uint8)  # see `scratch`
         self._data: Segment | None = None
         self._data_views: dict = {}
@@ -211,7 +212,7 @@ class ShmTransport(PeerWaits, PointToPoint):
     @slice_bytes.setter
     def slice_bytes(self, value: int) -> None:
         self.options = self.options.replace(slice_bytes=value)
-        self._plans = {}
+        self._plans, self._interps = {}, {}
 
     def scratch(self, nbytes: int) -> np.ndarray:
         """A buffer of at least `nbytes` for reductions read by cross-memory attach, kept for
@@ -274,7 +275,7 @@ class ShmTransport(PeerWaits, PointToPoint):
         call = self._enter(schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout)
         if self._splits(schedule, bc, dtype):
             call.plan = self._split_plan(call, bc)
-        Interpreter(self, call).run()
+        self._interpreter(dtype, op, schedule.collective.reduces).run(call)
         coll, p = schedule.collective, self.nranks
         if coll.reduces and op == "avg" and out is not None:
             dt.finish_avg(out, p, dtype)
@@ -283,6 +284,13 @@ class ShmTransport(PeerWaits, PointToPoint):
                 self._wait(q, call.base, call.deadline)
                 self._check_peer(q, call.desc, schedule, dtype, op)
         self._me[PROG] = call.base | DONE
+
+    def _interpreter(self, dtype, op: str, reduces: bool) -> Interpreter:
+        key = (dtype.name, op, reduces)
+        it = self._interps.get(key)
+        if it is None:
+            it = self._interps[key] = Interpreter(self, dtype, op, reduces)
+        return it
 
     def _enter(self, schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout) -> Call:
         """Start call seq+1: wait until no peer still reads this rank's buffers from the
