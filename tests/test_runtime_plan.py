@@ -278,3 +278,33 @@ def test_runtime_modules_and_functions_stay_small():
                  for f in ast.walk(ast.parse(text))
                  if isinstance(f, ast.FunctionDef) and f.end_lineno - f.lineno + 1 > 60]
     assert not over, over
+
+
+# sha256 of every plan below, as compiled by the plan compiler before it was split into passes
+# (commit d9b5f07, 10-tuples with numbered dependencies): the passes and the push rewrites
+# over references must compile the same actions, dependencies included.
+PRE_PASSES_DIGEST = "53165dfdbdefedfe12089283bd387e8c14e627c997ab8782dba047a85dada8b4"
+
+
+def test_plans_are_those_of_the_compiler_before_the_passes():
+    import hashlib
+    import itertools
+
+    from gpucomm.algorithms import REGISTRY
+    h = hashlib.sha256()
+    for coll, algo in sorted(REGISTRY):
+        for p in (2, 3, 4):
+            try:
+                s = build(coll, algo, p, root=1)
+            except Exception:  # noqa: BLE001  (the algorithm does not exist on p ranks)
+                continue
+            for bc, se in ((7, 3), (1 << 12, 1 << 10)):
+                for direct, push, stream in itertools.product((False, True), repeat=3):
+                    for pr in ((None, s.root) if direct else (None,)):
+                        plan = compile_plan(s, bc, slice_elems=se, direct=direct, push_root=pr,
+                                            push=push, stream=stream)
+                        rows = [[(int(a[0]), *map(int, a[1:9]), tuple(a[9])) for a in r]
+                                for r in plan.actions]
+                        h.update(repr((coll, algo, p, bc, se, direct, push, stream, pr, rows,
+                                       plan.shm_elems)).encode())
+    assert h.hexdigest() == PRE_PASSES_DIGEST
