@@ -17,7 +17,8 @@ It saves them in ~/.cache/gpucomm/host.yaml.
 The host becomes a topology of P ranks around one CPU: rank -> cpu -> rank, where the link
 into a rank is that rank's core (the reader does the copy in a pull transport) and the link
 out of a rank is not a limit. Its bandwidth is *effective*: the runtime's compiled plan for
-this call (`runtime.plan`) says exactly which copies and reductions each rank executes,
+this call (`runtime.plan.plan_call`, which the shm transport calls too, with the same
+`RuntimeOptions`) says exactly which copies and reductions each rank executes,
 staging copies and local copies included; their cost at the calibrated rates, on the busiest
 rank, divided into the bytes that rank receives in the schedule, is the link bandwidth. The
 simulator then times the schedule (latency per op, dependencies, overlap) on that topology
