@@ -180,6 +180,9 @@ def parse_args():
     ap.add_argument("--quick", action="store_true", help="2 rounds, fewer sizes")
     ap.add_argument("--old-src", metavar="DIR",
                     help="another checkout's src: its shm runtime runs interleaved as shm-old")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="gpucomm's runtime only (with --old-src: old against new, more rounds "
+                         "in the same time)")
     args = ap.parse_args()
     _OLD_SRC = os.path.abspath(args.old_src) if args.old_src else None
     if _OLD_SRC and not os.path.isdir(os.path.join(_OLD_SRC, "gpucomm")):
@@ -190,10 +193,10 @@ def parse_args():
 def main() -> int:
     args = parse_args()
     rounds = 2 if args.quick else args.rounds
-    backends = available() + (["shm-old"] if _OLD_SRC else [])
+    backends = (["shm"] if args.no_peers else available()) + (["shm-old"] if _OLD_SRC else [])
     missing = {"mpi", "gloo"} - set(backends)
     if missing:
-        print(f"note: {', '.join(sorted(missing))} not installed; their bars are skipped")
+        print(f"note: {', '.join(sorted(missing))} not run (not installed, or --no-peers); their bars are skipped")
     verdicts = []
     sizes = AR_SIZES if not args.quick else [8, MiB, 16 * MiB]
     before = cross_core_handoff()
