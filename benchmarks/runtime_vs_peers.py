@@ -196,7 +196,8 @@ def main() -> int:
     backends = (["shm"] if args.no_peers else available()) + (["shm-old"] if _OLD_SRC else [])
     missing = {"mpi", "gloo"} - set(backends)
     if missing:
-        print(f"note: {', '.join(sorted(missing))} not run (not installed, or --no-peers); their bars are skipped")
+        print(f"note: {', '.join(sorted(missing))} not run (not installed, or --no-peers); "
+              f"their bars are skipped")
     verdicts = []
     sizes = AR_SIZES if not args.quick else [8, MiB, 16 * MiB]
     before = cross_core_handoff()
