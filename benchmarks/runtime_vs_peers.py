@@ -1,6 +1,6 @@
 """gpucomm's shm runtime against MPICH (mpi4py) and gloo (torch.distributed), in one run.
 
-    PYTHONPATH=src python3 benchmarks/runtime_vs_peers.py [--rounds 5] [--quick]
+    PYTHONPATH=src python3 benchmarks/runtime_vs_peers.py [--rounds 5] [--quick] [--old-src DIR]
 
 Every engine runs the same nccl-tests sweep (`gpucomm bench --backend ...`, out-of-place
 columns — in-place for broadcast, which MPI and gloo only do in place — float32 sum, 2 ranks,
@@ -15,13 +15,18 @@ Prints the ratios and whether each bar is met (on the best-of ratio):
 - all-gather, reduce-scatter, broadcast, all-to-all at 16 MiB: >= 1.0x MPICH's
 - 8-byte all-reduce: <= 30 us (and the ratio to MPICH's)
 - 4 ranks (more than the cores here) complete every collective; their busbw is reported
+`--old-src DIR` (another checkout's `src`, e.g. before a refactoring) adds its shm runtime as
+one more engine, `shm-old`, interleaved in the same rounds: each table shows its times next to
+this tree's, and a last section prints old time / new time per row (1.0 = unchanged).
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -45,6 +50,24 @@ def available() -> list[str]:
     return have
 
 
+_OLD_SRC = None  # --old-src: the `src` directory the shm-old engine runs from
+_OLD_CODE = ("import json, sys\nfrom gpucomm.bench import run_bench\na = json.loads(sys.argv[1])\n"
+             "print(json.dumps(run_bench(*a['args'], **a['kw'])))")
+
+
+def bench(backend, nranks, coll, sizes, **kw):
+    """`run_bench` of this tree, or, for shm-old, of the --old-src tree in a subprocess."""
+    if backend != "shm-old":
+        return run_bench(backend, nranks, coll, sizes, **kw)
+    env = dict(os.environ, PYTHONPATH=_OLD_SRC)
+    arg = json.dumps({"args": ["shm", nranks, coll, sizes], "kw": kw})
+    done = subprocess.run([sys.executable, "-c", _OLD_CODE, arg], env=env, text=True,
+                          capture_output=True, timeout=900)
+    if done.returncode:
+        raise RuntimeError(f"shm-old ({_OLD_SRC}) failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def measure(backends, plan, rounds, nranks=2):
     """{(collective, size): {backend: [time in us per round]}}, rounds interleaved.
 
@@ -61,8 +84,8 @@ def measure(backends, plan, rounds, nranks=2):
                     if not group:  # small messages: many iterations, or timer and skew dominate
                         continue
                     n = 1000 if group[0] <= 4096 else 20
-                    for r in run_bench(b, nranks, coll, group, iters=n, warmup=max(3, n // 10),
-                                       check=0):
+                    for r in bench(b, nranks, coll, group, iters=n, warmup=max(3, n // 10),
+                                   check=0):
                         times.setdefault((coll, r["size"]), {}).setdefault(b, []).append(r[key])
         print(f"  round {rnd + 1}/{rounds} done", file=sys.stderr, flush=True)
     return times
@@ -142,16 +165,39 @@ def ratio_text(peer_ts, shm_ts):
     return best, f"x{best:.2f} (rounds {per[0]:.2f}/{statistics.median(per):.2f}/{per[-1]:.2f})"
 
 
-def main() -> int:
+def print_old_vs_new(times) -> None:
+    print(f"\n== shm-old ({_OLD_SRC}) time / this tree's time, same rounds (1.0: unchanged; "
+          f"> 1: this tree is faster)")
+    for key in sorted(times):
+        ts = times[key]
+        print(f"{key[0]:>15} {key[1]:>10} B: {ratio_text(ts['shm-old'], ts['shm'])[1]}")
+
+
+def parse_args():
+    global _OLD_SRC
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 rounds, fewer sizes")
+    ap.add_argument("--old-src", metavar="DIR",
+                    help="another checkout's src: its shm runtime runs interleaved as shm-old")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="gpucomm's runtime only (with --old-src: old against new, more rounds "
+                         "in the same time)")
     args = ap.parse_args()
+    _OLD_SRC = os.path.abspath(args.old_src) if args.old_src else None
+    if _OLD_SRC and not os.path.isdir(os.path.join(_OLD_SRC, "gpucomm")):
+        ap.error(f"--old-src {args.old_src}: no gpucomm package there")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     rounds = 2 if args.quick else args.rounds
-    backends = available()
+    backends = (["shm"] if args.no_peers else available()) + (["shm-old"] if _OLD_SRC else [])
     missing = {"mpi", "gloo"} - set(backends)
     if missing:
-        print(f"note: {', '.join(sorted(missing))} not installed; their bars are skipped")
+        print(f"note: {', '.join(sorted(missing))} not run (not installed, or --no-peers); "
+              f"their bars are skipped")
     verdicts = []
     sizes = AR_SIZES if not args.quick else [8, MiB, 16 * MiB]
     before = cross_core_handoff()
@@ -178,6 +224,8 @@ def main() -> int:
             if peer in backends:
                 ratio, text = ratio_text(ts[peer], ts["shm"])
                 ratios.append(f"{text} vs {peer}")
+                if "shm-old" in backends:
+                    ratios.append(f"shm-old {ratio_text(ts[peer], ts['shm-old'])[1]} vs {peer}")
                 if s >= MiB:
                     verdicts.append((f"all_reduce {s >> 20} MiB busbw >= {bar}x {peer}",
                                      ratio >= bar, text))
@@ -199,8 +247,13 @@ def main() -> int:
         if "mpi" in backends:
             ratio, text = ratio_text(ts["mpi"], ts["shm"])
             line += f"   {text} vs mpi"
+            if "shm-old" in backends:
+                line += f", shm-old {ratio_text(ts['mpi'], ts['shm-old'])[1]} vs mpi"
             verdicts.append((f"{coll} 16 MiB >= 1.0x mpi", ratio >= 1.0, text))
         print(line)
+
+    if "shm-old" in backends:
+        print_old_vs_new(times)
 
     print("\n== 4 ranks on this machine's cores: every collective, 1 MiB, shm")
     for coll in ["all_reduce", *OTHERS, "reduce", "gather", "scatter"]:

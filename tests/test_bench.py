@@ -11,7 +11,7 @@ import pytest
 
 from gpucomm.bench import format_table, run_bench
 from gpucomm.bench.backends import mpiexec
-from gpucomm.bench.predict import add_predictions, host_topology, load_host
+from gpucomm.bench.plancost import add_predictions, host_topology, load_host
 from gpucomm.bench.sweep import buffers, count_wrong, pattern
 from gpucomm.collectives import buffer_counts, get_collective, reference
 from gpucomm.dtypes import get_dtype

@@ -7,9 +7,10 @@ import pytest
 
 from gpucomm.algorithms import build
 from gpucomm.runtime import memcopy
-from gpucomm.runtime.actions import IN, OUT, PEER_IN, PEER_OUT, SHM, Action
+from gpucomm.runtime.options import RuntimeOptions
+from gpucomm.runtime.actions import IN, OUT, PEER_IN, PEER_OUT, SHM, Action, fused_push
 from gpucomm.runtime.plan import compile_plan
-from gpucomm.runtime.push import completes, fused_push
+from gpucomm.runtime.push import completes
 
 
 def _addr(a):
@@ -17,27 +18,25 @@ def _addr(a):
 
 
 @pytest.mark.parametrize("streaming", [True, False])
-def test_copy_matches_numpy_at_every_alignment_and_length(monkeypatch, streaming):
-    monkeypatch.setattr(memcopy, "MIN_BYTES", 0)
-    monkeypatch.setattr(memcopy, "ENABLED", streaming and bool(memcopy.STREAMING))
+def test_copy_matches_numpy_at_every_alignment_and_length(streaming):
+    copy = memcopy.copier(RuntimeOptions(stream=streaming, stream_min_bytes=0))
     rng = np.random.default_rng(7)
     src = rng.integers(0, 256, 4096 + 64, dtype=np.uint8)
     for n in [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 1000, 4096]:
         for so in (0, 1, 7, 16, 33):
             for do in (0, 3, 8, 15, 48):
                 dst = np.zeros(4096 + 64, np.uint8)
-                memcopy.copy(_addr(dst) + do, _addr(src) + so, n)
+                copy(_addr(dst) + do, _addr(src) + so, n)
                 want = np.zeros_like(dst)
                 want[do:do + n] = src[so:so + n]
                 assert np.array_equal(dst, want), (n, so, do)
 
 
-def test_overlapping_copy_moves_like_memmove(monkeypatch):
-    monkeypatch.setattr(memcopy, "MIN_BYTES", 0)
+def test_overlapping_copy_moves_like_memmove():
     buf = np.arange(1000, dtype=np.uint8)
     want = buf.copy()
     want[10:710] = buf[0:700]
-    memcopy.copy(_addr(buf) + 10, _addr(buf), 700)
+    memcopy.copy(_addr(buf) + 10, _addr(buf), 700, min_bytes=0)
     assert np.array_equal(buf, want)
 
 
@@ -57,28 +56,28 @@ def test_two_rank_all_gather_pushes_its_block_instead_of_being_read(algo):
                         direct=True)
     for r in range(2):
         rows = plan.actions[r]
-        assert not any(a[1] == PEER_IN for a in rows), plan.describe(r)
+        assert not any(a.src == PEER_IN for a in rows), plan.describe(r)
         fused = [i for i in range(len(rows) - 1) if fused_push(rows[i], rows[i + 1])]
         assert len(fused) == 1, plan.describe(r)
         copy, push = rows[fused[0]], rows[fused[0] + 1]
-        assert (copy[1], copy[4], push[4], push[2]) == (IN, OUT, PEER_OUT, 1 - r)
-        assert push[5] == r * (1 << 20)  # the peer's block r
+        assert (copy.src, copy.dst, push.dst, push.peer) == (IN, OUT, PEER_OUT, 1 - r)
+        assert push.dst_off == r * (1 << 20)  # the peer's block r
 
 
 def test_without_streaming_copies_the_all_gather_keeps_its_pull():
     """Pushing a copied block from cache only pays when the copy streams past the cache."""
     plan = compile_plan(build("all_gather", "ring", 2), 1 << 20, slice_elems=1 << 30,
                         direct=True, stream=False)
-    assert not any(a[4] == PEER_OUT for rows in plan.actions for a in rows)
-    assert all(any(a[1] == PEER_IN for a in rows) for rows in plan.actions)
+    assert not any(a.dst == PEER_OUT for rows in plan.actions for a in rows)
+    assert all(any(a.src == PEER_IN for a in rows) for rows in plan.actions)
 
 
 def test_plans_without_a_local_copy_to_share_keep_their_reads():
     for coll, p in (("all_gather", 3), ("all_to_all", 2)):
         plan = compile_plan(build(coll, "direct", p), 1 << 20, slice_elems=1 << 30,
                             direct=True)
-        assert not any(a[4] == PEER_OUT for rows in plan.actions for a in rows)
-        assert any(a[1] == PEER_IN for rows in plan.actions for a in rows)
+        assert not any(a.dst == PEER_OUT for rows in plan.actions for a in rows)
+        assert any(a.src == PEER_IN for rows in plan.actions for a in rows)
 
 
 def test_completes_detects_a_deadlock():

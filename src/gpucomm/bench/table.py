@@ -60,12 +60,14 @@ def format_log(rows: list[dict], *, test: str, devices: list[tuple], nthread: in
                ngpus: int = 1, minbytes: int | None = None, maxbytes: int | None = None,
                step: str = "2(factor)", warmup: int = 5, iters: int = 20, agg_iters: int = 1,
                validation: int = 1, graph: int = 0, version: str | None = None,
-               comments: tuple = (), title: str | None = None) -> str:
+               comments: tuple = (), title: str | None = None,
+               settings: tuple = ()) -> str:
     """nccl-tests' output, line for line as its `common.cu` prints it, so its parsers read it.
 
     `test`: the binary (all_reduce_perf); `devices`: (rank, host, device, bus_id, name, pid)
     per rank; rows as `format_table` takes them; `comments`: extra '# ...' lines after the
-    footer (gpucomm's prediction).
+    footer (gpucomm's prediction); `settings`: '# ...' lines after the parameters line, as
+    nccl-tests prints the environment it runs under (gpucomm's runtime options).
     """
     sizes = [r["size"] for r in rows]
     lines = [f"# {title}"] if title else []
@@ -76,6 +78,7 @@ def format_log(rows: list[dict], *, test: str, devices: list[tuple], nthread: in
                  f" maxBytes {maxbytes or max(sizes, default=0)} step: {step} warmup iters: "
                  f"{warmup} iters: {iters} agg iters: {agg_iters} validation: {validation} "
                  f"graph: {graph}")
+    lines += [f"# {s}" for s in settings]
     lines += ["#", "# Using devices"]
     for rank, host, dev, bus, name, pid in devices:
         lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {host:>10} device {dev:2d} "

@@ -64,7 +64,7 @@ def register(sub) -> None:
 def cmd_bench(args) -> int:
     from ..bench import _bench_collective, run_bench
     from ..bench.table import total_wrong
-    from ..bench.predict import add_predictions, calibrate
+    from ..bench.plancost import add_predictions, calibrate
     if args.calibrate:
         path, host = calibrate()
         print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
@@ -191,9 +191,17 @@ def _log(args, coll, nranks, rows, algorithm, note) -> str:
                       ngpus=args.ngpus or 1, minbytes=args.minbytes, maxbytes=args.maxbytes,
                       step=step, warmup=args.warmup, iters=args.iters,
                       agg_iters=args.agg_iters, validation=args.check, graph=args.cudagraph,
-                      comments=tuple(comments),
+                      comments=tuple(comments), settings=_settings(args),
                       title=f"gpucomm bench --backend {args.backend}: {coll.name}, {nranks} "
                       f"ranks, algorithm {algorithm} (nccl-tests' output format)")
+
+
+def _settings(args) -> tuple:
+    """The runtime options the ranks run with (shm: they read the same environment)."""
+    if args.backend != "shm":
+        return ()
+    from ..runtime.options import current
+    return (f"gpucomm runtime options: {current().describe()}",)
 
 
 class _progress:

@@ -49,7 +49,7 @@ def cmd_demo(args) -> int:
     print("\n== 4. the same schedules on real processes: all-reduce on 2 local ranks over shared "
           "memory,\n   measured (nccl-tests columns) beside the simulator's prediction for this host")
     from ..bench import format_table, run_bench
-    from ..bench.predict import add_predictions
+    from ..bench.plancost import add_predictions
     rows = run_bench("shm", 2, "all_reduce", [8, 1 << 16, 1 << 20, 1 << 24], iters=10, warmup=3)
     note = add_predictions(rows, "all_reduce", 2)
     print(format_table(rows))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .communicator import Communicator, Work, choose_algorithm
+from .options import RuntimeOptions, use as use_options
 from .job import (DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, env_int, job_env, resolve_timeout,
                   shm_rendezvous)
 from .rendezvous import Rendezvous
@@ -20,7 +21,8 @@ from .rendezvous import Rendezvous
 TRANSPORTS = ("shm", "torch", "mpi")
 
 
-def init(timeout=None, transport: str = "shm") -> Communicator:
+def init(timeout=None, transport: str = "shm",
+         options: RuntimeOptions | None = None) -> Communicator:
     """The communicator of this process, from the torchrun/mpiexec environment.
 
     `transport`: "shm" (default; ranks on one host, over shared memory), "torch" (gpucomm's
@@ -30,7 +32,9 @@ def init(timeout=None, transport: str = "shm") -> Communicator:
     MASTER_PORT (WORLD_SIZE 1 needs none of the others); shm under mpiexec reads MPI's
     PMI_RANK/PMI_SIZE (or OMPI_COMM_WORLD_*) and agrees on a port over MPI, and under torchrun
     meets through torchrun's store (see `job`); for mpi, MPI's own world.
-    `timeout`: seconds, finite, > 0 (every wait has a deadline).
+    `timeout`: seconds, finite, > 0 (every wait has a deadline). `options`: the shm
+    runtime's `RuntimeOptions` (default: read from the GPUCOMM_* environment variables; see
+    the README's table); every rank must pass the same, or its calls fail the plan check.
 
     >>> comm = init()  # doctest: +SKIP
     >>> comm.rank, comm.world_size  # doctest: +SKIP
@@ -38,6 +42,7 @@ def init(timeout=None, transport: str = "shm") -> Communicator:
     >>> comm = init(transport="torch")  # doctest: +SKIP  (under torchrun, on any host)
     """
     timeout = resolve_timeout(timeout)
+    use_options(options)
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}: allowed are {', '.join(TRANSPORTS)}")
     if transport == "torch":
@@ -61,4 +66,4 @@ def init(timeout=None, transport: str = "shm") -> Communicator:
 
 
 __all__ = ["Communicator", "TRANSPORTS", "Work", "init", "choose_algorithm", "resolve_timeout",
-           "DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "Rendezvous", "env_int"]
+           "DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "Rendezvous", "RuntimeOptions", "env_int"]

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import CommTimeout, ConfigError
+from .options import env_timeout
 
 DEFAULT_TIMEOUT_S = 300.0
 MAX_TIMEOUT_S = 1e6  # ~11.6 days: finite, so every wait has a deadline
@@ -52,7 +53,7 @@ def resolve_timeout(timeout=None) -> float:
     """init(timeout=) first, then GPUCOMM_TIMEOUT (seconds), then 300 s; finite and > 0."""
     what = "timeout"
     if timeout is None:
-        text = os.environ.get("GPUCOMM_TIMEOUT")
+        text = env_timeout()
         if not text:
             return DEFAULT_TIMEOUT_S
         what = f"GPUCOMM_TIMEOUT={text!r}"

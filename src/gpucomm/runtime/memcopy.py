@@ -9,22 +9,36 @@ a peer right after; see `push.push_copies`). Measured with benchmarks/runtime_vs
 from __future__ import annotations
 
 import ctypes
-import os
+
+from .options import RuntimeOptions
 
 try:
     from ._stream import STREAMING, copy as _stream_copy
 except ImportError:  # built without a C compiler
     STREAMING, _stream_copy = 0, None
 
-# GPUCOMM_STREAM=0 turns streaming off (for comparisons); copies below MIN_BYTES stay plain
-# (they fit in cache, where a plain copy is as fast and leaves the data ready to use).
-ENABLED = bool(STREAMING) and os.environ.get("GPUCOMM_STREAM", "1") != "0"
-MIN_BYTES = int(os.environ.get("GPUCOMM_STREAM_MIN_BYTES", 256 << 10))
+
+def streams(options: RuntimeOptions) -> bool:
+    """Do large copies stream under `options` (GPUCOMM_STREAM=0 turns it off for
+    comparisons; without the C extension they never do)?"""
+    return bool(STREAMING) and options.stream
 
 
-def copy(dst: int, src: int, nbytes: int) -> None:
-    """Copy `nbytes` from address `src` to address `dst` (the ranges may overlap)."""
-    if ENABLED and nbytes >= MIN_BYTES and (dst >= src + nbytes or src >= dst + nbytes):
+def copy(dst: int, src: int, nbytes: int, min_bytes: int = 0) -> None:
+    """Copy `nbytes` from address `src` to address `dst` (the ranges may overlap), with
+    streaming stores from `min_bytes` on (below, copies fit in cache, where a plain copy is as
+    fast and leaves the data ready to use); pass `min_bytes=-1` for a plain copy always."""
+    if STREAMING and 0 <= min_bytes <= nbytes \
+            and (dst >= src + nbytes or src >= dst + nbytes):
         _stream_copy(dst, src, nbytes)
     else:
         ctypes.memmove(dst, src, nbytes)
+
+
+def copier(options: RuntimeOptions):
+    """`copy` with the threshold `options` set: (dst, src, nbytes) -> None."""
+    threshold = options.stream_min_bytes if streams(options) else -1
+
+    def run(dst: int, src: int, nbytes: int) -> None:
+        copy(dst, src, nbytes, threshold)
+    return run

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 import selectors
 import socket
 import threading
 import time
 
 from ..errors import CommTimeout, TransportError
+from .options import env_rdzv_token
 
 HELLO_S = 5.0  # a connecting rank sends its hello at once; a silent connection is dropped
 HELLO_MAX = 4096  # bytes: a hello is one small JSON line
@@ -33,7 +33,7 @@ class Rendezvous:
                  token: str | None = None):
         self.rank, self.world, self.timeout = rank, world, timeout
         self.addr, self.port = addr, port
-        self.token = os.environ.get("GPUCOMM_RDZV_TOKEN", "") if token is None else token
+        self.token = env_rdzv_token() if token is None else token
         self.rejected: list[str] = []  # why connections were turned away (rank 0)
         self._peers: dict[int, socket.socket] = {}  # rank 0: connection of every other rank
         self._sock: socket.socket | None = None  # ranks > 0: connection to rank 0

@@ -13,6 +13,7 @@ import os
 import secrets
 
 from ..errors import TransportError
+from .options import env_shm_session
 
 SHM_DIR = "/dev/shm"
 PREFIX = "gpucomm-"
@@ -20,7 +21,7 @@ PREFIX = "gpucomm-"
 
 def session_tag() -> str:
     """The name part that `gpucomm launch` sets so it can clean up after its ranks."""
-    tag = os.environ.get("GPUCOMM_SHM_SESSION", "")
+    tag = env_shm_session()
     return tag if tag.isalnum() else "x"
 
 

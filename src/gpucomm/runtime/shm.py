@@ -30,64 +30,37 @@ import zlib
 import numpy as np
 
 from .. import dtypes as dt
-from ..collectives import COLLECTIVES
-from ..errors import CommTimeout, ConfigError, TransportError
+from ..errors import ConfigError, TransportError
 from ..schedule import Schedule
 from . import cma, memcopy
-from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT
-from .plan import compile_plan
-from .push import fused_push, fused_result_push
+from .interpret import Call, Interpreter
+from .options import RuntimeOptions, current
+from .plan import ActionPlan, is_direct, plan_call
 from .segment import Segment, new_name, unlink_name
+from .shm_control import (ACK, CAP, COLL_IDS, CTRL_BYTES, DESC, DONE, DTYPE_IDS, FAILED, GEN,
+                          IN_ADDR, IN_PLACE, MAX_RANKS, MSG_OFF, NAME_OFF, OP_IDS, OUT_ADDR,
+                          PID, PROG, RUNNING, STATE, CLOSED, block_count, pid_alive,
+                          unalias)
+from .shm_p2p import PointToPoint
+from .shm_wait import PeerWaits
 from .signals import trapped
 
-DONE = 0xFFFFFFFF
-# control segment layout, in int64 words
-PROG, PID, STATE, GEN, CAP, IN_ADDR, OUT_ADDR = 0, 8, 9, 10, 11, 12, 13  # progress: own line
-IN_PLACE = 14  # this call's input is its output (a broadcast root's peers read it)
-WAITING = 15  # 1 + the rank this one is blocked on (0: none), so a timeout names the culprit
-DESC = 16  # 8 words: seq, collective, algorithm hash, nranks, root, block count, dtype, op
-ACK = 32  # + j: generation of rank j's data segment that this rank has mapped
-P2P = 32 + 64  # + 4j: messages sent to j, their nbytes, dtype, generation of the segment for j
-P2P_RECVD = P2P + 4 * 64  # + j: messages consumed from j
-P2P_ACK = P2P_RECVD + 64  # + j: generation of j's segment-for-me that this rank has mapped
-WORDS = P2P_ACK + 64
-NAME_OFF = WORDS * 8  # 64 bytes: data segment name
-P2P_NAME_OFF = NAME_OFF + 64  # + 64j: name of the segment for messages to j
-MSG_OFF = P2P_NAME_OFF + 64 * 64  # 512 bytes: why this rank failed
-CTRL_BYTES = MSG_OFF + 512
-MAX_RANKS = 64
-
-INIT, RUNNING, CLOSED, FAILED = 0, 1, 2, 3
-# Chunks at least this large are read from the peer's own buffers by cross-memory attach
-# (one copy) instead of being staged through shared memory (two copies).
-DIRECT_MIN_BYTES = int(os.environ.get("GPUCOMM_DIRECT_MIN_BYTES", 3 << 20))
-DIRECT_SLICE_BYTES = int(os.environ.get("GPUCOMM_DIRECT_SLICE_BYTES", 16 << 20))
-# Staged chunks are cut into slices of this size so consecutive steps pipeline; 4 MiB copies
-# are large enough for non-temporal stores (measured: 2 MiB pieces copy ~30% slower here).
-SLICE_BYTES = int(os.environ.get("GPUCOMM_SLICE_BYTES", 4 << 20))
-# A reduction read by cross-memory attach goes through a buffer this large, so the peer's
-# piece, the sum and (pushed on to the peer) the result stay in the core's L2 cache
-# (measured, 16 MiB all-reduce on 2 ranks: 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
-PIECE_BYTES = int(os.environ.get("GPUCOMM_PIECE_BYTES", 1 << 20))
-# Direct plans let a rank write into a peer's output where that saves a pass over memory or
-# puts an idle core to work (`push.push_split`, `push.push_results`, `push.push_copies`);
-# 0 turns that off.
-PUSH = os.environ.get("GPUCOMM_PUSH", "1") != "0"
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
-DTYPE_IDS = {name: i for i, name in enumerate(dt.DTYPES)}
-OP_IDS = {name: i for i, name in enumerate(dt.REDUCE_OPS)}
-COLL_IDS = {name: i for i, name in enumerate(COLLECTIVES)}
 
 
-class ShmTransport:
-    """Executes schedules for one rank. Built by `gpucomm.init()`; see `execute`."""
+class ShmTransport(PeerWaits, PointToPoint):
+    """Executes schedules for one rank. Built by `gpucomm.init()`; see `execute`.
+
+    `options`: how plans cut and move data (default: `options.current()`, the environment's
+    or `gpucomm.init(options=...)`'s)."""
 
     def __init__(self, rank: int, nranks: int, timeout: float, rendezvous=None,
-                 slice_bytes: int = SLICE_BYTES):
+                 options: RuntimeOptions | None = None):
         if nranks > MAX_RANKS:
             raise ConfigError(f"the shm transport serves at most {MAX_RANKS} ranks, got {nranks}")
         self.rank, self.nranks, self.timeout = rank, nranks, timeout
-        self.slice_bytes = slice_bytes
+        self.options = current() if options is None else options
+        self.copy_large = memcopy.copier(self.options)  # streams where the options say
         self.seq = 0
         self.cma = False
         # Spin briefly, then poll between sched_yield calls (as MPICH's progress engine does):
@@ -95,7 +68,8 @@ class ShmTransport:
         self._spin_s = 50e-6
         self.broken = None  # the error that broke this communicator
         self._plans: dict = {}
-        self._tmp = None  # cache-sized buffer for reductions read by cross-memory attach
+        self._interps: dict = {}  # (dtype name, op, reduces) -> Interpreter
+        self._tmp = np.empty(0, np.uint8)  # see `scratch`
         self._data: Segment | None = None
         self._data_views: dict = {}
         self._peer_data: dict = {}  # q -> (gen, Segment)
@@ -160,7 +134,7 @@ class ShmTransport:
         # Cross-memory attach only if every rank can read every peer (and nobody opted out).
         magic = np.frombuffer(os.urandom(16), np.uint8).copy()
         addr = magic.__array_interface__["data"][0]
-        want = os.environ.get("GPUCOMM_CMA", "1") != "0"
+        want = self.options.cma
         probes = rendezvous.allgather({"addr": addr, "magic": magic.tobytes().hex(),
                                        "want": want})
         ok = want and all(cma.probe(self.pids[q], pr["addr"], bytes.fromhex(pr["magic"]))
@@ -168,6 +142,7 @@ class ShmTransport:
         oks = rendezvous.allgather({"ok": ok})  # everyone mapped every control segment too
         self.cma = all(o["ok"] for o in oks)
         del magic
+
 
     # --- the data buffer --------------------------------------------------------------
     def _ensure_capacity(self, nbytes: int) -> None:
@@ -228,24 +203,37 @@ class ShmTransport:
         self._me[ACK + q] = gen
         return seg
 
+
+    @property
+    def slice_bytes(self) -> int:
+        """The slice of staged plans (`RuntimeOptions.slice_bytes`); settable, for tests."""
+        return self.options.slice_bytes
+
+    @slice_bytes.setter
+    def slice_bytes(self, value: int) -> None:
+        self.options = self.options.replace(slice_bytes=value)
+        self._plans, self._interps = {}, {}
+
+    def scratch(self, nbytes: int) -> np.ndarray:
+        """A buffer of at least `nbytes` for reductions read by cross-memory attach, kept for
+        the communicator's life (no per-call malloc)."""
+        if self._tmp.nbytes < nbytes:
+            self._tmp = np.empty(nbytes, np.uint8)
+        return self._tmp
+
     # --- executing a schedule ---------------------------------------------------------
-    def plan(self, schedule: Schedule, block_count: int, itemsize: int, in_place_root=False):
-        """The compiled plan and the schedule's hash for the call descriptor (cached).
-        `in_place_root`: the schedule's root calls in place (every rank must agree)."""
+    def plan(self, schedule: Schedule, block_count: int, itemsize: int,
+             in_place_root: bool = False) -> tuple[ActionPlan, int]:
+        """The compiled plan (`plan.plan_call`, as bench's predictor compiles it) and its
+        hash for the call descriptor (cached). `in_place_root`: the schedule's root calls in
+        place (every rank must agree)."""
         key = (id(schedule), block_count, itemsize, in_place_root)
         hit = self._plans.get(key)
         if hit is None or hit[0] is not schedule:
             if len(self._plans) > 256:
                 self._plans.clear()
-            chunk_bytes = block_count * itemsize // schedule.chunks_per_block
-            direct = self.cma and chunk_bytes >= DIRECT_MIN_BYTES
-            # Direct reads need no pipelining through staging slices: big pieces make fewer
-            # calls and let large copies use non-temporal stores.
-            slice_bytes = DIRECT_SLICE_BYTES if direct else self.slice_bytes
-            plan = compile_plan(schedule, block_count,
-                                slice_elems=max(1, slice_bytes // itemsize), direct=direct,
-                                push_root=schedule.root if in_place_root else None,
-                                push=PUSH, stream=memcopy.ENABLED)
+            plan = plan_call(schedule, block_count, itemsize, self.options, self.cma,
+                             in_place_root)
             # the whole plan goes into the call descriptor's hash: ranks whose settings
             # (slice sizes, push, streaming) would compile different plans fail the check
             hit = (schedule, plan, zlib.crc32(repr((plan.schedule_key, plan.actions)).encode()))
@@ -271,9 +259,9 @@ class ShmTransport:
             raise ConfigError(f"schedule is for {schedule.nranks} ranks, the job has {p}")
         if coll.reduces and (op not in _UFUNC_OK or not dtype.is_float and op == "avg"):
             dt.check_op(op, dtype)
-        bc = _block_count(schedule, self.rank, inp, out)
+        bc = block_count(schedule, self.rank, inp, out)
         if inp is not None and out is not None:
-            inp, out = _unalias(schedule, self.rank, bc, inp, out)
+            inp, out = unalias(schedule, self.rank, bc, inp, out)
         timeout = self.timeout if timeout is None else timeout
         try:
             self._run(schedule, bc, inp, out, op, dtype, timeout)
@@ -281,147 +269,73 @@ class ShmTransport:
             self._fail(e)
             raise
 
+
     def _run(self, schedule, bc, inp, out, op, dtype, timeout) -> None:
-        coll, p, me = schedule.collective, self.nranks, self.rank
         plan, algo_hash = self.plan(schedule, bc, dtype.itemsize)
-        # A large broadcast whose root calls in place leaves the root idle while the others
-        # read: let it write a share into their outputs (`push.push_split`). Only the root
-        # knows, so it says so in its control segment and the others read it on entry.
-        split = PUSH and coll.name == "broadcast" and p > 1 and self.cma and \
-            bc * dtype.itemsize // schedule.chunks_per_block >= DIRECT_MIN_BYTES
+        call = self._enter(schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout)
+        if self._splits(schedule, bc, dtype):
+            call.plan = self._split_plan(call, bc)
+        self._interpreter(dtype, op, schedule.collective.reduces).run(call)
+        coll, p = schedule.collective, self.nranks
+        if coll.reduces and op == "avg" and out is not None:
+            dt.finish_avg(out, p, dtype)
+        for q in range(p):  # every rank checks every peer's call, even if it read none
+            if not call.checked[q]:
+                self._wait(q, call.base, call.deadline)
+                self._check_peer(q, call.desc, schedule, dtype, op)
+        self._me[PROG] = call.base | DONE
+
+    def _interpreter(self, dtype, op: str, reduces: bool) -> Interpreter:
+        key = (dtype.name, op, reduces)
+        it = self._interps.get(key)
+        if it is None:
+            it = self._interps[key] = Interpreter(self, dtype, op, reduces)
+        return it
+
+    def _enter(self, schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout) -> Call:
+        """Start call seq+1: wait until no peer still reads this rank's buffers from the
+        previous call, then publish the call's descriptor and buffer addresses."""
+        coll, p, me = schedule.collective, self.nranks, self.rank
         self.seq += 1
         seq = self.seq
-        base = seq << 32
         self._call = (coll.name, seq, timeout)
         deadline = time.monotonic() + timeout
-        # Nobody may still read my buffer from the previous call when I overwrite it.
         for q in range(p):
             if q != me:
                 self._wait(q, ((seq - 1) << 32) | DONE, deadline)
         self._ensure_capacity(plan.shm_elems * dtype.itemsize)
         self._maybe_unlink()
-        desc = (seq, COLL_IDS[coll.name], algo_hash, p,
-                schedule.root, bc, DTYPE_IDS[dtype.name], OP_IDS.get(op, 0) if coll.reduces else 0)
-        isz = dtype.itemsize
+        desc = (seq, COLL_IDS[coll.name], algo_hash, p, schedule.root, bc,
+                DTYPE_IDS[dtype.name], OP_IDS.get(op, 0) if coll.reduces else 0)
         in_addr = inp.__array_interface__["data"][0] if inp is not None else -1
         out_addr = out.__array_interface__["data"][0] if out is not None else -2
         for i, v in enumerate(desc):
             self._me[DESC + i] = v
         self._me[IN_ADDR], self._me[OUT_ADDR] = in_addr, out_addr
         self._me[IN_PLACE] = int(in_addr == out_addr)
-        self._me[PROG] = base
-        checked = [False] * p
-        checked[me] = True
-        if split:
-            root = schedule.root
-            if root != me:
-                self._wait(root, base, deadline)
-                self._check_peer(root, desc, schedule, dtype, op)
-                checked[root] = True
-            if self._progs[root][IN_PLACE]:
-                plan, _ = self.plan(schedule, bc, dtype.itemsize, in_place_root=True)
-        arrs = [self._view(dtype), inp, out]
-        tmp = None
-        ufunc = dt.UFUNCS[op] if coll.reduces else None
-        native = dtype.compute == dtype.storage
-        progs, mine = self._progs, self._me
-        acts, skip = plan.actions[me], -1
-        for i, (red, sl, sr, slo, dl, dlo, n, cl, clo, deps) in enumerate(acts):
-            if i == skip:
-                continue
-            self._await(deps, checked, base, deadline, desc, schedule, dtype, op)
-            if sl >= PEER_IN:  # the peer's private buffer: one cross-memory copy
-                raddr = progs[sr][IN_ADDR if sl == PEER_IN else OUT_ADDR] + slo * isz
-                if not red:
-                    dst = arrs[dl]
-                    self._cma(sr, raddr, dst.__array_interface__["data"][0] + dlo * isz,
-                              n * isz)
-                    mine[PROG] = base | (i + 1)
-                    continue
-                # reduce piece by piece through a cache-sized buffer; where the next action
-                # writes the result into the peer's output (push.push_results), write each
-                # piece right after reducing it, while it is still in cache
-                nxt = acts[i + 1] if i + 1 < len(acts) else None
-                fused = None
-                if fused_result_push(acts[i], nxt):
-                    self._await(nxt[9], checked, base, deadline, desc, schedule, dtype, op)
-                    fused = (nxt[2], progs[nxt[2]][OUT_ADDR] + nxt[5] * isz)
-                step = max(1, min(self.slice_bytes, PIECE_BYTES) // isz)
-                if tmp is None:  # one buffer for the communicator's life: no per-call malloc
-                    if self._tmp is None:
-                        self._tmp = np.empty(max(min(self.slice_bytes, PIECE_BYTES), 64),
-                                             np.uint8)
-                    tmp = self._tmp[:step * isz].view(dtype.storage)
-                cur, dsts = arrs[cl], arrs[dl]
-                for j in range(0, n, step):
-                    m = min(step, n - j)
-                    self._cma(sr, raddr + j * isz, tmp.__array_interface__["data"][0], m * isz)
-                    if native:
-                        ufunc(cur[clo + j:clo + j + m], tmp[:m], out=dsts[dlo + j:dlo + j + m])
-                    else:
-                        dsts[dlo + j:dlo + j + m] = dt.to_storage(ufunc(
-                            dt.to_compute(cur[clo + j:clo + j + m], dtype),
-                            dt.to_compute(tmp[:m], dtype)), dtype)
-                    if fused is not None:
-                        self._cma(fused[0], fused[1] + j * isz,
-                                  dsts.__array_interface__["data"][0] + (dlo + j) * isz,
-                                  m * isz, write=True)
-                mine[PROG] = base | (i + 1)
-                if fused is not None:
-                    mine[PROG] = base | (i + 2)
-                    skip = i + 1
-                continue
-            elif dl == PEER_OUT:  # push into the peer's output: one cross-memory write
-                self._cma(sr, progs[sr][OUT_ADDR] + dlo * isz,
-                          arrs[sl].__array_interface__["data"][0] + slo * isz, n * isz,
-                          write=True)
-                mine[PROG] = base | (i + 1)
-                continue
-            else:
-                src = self._peer_view(sr, dtype) if sl == PEER else arrs[sl]
-            dst = arrs[dl]
-            if not red:
-                nxt = acts[i + 1] if i + 1 < len(acts) else None
-                if fused_push(acts[i], nxt):
-                    # the copy goes on to the peer (push.push_copies): copy a piece past the
-                    # cache, then write it to the peer from the source, which is still cached
-                    self._await(nxt[9], checked, base, deadline, desc, schedule, dtype, op)
-                    q, raddr = nxt[2], progs[nxt[2]][OUT_ADDR] + nxt[5] * isz
-                    saddr = src.__array_interface__["data"][0] + slo * isz
-                    daddr = dst.__array_interface__["data"][0] + dlo * isz
-                    step = n if saddr == daddr else max(1, PIECE_BYTES // isz)
-                    for j in range(0, n, step):
-                        m = min(step, n - j) * isz
-                        if saddr != daddr:
-                            memcopy.copy(daddr + j * isz, saddr + j * isz, m)
-                        self._cma(q, raddr + j * isz, saddr + j * isz, m, write=True)
-                    mine[PROG] = base | (i + 2)
-                    skip = i + 1
-                    continue
-                if sl == IN and dl == OUT and in_addr + slo * isz == out_addr + dlo * isz:
-                    pass  # in place: the input already sits where the output goes
-                elif plan.direct:
-                    # direct plans' copies are large (beyond what stays cached until anyone
-                    # reads them): `memcopy` streams them past the cache, which keeps what
-                    # this rank reuses
-                    memcopy.copy(dst.__array_interface__["data"][0] + dlo * isz,
-                                 src.__array_interface__["data"][0] + slo * isz, n * isz)
-                else:
-                    dst[dlo:dlo + n] = src[slo:slo + n]
-            elif native:
-                ufunc(arrs[cl][clo:clo + n], src[slo:slo + n], out=dst[dlo:dlo + n])
-            else:
-                dst[dlo:dlo + n] = dt.to_storage(ufunc(dt.to_compute(arrs[cl][clo:clo + n], dtype),
-                                                       dt.to_compute(src[slo:slo + n], dtype)),
-                                                 dtype)
-            mine[PROG] = base | (i + 1)
-        if coll.reduces and op == "avg" and out is not None:
-            dt.finish_avg(out, p, dtype)
-        for q in range(p):  # every rank checks every peer's call, even if it read none
-            if not checked[q]:
-                self._wait(q, base, deadline)
-                self._check_peer(q, desc, schedule, dtype, op)
-        mine[PROG] = base | DONE
+        self._me[PROG] = seq << 32
+        checked = [q == me for q in range(p)]
+        return Call(schedule, dtype, op, plan, seq, deadline, desc, checked,
+                    [self._view(dtype), inp, out], in_addr, out_addr)
+
+    def _splits(self, schedule, bc, dtype) -> bool:
+        """A large broadcast whose root may call in place: the root, idle while the others
+        read, then writes a share into their outputs (`push.push_split`)."""
+        return self.options.push and schedule.collective.name == "broadcast" and \
+            self.nranks > 1 and is_direct(schedule, bc, dtype.itemsize, self.options,
+                                          self.cma and self.options.cma)
+
+    def _split_plan(self, call: Call, bc: int) -> ActionPlan:
+        """Only the root knows whether it calls in place: it says so in its control segment,
+        and the others read it on entry."""
+        root = call.schedule.root
+        if root != self.rank:
+            self._wait(root, call.base, call.deadline)
+            self._check_peer(root, call.desc, call.schedule, call.dtype, call.op)
+            call.checked[root] = True
+        if self._progs[root][IN_PLACE]:
+            return self.plan(call.schedule, bc, call.dtype.itemsize, in_place_root=True)[0]
+        return call.plan
 
     def _cma(self, q: int, remote: int, local: int, nbytes: int, write=False) -> None:
         try:
@@ -437,121 +351,6 @@ class ShmTransport:
         sched = Schedule("barrier", self.nranks, "shm", 1, ())
         self.execute(sched, None, None, timeout=timeout)
 
-    # --- checks -------------------------------------------------------------------------
-    def _check_peer(self, q, desc, schedule, dtype, op) -> None:
-        theirs = tuple(self._progs[q][DESC + i] for i in range(len(desc)))
-        if theirs[0] != desc[0]:
-            return  # cannot happen while the counters are consistent
-        if theirs[1:] != desc[1:]:
-            raise TransportError(
-                f"collective mismatch at call #{desc[0]}: rank {self.rank} called "
-                f"{_describe(desc, schedule)} but rank {q} called {_describe(theirs)}")
-        self._map_peer(q)  # map a grown buffer now, so its owner can unlink the name
-
-    def _await(self, deps, checked, base, deadline, desc, schedule, dtype, op) -> None:
-        """Wait until every (peer q, action count k) in `deps` holds; the first wait on a
-        peer in a call also checks that it runs the same collective."""
-        progs = self._progs
-        for q, k in deps:
-            if not checked[q]:
-                self._wait(q, base, deadline)
-                self._check_peer(q, desc, schedule, dtype, op)
-                checked[q] = True
-            if k and progs[q][PROG] < (base | k):
-                self._wait(q, base | k, deadline)
-
-    def _wait(self, q: int, need: int, deadline: float, word: int = PROG) -> None:
-        prog = self._progs[q]
-        if prog[word] >= need:
-            return
-        # Spin a few microseconds (the peer is usually about to publish), then yield the core
-        # for a while (oversubscribed ranks need it to progress), then sleep, checking
-        # liveness and the deadline every 20 ms.
-        t0 = time.perf_counter()
-        spin_until = t0 + self._spin_s
-        while time.perf_counter() < spin_until:
-            for _ in range(32):
-                if prog[word] >= need:
-                    return
-        yield_until = t0 + 0.02
-        pause, next_check = 50e-6, time.monotonic() + 0.02
-        self._me[WAITING] = q + 1
-        try:
-            while prog[word] < need:
-                now = time.monotonic()
-                if now >= next_check:
-                    self._check_alive(q, need, word)
-                    if now >= deadline:
-                        self._unlink_peer(q)  # the job is over: q may never run again
-                        raise CommTimeout(self._timeout_text(q, need, word))
-                    next_check = now + 0.02
-                if time.perf_counter() < yield_until:
-                    os.sched_yield()
-                    for _ in range(32):
-                        if prog[word] >= need:
-                            return
-                else:
-                    time.sleep(pause)
-                    pause = min(pause * 1.5, 1e-3)
-        finally:
-            self._me[WAITING] = 0
-
-    def _check_alive(self, q: int, need: int, word: int) -> None:
-        prog = self._progs[q]
-        if prog[word] >= need:
-            return
-        state = prog[STATE]
-        what = self._what()
-        if state == FAILED:
-            msg = bytes(self._ctrls[q].mm[MSG_OFF:MSG_OFF + 512]).rstrip(b"\0").decode(
-                errors="replace")
-            raise TransportError(f"rank {self.rank}: rank {q} failed{what}: {msg}")
-        if state == CLOSED:
-            raise TransportError(f"rank {self.rank}: rank {q} has shut down{what} "
-                                 f"(it left the job before this call)")
-        if not pid_alive(self.pids[q]):
-            self._unlink_peer(q)
-            raise TransportError(f"rank {self.rank}: rank {q} (pid {self.pids[q]}) died{what} "
-                                 f"(killed or crashed)")
-
-    def _what(self) -> str:
-        call = getattr(self, "_call", None)
-        return f" during {call[0]} call #{call[1]}" if call else ""
-
-    def _timeout_text(self, q, need, word) -> str:
-        have = self._progs[q][word]
-        call = getattr(self, "_call", ("?", 0, self.timeout))
-        if word == PROG:
-            qseq, qdone = have >> 32, have & DONE
-            where = (f"rank {q} is still in call #{qseq}" if qseq < (need >> 32) else
-                     f"rank {q} has done {qdone} of the {need & DONE} actions this waits for")
-        else:
-            where = f"rank {q} has not sent/received the message"
-        chain = [q]  # q may itself be blocked on another rank: follow to the one that is not
-        while 0 < self._progs[chain[-1]][WAITING] <= self.nranks:
-            nxt = self._progs[chain[-1]][WAITING] - 1
-            if nxt == self.rank or nxt in chain:
-                break
-            chain.append(nxt)
-        if len(chain) > 1:
-            where += "; " + ", ".join(f"rank {a} waits for rank {b}"
-                                      for a, b in zip(chain, chain[1:]))
-            where += f": rank {chain[-1]} makes no progress (stopped or stuck?)"
-        return (f"rank {self.rank}: {call[0]} call #{call[1]} timed out after {call[2]:g}s "
-                f"waiting for rank {q} ({where}); raise the limit with gpucomm.init(timeout=) "
-                f"or GPUCOMM_TIMEOUT")
-
-    def _unlink_peer(self, q: int) -> None:
-        """A dead (or hopelessly stuck) rank cannot unlink its own segments: do it for it."""
-        try:
-            mm = self._ctrls[q].mm
-            unlink_name(bytes(mm[NAME_OFF:NAME_OFF + 64]).rstrip(b"\0").decode())
-            for j in range(self.nranks):
-                off = P2P_NAME_OFF + 64 * j
-                unlink_name(bytes(mm[off:off + 64]).rstrip(b"\0").decode())
-        except (ValueError, UnicodeDecodeError):
-            pass
-
     def _fail(self, err: BaseException) -> None:
         if self.broken is None:
             self.broken = f"{type(err).__name__}: {err}"
@@ -561,63 +360,6 @@ class ShmTransport:
             self._me[STATE] = FAILED
         except (ValueError, TypeError):
             pass
-
-    # --- point to point -----------------------------------------------------------------
-    def send(self, arr: np.ndarray, dst: int, dtype: dt.DType, timeout=None) -> None:
-        """Buffered send: returns once the data sits in shared memory for `dst`."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        self._call = ("send", int(self._me[P2P + 4 * dst]) + 1, deadline - time.monotonic())
-        k = self._me[P2P + 4 * dst] + 1
-        try:
-            self._wait(dst, k - 1, deadline, word=P2P_RECVD + self.rank)
-            seg = self._p2p_out.get(dst)
-            nbytes = arr.nbytes
-            if seg is None or seg.nbytes < nbytes:
-                if seg is not None:
-                    seg.close()
-                seg = Segment.create(1 << max(12, (max(nbytes, 1) - 1).bit_length()))
-                self._p2p_out[dst] = seg
-                off = P2P_NAME_OFF + 64 * dst
-                self._mine[off:off + 64] = seg.name.encode().ljust(64, b"\0")
-                self._me[P2P + 4 * dst + 3] += 1
-            np.frombuffer(seg.mm, np.uint8, nbytes)[:] = arr.view(np.uint8).reshape(-1)
-            self._me[P2P + 4 * dst + 1] = nbytes
-            self._me[P2P + 4 * dst + 2] = DTYPE_IDS[dtype.name]
-            self._me[P2P + 4 * dst] = k
-            if self._progs[dst][P2P_ACK + self.rank] == self._me[P2P + 4 * dst + 3]:
-                seg.unlink()
-        except BaseException as e:
-            self._fail(e)
-            raise
-
-    def recv(self, arr: np.ndarray, src: int, dtype: dt.DType, timeout=None) -> None:
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        k = self._me[P2P_RECVD + src] + 1
-        self._call = ("recv", k, deadline - time.monotonic())
-        try:
-            self._wait(src, k, deadline, word=P2P + 4 * self.rank)
-            peer = self._progs[src]
-            nbytes, dtype_id = peer[P2P + 4 * self.rank + 1], peer[P2P + 4 * self.rank + 2]
-            if nbytes != arr.nbytes or dtype_id != DTYPE_IDS[dtype.name]:
-                sent = list(DTYPE_IDS)[dtype_id]
-                raise TransportError(f"rank {self.rank}: recv from rank {src} expects "
-                                     f"{arr.nbytes} B of {dtype.name}, rank {src} sent "
-                                     f"{nbytes} B of {sent}")
-            gen = peer[P2P + 4 * self.rank + 3]
-            have = self._p2p_in.get(src)
-            if have is None or have[0] != gen:
-                off = P2P_NAME_OFF + 64 * self.rank
-                name = bytes(self._ctrls[src].mm[off:off + 64]).rstrip(b"\0").decode()
-                if have is not None:
-                    have[1].close()
-                have = (gen, Segment.attach(name))
-                self._p2p_in[src] = have
-                self._me[P2P_ACK + src] = gen
-            arr.view(np.uint8).reshape(-1)[:] = np.frombuffer(have[1].mm, np.uint8, nbytes)
-            self._me[P2P_RECVD + src] = k
-        except BaseException as e:
-            self._fail(e)
-            raise
 
     # --- shutting down ------------------------------------------------------------------
     def close(self) -> None:
@@ -642,70 +384,6 @@ def _signals_exit():
     return trapped(lambda signum: SystemExit(128 + signum), only_default=True)
 
 
-def pid_alive(pid: int) -> bool:
-    """False for a process that is gone or a zombie (killed, not yet reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True
 
 
-def _block_count(schedule: Schedule, rank: int, inp, out) -> int:
-    coll, p, root = schedule.collective, schedule.nranks, schedule.root
-    counts = []
-    for name, arr, rng in (("input", inp, coll.inputs(rank, p, root)),
-                           ("output", out, coll.outputs(rank, p, root))):
-        if rng is None:
-            continue
-        if arr is None:
-            raise ConfigError(f"rank {rank}: {coll.name} needs an {name} buffer on this rank")
-        if arr.size % rng[1]:
-            raise ConfigError(f"rank {rank}: {coll.name} {name} of {arr.size} elements does not "
-                              f"divide into {rng[1]} blocks (one per rank)")
-        counts.append((name, arr.size // rng[1]))
-    if len({c for _, c in counts}) > 1:
-        raise ConfigError(f"rank {rank}: {coll.name} buffers disagree: " + ", ".join(
-            f"{name} has {c} elements per block" for name, c in counts))
-    return counts[0][1] if counts else 0
-
-
-def _unalias(schedule, rank, bc, inp, out):
-    """In-place calls must map each logical chunk to one address; other overlaps get a copy."""
-    coll = schedule.collective
-    irng = coll.inputs(rank, schedule.nranks, schedule.root)
-    orng = coll.outputs(rank, schedule.nranks, schedule.root)
-    if irng is None or orng is None:  # the rank has no such buffer: ignore the other one
-        return (inp if irng else None), (out if orng else None)
-    if inp is out:
-        if irng[0] == orng[0]:
-            return inp, out
-    elif not np.may_share_memory(inp, out):
-        return inp, out
-    a_in = inp.__array_interface__["data"][0]
-    a_out = out.__array_interface__["data"][0]
-    if a_in - a_out == (irng[0] - orng[0]) * bc * inp.itemsize:
-        return inp, out
-    return inp.copy(), out
-
-
-def _describe(desc, schedule=None) -> str:
-    _, coll, algo, p, root, bc, dtype, op = desc
-    cname = list(COLL_IDS)[coll] if 0 <= coll < len(COLL_IDS) else f"collective #{coll}"
-    text = f"{cname}({list(DTYPE_IDS)[dtype]}, {bc} elements per block"
-    c = COLLECTIVES.get(cname)
-    if c is not None and c.reduces:
-        text += f", op {dt.REDUCE_OPS[op]}"
-    if c is not None and c.rooted:
-        text += f", root {root}"
-    if schedule is not None:
-        text += f", algorithm {schedule.algorithm}"
-    else:
-        text += f", algorithm hash {algo:08x}"
-    return text + ")"
+__all__ = ["ShmTransport", "pid_alive"]

@@ -17,7 +17,8 @@ It saves them in ~/.cache/gpucomm/host.yaml.
 The host becomes a topology of P ranks around one CPU: rank -> cpu -> rank, where the link
 into a rank is that rank's core (the reader does the copy in a pull transport) and the link
 out of a rank is not a limit. Its bandwidth is *effective*: the runtime's compiled plan for
-this call (`runtime.plan`) says exactly which copies and reductions each rank executes,
+this call (`runtime.plan.plan_call`, which the shm transport calls too, with the same
+`RuntimeOptions`) says exactly which copies and reductions each rank executes,
 staging copies and local copies included; their cost at the calibrated rates, on the busiest
 rank, divided into the bytes that rank receives in the schedule, is the link bandwidth. The
 simulator then times the schedule (latency per op, dependencies, overlap) on that topology
@@ -39,6 +40,7 @@ import time
 import yaml
 
 from ..errors import ConfigError
+from ..runtime.options import RuntimeOptions, current, env_host_yaml
 
 DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "gpucomm", "host.yaml")
 FORMAT = 2
@@ -46,7 +48,7 @@ UNLIMITED_Bps = 1e15  # the link out of a rank: reading a peer costs the reader,
 
 
 def host_path() -> str:
-    return os.environ.get("GPUCOMM_HOST_YAML", DEFAULT_PATH)
+    return env_host_yaml(DEFAULT_PATH)
 
 
 def host_topology(nranks: int, bandwidth_Bps: float, latency_s: float,
@@ -120,8 +122,9 @@ def cache_bytes() -> int:
 
 def cma_allowed() -> bool:
     """Whether the runtime's ranks (sibling processes) may read each other's memory, so large
-    chunks go by cross-memory attach (Yama ptrace_scope 0, or no Yama; not GPUCOMM_CMA=0)."""
-    if os.environ.get("GPUCOMM_CMA", "1") == "0" or not hasattr(os, "sched_getaffinity"):
+    chunks go by cross-memory attach (Yama ptrace_scope 0, or no Yama). Whether the options
+    let them is `RuntimeOptions.cma`, applied where the plan is compiled (`plan_call`)."""
+    if not hasattr(os, "sched_getaffinity"):
         return False
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
@@ -134,6 +137,7 @@ def _rates_worker(nbytes, repeats, barrier, queue):
     import numpy as np
 
     from ..runtime import memcopy
+    stream_copy = memcopy.copier(current())
     n = nbytes // 4
     a, b, c = (np.ones(n, np.float32) for _ in range(3))
     c[:] = 0
@@ -141,7 +145,7 @@ def _rates_worker(nbytes, repeats, barrier, queue):
     best = [float("inf")] * 3
     for _ in range(repeats):
         for k, work in enumerate((lambda: np.copyto(c, a), lambda: np.add(a, b, out=c),
-                                  lambda: memcopy.copy(ca, aa, nbytes))):
+                                  lambda: stream_copy(ca, aa, nbytes))):
             barrier.wait()  # everyone works at once: the memory system is shared
             t0 = time.perf_counter()
             work()
@@ -231,7 +235,8 @@ def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, floa
             share * r.get("stream_Bps", r["copy_Bps"]))
 
 
-def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
+def plan_work(plan, itemsize: int,
+              options: RuntimeOptions | None = None) -> list[tuple[float, float, float]]:
     """(copy-equivalent bytes, reduced bytes, streamed bytes) each rank executes in a
     compiled plan.
 
@@ -241,26 +246,27 @@ def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
     (memory to cache) and a copy for the reduction (one operand and the store in memory); a
     write into the peer of what is still in cache (a result just reduced,
     `push.push_results`, or a block just copied, `push.push_copies`) is half a copy. A
-    large local copy in a direct plan streams (`runtime.memcopy`). Every other copy is a copy.
+    large local copy in a direct plan streams where the options let it (`runtime.memcopy`).
+    Every other copy is a copy.
     """
     from ..runtime import memcopy
-    from ..runtime.actions import PEER_IN, PEER_OUT
-    from ..runtime.push import fused_push, fused_result_push
+    from ..runtime.actions import PEER_OUT, fused_push, fused_result_push
+    options = current() if options is None else options
+    stream_min = options.stream_min_bytes if memcopy.streams(options) else None
     work = []
     for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
         copied = reduced = streamed = 0.0
         prev = None
         for a in acts:
-            red, sl, _, _, dl, _, n, _, _, _ = a
-            nb = n * itemsize
-            if red and sl in (PEER_IN, PEER_OUT):
+            nb = a.n * itemsize
+            if a.reduce and a.src.is_private:
                 copied += 1.5 * nb
-            elif red:
+            elif a.reduce:
                 reduced += nb
             elif prev is not None and (fused_push(prev, a) or fused_result_push(prev, a)):
                 copied += 0.5 * nb  # the write of what is still in cache
-            elif plan.direct and sl not in (PEER_IN, PEER_OUT) and dl != PEER_OUT \
-                    and nb >= memcopy.MIN_BYTES:
+            elif plan.direct and not a.src.is_private and a.dst != PEER_OUT \
+                    and stream_min is not None and nb >= stream_min:
                 streamed += nb
             else:
                 copied += nb
@@ -281,25 +287,30 @@ def received_bytes(schedule, block_count: int, itemsize: int) -> list[int]:
     return got
 
 
+def host_plan(host: dict, schedule, block_count: int, itemsize: int,
+              options: RuntimeOptions | None = None):
+    """The plan the runtime runs for this call on the calibrated host: `plan.plan_call`,
+    the function the shm transport calls, with the same options."""
+    from ..runtime.plan import plan_call
+    options = current() if options is None else options
+    cma = host.get("format") == FORMAT and bool(host.get("cma", True))
+    return plan_call(schedule, block_count, itemsize, options, cma)
+
+
 def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
-                        direct: bool) -> float:
+                        options: RuntimeOptions | None = None) -> float:
     """The link bandwidth at which the busiest rank's received bytes take as long as its
     copies and reductions in the runtime's plan at the calibrated rates."""
-    from ..runtime import memcopy
-    from ..runtime.plan import compile_plan
-    from ..runtime.shm import DIRECT_SLICE_BYTES, SLICE_BYTES
     coll, p = schedule.collective, schedule.nranks
-    slice_bytes = DIRECT_SLICE_BYTES if direct else SLICE_BYTES
-    plan = compile_plan(schedule, block_count, slice_elems=max(1, slice_bytes // itemsize),
-                        direct=direct, stream=memcopy.ENABLED)  # the plan the runtime runs
+    plan = host_plan(host, schedule, block_count, itemsize, options)
     ws = 0
     for r in range(p):
         for rng in (coll.inputs(r, p, schedule.root), coll.outputs(r, p, schedule.root)):
             ws += rng[1] * block_count * itemsize if rng else 0
-    ws += p * plan.shm_elems * itemsize * (not direct)
+    ws += p * plan.shm_elems * itemsize * (not plan.direct)
     copy_Bps, reduce_Bps, stream_Bps = rank_rates(host, p, ws)
     work = [c / copy_Bps + r / reduce_Bps + st / stream_Bps
-            for c, r, st in plan_work(plan, itemsize)]
+            for c, r, st in plan_work(plan, itemsize, options)]
     got = received_bytes(schedule, block_count, itemsize)
     busiest = max(range(p), key=lambda r: work[r])
     if work[busiest] <= 0:
@@ -310,9 +321,11 @@ def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
     return moved / work[busiest]
 
 
-def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto") -> str:
+def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto",
+                    options: RuntimeOptions | None = None) -> str:
     """Fill `predicted_time_us` in place; returns a note for the table's footer. With no
-    saved calibration, a quick one runs first (about a second) and is saved."""
+    saved calibration, a quick one runs first (about a second) and is saved. `options`: the
+    runtime's (default: those in force, as the ranks read them)."""
     for r in rows:
         r["predicted_time_us"] = None
     host = load_host()
@@ -334,10 +347,8 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
     from ..collectives import get_collective, layout
     from ..dtypes import get_dtype
     from ..runtime.communicator import choose_algorithm
-    from ..runtime.shm import DIRECT_MIN_BYTES
     coll = get_collective(collective).name
     modern = host.get("format") == FORMAT
-    cma = modern and bool(host.get("cma", True))  # large chunks: read straight from peers
     for r in rows:
         lay = layout(coll, r["size"], r["type"], nranks)
         isz = get_dtype(r["type"]).itemsize
@@ -345,8 +356,7 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
             choose_algorithm(coll, r["size"], nranks)
         sched = build(coll, name, nranks, root=max(r.get("root", 0), 0))
         if modern:
-            direct = cma and lay.block_count * isz // sched.chunks_per_block >= DIRECT_MIN_BYTES
-            bw = effective_bandwidth(host, sched.materialize(), lay.block_count, isz, direct)
+            bw = effective_bandwidth(host, sched.materialize(), lay.block_count, isz, options)
             topo = host_topology(nranks, bw, host["latency_s"], UNLIMITED_Bps)
         else:
             topo = host_topology(nranks, host["bandwidth_Bps"], host["latency_s"])

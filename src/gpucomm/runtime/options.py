@@ -1,0 +1,154 @@
+"""The runtime's settings in one value: `RuntimeOptions`, read once from the environment (or
+given to `gpucomm.init(options=...)`), handed to the shm transport and to bench's predictor,
+so both compile the same plan. Every `GPUCOMM_*` variable of the package is read here; the
+README's "Runtime options" table lists them.
+
+A leaf module: it imports nothing from gpucomm but the errors.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How the shm runtime cuts and moves data (defaults measured on this project's hosts;
+    see the README's table and `benchmarks/runtime_vs_peers.py`).
+
+    >>> RuntimeOptions(push=False).describe()[:50]
+    'slice 4 MiB, direct from 3 MiB in 16 MiB slices, p'
+    >>> RuntimeOptions(slice_bytes=0)
+    Traceback (most recent call last):
+    ...
+    gpucomm.errors.ConfigError: RuntimeOptions.slice_bytes must be an integer >= 1 (bytes), got 0
+    """
+    # Staged chunks are cut into slices of this size so consecutive steps pipeline; 4 MiB
+    # copies are large enough for non-temporal stores (2 MiB pieces copy ~30% slower here).
+    slice_bytes: int = 4 << 20
+    # Chunks at least this large are read from the peer's own buffers by cross-memory attach
+    # (one copy) instead of being staged through shared memory (two copies) ...
+    direct_min_bytes: int = 3 << 20
+    # ... in slices this large (no staging to pipeline: fewer, larger calls).
+    direct_slice_bytes: int = 16 << 20
+    # A reduction read by cross-memory attach goes through a buffer this large, so the peer's
+    # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks:
+    # 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
+    piece_bytes: int = 1 << 20
+    # Direct plans let a rank write into a peer's output (`push`): off gives plain pull plans.
+    push: bool = True
+    # Large local copies in direct plans use streaming stores (`memcopy`), from this size on.
+    stream: bool = True
+    stream_min_bytes: int = 256 << 10
+    # Cross-memory attach (process_vm_readv/writev) where the kernel allows it.
+    cma: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"RuntimeOptions.{f.name} must be True or False, "
+                                      f"got {value!r}")
+                continue
+            low = 0 if f.name.endswith("min_bytes") else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"RuntimeOptions.{f.name} must be an integer >= {low} "
+                                  f"(bytes), got {value!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "RuntimeOptions":
+        """The defaults, overridden by the `GPUCOMM_*` variables that are set."""
+        env = os.environ if env is None else env
+        given = {}
+        for f in fields(cls):
+            name = ENV_NAMES[f.name]
+            text = env.get(name)
+            if text is None or text == "":
+                continue
+            if f.type in ("bool", bool):
+                if text not in ("0", "1"):
+                    raise ConfigError(f"{name}={text!r}: allowed are 0 and 1")
+                given[f.name] = text == "1"
+                continue
+            try:
+                given[f.name] = int(text)
+            except ValueError:
+                raise ConfigError(f"{name}={text!r} is not an integer number of "
+                                  f"bytes") from None
+        try:
+            return cls(**given)
+        except ConfigError as e:
+            bad = next((ENV_NAMES[k] for k in given if f"RuntimeOptions.{k} " in str(e)), "")
+            raise ConfigError(f"{bad}: {e}" if bad else str(e)) from None
+
+    def replace(self, **changes) -> "RuntimeOptions":
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line, as bench's header prints it."""
+        on = {True: "on", False: "off"}
+        return (f"slice {_size(self.slice_bytes)}, direct from {_size(self.direct_min_bytes)} "
+                f"in {_size(self.direct_slice_bytes)} slices, piece {_size(self.piece_bytes)}, "
+                f"push {on[self.push]}, stream {on[self.stream]} from "
+                f"{_size(self.stream_min_bytes)}, cma {on[self.cma]}")
+
+
+# RuntimeOptions field -> the environment variable that sets it
+ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_DIRECT_MIN_BYTES",
+             "direct_slice_bytes": "GPUCOMM_DIRECT_SLICE_BYTES",
+             "piece_bytes": "GPUCOMM_PIECE_BYTES", "push": "GPUCOMM_PUSH",
+             "stream": "GPUCOMM_STREAM", "stream_min_bytes": "GPUCOMM_STREAM_MIN_BYTES",
+             "cma": "GPUCOMM_CMA"}
+
+_active: RuntimeOptions | None = None
+
+
+def current() -> RuntimeOptions:
+    """The options in force: those given to `use` (`gpucomm.init(options=...)`), else the
+    environment's, read on first use."""
+    global _active
+    if _active is None:
+        _active = RuntimeOptions.from_env()
+    return _active
+
+
+def use(options: RuntimeOptions | None) -> RuntimeOptions:
+    """Make `options` the ones in force (None: read the environment again)."""
+    global _active
+    if options is not None and not isinstance(options, RuntimeOptions):
+        raise ConfigError(f"options must be a gpucomm.runtime.RuntimeOptions, got "
+                          f"{type(options).__name__}")
+    _active = options
+    return current()
+
+
+# --- the other variables: not plan settings, read here so every GPUCOMM_* has one home --------
+def env_timeout() -> str | None:
+    """GPUCOMM_TIMEOUT: seconds every wait may last (`job.resolve_timeout` checks it)."""
+    return os.environ.get("GPUCOMM_TIMEOUT") or None
+
+
+def env_shm_session() -> str:
+    """GPUCOMM_SHM_SESSION: the launcher's tag in shared-memory segment names."""
+    return os.environ.get("GPUCOMM_SHM_SESSION", "")
+
+
+def env_rdzv_token() -> str:
+    """GPUCOMM_RDZV_TOKEN: the launcher's rendezvous secret."""
+    return os.environ.get("GPUCOMM_RDZV_TOKEN", "")
+
+
+def env_host_yaml(default: str) -> str:
+    """GPUCOMM_HOST_YAML: where bench's calibration of this host is kept."""
+    return os.environ.get("GPUCOMM_HOST_YAML", default)
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"

@@ -1,0 +1,105 @@
+"""The shm transport's control segment: one per rank, written by that rank alone and read by
+every peer. Its layout (in int64 words, then names and a failure message), the ids that
+encode a call's descriptor in it, and the checks of a call's buffers before it runs.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..collectives import COLLECTIVES
+from ..errors import ConfigError
+from ..schedule import Schedule
+
+DONE = 0xFFFFFFFF
+# control segment layout, in int64 words
+PROG, PID, STATE, GEN, CAP, IN_ADDR, OUT_ADDR = 0, 8, 9, 10, 11, 12, 13  # progress: own line
+IN_PLACE = 14  # this call's input is its output (a broadcast root's peers read it)
+WAITING = 15  # 1 + the rank this one is blocked on (0: none), so a timeout names the culprit
+DESC = 16  # 8 words: seq, collective, algorithm hash, nranks, root, block count, dtype, op
+ACK = 32  # + j: generation of rank j's data segment that this rank has mapped
+P2P = 32 + 64  # + 4j: messages sent to j, their nbytes, dtype, generation of the segment for j
+P2P_RECVD = P2P + 4 * 64  # + j: messages consumed from j
+P2P_ACK = P2P_RECVD + 64  # + j: generation of j's segment-for-me that this rank has mapped
+WORDS = P2P_ACK + 64
+NAME_OFF = WORDS * 8  # 64 bytes: data segment name
+P2P_NAME_OFF = NAME_OFF + 64  # + 64j: name of the segment for messages to j
+MSG_OFF = P2P_NAME_OFF + 64 * 64  # 512 bytes: why this rank failed
+CTRL_BYTES = MSG_OFF + 512
+MAX_RANKS = 64
+
+INIT, RUNNING, CLOSED, FAILED = 0, 1, 2, 3
+DTYPE_IDS = {name: i for i, name in enumerate(dt.DTYPES)}
+OP_IDS = {name: i for i, name in enumerate(dt.REDUCE_OPS)}
+COLL_IDS = {name: i for i, name in enumerate(COLLECTIVES)}
+
+
+def pid_alive(pid: int) -> bool:
+    """False for a process that is gone or a zombie (killed, not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def block_count(schedule: Schedule, rank: int, inp, out) -> int:
+    coll, p, root = schedule.collective, schedule.nranks, schedule.root
+    counts = []
+    for name, arr, rng in (("input", inp, coll.inputs(rank, p, root)),
+                           ("output", out, coll.outputs(rank, p, root))):
+        if rng is None:
+            continue
+        if arr is None:
+            raise ConfigError(f"rank {rank}: {coll.name} needs an {name} buffer on this rank")
+        if arr.size % rng[1]:
+            raise ConfigError(f"rank {rank}: {coll.name} {name} of {arr.size} elements does not "
+                              f"divide into {rng[1]} blocks (one per rank)")
+        counts.append((name, arr.size // rng[1]))
+    if len({c for _, c in counts}) > 1:
+        raise ConfigError(f"rank {rank}: {coll.name} buffers disagree: " + ", ".join(
+            f"{name} has {c} elements per block" for name, c in counts))
+    return counts[0][1] if counts else 0
+
+
+def unalias(schedule, rank, bc, inp, out):
+    """In-place calls must map each logical chunk to one address; other overlaps get a copy."""
+    coll = schedule.collective
+    irng = coll.inputs(rank, schedule.nranks, schedule.root)
+    orng = coll.outputs(rank, schedule.nranks, schedule.root)
+    if irng is None or orng is None:  # the rank has no such buffer: ignore the other one
+        return (inp if irng else None), (out if orng else None)
+    if inp is out:
+        if irng[0] == orng[0]:
+            return inp, out
+    elif not np.may_share_memory(inp, out):
+        return inp, out
+    a_in = inp.__array_interface__["data"][0]
+    a_out = out.__array_interface__["data"][0]
+    if a_in - a_out == (irng[0] - orng[0]) * bc * inp.itemsize:
+        return inp, out
+    return inp.copy(), out
+
+
+def describe_call(desc, schedule=None) -> str:
+    _, coll, algo, p, root, bc, dtype, op = desc
+    cname = list(COLL_IDS)[coll] if 0 <= coll < len(COLL_IDS) else f"collective #{coll}"
+    text = f"{cname}({list(DTYPE_IDS)[dtype]}, {bc} elements per block"
+    c = COLLECTIVES.get(cname)
+    if c is not None and c.reduces:
+        text += f", op {dt.REDUCE_OPS[op]}"
+    if c is not None and c.rooted:
+        text += f", root {root}"
+    if schedule is not None:
+        text += f", algorithm {schedule.algorithm}"
+    else:
+        text += f", algorithm hash {algo:08x}"
+    return text + ")"

@@ -1,0 +1,135 @@
+"""Waiting for peers in the shm transport: a dependency is one load of the peer's progress
+counter; a wait spins briefly, then yields, then sleeps with a growing interval, so more
+ranks than cores still progress; every wait has a deadline and, while sleeping, checks that
+the peer is alive (pid), not failed and not closed. A timeout names the rank that makes no
+progress, following the chain of ranks waiting for one another.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ..errors import CommTimeout, TransportError
+from .segment import unlink_name
+from .shm_control import (CLOSED, DESC, DONE, FAILED, MSG_OFF, NAME_OFF, P2P_NAME_OFF, PROG, STATE,
+                          WAITING, describe_call, pid_alive)
+
+
+class PeerWaits:
+    """The waiting half of `ShmTransport` (it provides rank, nranks, timeout, _progs, _me,
+    _ctrls, pids, _spin_s, _call and _map_peer)."""
+
+    def _check_peer(self, q, desc, schedule, dtype, op) -> None:
+        theirs = tuple(self._progs[q][DESC + i] for i in range(len(desc)))
+        if theirs[0] != desc[0]:
+            return  # cannot happen while the counters are consistent
+        if theirs[1:] != desc[1:]:
+            raise TransportError(
+                f"collective mismatch at call #{desc[0]}: rank {self.rank} called "
+                f"{describe_call(desc, schedule)} but rank {q} called {describe_call(theirs)}")
+        self._map_peer(q)  # map a grown buffer now, so its owner can unlink the name
+
+    def _await(self, deps, checked, base, deadline, desc, schedule, dtype, op) -> None:
+        """Wait until every (peer q, action count k) in `deps` holds; the first wait on a
+        peer in a call also checks that it runs the same collective."""
+        progs = self._progs
+        for q, k in deps:
+            if not checked[q]:
+                self._wait(q, base, deadline)
+                self._check_peer(q, desc, schedule, dtype, op)
+                checked[q] = True
+            if k and progs[q][PROG] < (base | k):
+                self._wait(q, base | k, deadline)
+
+    def _wait(self, q: int, need: int, deadline: float, word: int = PROG) -> None:
+        prog = self._progs[q]
+        if prog[word] >= need:
+            return
+        # Spin a few microseconds (the peer is usually about to publish), then yield the core
+        # for a while (oversubscribed ranks need it to progress), then sleep, checking
+        # liveness and the deadline every 20 ms.
+        t0 = time.perf_counter()
+        spin_until = t0 + self._spin_s
+        while time.perf_counter() < spin_until:
+            for _ in range(32):
+                if prog[word] >= need:
+                    return
+        yield_until = t0 + 0.02
+        pause, next_check = 50e-6, time.monotonic() + 0.02
+        self._me[WAITING] = q + 1
+        try:
+            while prog[word] < need:
+                now = time.monotonic()
+                if now >= next_check:
+                    self._check_alive(q, need, word)
+                    if now >= deadline:
+                        self._unlink_peer(q)  # the job is over: q may never run again
+                        raise CommTimeout(self._timeout_text(q, need, word))
+                    next_check = now + 0.02
+                if time.perf_counter() < yield_until:
+                    os.sched_yield()
+                    for _ in range(32):
+                        if prog[word] >= need:
+                            return
+                else:
+                    time.sleep(pause)
+                    pause = min(pause * 1.5, 1e-3)
+        finally:
+            self._me[WAITING] = 0
+
+    def _check_alive(self, q: int, need: int, word: int) -> None:
+        prog = self._progs[q]
+        if prog[word] >= need:
+            return
+        state = prog[STATE]
+        what = self._what()
+        if state == FAILED:
+            msg = bytes(self._ctrls[q].mm[MSG_OFF:MSG_OFF + 512]).rstrip(b"\0").decode(
+                errors="replace")
+            raise TransportError(f"rank {self.rank}: rank {q} failed{what}: {msg}")
+        if state == CLOSED:
+            raise TransportError(f"rank {self.rank}: rank {q} has shut down{what} "
+                                 f"(it left the job before this call)")
+        if not pid_alive(self.pids[q]):
+            self._unlink_peer(q)
+            raise TransportError(f"rank {self.rank}: rank {q} (pid {self.pids[q]}) died{what} "
+                                 f"(killed or crashed)")
+
+    def _what(self) -> str:
+        call = getattr(self, "_call", None)
+        return f" during {call[0]} call #{call[1]}" if call else ""
+
+    def _timeout_text(self, q, need, word) -> str:
+        have = self._progs[q][word]
+        call = getattr(self, "_call", ("?", 0, self.timeout))
+        if word == PROG:
+            qseq, qdone = have >> 32, have & DONE
+            where = (f"rank {q} is still in call #{qseq}" if qseq < (need >> 32) else
+                     f"rank {q} has done {qdone} of the {need & DONE} actions this waits for")
+        else:
+            where = f"rank {q} has not sent/received the message"
+        chain = [q]  # q may itself be blocked on another rank: follow to the one that is not
+        while 0 < self._progs[chain[-1]][WAITING] <= self.nranks:
+            nxt = self._progs[chain[-1]][WAITING] - 1
+            if nxt == self.rank or nxt in chain:
+                break
+            chain.append(nxt)
+        if len(chain) > 1:
+            where += "; " + ", ".join(f"rank {a} waits for rank {b}"
+                                      for a, b in zip(chain, chain[1:]))
+            where += f": rank {chain[-1]} makes no progress (stopped or stuck?)"
+        return (f"rank {self.rank}: {call[0]} call #{call[1]} timed out after {call[2]:g}s "
+                f"waiting for rank {q} ({where}); raise the limit with gpucomm.init(timeout=) "
+                f"or GPUCOMM_TIMEOUT")
+
+    def _unlink_peer(self, q: int) -> None:
+        """A dead (or hopelessly stuck) rank cannot unlink its own segments: do it for it."""
+        try:
+            mm = self._ctrls[q].mm
+            unlink_name(bytes(mm[NAME_OFF:NAME_OFF + 64]).rstrip(b"\0").decode())
+            for j in range(self.nranks):
+                off = P2P_NAME_OFF + 64 * j
+                unlink_name(bytes(mm[off:off + 64]).rstrip(b"\0").decode())
+        except (ValueError, UnicodeDecodeError):
+            pass
+
