@@ -22,7 +22,7 @@ schedule channel per NIC rail and lets it carry the rest), so the per-channel ca
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -72,11 +72,29 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
     if key == "ll128":
         channel_cap = K.LL128_PER_CHANNEL_BW[gen][col] * K.GB
     if key == "ll":
-        total_cap = K.LL_MAX_BW[gen][col] * K.GB
+        total_cap = (K.LL_MAX_BW[gen] if nodes <= 1 else K.LL_MAX_BW_MULTI_NODE)[col] * K.GB
     return Protocol(key, K.WIRE_EFFICIENCY[key],
                     tuple(K.HOP_LATENCY_S[key][c] for c in CLASS_NAMES),
                     K.BASE_LATENCY_S[key], K.SLICE_BYTES[key], K.NET_MESSAGE_OVERHEAD_S[key],
                     channel_cap, total_cap)
+
+
+def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
+                  nbytes: float, nranks: int, channels: int) -> Protocol:
+    """The protocol of an NCCL ring across nodes, with the latency refinements of NCCL's own
+    model (constants.py): each step costs at least the per-message network overhead, and a
+    Simple all-reduce ring's latency carries the plateau factor."""
+    if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
+        return proto
+    floor = K.NET_MESSAGE_OVERHEAD_S[proto.name]
+    hop = tuple(h if c == "net" else max(h, floor)
+                for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
+    factor = 1.0
+    if proto.name == "simple" and collective == "all_reduce" and \
+            nbytes / max(channels * nranks, 1) >= K.RING_PLATEAU_MIN_BYTES:
+        factor = K.RING_PLATEAU_FACTOR.get(generation, K.RING_PLATEAU_FACTOR_DEFAULT)
+    return replace(proto, hop_latency_s=tuple(h * factor for h in hop),
+                   base_latency_s=proto.base_latency_s * factor)
 
 
 def ideal_protocol() -> Protocol:
