@@ -92,6 +92,13 @@ NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
 RING_PLATEAU_FACTOR = {"volta": 1.9}
 RING_PLATEAU_FACTOR_DEFAULT = 1.4
 RING_PLATEAU_MIN_BYTES = 64
+# A ring step moves one chunk per channel (enqueue.cc calcCollChunking and the ring kernels):
+# Simple chunks are chunkSteps = NCCL_STEPS/2 = 4 slots of 512 KiB, sent as 2 slices (sliceSteps
+# = NCCL_STEPS/4); LL128 and LL one slot (576000 and 32 KiB of payload). A smaller message cuts
+# the chunk to nBytes / (nChannels x nRanks). Over the network the proxy sends one message per
+# slice (transport/net.cc), each paying the per-message overhead above: (chunk payload, slices).
+RING_CHUNK_BYTES = {"simple": (4 * 512 * 1024, 2), "ll128": (614400 * 120 // 128, 1),
+                    "ll": (32 * 1024, 1)}
 
 # Slice (message) size per protocol and channel. Simple: NCCL_BUFFSIZE 4 MiB split into
 # NCCL_STEPS = 8 slots -> 512 KiB per slot. LL: NCCL_LL_LINES_PER_THREAD 8 x 512 threads x 16 B

@@ -50,7 +50,8 @@ class Protocol:
         rate = np.minimum(rate, self.channel_cap_Bps * lanes)
         rate = np.minimum(rate, self.total_cap_Bps / max(channels, 1))
         if self.message_overhead_s > 0:
-            msg = self.slice_bytes * self.wire_efficiency / self.message_overhead_s
+            # one message per slice and per NCCL channel: `lanes` channels send side by side
+            msg = self.slice_bytes * self.wire_efficiency / self.message_overhead_s * lanes
             rate = np.where(np.asarray(cls) == NET, np.minimum(rate, msg), rate)
         return rate
 
@@ -90,11 +91,16 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
     hop = tuple(h if c == "net" else max(h, floor)
                 for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
     factor = 1.0
+    per_step = nbytes / max(channels * nranks, 1)  # one channel's chunk of one ring step
     if proto.name == "simple" and collective == "all_reduce" and \
-            nbytes / max(channels * nranks, 1) >= K.RING_PLATEAU_MIN_BYTES:
+            per_step >= K.RING_PLATEAU_MIN_BYTES:
         factor = K.RING_PLATEAU_FACTOR.get(generation, K.RING_PLATEAU_FACTOR_DEFAULT)
+    chunk, slices = K.RING_CHUNK_BYTES[proto.name]
+    message = max(min(chunk, per_step) / slices, 1.0)  # payload of one network message
     return replace(proto, hop_latency_s=tuple(h * factor for h in hop),
-                   base_latency_s=proto.base_latency_s * factor)
+                   base_latency_s=proto.base_latency_s * factor,
+                   slice_bytes=min(proto.slice_bytes,
+                                   int(np.ceil(message / proto.wire_efficiency))))
 
 
 def ideal_protocol() -> Protocol:
