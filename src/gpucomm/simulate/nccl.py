@@ -238,14 +238,19 @@ def tree_chunk_bytes(proto: str, nbytes: float, nch: int, nodes: int, ppn: int) 
 
 def _tree_fill(shape, proto, size, nch, t_intra, t_net) -> float:
     """The tree pipeline's fill: a chunk climbs (ppn-1) chain hops and log2(nodes) network
-    hops and comes back down; every hop but the slowest (whose time is the bandwidth term)
-    adds one chunk's time at that hop's per-channel rate."""
+    hops and comes back down. A hop that forwards a chunk only once all of it has arrived
+    adds that chunk's time at the hop's per-channel rate (every such hop but the slowest,
+    whose time is the bandwidth term). Network hops are such hops for every protocol: the
+    proxy sends a slot once the GPU has filled it (transport/net.cc, which checks every
+    LL/LL128 line's flag before the send). Over NVLink only Simple is: its receiver waits on
+    the slot's tail counter, while LL and LL128 flag every 8 / 128-byte line and forward
+    lines as they land (their cost per hop is the hop latency, already counted)."""
     if size <= 0:
         return 0.0
     n, g = shape["nodes"], shape["g"]
     chunk = tree_chunk_bytes(proto, size, nch, n, g)
     per_chunk = chunk * nch / size  # a chunk's share of the whole buffer's time on a hop
-    hops = [t_intra * per_chunk] * (2 * (g - 1)) + \
+    hops = [t_intra * per_chunk] * (2 * (g - 1) if proto == "simple" else 0) + \
         [t_net * per_chunk] * (2 * int(np.ceil(np.log2(n))) if n > 1 else 0)
     return float(sum(hops) - max(hops)) if hops else 0.0
 
