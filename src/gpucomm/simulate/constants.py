@@ -100,6 +100,15 @@ RING_PLATEAU_MIN_BYTES = 64
 RING_CHUNK_BYTES = {"simple": (4 * 512 * 1024, 2), "ll128": (614400 * 120 // 128, 1),
                     "ll": (32 * 1024, 1)}
 
+# A network step's latency where NCCL talks to the NIC through a libfabric plugin rather than
+# IB verbs, by NIC kind: AWS's own tuner for aws-ofi-nccl on EFA (include/nccl_ofi_tuner.h,
+# TUNER_NET_LATENCY = 20 us per inter-node step, plus TUNER_NET_COMP_OVERHEAD = 3 us for Simple:
+# "~2 us in the device and ~1 us to write that completion up to the host stack"). It stands in
+# for NCCL's hwLatencies[NET] (measured on InfiniBand) where larger. Slingshot's cxi provider
+# has no such published figure and keeps NCCL's.
+NET_STACK_LATENCY_S = {"efa": 20.0 * US}
+NET_STACK_COMPLETION_S = {"efa": 3.0 * US}
+
 # Slice (message) size per protocol and channel. Simple: NCCL_BUFFSIZE 4 MiB split into
 # NCCL_STEPS = 8 slots -> 512 KiB per slot. LL: NCCL_LL_LINES_PER_THREAD 8 x 512 threads x 16 B
 # = 64 KiB per slot (half of it payload). LL128: NCCL_LL128_ELEMS_PER_THREAD 120 x 640 threads

@@ -33,7 +33,7 @@ from ..collectives import layout
 from ..errors import ConfigError
 from . import constants as K
 from .paths import NET
-from .protocol import generation_of, get_protocol
+from .protocol import generation_of, get_protocol, net_stack_floor_s
 from .result import SimResult
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
@@ -182,6 +182,18 @@ def _shape(paths, topology, placement) -> dict:
     return out
 
 
+def net_hop_floor(topology, placement, proto, paths) -> float:
+    """Least software latency of one network step here (protocol.net_stack_floor_s) less the
+    links' own latency on the path between nodes, which the step already pays."""
+    floor = net_stack_floor_s(topology, proto)
+    if floor <= 0:
+        return 0.0
+    nodes = node_groups(topology, placement)
+    if len(nodes) < 2:
+        return 0.0
+    return max(floor - _net(paths, placement, nodes)[0], 0.0)
+
+
 def _busy(links, carried, capacity, t) -> dict:
     return dict(zip(links.tolist(), np.minimum(carried / capacity[links], t).tolist()))
 
@@ -213,7 +225,8 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
         f = 2.0  # tuning.cc: a tree's algBw is half its busBw at any node count
         rate = min(_rate(pr, nic, NET, nch), cap)
         t_net = size * f / rate
-        lat += 2 * np.ceil(np.log2(n)) * (hop[NET] + lat_net)
+        hop_net = max(hop[NET], net_hop_floor(topology, placement, proto, paths))
+        lat += 2 * np.ceil(np.log2(n)) * (hop_net + lat_net)
     table = K.TREE_CORRECTION[proto]
     correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
     t = lat + max(t_intra, t_net) / correction + _tree_fill(shape, proto, size, nch, t_intra,
@@ -284,7 +297,8 @@ def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
         lat_net, nic = shape["net"]
         f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node
         t_net = size * f / nic
-        lat += 2 * np.log2(n) * (K.NVLSTREE_NET_LATENCY_S + lat_net)
+        hop_net = max(K.NVLSTREE_NET_LATENCY_S, net_hop_floor(topology, placement, proto, paths))
+        lat += 2 * np.log2(n) * (hop_net + lat_net)
         # the pipeline's fill: a chunk crosses the switch twice and 2 log2(n) network hops;
         # every hop but the slowest adds its time for one chunk (per channel)
         per_chunk = min(chunk * K.NVLS_CHANNELS / size, 1.0)

@@ -203,7 +203,8 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
         proto = ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
-                              float(layout(coll, nbytes, dtype, p).size), p, CHANNELS)
+                              float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
+                              nccl.net_hop_floor(topology, placement, proto, paths))
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
                    ranks=ranks, lanes=lanes, redop=redop)
     return dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))

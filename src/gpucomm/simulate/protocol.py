@@ -81,14 +81,15 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
 
 
 def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
-                  nbytes: float, nranks: int, channels: int) -> Protocol:
+                  nbytes: float, nranks: int, channels: int, net_floor_s: float = 0.0) -> Protocol:
     """The protocol of an NCCL ring across nodes, with the latency refinements of NCCL's own
     model (constants.py): each step costs at least the per-message network overhead, and a
-    Simple all-reduce ring's latency carries the plateau factor."""
+    Simple all-reduce ring's latency carries the plateau factor. `net_floor_s`: the least
+    software latency of a network step on these NICs (net_stack_floor_s less the link's)."""
     if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
         return proto
     floor = K.NET_MESSAGE_OVERHEAD_S[proto.name]
-    hop = tuple(h if c == "net" else max(h, floor)
+    hop = tuple(max(h, net_floor_s) if c == "net" else max(h, floor)
                 for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
     factor = 1.0
     per_step = nbytes / max(channels * nranks, 1)  # one channel's chunk of one ring step
@@ -101,6 +102,23 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
                    base_latency_s=proto.base_latency_s * factor,
                    slice_bytes=min(proto.slice_bytes,
                                    int(np.ceil(message / proto.wire_efficiency))))
+
+
+def net_stack_floor_s(topology, proto_name: str) -> float:
+    """Least latency of one network step (software stack and wire) on this topology's NICs,
+    beyond NCCL's InfiniBand-measured one: the libfabric plugins' (constants.py), else 0."""
+    model = next((d.model for d in topology.devices if d.kind == "nic" and d.model), "")
+    if not model:
+        return 0.0
+    try:
+        from ..hardware import get_nic
+        kind = get_nic(model).kind
+    except Exception:  # not a catalog NIC: no stack figure
+        return 0.0
+    floor = K.NET_STACK_LATENCY_S.get(kind, 0.0)
+    if proto_name == "simple":
+        floor += K.NET_STACK_COMPLETION_S.get(kind, 0.0)
+    return floor
 
 
 def ideal_protocol() -> Protocol:
