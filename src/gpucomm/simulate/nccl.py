@@ -254,8 +254,9 @@ def _tree_fill(shape, proto, size, nch, t_intra, t_net) -> float:
     hops and comes back down. A hop that forwards a chunk only once all of it has arrived
     adds that chunk's time at the hop's per-channel rate (every such hop but the slowest,
     whose time is the bandwidth term). Network hops are such hops for every protocol: the
-    proxy sends a slot once the GPU has filled it (transport/net.cc, which checks every
-    LL/LL128 line's flag before the send). Over NVLink only Simple is: its receiver waits on
+    proxy sends a slot once the GPU has filled it (transport/net.cc sendProxyProgress: after
+    the GPU posts the slot, and for LL, or LL128 staged in host memory, once every line's flag
+    is set). Over NVLink only Simple is: its receiver waits on
     the slot's tail counter, while LL and LL128 flag every 8 / 128-byte line and forward
     lines as they land (their cost per hop is the hop latency, already counted)."""
     if size <= 0:
