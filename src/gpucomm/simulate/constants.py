@@ -44,6 +44,16 @@ TREE_PER_CHANNEL_BW = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8)
 TREE_LL128_PER_CHANNEL_BW = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
                              "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
 TREE_CHANNELS = 16
+# A tree moves each channel's share in chunks that climb the chain and the binary tree and come
+# back down, so a message pays, besides its bandwidth time, the pipeline's fill: its depth's
+# hops times one chunk each. Chunk sizes are enqueue.cc calcCollChunking's (NCCL 2.19-2.30):
+# stepSize = buffSize / NCCL_STEPS (8) with the default buffers (Simple 4 MiB; LL 8 lines x 512
+# threads x 8 steps x 16 B; LL128 120 elems x 640 threads x 8 steps x 8 B), one step per chunk
+# for trees; LL carries half its step as payload, LL128 120/128 of it. Tree/LL128 halves its
+# chunk while nBytes / (nChannels x chunk) < nstepsLL128 x 64 / ppn (down to 128 KiB) and
+# < nstepsLL128 x 16 / ppn (down to 32 KiB), nstepsLL128 = 1 + log2(nodes) + 0.1 ppn.
+TREE_CHUNK_BYTES = {"simple": 512 * 1024, "ll": 32 * 1024, "ll128": 614400 * 120 // 128}
+TREE_LL128_CHUNK_RULES = ((64, 131072), (16, 32768))
 # tuning.cc treeCorrectionFactor[proto][log2(bytes / 64)], 64 B .. 512 MiB: NCCL's own measured
 # efficiency of its trees by message size ("trees are not perfectly sticking to the model for
 # medium sizes"); it multiplies the tree's bandwidth. Sizes beyond the table use its last entry.
@@ -64,10 +74,40 @@ NVLS_CHUNK_BYTES = 128 * 1024
 # 64/8/2 x concurrentOps x chunk to 64/32/16 KiB, so that every channel and head gets work.
 NVLS_CHANNELS = 16
 NVLS_CHUNK_STEPS = ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024))
+# NVLSTree's chunk (enqueue.cc calcCollChunking, NCCL 2.26-2.30): nvlsChunkSize, at most
+# 64 KiB on 4 or more nodes (NCCL_NVLSTREE_MAX_CHUNKSIZE default), then cut to 256/128/64/32 KiB
+# for messages below 32/16/4/1 x concurrentOps x chunk. Each chunk crosses the switch, climbs
+# and descends the binary tree over the network and crosses the switch again: a pipeline.
+NVLSTREE_MAX_CHUNK_4NODES = 64 * 1024
+NVLSTREE_CHUNK_STEPS = ((32, 256 * 1024), (16, 128 * 1024), (4, 64 * 1024), (1, 32 * 1024))
 
 # Per-message software overhead on network paths: NCCL_NET_OVERHEAD = 1 us (Intel), x3 for
 # Simple (tuning.cc). A slice cannot go faster than one message per overhead.
 NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
+# Rings across nodes (tuning.cc ncclTopoTuneModel, "inter-node rings still have to launch
+# nsteps * net overhead"): every step of such a ring, NVLink ones included, costs at least the
+# per-message network overhead above. And ncclTopoGetAlgoTime's "plateau effect of ring": a
+# Simple all-reduce ring across nodes whose per-channel, per-rank share is at least 64 B has its
+# latency multiplied by 1.4 (compute capability >= 8.0) or 1.9 (older GPUs).
+RING_PLATEAU_FACTOR = {"volta": 1.9}
+RING_PLATEAU_FACTOR_DEFAULT = 1.4
+RING_PLATEAU_MIN_BYTES = 64
+# A ring step moves one chunk per channel (enqueue.cc calcCollChunking and the ring kernels):
+# Simple chunks are chunkSteps = NCCL_STEPS/2 = 4 slots of 512 KiB, sent as 2 slices (sliceSteps
+# = NCCL_STEPS/4); LL128 and LL one slot (576000 and 32 KiB of payload). A smaller message cuts
+# the chunk to nBytes / (nChannels x nRanks). Over the network the proxy sends one message per
+# slice (transport/net.cc), each paying the per-message overhead above: (chunk payload, slices).
+RING_CHUNK_BYTES = {"simple": (4 * 512 * 1024, 2), "ll128": (614400 * 120 // 128, 1),
+                    "ll": (32 * 1024, 1)}
+
+# A network step's latency where NCCL talks to the NIC through a libfabric plugin rather than
+# IB verbs, by NIC kind: AWS's own tuner for aws-ofi-nccl on EFA (include/nccl_ofi_tuner.h,
+# TUNER_NET_LATENCY = 20 us per inter-node step, plus TUNER_NET_COMP_OVERHEAD = 3 us for Simple:
+# "~2 us in the device and ~1 us to write that completion up to the host stack"). It stands in
+# for NCCL's hwLatencies[NET] (measured on InfiniBand) where larger. Slingshot's cxi provider
+# has no such published figure and keeps NCCL's.
+NET_STACK_LATENCY_S = {"efa": 20.0 * US}
+NET_STACK_COMPLETION_S = {"efa": 3.0 * US}
 
 # Slice (message) size per protocol and channel. Simple: NCCL_BUFFSIZE 4 MiB split into
 # NCCL_STEPS = 8 slots -> 512 KiB per slot. LL: NCCL_LL_LINES_PER_THREAD 8 x 512 threads x 16 B
@@ -80,6 +120,10 @@ SLICE_BYTES = {"ll": 64 * 1024, "ll128": 600 * 1024, "simple": 512 * 1024}
 # one LL128 channel (tuning.cc).
 LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
              "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
+# Across nodes NCCL picks the llMaxBws row by the host CPU, not the GPU ("LL: for single node,
+# we look at GPU type; for multi-node, we look at CPU type", tuning.cc): row 0 (Intel, and any
+# CPU not AMD) or row 1 (AMD). The catalog does not say the CPU vendor, so NCCL's default row.
+LL_MAX_BW_MULTI_NODE = LL_MAX_BW["volta"]
 LL128_PER_CHANNEL_BW = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
                         "hopper": (36.7, 36.7, 36.7), "blackwell": (40.0, 40.0, 40.0)}
 

@@ -33,7 +33,7 @@ from ..collectives import layout
 from ..errors import ConfigError
 from . import constants as K
 from .paths import NET
-from .protocol import generation_of, get_protocol
+from .protocol import generation_of, get_protocol, net_stack_floor_s
 from .result import SimResult
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
@@ -182,6 +182,18 @@ def _shape(paths, topology, placement) -> dict:
     return out
 
 
+def net_hop_floor(topology, placement, proto, paths) -> float:
+    """Least software latency of one network step here (protocol.net_stack_floor_s) less the
+    links' own latency on the path between nodes, which the step already pays."""
+    floor = net_stack_floor_s(topology, proto)
+    if floor <= 0:
+        return 0.0
+    nodes = node_groups(topology, placement)
+    if len(nodes) < 2:
+        return 0.0
+    return max(floor - _net(paths, placement, nodes)[0], 0.0)
+
+
 def _busy(links, carried, capacity, t) -> dict:
     return dict(zip(links.tolist(), np.minimum(carried / capacity[links], t).tolist()))
 
@@ -213,15 +225,48 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
         f = 2.0  # tuning.cc: a tree's algBw is half its busBw at any node count
         rate = min(_rate(pr, nic, NET, nch), cap)
         t_net = size * f / rate
-        lat += 2 * np.ceil(np.log2(n)) * (hop[NET] + lat_net)
+        hop_net = max(hop[NET], net_hop_floor(topology, placement, proto, paths))
+        lat += 2 * np.ceil(np.log2(n)) * (hop_net + lat_net)
     table = K.TREE_CORRECTION[proto]
     correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
-    t = lat + max(t_intra, t_net) / correction
+    t = lat + max(t_intra, t_net) / correction + _tree_fill(shape, proto, size, nch, t_intra,
+                                                            t_net)
     busy = {}
     if shape["chain"] is not None:
         per_port, links = shape["chain"][4], shape["chain"][5]
         busy = _busy(links, size * per_port / 2, paths.capacity, t)
     return _result(coll, "tree", proto, model, lay, p, t, busy, nch)
+
+
+def tree_chunk_bytes(proto: str, nbytes: float, nch: int, nodes: int, ppn: int) -> float:
+    """Payload bytes of one tree chunk (enqueue.cc calcCollChunking; constants.py)."""
+    chunk = float(K.TREE_CHUNK_BYTES[proto])
+    if proto == "ll128":
+        steps = 1 + int(np.log2(max(nodes, 1))) + 0.1 * ppn  # log2i: the floor
+        for factor, floor in K.TREE_LL128_CHUNK_RULES:
+            while nbytes // (nch * chunk) < steps * factor / ppn and chunk > floor:
+                chunk //= 2
+    return min(chunk, nbytes / nch)
+
+
+def _tree_fill(shape, proto, size, nch, t_intra, t_net) -> float:
+    """The tree pipeline's fill: a chunk climbs (ppn-1) chain hops and log2(nodes) network
+    hops and comes back down. A hop that forwards a chunk only once all of it has arrived
+    adds that chunk's time at the hop's per-channel rate (every such hop but the slowest,
+    whose time is the bandwidth term). Network hops are such hops for every protocol: the
+    proxy sends a slot once the GPU has filled it (transport/net.cc sendProxyProgress: after
+    the GPU posts the slot, and for LL, or LL128 staged in host memory, once every line's flag
+    is set). Over NVLink only Simple is: its receiver waits on
+    the slot's tail counter, while LL and LL128 flag every 8 / 128-byte line and forward
+    lines as they land (their cost per hop is the hop latency, already counted)."""
+    if size <= 0:
+        return 0.0
+    n, g = shape["nodes"], shape["g"]
+    chunk = tree_chunk_bytes(proto, size, nch, n, g)
+    per_chunk = chunk * nch / size  # a chunk's share of the whole buffer's time on a hop
+    hops = [t_intra * per_chunk] * (2 * (g - 1) if proto == "simple" else 0) + \
+        [t_net * per_chunk] * (2 * int(np.ceil(np.log2(n))) if n > 1 else 0)
+    return float(sum(hops) - max(hops)) if hops else 0.0
 
 
 def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
@@ -244,16 +289,23 @@ def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     if g < 2:
         return None
     size = float(lay.size)
-    eff = nvls_efficiency(gen, size, g)
+    chunk = nvls_tree_chunk_bytes(size, g, n) if n > 1 else None
+    eff = nvls_efficiency(gen, size, g, chunk)
     t_nvl = size * (1 + 1 / g) / (shape["pair"] * eff)
     lat = K.NVLS_LATENCY_S
-    t_net, f = 0.0, 1.0
+    t_net, f, fill = 0.0, 1.0, 0.0
     if n > 1:
         lat_net, nic = shape["net"]
         f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node
         t_net = size * f / nic
-        lat += 2 * np.log2(n) * (K.NVLSTREE_NET_LATENCY_S + lat_net)
-    t = lat + max(t_nvl, t_net)
+        hop_net = max(K.NVLSTREE_NET_LATENCY_S, net_hop_floor(topology, placement, proto, paths))
+        lat += 2 * np.log2(n) * (hop_net + lat_net)
+        # the pipeline's fill: a chunk crosses the switch twice and 2 log2(n) network hops;
+        # every hop but the slowest adds its time for one chunk (per channel)
+        per_chunk = min(chunk * K.NVLS_CHANNELS / size, 1.0)
+        hops = [t_nvl * per_chunk] * 2 + [t_net * per_chunk] * (2 * int(np.ceil(np.log2(n))))
+        fill = sum(hops) - max(hops)
+    t = lat + max(t_nvl, t_net) + fill
     # every GPU's links to and from the switch carry S(1 + 1/g) (the ring of pairs covers each
     # GPU's uplink and downlink once); the NIC rails carry the inter-node shards
     links = shape["ring_links"]
@@ -263,18 +315,32 @@ def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     return _result(coll, name, "simple", model, lay, len(placement), t, busy, K.NVLS_CHANNELS)
 
 
-def nvls_efficiency(generation: str, nbytes: float, gpus: int) -> float:
-    """Fraction of NVLink bandwidth NVLS reaches for a message (chunk size rules of NCCL)."""
+def nvls_efficiency(generation: str, nbytes: float, gpus: int, chunk=None) -> float:
+    """Fraction of NVLink bandwidth NVLS reaches for a message (chunk size rules of NCCL;
+    `chunk`: the chunk where the caller knows it, NVLSTree's)."""
     full = K.NVLS_EFFICIENCY.get(generation, 0.0)
     if full <= 0:
         return 0.0
     overhead = K.NVLS_CHUNK_BYTES * (1 - full) / full
+    if chunk is None:
+        chunk = K.NVLS_CHUNK_BYTES
+        concurrent = K.NVLS_CHANNELS * gpus
+        for factor, smaller in K.NVLS_CHUNK_STEPS:
+            if nbytes < factor * concurrent * chunk and chunk > smaller:
+                chunk = smaller
+    return chunk / (chunk + overhead)
+
+
+def nvls_tree_chunk_bytes(nbytes: float, gpus: int, nodes: int) -> int:
+    """NVLSTree's chunk for a message (enqueue.cc calcCollChunking; constants.py)."""
     chunk = K.NVLS_CHUNK_BYTES
+    if nodes >= 4:
+        chunk = min(chunk, K.NVLSTREE_MAX_CHUNK_4NODES)
     concurrent = K.NVLS_CHANNELS * gpus
-    for factor, smaller in K.NVLS_CHUNK_STEPS:
+    for factor, smaller in K.NVLSTREE_CHUNK_STEPS:
         if nbytes < factor * concurrent * chunk and chunk > smaller:
             chunk = smaller
-    return chunk / (chunk + overhead)
+    return chunk
 
 
 CLOSED = {"tree": tree, "nvls": nvls, "nvls_tree": nvls}

@@ -30,7 +30,7 @@ from ..dtypes import parse_size
 from ..errors import ConfigError, GpucommError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
-from .protocol import PROTOCOLS, generation_of, get_protocol
+from .protocol import PROTOCOLS, generation_of, get_protocol, ring_protocol
 from . import nccl, p2p
 from .paths import NVLINK
 from .result import SimResult
@@ -48,9 +48,10 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
     `algorithm`: "auto", an NCCL algorithm (ring, tree, nvls, nvls_tree, pat, ...) or a
     registered schedule. `exclude`: algorithms auto may not pick (like NCCL_ALGO=^NVLS).
     `also`: registered schedules auto may pick besides NCCL's (e.g. the one-shot/two-shot
-    all-reduce kernels serving frameworks run for small TP messages). `protocol`: "auto", one name, or a list of the protocols auto
-    may pick (like NCCL_PROTO=LL,Simple). `model` is used for the final answer; auto ranks candidates
-    with the analytic model, as NCCL's tuner ranks them with its own cheap model.
+    all-reduce kernels serving frameworks run for small TP messages). `protocol`: "auto", one
+    name, or a list of the protocols auto may pick (like NCCL_PROTO=LL,Simple). `model` is used
+    for the final answer; auto ranks candidates with the analytic model, as NCCL's tuner ranks
+    them with its own cheap model.
     `gpus_per_thread` (nccl-tests `-g`) and `cuda_graph` (`-G`): how the host issues the
     collective; the time is at least the host's issue time (`host_issue_s`).
 
@@ -199,6 +200,11 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     kw = {k: v for k, v in kw.items() if k in accepted}
     sched = _build(alg, p, root, kw)
     lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
+    if name == "ring" and _multi_node(topology, placement):
+        gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
+        proto = ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
+                              float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
+                              nccl.net_hop_floor(topology, placement, proto, paths))
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
                    ranks=ranks, lanes=lanes, redop=redop)
     res = dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))

@@ -22,7 +22,7 @@ schedule channel per NIC rail and lets it carry the rest), so the per-channel ca
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -50,7 +50,8 @@ class Protocol:
         rate = np.minimum(rate, self.channel_cap_Bps * lanes)
         rate = np.minimum(rate, self.total_cap_Bps / max(channels, 1))
         if self.message_overhead_s > 0:
-            msg = self.slice_bytes * self.wire_efficiency / self.message_overhead_s
+            # one message per slice and per NCCL channel: `lanes` channels send side by side
+            msg = self.slice_bytes * self.wire_efficiency / self.message_overhead_s * lanes
             rate = np.where(np.asarray(cls) == NET, np.minimum(rate, msg), rate)
         return rate
 
@@ -72,11 +73,52 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
     if key == "ll128":
         channel_cap = K.LL128_PER_CHANNEL_BW[gen][col] * K.GB
     if key == "ll":
-        total_cap = K.LL_MAX_BW[gen][col] * K.GB
+        total_cap = (K.LL_MAX_BW[gen] if nodes <= 1 else K.LL_MAX_BW_MULTI_NODE)[col] * K.GB
     return Protocol(key, K.WIRE_EFFICIENCY[key],
                     tuple(K.HOP_LATENCY_S[key][c] for c in CLASS_NAMES),
                     K.BASE_LATENCY_S[key], K.SLICE_BYTES[key], K.NET_MESSAGE_OVERHEAD_S[key],
                     channel_cap, total_cap)
+
+
+def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
+                  nbytes: float, nranks: int, channels: int, net_floor_s: float = 0.0) -> Protocol:
+    """The protocol of an NCCL ring across nodes, with the latency refinements of NCCL's own
+    model (constants.py): each step costs at least the per-message network overhead, and a
+    Simple all-reduce ring's latency carries the plateau factor. `net_floor_s`: the least
+    software latency of a network step on these NICs (net_stack_floor_s less the link's)."""
+    if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
+        return proto
+    floor = K.NET_MESSAGE_OVERHEAD_S[proto.name]
+    hop = tuple(max(h, net_floor_s) if c == "net" else max(h, floor)
+                for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
+    factor = 1.0
+    per_step = nbytes / max(channels * nranks, 1)  # one channel's chunk of one ring step
+    if proto.name == "simple" and collective == "all_reduce" and \
+            per_step >= K.RING_PLATEAU_MIN_BYTES:
+        factor = K.RING_PLATEAU_FACTOR.get(generation, K.RING_PLATEAU_FACTOR_DEFAULT)
+    chunk, slices = K.RING_CHUNK_BYTES[proto.name]
+    message = max(min(chunk, per_step) / slices, 1.0)  # payload of one network message
+    return replace(proto, hop_latency_s=tuple(h * factor for h in hop),
+                   base_latency_s=proto.base_latency_s * factor,
+                   slice_bytes=min(proto.slice_bytes,
+                                   int(np.ceil(message / proto.wire_efficiency))))
+
+
+def net_stack_floor_s(topology, proto_name: str) -> float:
+    """Least latency of one network step (software stack and wire) on this topology's NICs,
+    beyond NCCL's InfiniBand-measured one: the libfabric plugins' (constants.py), else 0."""
+    model = next((d.model for d in topology.devices if d.kind == "nic" and d.model), "")
+    if not model:
+        return 0.0
+    try:
+        from ..hardware import get_nic
+        kind = get_nic(model).kind
+    except Exception:  # not a catalog NIC: no stack figure
+        return 0.0
+    floor = K.NET_STACK_LATENCY_S.get(kind, 0.0)
+    if proto_name == "simple":
+        floor += K.NET_STACK_COMPLETION_S.get(kind, 0.0)
+    return floor
 
 
 def ideal_protocol() -> Protocol:
