@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from . import analytic, flow, symmetry
 from .paths import PathTable
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
-from .result import SimResult
+from .result import LinkBusy, SimResult
 from .steps import StepCoster
 
 MODELS = ("analytic", "flow")
@@ -138,10 +138,10 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
     end = None
     if model == "analytic":
         if not trace and analytic.is_ring(schedule):
-            out = analytic.run_ring(schedule, cst, bounds, itemsize)
+            out = analytic.ring_many(schedule, cst, [bounds], itemsize)[0]
             if out is not None:
-                end, ops, busy = out
-                busy = busy / paths.capacity / paths.lane_scale
+                end, ops = out[0], out[1]
+                busy = LinkBusy(_ring_unit(paths, out[2]), out[3])
                 events = ops
         if end is None:
             end, ops, busy, timeline = analytic.run(schedule, cst, bounds, itemsize, trace)
@@ -177,8 +177,7 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
 def _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note=""):
     t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0
     algbw, busbw = lay.busbw(t) if t > 0 else (0.0, 0.0)
-    nz = np.flatnonzero(busy > 0)
-    link_busy = dict(zip(nz.tolist(), busy[nz].tolist()))
+    link_busy = busy if isinstance(busy, LinkBusy) else LinkBusy(busy)
     return SimResult(lay.collective.name, schedule.algorithm, proto.name, model, schedule.nranks,
                      lay.size, lay.count, lay.dtype.name, t, algbw, busbw, link_busy, events, ops,
                      tuple(timeline), redop, schedule.root if lay.collective.rooted else -1,
@@ -215,10 +214,9 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
     scale = paths.capacity * paths.lane_scale  # busy seconds; lanes carry m/L of a link
     outs = [None] * len(lays)
     if analytic.is_ring(schedule):
-        for i, b in enumerate(bounds):
-            out = analytic.run_ring(schedule, cst, b, itemsize)
+        for i, out in enumerate(analytic.ring_many(schedule, cst, bounds, itemsize)):
             if out is not None:
-                outs[i] = (out[0], out[1], out[2] / scale)
+                outs[i] = (out[0], out[1], LinkBusy(_ring_unit(paths, out[2]), out[3]))
     rest = [i for i, o in enumerate(outs) if o is None]
     if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
         rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
@@ -231,6 +229,16 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
             outs[i] = (float(ends[j]), ops, busy[:, j] / scale)
     return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop)
             for lay, out in zip(lays, outs) if out is not None]
+
+
+def _ring_unit(paths, unit_bytes):
+    """A ring's busy seconds per chunk byte, per link, from its busy bytes (memoised on the
+    array: every size of a sweep scales the same one)."""
+    key = ("ring_unit", id(unit_bytes))
+    hit = paths._cache.get(key)
+    if hit is None or hit[0] is not unit_bytes:
+        hit = paths._cache[key] = (unit_bytes, unit_bytes / paths.capacity / paths.lane_scale)
+    return hit[1]
 
 
 def _flow_timeline(schedule, times, bounds, itemsize):

@@ -79,7 +79,7 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
         protos = [str(protocol).lower()]
     for pr in protos:
         get_protocol(pr)  # validates the name
-    if not _ll128_allowed(topology, placement):
+    if not _ll128_allowed_memo(topology, placement):
         protos = [pr for pr in protos if pr != "ll128"] or protos
     tried, errors = [], []
     for name in names:
@@ -139,13 +139,31 @@ def _candidates(coll, algorithm, topology, placement, exclude):
         return [name]
     if "nvls" in exclude:  # as NCCL_NVLS_ENABLE=0: no in-switch reduction, in or across nodes
         exclude.add("nvls_tree")
-    names = nccl.candidates(coll, topology, placement) or \
+    names = _nccl_candidates(coll, topology, placement) or \
         [a.name for a in algorithms(coll)]  # e.g. barrier: NCCL has none, every registered one
     names = [a for a in names if a not in exclude]
     if not names:
         raise ConfigError(f"no algorithm left for {coll.name} after excluding "
                           f"{', '.join(sorted(exclude))}")
     return names
+
+
+_LL128: dict = {}
+
+
+def _ll128_allowed_memo(topology, placement) -> bool:
+    """_ll128_allowed, once per (topology, placement): a sweep asks it for every size."""
+    return per_placement(_LL128, topology, placement, _ll128_allowed)
+
+
+_CANDIDATES: dict = {}
+
+
+def _nccl_candidates(coll, topology, placement) -> list:
+    """nccl.candidates, once per (collective, topology, placement): a sweep's sizes share it."""
+    cache = _CANDIDATES.setdefault(coll.name, {})
+    return list(per_placement(cache, topology, placement,
+                              lambda t, pl: nccl.candidates(coll, t, pl)))
 
 
 def _ll128_allowed(topology, placement) -> bool:
