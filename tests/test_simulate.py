@@ -297,6 +297,26 @@ def test_ring_closed_form_equals_the_recurrence(seed):
         assert end + slope * (c - 1) <= _frontier_loop(c * x, a, nsteps) * (1 + 1e-12) + 1e-18
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_ring_closed_form_on_a_periodic_ring_equals_the_recurrence(seed):
+    """Identical nodes make x and a repeat every node: d ranks solved, range maxima at the
+    ends of residue classes; the same end (and slope) as the whole recurrence."""
+    from gpucomm.simulate.frontier import period, ring_line
+    rng = np.random.default_rng(500 + seed)
+    d = int(rng.integers(1, 9))
+    reps = int(rng.integers(2, 9))
+    x = np.tile(rng.choice(rng.uniform(1e-6, 1e-3, 3), d), reps)
+    a = np.tile(rng.choice(rng.uniform(0, 2e-5, 2), d), reps)
+    p = len(x)
+    nsteps = int(rng.integers(2, 3 * p + 2))
+    assert p % period(x, a) == 0 and period(x, a) <= d
+    end, slope = ring_line(x, a, nsteps, d=period(x, a))
+    assert end == pytest.approx(_frontier_loop(x, a, nsteps), rel=1e-12)
+    assert end == pytest.approx(ring_line(x, a, nsteps)[0], rel=1e-12)
+    for c in (0.0, 0.5, 3.0):  # a supporting line of the end in the chunk size
+        assert end + slope * (c - 1) <= _frontier_loop(c * x, a, nsteps) * (1 + 1e-12) + 1e-18
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_ring_curve_answers_every_size_as_solving_it(seed):
     """RingCurve solves a few sizes and fills the rest from supporting lines: every size

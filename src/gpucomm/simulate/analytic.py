@@ -162,15 +162,16 @@ def is_ring(sched) -> bool:
     return hit[1]
 
 
-def run_ring(sched, coster: StepCoster, bounds, itemsize: int):
+def run_ring(sched, coster: StepCoster, block_count: int, itemsize: int):
     """The ring schedule's (end, ops, link busy bytes) from its per-rank frontier, without
     generating its steps; None where unequal chunks leave the end open by more than 0.1%."""
-    out = ring_many(sched, coster, [bounds], itemsize)[0]
+    out = ring_many(sched, coster, [block_count], itemsize)[0]
     return None if out is None else (out[0], out[1], out[2] * out[3])
 
 
-def ring_many(sched, coster: StepCoster, bounds_list, itemsize: int) -> list:
-    """Per chunk-bounds row: (end, ops, busy bytes per byte of chunk, chunk bytes) or None.
+def ring_many(sched, coster: StepCoster, block_counts, itemsize: int) -> list:
+    """Per block size (elements): (end, ops, busy bytes per chunk byte, mean chunk bytes), or
+    None where the general engine must answer.
 
     Every size is a point of one curve per (schedule shape, coster): frontier.RingCurve,
     kept on the coster, so a sweep's sizes (and later calls) solve only the points the
@@ -178,13 +179,13 @@ def ring_many(sched, coster: StepCoster, bounds_list, itemsize: int) -> list:
     p = sched.nranks
     curve, unit, nops = _ring_curve(sched, coster)
     if p == 1:
-        return [(0.0, 0, unit, 0.0) for _ in bounds_list]
-    per = sched.nblocks * sched.chunks_per_block
+        return [(0.0, 0, unit, 0.0) for _ in block_counts]
+    cpb = sched.chunks_per_block
     wanted, spans = [], []
-    for bounds in bounds_list:
-        sizes = np.diff(bounds)[:per] * float(itemsize)
-        lo, hi = (float(sizes.min()), float(sizes.max())) if sizes.size else (0.0, 0.0)
-        spans.append((lo, hi, float(sizes.mean()) if sizes.size else 0.0))
+    for count in block_counts:  # chunks of a block: np.array_split's q+1 (extra of them), q
+        q, extra = divmod(int(count), cpb)
+        lo, hi = float(q * itemsize), float((q + (extra > 0)) * itemsize)
+        spans.append((lo, hi, float(count) * itemsize / cpb))
         wanted += [lo, hi]
     ends = curve.values(wanted)
     out = []

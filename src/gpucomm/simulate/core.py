@@ -16,6 +16,7 @@ from .steps import StepCoster
 
 MODELS = ("analytic", "flow")
 _PATHS: dict = {}
+_NODES: dict = {}
 _COSTERS: dict = {}
 _SWEEP: dict = {"sizes": (), "memo": {}}
 FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.py) is answered
@@ -65,7 +66,7 @@ def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
     placement = _placement(schedule.nranks, topology, ranks)
     lay = layout(schedule.collective, nbytes, dtype, schedule.nranks)
     gen = generation_of(topology)
-    nodes = len(np.unique(topology.router.rank_node[placement.reshape(-1)]))
+    nodes = per_placement(_NODES, topology, placement, _node_count)
     if isinstance(protocol, Protocol):
         protos = [protocol]
     elif str(protocol).lower() == "auto":
@@ -96,12 +97,16 @@ def _placement(p, topology, ranks):
                           f"schedule has {p} ranks")
     if arr.size and (arr.min() < 0 or arr.max() >= topology.nranks):
         raise ConfigError(f"ranks must lie in 0..{topology.nranks - 1}")
-    for row in np.atleast_2d(arr):
-        if len(set(row.tolist())) != p:
-            raise ConfigError("ranks names the same GPU twice")
-    if arr.ndim == 2 and len({frozenset(r.tolist()) for r in arr}) != 1:
+    rows = np.sort(np.atleast_2d(arr), axis=1)
+    if p > 1 and (rows[:, 1:] == rows[:, :-1]).any():
+        raise ConfigError("ranks names the same GPU twice")
+    if arr.ndim == 2 and (rows != rows[0]).any():
         raise ConfigError("every row of a per-channel ranks table must use the same GPUs")
     return arr
+
+
+def _node_count(topology, placement) -> int:
+    return len(np.unique(topology.router.rank_node[placement.reshape(-1)]))
 
 
 def per_placement(cache: dict, topology, placement, build):
@@ -138,7 +143,7 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
     end = None
     if model == "analytic":
         if not trace and analytic.is_ring(schedule):
-            out = analytic.ring_many(schedule, cst, [bounds], itemsize)[0]
+            out = analytic.ring_many(schedule, cst, [lay.block_count], itemsize)[0]
             if out is not None:
                 end, ops = out[0], out[1]
                 busy = LinkBusy(_ring_unit(paths, out[2]), out[3])
@@ -210,11 +215,11 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
     paths = path_table(topology, placement)
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
-    bounds = [schedule.chunk_bounds(lay.block_count) for lay in lays]
     scale = paths.capacity * paths.lane_scale  # busy seconds; lanes carry m/L of a link
     outs = [None] * len(lays)
     if analytic.is_ring(schedule):
-        for i, out in enumerate(analytic.ring_many(schedule, cst, bounds, itemsize)):
+        counts = [lay.block_count for lay in lays]
+        for i, out in enumerate(analytic.ring_many(schedule, cst, counts, itemsize)):
             if out is not None:
                 outs[i] = (out[0], out[1], LinkBusy(_ring_unit(paths, out[2]), out[3]))
     rest = [i for i, o in enumerate(outs) if o is None]
@@ -223,8 +228,8 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
     batch = max(1, SWEEP_CELLS // max(schedule.nranks * schedule.total_chunks, 1))
     for at in range(0, len(rest), batch):
         part = rest[at:at + batch]
-        ends, ops, busy, _ = analytic.run(schedule, cst, np.array([bounds[i] for i in part]),
-                                          itemsize)
+        rows = np.array([schedule.chunk_bounds(lays[i].block_count) for i in part])
+        ends, ops, busy, _ = analytic.run(schedule, cst, rows, itemsize)
         for j, i in enumerate(part):
             outs[i] = (float(ends[j]), ops, busy[:, j] / scale)
     return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop)

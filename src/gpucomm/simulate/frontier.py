@@ -18,7 +18,19 @@ import numpy as np
 LINE_REL = 1e-12  # a supporting line "passes through" a point within this relative gap
 
 
-def ring_line(x0, a, nsteps: int, c: float = 1.0) -> tuple[float, float]:
+def period(x0, a, limit: int = 512) -> int:
+    """The smallest d <= limit dividing P with x0 and a repeating every d ranks (a ring over
+    identical nodes repeats every node), else P."""
+    x0, a = np.asarray(x0), np.asarray(a)
+    p = len(x0)
+    for d in range(1, min(limit, p // 2) + 1):
+        if p % d == 0 and (x0.reshape(-1, d) == x0[:d]).all() and \
+                (a.reshape(-1, d) == a[:d]).all():
+            return d
+    return p
+
+
+def ring_line(x0, a, nsteps: int, c: float = 1.0, d: int = 0) -> tuple[float, float]:
     """(end, slope) of `nsteps` ring steps whose op r takes c*x0[r] on the wire + a[r].
 
     With S_s[r] the start of rank r's op in step s (S_0 = 0) and w = x + a, a path of
@@ -29,6 +41,10 @@ def ring_line(x0, a, nsteps: int, c: float = 1.0) -> tuple[float, float]:
     maximum of v*m - C[v] (C the prefix sum of w over the unrolled ring), taken with a sparse
     table. O(P log P) per distinct x, exactly the recurrence (tests/test_simulate.py). The
     slope is d(end)/dc along the maximising path (its x0 moves and stays, 0 for stays at c=0).
+
+    `d`: a period of x0 and a (`period`; 0: none known). Then S_K repeats every d ranks, so
+    d ranks are solved, and along each residue class mod d the maximised term changes by the
+    same amount per period, so a range maximum is at one end of each class: O(P + d^2).
     """
     x0 = np.asarray(x0, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
@@ -43,11 +59,13 @@ def ring_line(x0, a, nsteps: int, c: float = 1.0) -> tuple[float, float]:
     rank = (np.arange(n) - k_max) % p
     xu = x[rank]
     csum = np.concatenate([[0.0], np.cumsum(w[rank])])  # C[v] = sum of w over positions < v
-    u = np.arange(p) + k_max
+    periodic = 0 < d < p and p % d == 0
+    q = d if periodic else p  # the ranks solved
+    u = np.arange(q) + k_max
     idx = np.arange(n)
-    best = np.full(p, -np.inf)
-    arg_v = np.zeros(p, dtype=np.int64)
-    arg_m0 = np.zeros(p)
+    best = np.full(q, -np.inf)
+    arg_v = np.zeros(q, dtype=np.int64)
+    arg_m0 = np.zeros(q)
     for m in np.unique(x):
         last_gt = np.maximum.accumulate(np.where(xu > m, idx, -1))[u]
         last_eq = np.maximum.accumulate(np.where(xu == m, idx, -1))[u]
@@ -56,18 +74,33 @@ def ring_line(x0, a, nsteps: int, c: float = 1.0) -> tuple[float, float]:
         ok = np.flatnonzero(hi >= lo)
         if not ok.size:
             continue
-        v = _range_argmax(idx * m - csum[:n], lo[ok], hi[ok])
+        g = idx * m - csum[:n]
+        if periodic:  # g(v + d) - g(v) = d m - (w summed over a period)
+            v = _periodic_argmax(g, lo[ok], hi[ok], d, d * m >= float(w[:d].sum()))
+        else:
+            v = _range_argmax(g, lo[ok], hi[ok])
         cand = csum[u[ok]] - csum[v] + (k_max - u[ok] + v) * m
         better = cand > best[ok]
         sel = ok[better]
         best[sel], arg_v[sel] = cand[better], v[better]
         arg_m0[sel] = m / c if c > 0 else 0.0
-    total = best + w
+    total = best + w[:q]
     r = int(np.argmax(total))
     ur, vr = r + k_max, int(arg_v[r])
-    xs = np.concatenate([[0.0], np.cumsum(x0[rank[vr:ur]])])[-1]
+    xs = float(x0[rank[vr:ur]].sum())
     slope = xs + (k_max - ur + vr) * arg_m0[r] + x0[r]
     return float(total[r]), float(slope)
+
+
+def _periodic_argmax(g, lo, hi, d, rising):
+    """argmax of g[lo_i..hi_i] where g changes by the same amount every d positions (up if
+    `rising`): the best of each residue class's last (rising) or first member in range."""
+    rho = np.arange(d)
+    first = lo[:, None] + (rho - lo[:, None]) % d
+    cand = hi[:, None] - (hi[:, None] - rho) % d if rising else first
+    valid = first <= hi[:, None]
+    vals = np.where(valid, g[np.where(valid, cand, 0)], -np.inf)
+    return cand[np.arange(len(lo)), vals.argmax(axis=1)]
 
 
 def _range_argmax(values, lo, hi):
@@ -102,8 +135,8 @@ class RingCurve:
             key = (np.asarray(x0).tobytes(), np.asarray(a).tobytes())
             if key not in seen:
                 seen.add(key)
-                self.rows.append((np.asarray(x0, dtype=np.float64),
-                                  np.asarray(a, dtype=np.float64)))
+                x0, a = np.asarray(x0, dtype=np.float64), np.asarray(a, dtype=np.float64)
+                self.rows.append((x0, a, period(x0, a)))
         self.nsteps = nsteps
         self.points: dict = {}  # c -> (f(c), slope of a supporting line at c)
         self.solved = 0
@@ -111,7 +144,7 @@ class RingCurve:
     def line(self, c: float) -> tuple[float, float]:
         hit = self.points.get(c)
         if hit is None:
-            hit = max((ring_line(x0, a, self.nsteps, c) for x0, a in self.rows),
+            hit = max((ring_line(x0, a, self.nsteps, c, d) for x0, a, d in self.rows),
                       key=lambda t: t[0])
             self.points[c] = hit
             self.solved += 1
@@ -145,7 +178,7 @@ class RingCurve:
 
 # ---- which schedules are rings ----------------------------------------------------------
 RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
-CHECK_OPS = 4_000_000  # ops of a generated schedule compared step by step before trusting it
+CHECK_OPS = 200_000  # ops of a generated schedule compared step by step (2 steps at least)
 
 
 def ring_step(collective: str, p: int, c: int, s: int) -> tuple:
@@ -185,7 +218,7 @@ def is_ring_schedule(sched) -> bool:
             return False
         seen += 1
         checked += len(st)
-        if lazy and checked > CHECK_OPS:
+        if lazy and checked > CHECK_OPS and seen >= 2:
             return True
     return seen == nsteps
 

@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from . import constants as K
 from .paths import NET
 from .protocol import generation_of, get_protocol
-from .result import RankTimeline, SimResult
+from .result import LinkBusy, RankTimeline, SimResult
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
@@ -182,8 +182,8 @@ def _shape(paths, topology, placement) -> dict:
     return out
 
 
-def _busy(links, carried, capacity, t) -> dict:
-    return dict(zip(links.tolist(), np.minimum(carried / capacity[links], t).tolist()))
+def _busy(links, carried, capacity, t) -> LinkBusy:
+    return LinkBusy(np.minimum(carried / capacity[links], t), links=links)
 
 
 def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:

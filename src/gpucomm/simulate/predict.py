@@ -178,7 +178,7 @@ def _ll128_allowed(topology, placement) -> bool:
     paths = path_table(topology, ring)
     src = np.arange(len(ring))
     dst = np.roll(src, -1)
-    node = np.array([topology.node_of(int(r)) for r in ring])
+    node = np.asarray(topology.router.rank_node)[np.asarray(ring, dtype=np.int64)]
     same = node[src] == node[dst]
     if not same.any():
         return True
@@ -246,4 +246,5 @@ def _ring_orders(topology, placement):
 
 
 def _multi_node(topology, placement) -> bool:
-    return len(np.unique(topology.router.rank_node[np.asarray(placement)])) > 1
+    node = topology.router.rank_node[np.asarray(placement)]
+    return bool(node.size) and bool((node != node.flat[0]).any())

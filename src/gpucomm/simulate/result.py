@@ -10,16 +10,21 @@ import numpy as np
 class LinkBusy(Mapping):
     """Link index -> busy seconds of the links that carried bytes, read from a per-link array
     (times `scale`) when first asked: a sweep's results hold one shared array, not a dict of
-    every link each (a million links on 100,000 GPUs)."""
+    every link each (a million links on 100,000 GPUs). With `links`, `busy` holds the
+    seconds of those links, each kept."""
 
-    __slots__ = ("_busy", "_scale", "_dict")
+    __slots__ = ("_busy", "_scale", "_links", "_dict")
 
-    def __init__(self, busy, scale: float = 1.0):
-        self._busy, self._scale, self._dict = busy, float(scale), None
+    def __init__(self, busy, scale: float = 1.0, links=None):
+        self._busy, self._scale, self._links, self._dict = busy, float(scale), links, None
 
     def _items(self) -> dict:
         if self._dict is None:
             b = np.asarray(self._busy, dtype=np.float64)
+            if self._links is not None:
+                self._dict = dict(zip(np.asarray(self._links).tolist(),
+                                      (b * self._scale).tolist()))
+                return self._dict
             nz = np.flatnonzero(b > 0) if self._scale > 0 else np.zeros(0, dtype=np.int64)
             self._dict = dict(zip(nz.tolist(), (b[nz] * self._scale).tolist()))
         return self._dict
