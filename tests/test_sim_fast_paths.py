@@ -127,3 +127,50 @@ def test_ring_frontier_with_unequal_chunks_matches_the_general_engine(system, no
     monkeypatch.setattr(analytic, "is_ring", lambda s: False)
     whole = simulate(sched, topo, size, protocol="simple").time_s
     assert fast == pytest.approx(whole, rel=1e-3)
+
+
+# ---- auto: closed-form floors first, simulation only where a candidate can win ----------
+AUTO_CLUSTERS = [("dgx-h100", 1, {}), ("dgx-h100", 4, {}), ("dgx-a100", 3, {"nics_per_node": 2}),
+                 ("polaris", 6, {}), ("dgx-h100", 16, {"ring_only": True})]
+
+
+def _full_auto(monkeypatch, *args, **kw):
+    """predict with every candidate timed (no floor skips anything)."""
+    from gpucomm.simulate import ranking
+    with monkeypatch.context() as m:
+        m.setattr(ranking, "ring_floor", lambda *a: None)
+        return predict(*args, **kw)
+
+
+@pytest.mark.parametrize("system,nodes,kw", AUTO_CLUSTERS,
+                         ids=[f"{s}x{n}" for s, n, _ in AUTO_CLUSTERS])
+def test_auto_ranked_by_floors_equals_full_evaluation(system, nodes, kw, monkeypatch):
+    kw = dict(kw)
+    ring_only = kw.pop("ring_only", False)  # 128 ranks: the collectives auto may time a ring for
+    topo = build_topology(system, nodes=nodes, **kw)
+    skipped = 0
+    for coll in ("all_reduce", "reduce_scatter", "all_gather") if ring_only else COLLECTIVES:
+        for size in (8, 4096, 1 << 20, 1 << 26, 1 << 30):
+            fast = predict(coll, size, topo)
+            full = _full_auto(monkeypatch, coll, size, topo)
+            assert (fast.algorithm, fast.protocol) == (full.algorithm, full.protocol), coll
+            assert fast.time_s == pytest.approx(full.time_s, rel=1e-12)
+            assert fast.reason == full.reason
+            assert full.note == "" or "not simulated" not in full.note
+            skipped += "not simulated" in fast.note
+    if topo.nranks >= 32:
+        assert skipped  # the floors do skip rings on a cluster this size
+
+
+@pytest.mark.parametrize("system,nodes", [("dgx-h100", 2), ("polaris", 4), ("dgx-a100", 3)])
+def test_ring_floor_is_below_every_simulated_ring(system, nodes):
+    from gpucomm.simulate.ranking import ring_floor
+    topo = build_topology(system, nodes=nodes)
+    p = topo.nranks
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        for channels in (1, 2):
+            sched = build(coll, "ring", p, channels=channels)
+            for size in (8, 1 << 16, 1 << 24):
+                for pr in ("ll", "ll128", "simple"):
+                    t = simulate(sched, topo, size, protocol=pr).time_s
+                    assert ring_floor(coll, p, pr) <= t

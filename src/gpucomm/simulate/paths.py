@@ -238,20 +238,29 @@ def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
         if not any(d.kind == "nic" for d in topo.devices):
             return {}, {}
         affinity = tuple(_closest_nic(topo, r) for r in range(topo.nranks))
-    order = topo.index_of
-    ranks = np.unique(np.asarray(placed)).tolist()
-    per_node: dict = {}
-    for r in ranks:
-        if affinity[r] is not None:
-            per_node.setdefault(int(node_of_rank[r]), {}).setdefault(affinity[r], r)
-    rails, pos = {}, {}
-    for nd, owners in per_node.items():
-        nics = sorted(owners, key=order)
-        rails[nd] = np.array([owners[x] for x in nics], dtype=np.int64)
-        pos.update({(nd, x): i for i, x in enumerate(nics)})
-    home = {r: pos[(int(node_of_rank[r]), affinity[r])] for r in ranks
-            if affinity[r] is not None}
-    return rails, home
+    index = topo._cache.get("sim_nic_index")
+    if index is None or len(index) != len(affinity):  # device index of each rank's NIC
+        index = topo._cache["sim_nic_index"] = np.array(
+            [-1 if a is None else topo.index_of(a) for a in affinity], dtype=np.int64)
+    ranks = np.unique(np.asarray(placed, dtype=np.int64))
+    ranks = ranks[index[ranks] >= 0]
+    if not ranks.size:
+        return {}, {}
+    node, nic = np.asarray(node_of_rank)[ranks], index[ranks]
+    # each (node, NIC) pair's owner is its lowest placed rank; a node's NICs in device order
+    order = np.lexsort((ranks, nic, node))
+    node_s, nic_s, rank_s = node[order], nic[order], ranks[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (node_s[1:] != node_s[:-1]) | (nic_s[1:] != nic_s[:-1])
+    o_node, o_rank = node_s[first], rank_s[first]
+    starts = np.flatnonzero(np.r_[True, o_node[1:] != o_node[:-1]])
+    pos = np.arange(len(o_node)) - np.repeat(starts, np.diff(np.r_[starts, len(o_node)]))
+    rails = dict(zip(o_node[starts].tolist(), np.split(o_rank, starts[1:])))
+    # every placed rank's position: that of its (node, NIC) pair
+    pair = np.cumsum(first) - 1
+    home_pos = np.empty(len(order), dtype=np.int64)
+    home_pos[order] = pos[pair]
+    return rails, dict(zip(ranks.tolist(), home_pos.tolist()))
 
 
 def _closest_nic(topo, rank):

@@ -27,11 +27,11 @@ import numpy as np
 from ..algorithms import algorithms, get_algorithm
 from ..collectives import get_collective, layout
 from ..dtypes import parse_size
-from ..errors import ConfigError, GpucommError
+from ..errors import ConfigError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, generation_of, get_protocol
-from . import nccl
+from . import nccl, ranking
 from .paths import NVLINK
 from .result import SimResult
 from .rings import ring_orders
@@ -81,17 +81,8 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
         get_protocol(pr)  # validates the name
     if not _ll128_allowed_memo(topology, placement):
         protos = [pr for pr in protos if pr != "ll128"] or protos
-    tried, errors = [], []
-    for name in names:
-        for pr in protos:
-            try:
-                res = _time(coll, name, nbytes, topology, placement, dtype, "analytic", pr,
-                            root, redop, params)
-            except GpucommError as e:
-                errors.append(f"{name}: {e}")
-                break
-            if res is not None:
-                tried.append(res)
+    tried, errors, skipped = _rank(coll, names, protos, nbytes, topology, placement, dtype, root,
+                                   redop, params)
     if not tried:
         detail = "; ".join(errors) or "none applies"
         raise ConfigError(f"no algorithm can run {coll.name} on {p} ranks ({detail})")
@@ -100,8 +91,31 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
         best = _time(coll, best.algorithm, nbytes, topology, placement, dtype, model,
                      best.protocol, root, redop, params)
     best = _host_bound(best, host_s, coll, dtype)
+    if skipped:
+        best = dataclasses.replace(best, note="; ".join(filter(None, [best.note, (
+            f"auto: {', '.join(f'{a}/{b}' for a, b in skipped)} not simulated (their latency "
+            "floor is above the runner-up)")])))
     return dataclasses.replace(best, candidates=tuple((r.algorithm, r.protocol, r.time_s)
                                                       for r in tried))
+
+
+def _rank(coll, names, protos, nbytes, topology, placement, dtype, root, redop, params):
+    """auto's candidates: closed forms first, a simulation only where it can win (ranking.py).
+    Returns (results, error lines, pairs not simulated)."""
+    p = len(placement)
+
+    def time_fn(name, pr):
+        return _time(coll, name, nbytes, topology, placement, dtype, "analytic", pr, root,
+                     redop, params)
+
+    def floor_fn(name, pr):
+        if len(names) * len(protos) < 3 or nccl.schedule_of(coll.name, name) != "ring":
+            return None
+        return ranking.ring_floor(coll.name, p, pr)
+
+    tried, errors, skipped = ranking.rank([(n, pr) for n in names for pr in protos], time_fn,
+                                          floor_fn)
+    return tried, [f"{name}: {e}" for name, e in errors], skipped
 
 
 def host_issue_s(gpus_per_thread=1, cuda_graph=False) -> float:
