@@ -174,3 +174,40 @@ def test_ring_floor_is_below_every_simulated_ring(system, nodes):
                 for pr in ("ll", "ll128", "simple"):
                     t = simulate(sched, topo, size, protocol=pr).time_s
                     assert ring_floor(coll, p, pr) <= t
+
+
+# ---- a ring is known by its steps, not its name ------------------------------------------
+def _renamed(sched, name):
+    d = sched.to_dict()
+    d["algorithm"] = name
+    from gpucomm.schedule import Schedule
+    return Schedule.from_dict(d)
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_is_ring_reads_the_steps_not_the_name(coll):
+    from gpucomm.simulate.analytic import is_ring
+    topo = build_topology("dgx-h100", nodes=2)
+    p = topo.nranks
+    ring = build(coll, "ring", p, channels=2)
+    assert is_ring(ring)
+    assert is_ring(_renamed(ring, "my_pipeline"))  # a ring under another name is a ring
+    other = {"all_reduce": "recursive_halving_doubling"}.get(coll)
+    others = [a.name for a in algorithms(coll) if a.name != "ring"]
+    for name in ([other] if other else []) + others[:2]:
+        fake = _renamed(build(coll, name, p), "ring")
+        assert not is_ring(fake), name
+        # timed as what its steps do: the general engine's answer, not the ring frontier's
+        want = simulate(build(coll, name, p), topo, 1 << 20, protocol="simple").time_s
+        assert simulate(fake, topo, 1 << 20, protocol="simple").time_s == \
+            pytest.approx(want, rel=1e-12)
+    # one step out of place (a chunk sent twice), or a step missing: not a ring
+    steps = list(ring.materialize().steps())
+    from gpucomm.schedule import Schedule, step
+    bad = steps[1]
+    steps[1] = step(bad.src, bad.dst, np.roll(bad.src_chunk, 1), nchunks=bad.nchunks,
+                    reduce=bad.reduce, channel=bad.channel)
+    for broken in (steps, list(ring.materialize().steps())[:-1]):
+        sched = Schedule(ring.collective, p, "ring", ring.chunks_per_block, tuple(broken),
+                         channels=ring.channels, params=ring.params)
+        assert not is_ring(sched)
