@@ -131,7 +131,8 @@ def _account(busy, pat, nbytes):
         return
     if busy.ndim == 1:
         rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
-        np.add.at(busy, pat.table[valid], rows.astype(np.float64))
+        busy += np.bincount(pat.table[valid], weights=rows.astype(np.float64),
+                            minlength=len(busy))
         return
     links, op = pat.table[valid], np.nonzero(valid)[0]
     order = np.argsort(links, kind="stable")
@@ -232,7 +233,10 @@ def _ring_curve(sched, coster: StepCoster):
             return np.ascontiguousarray(v.reshape(p, c).T)
     x0 = shape(np.where(pat.local, 0.0, 1.0 / pat.share_rate))
     a = shape(np.asarray(pat.alpha, dtype=np.float64))
-    unit = np.zeros(coster.paths.nlinks)
-    _account(unit, pat, np.full(len(probe), float(nsteps)))
+    unit = coster.paths._cache.get(("ring_busy",) + key[1:])  # the protocols' costers share it
+    if unit is None:
+        unit = np.zeros(coster.paths.nlinks)
+        _account(unit, pat, np.full(len(probe), float(nsteps)))
+        coster.paths._cache[("ring_busy",) + key[1:]] = unit
     hit = coster.memo[key] = (RingCurve(zip(x0, a), nsteps), unit, nsteps * len(probe))
     return hit

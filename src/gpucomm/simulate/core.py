@@ -106,7 +106,8 @@ def _placement(p, topology, ranks):
 
 
 def _node_count(topology, placement) -> int:
-    return len(np.unique(topology.router.rank_node[placement.reshape(-1)]))
+    nodes = np.sort(topology.router.rank_node[placement.reshape(-1)])
+    return int((nodes[1:] != nodes[:-1]).sum()) + 1 if nodes.size else 0
 
 
 def per_placement(cache: dict, topology, placement, build):

@@ -66,7 +66,7 @@ def ring_line(x0, a, nsteps: int, c: float = 1.0, d: int = 0) -> tuple[float, fl
     best = np.full(q, -np.inf)
     arg_v = np.zeros(q, dtype=np.int64)
     arg_m0 = np.zeros(q)
-    for m in np.unique(x):
+    for m in distinct(x):
         last_gt = np.maximum.accumulate(np.where(xu > m, idx, -1))[u]
         last_eq = np.maximum.accumulate(np.where(xu == m, idx, -1))[u]
         lo = np.maximum(last_gt + 1, u - k_max)
@@ -90,6 +90,13 @@ def ring_line(x0, a, nsteps: int, c: float = 1.0, d: int = 0) -> tuple[float, fl
     xs = float(x0[rank[vr:ur]].sum())
     slope = xs + (k_max - ur + vr) * arg_m0[r] + x0[r]
     return float(total[r]), float(slope)
+
+
+def distinct(a) -> np.ndarray:
+    """The distinct values of `a`, sorted (np.unique without its first call's import of
+    numpy.ma, a noticeable share of a one-size prediction)."""
+    s = np.sort(np.asarray(a).reshape(-1))
+    return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
 
 
 def _periodic_argmax(g, lo, hi, d, rising):
@@ -116,7 +123,7 @@ def _range_argmax(values, lo, hi):
         span *= 2
     j = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
     out = np.empty(len(lo), dtype=np.int64)
-    for lv in np.unique(j):
+    for lv in distinct(j):
         sel = j == lv
         tv, ta = vals[lv], args[lv]
         i1, i2 = lo[sel], hi[sel] - (1 << int(lv)) + 1

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .frontier import distinct
+
 # Path classes, for the protocol's per-hop software latency.
 NVLINK, PCIE, NET = 0, 1, 2
 CLASS_NAMES = ("nvlink", "pcie", "net")
@@ -223,7 +225,7 @@ def _link_props(topology):
 def _placed_rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
     """_rails, once per topology and set of placed GPUs (the rails depend on the set, not on
     the order: the channels' ring orders of one group share them)."""
-    key = ("sim_rails", np.unique(np.asarray(placed, dtype=np.int64)).tobytes())
+    key = ("sim_rails", distinct(np.asarray(placed, dtype=np.int64)).tobytes())
     hit = topo._cache.get(key)
     if hit is None:
         hit = topo._cache[key] = _rails(topo, node_of_rank, placed)
@@ -242,7 +244,7 @@ def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
     if index is None or len(index) != len(affinity):  # device index of each rank's NIC
         index = topo._cache["sim_nic_index"] = np.array(
             [-1 if a is None else topo.index_of(a) for a in affinity], dtype=np.int64)
-    ranks = np.unique(np.asarray(placed, dtype=np.int64))
+    ranks = distinct(np.asarray(placed, dtype=np.int64))
     ranks = ranks[index[ranks] >= 0]
     if not ranks.size:
         return {}, {}
