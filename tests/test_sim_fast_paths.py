@@ -199,8 +199,11 @@ def test_is_ring_reads_the_steps_not_the_name(coll):
         assert not is_ring(fake), name
         # timed as what its steps do: the general engine's answer, not the ring frontier's
         want = simulate(build(coll, name, p), topo, 1 << 20, protocol="simple").time_s
-        assert simulate(fake, topo, 1 << 20, protocol="simple").time_s == \
-            pytest.approx(want, rel=1e-12)
+        got = simulate(fake, topo, 1 << 20, protocol="simple")
+        assert got.time_s == pytest.approx(want, rel=1e-12)
+        assert "ring frontier" not in got.note
+    note = simulate(ring, topo, 1 << 20, protocol="simple").note
+    assert "ring frontier in closed form" in note and "repeat every 8" in note
     # one step out of place (a chunk sent twice), or a step missing: not a ring
     steps = list(ring.materialize().steps())
     from gpucomm.schedule import Schedule, step

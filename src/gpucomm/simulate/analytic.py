@@ -203,6 +203,19 @@ def ring_many(sched, coster: StepCoster, block_counts, itemsize: int) -> list:
     return out
 
 
+def ring_note(sched, coster: StepCoster) -> str:
+    """How ring_many answered: what SimResult.note says."""
+    curve = _ring_curve(sched, coster)[0]
+    p, c = sched.nranks, max(int(sched.channels), 1)
+    periods = sorted({d for _, _, d in curve.rows})
+    text = (f"ring frontier in closed form, steps not generated; {len(curve.rows)} of {c} "
+            "channel(s) distinct")
+    if periods and periods[-1] < p:
+        text += (f"; ranks repeat every {'/'.join(map(str, periods))}: that many of {p} "
+                 "solved per channel, the others their copies")
+    return text
+
+
 def _ring_curve(sched, coster: StepCoster):
     """(RingCurve, busy bytes per chunk byte, ops) of a ring's shape, memoised on the coster."""
     p, c = sched.nranks, max(int(sched.channels), 1)

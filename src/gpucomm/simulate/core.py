@@ -149,6 +149,7 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
                 end, ops = out[0], out[1]
                 busy = LinkBusy(_ring_unit(paths, out[2]), out[3])
                 events = ops
+                note = analytic.ring_note(schedule, cst)
         if end is None:
             end, ops, busy, timeline = analytic.run(schedule, cst, bounds, itemsize, trace)
             busy = busy / paths.capacity / paths.lane_scale
@@ -218,7 +219,9 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
     itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
     scale = paths.capacity * paths.lane_scale  # busy seconds; lanes carry m/L of a link
     outs = [None] * len(lays)
+    note = ""
     if analytic.is_ring(schedule):
+        note = analytic.ring_note(schedule, cst)
         counts = [lay.block_count for lay in lays]
         for i, out in enumerate(analytic.ring_many(schedule, cst, counts, itemsize)):
             if out is not None:
@@ -232,8 +235,9 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
         rows = np.array([schedule.chunk_bounds(lays[i].block_count) for i in part])
         ends, ops, busy, _ = analytic.run(schedule, cst, rows, itemsize)
         for j, i in enumerate(part):
-            outs[i] = (float(ends[j]), ops, busy[:, j] / scale)
-    return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop)
+            outs[i] = (float(ends[j]), ops, busy[:, j] / scale, "")
+    return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop,
+                    out[3] if len(out) > 3 else note)
             for lay, out in zip(lays, outs) if out is not None]
 
 
