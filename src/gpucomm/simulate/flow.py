@@ -29,6 +29,23 @@ EXACT_OPS = 20_000
 _TOL = 1e-12
 
 
+def _touched(m, crowded, changed, nlinks):
+    """The crowded flows (rows of link table `m`) linked to the links `changed` through
+    chains of links they share: the union of the max-min groups a change can move."""
+    mark = np.zeros(nlinks + 1, dtype=bool)  # index nlinks stands for padding (-1)
+    mark[np.where(changed >= 0, changed, nlinks).reshape(-1)] = True
+    mark[nlinks] = False
+    mi = np.where(m >= 0, m, nlinks)
+    sel = np.zeros(len(m), dtype=bool)
+    while True:
+        new = crowded & ~sel & mark[mi].any(axis=1)
+        if not new.any():
+            return sel
+        sel |= new
+        mark[mi[new].reshape(-1)] = True
+        mark[nlinks] = False
+
+
 def build(sched, coster: StepCoster, bounds, itemsize: int):
     p, t = sched.nranks, sched.total_chunks
     nch = max(int(sched.channels), 1)
@@ -307,7 +324,7 @@ class _Sim:
                             rate = np.concatenate([rate, np.zeros(len(flows))])
                             self._load(fm)
                             old = rate.copy() if self.recovery_s else None
-                            rate = self._rates(act, rate, contended)
+                            rate = self._rates(act, rate, contended, fm)
                             rem = self._ramp(rem, old, rate)
                             contended = self.shared > 0
                     if check:
@@ -327,7 +344,8 @@ class _Sim:
                 rem = rem - rate * (t_next - t)
                 if gone.any():
                     ids = act[gone]
-                    self._unload(act_m[gone])
+                    freed = act_m[gone]
+                    self._unload(freed)
                     keep = ~gone
                     act, act_m, rem, rate = act[keep], act_m[keep], rem[keep], rate[keep]
                     self._sent(ids, np.full(len(ids), t_next))
@@ -336,7 +354,7 @@ class _Sim:
                     check = True
                     if len(act) and contended:
                         old = rate.copy() if self.recovery_s else None
-                        rate = self._rates(act, rate, contended)
+                        rate = self._rates(act, rate, contended, freed)
                         rem = self._ramp(rem, old, rate)
                     contended = self.shared > 0
             t = t_next
@@ -386,10 +404,12 @@ class _Sim:
         if self.shared:  # sharing can only end where it existed
             self.shared = int(np.count_nonzero(self.link_count > 1))
 
-    def _rates(self, act, rate, was_contended):
-        """Rates after the set of flows changed. Max-min decomposes over groups of flows that
-        share links, so flows with every link to themselves just get their bottleneck, and
-        progressive filling runs only over the flows that touch a shared link."""
+    def _rates(self, act, rate, was_contended, changed):
+        """Rates after the set of flows changed on the links `changed` (the links of the flows
+        that started or ended). Max-min decomposes over groups of flows that share links, so
+        flows with every link to themselves just get their bottleneck, and progressive
+        filling runs only over the crowded flows of the groups the change touched (the
+        others keep the rates they had)."""
         fresh = rate <= 0
         if self.shared == 0 and not was_contended:
             rate[fresh] = self._alone(act[fresh])
@@ -399,7 +419,8 @@ class _Sim:
         alone = ~crowded
         rate[alone] = self._alone(act[alone])
         if crowded.any():
-            rate[crowded] = self._maxmin(act[crowded])
+            touched = _touched(m, crowded, changed, len(self.link_count))
+            rate[touched] = self._maxmin(act[touched])
         return rate
 
     def _alone(self, ops):
