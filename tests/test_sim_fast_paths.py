@@ -214,3 +214,22 @@ def test_is_ring_reads_the_steps_not_the_name(coll):
         sched = Schedule(ring.collective, p, "ring", ring.chunks_per_block, tuple(broken),
                          channels=ring.channels, params=ring.params)
         assert not is_ring(sched)
+
+
+# ---- the flow model re-solves only the max-min groups an event touches -------------------
+@pytest.mark.parametrize("system,nodes,kw", [("dgx-a100", 2, {"nics_per_node": 2}),
+                                             ("dgx-h100", 3, {"fabric": "fat-tree"})])
+def test_flow_partial_resolve_equals_resolving_every_crowded_flow(system, nodes, kw,
+                                                                  monkeypatch):
+    from gpucomm.simulate import flow
+    topo = build_topology(system, nodes=nodes, **kw)
+    p = topo.nranks
+    cases = [(c, a.name) for c in ("all_reduce", "all_to_all", "all_gather")
+             for a in algorithms(c)]
+    fast = {k: simulate(build(k[0], k[1], p), topo, 1 << 22, model="flow", protocol="simple",
+                        trace=True).time_s for k in cases}
+    monkeypatch.setattr(flow, "_touched", lambda m, crowded, changed, nlinks: crowded)
+    for k in cases:
+        whole = simulate(build(k[0], k[1], p), topo, 1 << 22, model="flow", protocol="simple",
+                         trace=True).time_s
+        assert fast[k] == pytest.approx(whole, rel=1e-9), k

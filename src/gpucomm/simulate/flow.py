@@ -358,15 +358,19 @@ class _Sim:
                         rem = self._ramp(rem, old, rate)
                     contended = self.shared > 0
             t = t_next
-            if len(land):
-                due = land_t <= t + tol
-                if due.any():
-                    ids = land[due]
-                    self.time[ids] = land_t[due]
-                    land, land_t = land[~due], land_t[~due]
-                    done += len(ids)
-                    check = True
+            land, land_t, landed = self._land(land, land_t, t + tol)
+            if landed:
+                done += landed
+                check = True
         return t
+
+    def _land(self, land, land_t, until):
+        """Record the data landed by `until`: (still in flight, their times, how many landed)."""
+        due = land_t <= until
+        if not due.any():
+            return land, land_t, 0
+        self.time[land[due]] = land_t[due]
+        return land[~due], land_t[~due], int(due.sum())
 
     def _ramp(self, rem, old, rate):
         """Bytes a running flow's congestion control loses climbing to a higher rate."""
