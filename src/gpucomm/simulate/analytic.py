@@ -6,14 +6,17 @@ steps.py). An op occupies its engines for `bytes / rate` and its data lands `alp
 (protocol.py); ops of one step split the links they share evenly, ops of different steps never
 contend (that is the flow model's job).
 
-Ring schedules (the registered `ring` all-reduce / reduce-scatter / all-gather) have a structure
-the engine can use without building their steps: each step forwards the chunk received in
-the step before, and every step has the same (src, dst, channel) columns, so a per-rank
-frontier is exact: `start_s[r] = max(end_{s-1}[r-1], start_{s-1}[r] + x_r)`,
-`end_s[r] = start_s[r] + x_r + alpha_r` (the destination chunk is always free: a ring never
-writes a chunk a rank still has to forward). That max-plus recurrence is solved in closed form
-(`ring_end`), O(P log P) instead of O(P^2). `tests/test_simulate.py` checks the frontier
-against the general engine and the closed form against the recurrence.
+Ring schedules (all-reduce / reduce-scatter / all-gather whose steps are the ring's, whatever
+their name: frontier.is_ring_schedule) have a structure the engine can use without building
+their steps: each step forwards the chunk received in the step before, and every step has the
+same (src, dst, channel) columns, so a per-rank frontier is exact:
+`start_s[r] = max(end_{s-1}[r-1], start_{s-1}[r] + x_r)`, `end_s[r] = start_s[r] + x_r + alpha_r`
+(the destination chunk is always free: a ring never writes a chunk a rank still has to
+forward). That max-plus recurrence is solved in closed form (frontier.ring_line), O(P log P)
+instead of O(P^2), O(P) where identical nodes make it periodic; and since its end is a convex
+piecewise-linear function of the chunk size, a sweep's sizes come from a few solved points
+(frontier.RingCurve). `tests/test_simulate.py` checks the frontier against the general engine
+and the closed form against the recurrence.
 """
 from __future__ import annotations
 
