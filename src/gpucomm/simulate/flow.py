@@ -253,6 +253,7 @@ class _Sim:
         self.gmax = np.zeros(g["ngroups"])
         self.link_cap = link_cap
         self.link_count = np.zeros(len(link_cap), dtype=np.int64)
+        self.changed = None  # links of the flows that last started or ended (_rates)
         self.events = 0
         step_ptr = g["step_ptr"]
         self.step_of = np.repeat(np.arange(len(step_ptr) - 1), np.diff(step_ptr))
@@ -324,7 +325,8 @@ class _Sim:
                             rate = np.concatenate([rate, np.zeros(len(flows))])
                             self._load(fm)
                             old = rate.copy() if self.recovery_s else None
-                            rate = self._rates(act, rate, contended, fm)
+                            self.changed = fm
+                            rate = self._rates(act, rate, contended)
                             rem = self._ramp(rem, old, rate)
                             contended = self.shared > 0
                     if check:
@@ -354,7 +356,8 @@ class _Sim:
                     check = True
                     if len(act) and contended:
                         old = rate.copy() if self.recovery_s else None
-                        rate = self._rates(act, rate, contended, freed)
+                        self.changed = freed
+                        rate = self._rates(act, rate, contended)
                         rem = self._ramp(rem, old, rate)
                     contended = self.shared > 0
             t = t_next
@@ -408,12 +411,12 @@ class _Sim:
         if self.shared:  # sharing can only end where it existed
             self.shared = int(np.count_nonzero(self.link_count > 1))
 
-    def _rates(self, act, rate, was_contended, changed):
-        """Rates after the set of flows changed on the links `changed` (the links of the flows
-        that started or ended). Max-min decomposes over groups of flows that share links, so
-        flows with every link to themselves just get their bottleneck, and progressive
-        filling runs only over the crowded flows of the groups the change touched (the
-        others keep the rates they had)."""
+    def _rates(self, act, rate, was_contended):
+        """Rates after the set of flows changed on the links `self.changed` (the links of the
+        flows that started or ended; None: anywhere). Max-min decomposes over groups of flows
+        that share links, so flows with every link to themselves just get their bottleneck,
+        and progressive filling runs only over the crowded flows of the groups the change
+        touched (the others keep the rates they had)."""
         fresh = rate <= 0
         if self.shared == 0 and not was_contended:
             rate[fresh] = self._alone(act[fresh])
@@ -423,7 +426,8 @@ class _Sim:
         alone = ~crowded
         rate[alone] = self._alone(act[alone])
         if crowded.any():
-            touched = _touched(m, crowded, changed, len(self.link_count))
+            touched = crowded if self.changed is None else \
+                _touched(m, crowded, self.changed, len(self.link_count))
             rate[touched] = self._maxmin(act[touched])
         return rate
 
