@@ -7,13 +7,16 @@ runs (with its CPU time and peak RSS), against the bar of issue 12. ASTRA-sim's 
 analytical-backend times for the same ring all-reduce cases (1024 NPUs, 1 GiB: 2.8 s; 8192
 NPUs: 484 s) are printed as the reference to beat. The machine's load average is printed
 first: on a shared machine wall time includes other jobs, so the ratio CPU/wall says how much
-of the machine this run got.
+of the machine this run got. `topo s` and `pred s` split the best run's wall time as `sim`
+reports it (GPUCOMM_SIM_TIMING), each with its CPU seconds: building the topology, and the
+predictions themselves.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get(
-    "PYTHONPATH", "")}
+    "PYTHONPATH", ""), "GPUCOMM_SIM_TIMING": "1"}  # sim prints its topology/prediction split
 GPUCOMM = [sys.executable, "-m", "gpucomm"]
 RING = ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--nic", "ib-ndr",
         "--algorithm", "ring", "-b", "1G", "-e", "1G"]
@@ -96,7 +99,8 @@ def main(argv=None) -> int:
     print(f"# {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
           f"best of {args.repeat}; CPU/wall < 1 means other jobs had the machine")
     print(f"{'case':<20}{'wall s':>9}{'CPU s':>9}{'RSS MB':>8}{'bar s':>7}{'wall/bar':>9}"
-          f"{'ASTRA-sim s':>12}{'speed-up':>9}  verdict")
+          f"{'ASTRA-sim s':>12}{'speed-up':>9}{'topo s':>8}{'CPU':>8}{'pred s':>8}{'CPU':>8}"
+          "  verdict")
     ok = True
     for name, cmd, bar, astra, quick in CASES:
         if (only and name not in only) or (args.quick and not quick and not only):
@@ -108,8 +112,12 @@ def main(argv=None) -> int:
                                        f"FAIL (exit {code}: {tail})" if code else "FAIL")
         ref = f"{astra:12.1f}{astra / wall:8.1f}x" if astra and math.isfinite(wall) else \
             f"{'-':>12}{'-':>9}"
-        print(f"{name:<20}{wall:9.2f}{cpu:9.2f}{rss:8.0f}{bar:7.1f}{wall / bar:9.2f}{ref}  "
-              f"{verdict}", flush=True)
+        split = re.search(r"topology ([\d.]+) s \(([\d.]+) CPU\), prediction ([\d.]+) s "
+                          r"\(([\d.]+) CPU\)", tail)
+        parts = "".join(f"{float(split[i]):8.2f}" for i in (1, 2, 3, 4)) if split else \
+            "".join(f"{'-':>8}" for _ in range(4))
+        print(f"{name:<20}{wall:9.2f}{cpu:9.2f}{rss:8.0f}{bar:7.1f}{wall / bar:9.2f}{ref}"
+              f"{parts}  {verdict}", flush=True)
     if not only or "sweep" in only:
         ok &= sweep_scaling(args.timeout)
     return 0 if ok else 1

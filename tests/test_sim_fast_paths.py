@@ -127,3 +127,109 @@ def test_ring_frontier_with_unequal_chunks_matches_the_general_engine(system, no
     monkeypatch.setattr(analytic, "is_ring", lambda s: False)
     whole = simulate(sched, topo, size, protocol="simple").time_s
     assert fast == pytest.approx(whole, rel=1e-3)
+
+
+# ---- auto: closed-form floors first, simulation only where a candidate can win ----------
+AUTO_CLUSTERS = [("dgx-h100", 1, {}), ("dgx-h100", 4, {}), ("dgx-a100", 3, {"nics_per_node": 2}),
+                 ("polaris", 6, {}), ("dgx-h100", 16, {"ring_only": True})]
+
+
+def _full_auto(monkeypatch, *args, **kw):
+    """predict with every candidate timed (no floor skips anything)."""
+    from gpucomm.simulate import ranking
+    with monkeypatch.context() as m:
+        m.setattr(ranking, "ring_floor", lambda *a: None)
+        return predict(*args, **kw)
+
+
+@pytest.mark.parametrize("system,nodes,kw", AUTO_CLUSTERS,
+                         ids=[f"{s}x{n}" for s, n, _ in AUTO_CLUSTERS])
+def test_auto_ranked_by_floors_equals_full_evaluation(system, nodes, kw, monkeypatch):
+    kw = dict(kw)
+    ring_only = kw.pop("ring_only", False)  # 128 ranks: the collectives auto may time a ring for
+    topo = build_topology(system, nodes=nodes, **kw)
+    skipped = 0
+    for coll in ("all_reduce", "reduce_scatter", "all_gather") if ring_only else COLLECTIVES:
+        for size in (8, 4096, 1 << 20, 1 << 26, 1 << 30):
+            fast = predict(coll, size, topo)
+            full = _full_auto(monkeypatch, coll, size, topo)
+            assert (fast.algorithm, fast.protocol) == (full.algorithm, full.protocol), coll
+            assert fast.time_s == pytest.approx(full.time_s, rel=1e-12)
+            assert fast.reason == full.reason
+            assert full.note == "" or "not simulated" not in full.note
+            skipped += "not simulated" in fast.note
+    if topo.nranks >= 32:
+        assert skipped  # the floors do skip rings on a cluster this size
+
+
+@pytest.mark.parametrize("system,nodes", [("dgx-h100", 2), ("polaris", 4), ("dgx-a100", 3)])
+def test_ring_floor_is_below_every_simulated_ring(system, nodes):
+    from gpucomm.simulate.ranking import ring_floor
+    topo = build_topology(system, nodes=nodes)
+    p = topo.nranks
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        for channels in (1, 2):
+            sched = build(coll, "ring", p, channels=channels)
+            for size in (8, 1 << 16, 1 << 24):
+                for pr in ("ll", "ll128", "simple"):
+                    t = simulate(sched, topo, size, protocol=pr).time_s
+                    assert ring_floor(coll, p, pr) <= t
+
+
+# ---- a ring is known by its steps, not its name ------------------------------------------
+def _renamed(sched, name):
+    d = sched.to_dict()
+    d["algorithm"] = name
+    from gpucomm.schedule import Schedule
+    return Schedule.from_dict(d)
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_is_ring_reads_the_steps_not_the_name(coll):
+    from gpucomm.simulate.analytic import is_ring
+    topo = build_topology("dgx-h100", nodes=2)
+    p = topo.nranks
+    ring = build(coll, "ring", p, channels=2)
+    assert is_ring(ring)
+    assert is_ring(_renamed(ring, "my_pipeline"))  # a ring under another name is a ring
+    other = {"all_reduce": "recursive_halving_doubling"}.get(coll)
+    others = [a.name for a in algorithms(coll) if a.name != "ring"]
+    for name in ([other] if other else []) + others[:2]:
+        fake = _renamed(build(coll, name, p), "ring")
+        assert not is_ring(fake), name
+        # timed as what its steps do: the general engine's answer, not the ring frontier's
+        want = simulate(build(coll, name, p), topo, 1 << 20, protocol="simple").time_s
+        got = simulate(fake, topo, 1 << 20, protocol="simple")
+        assert got.time_s == pytest.approx(want, rel=1e-12)
+        assert "ring frontier" not in got.note
+    note = simulate(ring, topo, 1 << 20, protocol="simple").note
+    assert "ring frontier in closed form" in note and "repeat every 8" in note
+    # one step out of place (a chunk sent twice), or a step missing: not a ring
+    steps = list(ring.materialize().steps())
+    from gpucomm.schedule import Schedule, step
+    bad = steps[1]
+    steps[1] = step(bad.src, bad.dst, np.roll(bad.src_chunk, 1), nchunks=bad.nchunks,
+                    reduce=bad.reduce, channel=bad.channel)
+    for broken in (steps, list(ring.materialize().steps())[:-1]):
+        sched = Schedule(ring.collective, p, "ring", ring.chunks_per_block, tuple(broken),
+                         channels=ring.channels, params=ring.params)
+        assert not is_ring(sched)
+
+
+# ---- the flow model re-solves only the max-min groups an event touches -------------------
+@pytest.mark.parametrize("system,nodes,kw", [("dgx-a100", 2, {"nics_per_node": 2}),
+                                             ("dgx-h100", 3, {"fabric": "fat-tree"})])
+def test_flow_partial_resolve_equals_resolving_every_crowded_flow(system, nodes, kw,
+                                                                  monkeypatch):
+    from gpucomm.simulate import flow
+    topo = build_topology(system, nodes=nodes, **kw)
+    p = topo.nranks
+    cases = [(c, a.name) for c in ("all_reduce", "all_to_all", "all_gather")
+             for a in algorithms(c)]
+    fast = {k: simulate(build(k[0], k[1], p), topo, 1 << 22, model="flow", protocol="simple",
+                        trace=True).time_s for k in cases}
+    monkeypatch.setattr(flow, "_touched", lambda m, crowded, changed, nlinks: crowded)
+    for k in cases:
+        whole = simulate(build(k[0], k[1], p), topo, 1 << 22, model="flow", protocol="simple",
+                         trace=True).time_s
+        assert fast[k] == pytest.approx(whole, rel=1e-9), k

@@ -270,7 +270,8 @@ def test_host_issue_time_bounds_back_to_back_collectives():
 
 
 def _frontier_loop(x, a, nsteps):
-    """The ring frontier recurrence step by step (what analytic.ring_end solves in closed form)."""
+    """The ring frontier recurrence step by step (what frontier.ring_line solves in closed
+    form)."""
     start, fin = np.zeros(len(x)), None
     for s in range(nsteps):
         if s:
@@ -281,11 +282,55 @@ def _frontier_loop(x, a, nsteps):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_ring_closed_form_equals_the_recurrence(seed):
-    from gpucomm.simulate.analytic import ring_end
+    from gpucomm.simulate.frontier import ring_line
     rng = np.random.default_rng(seed)
     p = int(rng.integers(1, 40))
     nsteps = int(rng.integers(1, 3 * p + 2))
     kinds = int(rng.integers(1, 4)) if seed % 2 else p  # few path classes, or all distinct
     x = rng.choice(rng.uniform(1e-6, 1e-3, kinds), p)
     a = rng.choice(rng.uniform(0, 2e-5, kinds), p)
-    assert ring_end(x, a, nsteps) == pytest.approx(_frontier_loop(x, a, nsteps), rel=1e-12)
+    end, slope = ring_line(x, a, nsteps)
+    assert end == pytest.approx(_frontier_loop(x, a, nsteps), rel=1e-12)
+    # the slope is a supporting line of the end as a function of the chunk size c (x = c x0):
+    # never above the end anywhere, equal at c = 1
+    for c in (0.0, 0.3, 1.0, 2.5, 40.0):
+        assert end + slope * (c - 1) <= _frontier_loop(c * x, a, nsteps) * (1 + 1e-12) + 1e-18
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_ring_closed_form_on_a_periodic_ring_equals_the_recurrence(seed):
+    """Identical nodes make x and a repeat every node: d ranks solved, range maxima at the
+    ends of residue classes; the same end (and slope) as the whole recurrence."""
+    from gpucomm.simulate.frontier import period, ring_line
+    rng = np.random.default_rng(500 + seed)
+    d = int(rng.integers(1, 9))
+    reps = int(rng.integers(2, 9))
+    x = np.tile(rng.choice(rng.uniform(1e-6, 1e-3, 3), d), reps)
+    a = np.tile(rng.choice(rng.uniform(0, 2e-5, 2), d), reps)
+    p = len(x)
+    nsteps = int(rng.integers(2, 3 * p + 2))
+    assert p % period(x, a) == 0 and period(x, a) <= d
+    end, slope = ring_line(x, a, nsteps, d=period(x, a))
+    assert end == pytest.approx(_frontier_loop(x, a, nsteps), rel=1e-12)
+    assert end == pytest.approx(ring_line(x, a, nsteps)[0], rel=1e-12)
+    for c in (0.0, 0.5, 3.0):  # a supporting line of the end in the chunk size
+        assert end + slope * (c - 1) <= _frontier_loop(c * x, a, nsteps) * (1 + 1e-12) + 1e-18
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ring_curve_answers_every_size_as_solving_it(seed):
+    """RingCurve solves a few sizes and fills the rest from supporting lines: every size
+    equals the recurrence solved at that size."""
+    from gpucomm.simulate.frontier import RingCurve
+    rng = np.random.default_rng(100 + seed)
+    p = int(rng.integers(2, 30))
+    nsteps = int(rng.integers(2, 3 * p))
+    rows = [(rng.choice(rng.uniform(1e-9, 1e-6, 3), p), rng.choice(rng.uniform(0, 2e-5, 2), p))
+            for _ in range(int(rng.integers(1, 4)))]
+    curve = RingCurve(rows, nsteps)
+    cs = [0.0] + [float(2 ** k) for k in range(0, 34)] + [3.0 * 2 ** 20 + 7]
+    got = curve.values(cs)
+    for c in cs:
+        want = max(_frontier_loop(c * x0, a, nsteps) for x0, a in rows)
+        assert got[c] == pytest.approx(want, rel=1e-9)
+    assert curve.solved < len(cs)

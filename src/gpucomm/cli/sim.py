@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +70,9 @@ def cmd_sim(args) -> int:
         output_file(args.trace, "--trace", (".json",))
     if args.compare:
         return _compare(args, topology_from_args(args) if args.topology else None)
+    t0, c0 = time.perf_counter(), time.process_time()
     topo = topology_from_args(args)
+    t1, c1 = time.perf_counter(), time.process_time()
     coll = get_collective(args.collective)
     if coll.reduces:
         check_op(args.op, get_dtype(args.datatype))  # as bench and algo: no avg on integers
@@ -82,6 +86,10 @@ def cmd_sim(args) -> int:
         for size in sizes:
             results.append(_predict(args, coll, size, topo, params))
             bar.advance(f"{size} B")
+    if os.environ.get("GPUCOMM_SIM_TIMING"):  # benchmarks/sim_speed.py: where the time went
+        print(f"gpucomm sim timing: topology {t1 - t0:.3f} s ({c1 - c0:.3f} CPU), prediction "
+              f"{time.perf_counter() - t1:.3f} s ({time.process_time() - c1:.3f} CPU)",
+              file=sys.stderr)
     rows = [r.to_row() for r in results]
     if not coll.reduces:
         for row in rows:

@@ -6,21 +6,24 @@ steps.py). An op occupies its engines for `bytes / rate` and its data lands `alp
 (protocol.py); ops of one step split the links they share evenly, ops of different steps never
 contend (that is the flow model's job).
 
-Ring schedules (the registered `ring` all-reduce / reduce-scatter / all-gather) have a structure
-the engine can use without building their steps: each step forwards the chunk received in
-the step before, and every step has the same (src, dst, channel) columns, so a per-rank
-frontier is exact: `start_s[r] = max(end_{s-1}[r-1], start_{s-1}[r] + x_r)`,
-`end_s[r] = start_s[r] + x_r + alpha_r` (the destination chunk is always free: a ring never
-writes a chunk a rank still has to forward). That max-plus recurrence is solved in closed form
-(`ring_end`), O(P log P) instead of O(P^2). `tests/test_simulate.py` checks the frontier
-against the general engine and the closed form against the recurrence.
+Ring schedules (all-reduce / reduce-scatter / all-gather whose steps are the ring's, whatever
+their name: frontier.is_ring_schedule) have a structure the engine can use without building
+their steps: each step forwards the chunk received in the step before, and every step has the
+same (src, dst, channel) columns, so a per-rank frontier is exact:
+`start_s[r] = max(end_{s-1}[r-1], start_{s-1}[r] + x_r)`, `end_s[r] = start_s[r] + x_r + alpha_r`
+(the destination chunk is always free: a ring never writes a chunk a rank still has to
+forward). That max-plus recurrence is solved in closed form (frontier.ring_line), O(P log P)
+instead of O(P^2), O(P) where identical nodes make it periodic; and since its end is a convex
+piecewise-linear function of the chunk size, a sweep's sizes come from a few solved points
+(frontier.RingCurve). `tests/test_simulate.py` checks the frontier against the general engine
+and the closed form against the recurrence.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ConfigError
-from .steps import StepCoster, expand, op_bytes
+from .steps import StepCoster, expand
 
 DENSE_LIMIT = 64_000_000  # (ranks x chunks) cells of per-chunk state the general engine accepts
 
@@ -131,7 +134,8 @@ def _account(busy, pat, nbytes):
         return
     if busy.ndim == 1:
         rows = np.broadcast_to(nbytes[:, None], pat.table.shape)[valid]
-        np.add.at(busy, pat.table[valid], rows.astype(np.float64))
+        busy += np.bincount(pat.table[valid], weights=rows.astype(np.float64),
+                            minlength=len(busy))
         return
     links, op = pat.table[valid], np.nonzero(valid)[0]
     order = np.argsort(links, kind="stable")
@@ -147,15 +151,83 @@ def _records(si, st, start, fin, nbytes):
 
 
 # ---- the ring frontier -------------------------------------------------------------------
+_RINGS: dict = {}  # id(schedule) -> (schedule, is a ring)
+
+
 def is_ring(sched) -> bool:
-    return (sched.algorithm == "ring" and sched.scratch_blocks == 0
-            and sched.collective.name in ("all_reduce", "reduce_scatter", "all_gather"))
+    """Whether `sched` is a ring by its steps, whatever its name (frontier.is_ring_schedule);
+    remembered per schedule object."""
+    from .frontier import is_ring_schedule
+    hit = _RINGS.get(id(sched))
+    if hit is None or hit[0] is not sched:
+        if len(_RINGS) > 256:
+            _RINGS.clear()
+        hit = _RINGS[id(sched)] = (sched, is_ring_schedule(sched))
+    return hit[1]
 
 
-def run_ring(sched, coster: StepCoster, bounds, itemsize: int):
-    """The ring schedule's time from its per-rank frontier, without generating its steps."""
-    from ..schedule import step
+def run_ring(sched, coster: StepCoster, block_count: int, itemsize: int):
+    """The ring schedule's (end, ops, link busy bytes) from its per-rank frontier, without
+    generating its steps; None where unequal chunks leave the end open by more than 0.1%."""
+    out = ring_many(sched, coster, [block_count], itemsize)[0]
+    return None if out is None else (out[0], out[1], out[2] * out[3])
+
+
+def ring_many(sched, coster: StepCoster, block_counts, itemsize: int) -> list:
+    """Per block size (elements): (end, ops, busy bytes per chunk byte, mean chunk bytes), or
+    None where the general engine must answer.
+
+    Every size is a point of one curve per (schedule shape, coster): frontier.RingCurve,
+    kept on the coster, so a sweep's sizes (and later calls) solve only the points the
+    curve's pieces need."""
+    p = sched.nranks
+    curve, unit, nops = _ring_curve(sched, coster)
+    if p == 1:
+        return [(0.0, 0, unit, 0.0) for _ in block_counts]
+    cpb = sched.chunks_per_block
+    wanted, spans = [], []
+    for count in block_counts:  # chunks of a block: np.array_split's q+1 (extra of them), q
+        q, extra = divmod(int(count), cpb)
+        lo, hi = float(q * itemsize), float((q + (extra > 0)) * itemsize)
+        spans.append((lo, hi, float(count) * itemsize / cpb))
+        wanted += [lo, hi]
+    ends = curve.values(wanted)
+    out = []
+    for lo, hi, mean in spans:
+        e_lo, e_hi = ends[lo], ends[hi]
+        # chunks differ by an element: every op moves between the smallest and the largest
+        # chunk, and the frontier is monotone in every op's time, so the exact end lies
+        # between the two; where they agree to 0.1% their middle is the answer (the
+        # element is nothing next to a step's latency), else the general engine runs
+        if e_hi - e_lo > 1e-3 * max(e_lo, 1e-30):
+            out.append(None)
+        else:
+            out.append((e_lo if lo == hi else 0.5 * (e_lo + e_hi), nops, unit, mean))
+    return out
+
+
+def ring_note(sched, coster: StepCoster) -> str:
+    """How ring_many answered: what SimResult.note says."""
+    curve = _ring_curve(sched, coster)[0]
     p, c = sched.nranks, max(int(sched.channels), 1)
+    periods = sorted({d for _, _, d in curve.rows})
+    text = (f"ring frontier in closed form, steps not generated; {len(curve.rows)} of {c} "
+            "channel(s) distinct")
+    if periods and periods[-1] < p:
+        text += (f"; ranks repeat every {'/'.join(map(str, periods))}: that many of {p} "
+                 "solved per channel, the others their copies")
+    return text
+
+
+def _ring_curve(sched, coster: StepCoster):
+    """(RingCurve, busy bytes per chunk byte, ops) of a ring's shape, memoised on the coster."""
+    p, c = sched.nranks, max(int(sched.channels), 1)
+    key = ("ring", sched.collective.name, p, c)
+    hit = coster.memo.get(key)
+    if hit is not None:
+        return hit
+    from ..schedule import step
+    from .frontier import RingCurve
     r = np.arange(p)
     if sched.collective.name == "all_reduce":
         # channel ch owns chunks ch*P .. ch*P+P-1 (see algorithms/ring.py); one probe step
@@ -163,94 +235,24 @@ def run_ring(sched, coster: StepCoster, bounds, itemsize: int):
             p, 1).reshape(-1) + np.tile(r, c), channel=np.repeat(np.arange(c), p))
         nsteps = 2 * (p - 1)
     else:
-        blocks = r
         probe = step(np.repeat(r, c), np.repeat((r + 1) % p, c),
-                     (blocks[:, None] * c + np.arange(c)).reshape(-1),
+                     (r[:, None] * c + np.arange(c)).reshape(-1),
                      channel=np.tile(np.arange(c), p))
         nsteps = p - 1
     pat = coster.pattern(probe)
-    nbytes = op_bytes(probe, bounds, itemsize)
-    if p == 1:
-        return 0.0, 0, np.zeros(coster.paths.nlinks)
     # rows: channels, columns: ranks (the all-reduce probe is channel-major, the others not)
-    shape = (lambda a: a.reshape(c, p)) if sched.collective.name == "all_reduce" else \
-        (lambda a: np.ascontiguousarray(a.reshape(p, c).T))
-    a = shape(np.asarray(pat.alpha, dtype=np.float64))
-
-    def end_with(op_bytes_):
-        x = shape(np.where(op_bytes_ > 0, op_bytes_ / pat.share_rate, 0.0))
-        return max(ring_end(x[k], a[k], nsteps) for k in range(c))
-
-    sizes = np.diff(bounds)[: sched.nblocks * sched.chunks_per_block]
-    if not sizes.size or sizes.min() == sizes.max():
-        end = end_with(nbytes)
+    if sched.collective.name == "all_reduce":
+        def shape(v):
+            return v.reshape(c, p)
     else:
-        # chunks differ by an element: every op moves between the smallest and the largest
-        # chunk, and the frontier is monotone in every op's time, so the exact end lies
-        # between the two; where they agree to 0.1% their middle is the answer (the
-        # element is nothing next to a step's latency), else the general engine runs
-        lo = np.full(len(probe), float(sizes.min()) * itemsize)
-        hi = np.full(len(probe), float(sizes.max()) * itemsize)
-        e_lo, e_hi = end_with(lo), end_with(hi)
-        if e_hi - e_lo > 1e-3 * max(e_lo, 1e-30):
-            return None
-        end = 0.5 * (e_lo + e_hi)
-        nbytes = np.full(len(probe), float(sizes.mean()) * itemsize)
-    busy = np.zeros(coster.paths.nlinks)
-    _account(busy, pat, nbytes * nsteps)
-    return end, nsteps * len(probe), busy
-
-
-def ring_end(x, a, nsteps: int) -> float:
-    """End of `nsteps` ring steps from the frontier recurrence, in closed form.
-
-    With S_s[r] the start of rank r's op in step s (S_0 = 0) and w = x + a,
-    S_s[r] = max(S_{s-1}[r-1] + w[r-1], S_{s-1}[r] + x[r]): a max-plus path problem. A path
-    of K = nsteps-1 moves ending at r advances k times (from r-k to r, collecting w) and stays
-    K-k times, each stay best spent on the largest x among the ranks it passed. So
-    S_K[r] = max_k (sum of w over r-k..r-1) + (K-k) * max(x[r-k..r]); for each distinct value
-    m of x the k with max(x[r-k..r]) = m form an interval, and the best k in it is a range
-    maximum of v*m - C[v] (C the prefix sum of w over the unrolled ring), taken with a sparse
-    table. O(P log P) per distinct x, exactly the recurrence (tests/test_simulate.py).
-    """
-    p = len(x)
-    w = x + a
-    k_max = nsteps - 1
-    if k_max <= 0:
-        return float(w.max())
-    n = p + k_max  # unrolled positions v; rank(v) = (v - K) mod P, rank r sits at u = r + K
-    rank = (np.arange(n) - k_max) % p
-    xu = x[rank]
-    csum = np.concatenate([[0.0], np.cumsum(w[rank])])  # C[v] = sum of w over positions < v
-    u = np.arange(p) + k_max
-    idx = np.arange(n)
-    best = np.full(p, -np.inf)
-    for m in np.unique(x):
-        last_gt = np.maximum.accumulate(np.where(xu > m, idx, -1))[u]
-        last_eq = np.maximum.accumulate(np.where(xu == m, idx, -1))[u]
-        lo = np.maximum(last_gt + 1, u - k_max)
-        hi = last_eq
-        ok = hi >= lo
-        if not ok.any():
-            continue
-        top = _range_max(idx * m - csum[:n], lo[ok], hi[ok])
-        best[ok] = np.maximum(best[ok], csum[u[ok]] + (k_max - u[ok]) * m + top)
-    return float((best + w).max())
-
-
-def _range_max(values, lo, hi):
-    """max(values[lo_i..hi_i]) for each i, inclusive bounds, by a sparse table."""
-    levels = [values]
-    span = 1
-    longest = int((hi - lo + 1).max())
-    while 2 * span <= longest:
-        prev = levels[-1]
-        levels.append(np.maximum(prev[:-span], prev[span:]))
-        span *= 2
-    j = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
-    out = np.empty(len(lo))
-    for lv in np.unique(j):
-        sel = j == lv
-        tab = levels[lv]
-        out[sel] = np.maximum(tab[lo[sel]], tab[hi[sel] - (1 << int(lv)) + 1])
-    return out
+        def shape(v):
+            return np.ascontiguousarray(v.reshape(p, c).T)
+    x0 = shape(np.where(pat.local, 0.0, 1.0 / pat.share_rate))
+    a = shape(np.asarray(pat.alpha, dtype=np.float64))
+    unit = coster.paths._cache.get(("ring_busy",) + key[1:])  # the protocols' costers share it
+    if unit is None:
+        unit = np.zeros(coster.paths.nlinks)
+        _account(unit, pat, np.full(len(probe), float(nsteps)))
+        coster.paths._cache[("ring_busy",) + key[1:]] = unit
+    hit = coster.memo[key] = (RingCurve(zip(x0, a), nsteps), unit, nsteps * len(probe))
+    return hit

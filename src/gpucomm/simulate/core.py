@@ -11,11 +11,12 @@ from ..errors import ConfigError
 from . import analytic, flow, symmetry
 from .paths import PathTable
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
-from .result import SimResult
+from .result import LinkBusy, SimResult
 from .steps import StepCoster
 
 MODELS = ("analytic", "flow")
 _PATHS: dict = {}
+_NODES: dict = {}
 _COSTERS: dict = {}
 _SWEEP: dict = {"sizes": (), "memo": {}}
 FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.py) is answered
@@ -65,7 +66,7 @@ def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
     placement = _placement(schedule.nranks, topology, ranks)
     lay = layout(schedule.collective, nbytes, dtype, schedule.nranks)
     gen = generation_of(topology)
-    nodes = len(np.unique(topology.router.rank_node[placement.reshape(-1)]))
+    nodes = per_placement(_NODES, topology, placement, _node_count)
     if isinstance(protocol, Protocol):
         protos = [protocol]
     elif str(protocol).lower() == "auto":
@@ -96,12 +97,17 @@ def _placement(p, topology, ranks):
                           f"schedule has {p} ranks")
     if arr.size and (arr.min() < 0 or arr.max() >= topology.nranks):
         raise ConfigError(f"ranks must lie in 0..{topology.nranks - 1}")
-    for row in np.atleast_2d(arr):
-        if len(set(row.tolist())) != p:
-            raise ConfigError("ranks names the same GPU twice")
-    if arr.ndim == 2 and len({frozenset(r.tolist()) for r in arr}) != 1:
+    rows = np.sort(np.atleast_2d(arr), axis=1)
+    if p > 1 and (rows[:, 1:] == rows[:, :-1]).any():
+        raise ConfigError("ranks names the same GPU twice")
+    if arr.ndim == 2 and (rows != rows[0]).any():
         raise ConfigError("every row of a per-channel ranks table must use the same GPUs")
     return arr
+
+
+def _node_count(topology, placement) -> int:
+    nodes = np.sort(topology.router.rank_node[placement.reshape(-1)])
+    return int((nodes[1:] != nodes[:-1]).sum()) + 1 if nodes.size else 0
 
 
 def per_placement(cache: dict, topology, placement, build):
@@ -138,11 +144,12 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
     end = None
     if model == "analytic":
         if not trace and analytic.is_ring(schedule):
-            out = analytic.run_ring(schedule, cst, bounds, itemsize)
+            out = analytic.ring_many(schedule, cst, [lay.block_count], itemsize)[0]
             if out is not None:
-                end, ops, busy = out
-                busy = busy / paths.capacity / paths.lane_scale
+                end, ops = out[0], out[1]
+                busy = LinkBusy(_ring_unit(paths, out[2]), out[3])
                 events = ops
+                note = analytic.ring_note(schedule, cst)
         if end is None:
             end, ops, busy, timeline = analytic.run(schedule, cst, bounds, itemsize, trace)
             busy = busy / paths.capacity / paths.lane_scale
@@ -177,8 +184,7 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
 def _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note=""):
     t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0
     algbw, busbw = lay.busbw(t) if t > 0 else (0.0, 0.0)
-    nz = np.flatnonzero(busy > 0)
-    link_busy = dict(zip(nz.tolist(), busy[nz].tolist()))
+    link_busy = busy if isinstance(busy, LinkBusy) else LinkBusy(busy)
     return SimResult(lay.collective.name, schedule.algorithm, proto.name, model, schedule.nranks,
                      lay.size, lay.count, lay.dtype.name, t, algbw, busbw, link_busy, events, ops,
                      tuple(timeline), redop, schedule.root if lay.collective.rooted else -1,
@@ -211,26 +217,38 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
     paths = path_table(topology, placement)
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
-    bounds = [schedule.chunk_bounds(lay.block_count) for lay in lays]
     scale = paths.capacity * paths.lane_scale  # busy seconds; lanes carry m/L of a link
     outs = [None] * len(lays)
+    note = ""
     if analytic.is_ring(schedule):
-        for i, b in enumerate(bounds):
-            out = analytic.run_ring(schedule, cst, b, itemsize)
+        note = analytic.ring_note(schedule, cst)
+        counts = [lay.block_count for lay in lays]
+        for i, out in enumerate(analytic.ring_many(schedule, cst, counts, itemsize)):
             if out is not None:
-                outs[i] = (out[0], out[1], out[2] / scale)
+                outs[i] = (out[0], out[1], LinkBusy(_ring_unit(paths, out[2]), out[3]))
     rest = [i for i, o in enumerate(outs) if o is None]
     if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
         rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
     batch = max(1, SWEEP_CELLS // max(schedule.nranks * schedule.total_chunks, 1))
     for at in range(0, len(rest), batch):
         part = rest[at:at + batch]
-        ends, ops, busy, _ = analytic.run(schedule, cst, np.array([bounds[i] for i in part]),
-                                          itemsize)
+        rows = np.array([schedule.chunk_bounds(lays[i].block_count) for i in part])
+        ends, ops, busy, _ = analytic.run(schedule, cst, rows, itemsize)
         for j, i in enumerate(part):
-            outs[i] = (float(ends[j]), ops, busy[:, j] / scale)
-    return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop)
+            outs[i] = (float(ends[j]), ops, busy[:, j] / scale, "")
+    return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop,
+                    out[3] if len(out) > 3 else note)
             for lay, out in zip(lays, outs) if out is not None]
+
+
+def _ring_unit(paths, unit_bytes):
+    """A ring's busy seconds per chunk byte, per link, from its busy bytes (memoised on the
+    array: every size of a sweep scales the same one)."""
+    key = ("ring_unit", id(unit_bytes))
+    hit = paths._cache.get(key)
+    if hit is None or hit[0] is not unit_bytes:
+        hit = paths._cache[key] = (unit_bytes, unit_bytes / paths.capacity / paths.lane_scale)
+    return hit[1]
 
 
 def _flow_timeline(schedule, times, bounds, itemsize):

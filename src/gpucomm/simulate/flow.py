@@ -29,6 +29,23 @@ EXACT_OPS = 20_000
 _TOL = 1e-12
 
 
+def _touched(m, crowded, changed, nlinks):
+    """The crowded flows (rows of link table `m`) linked to the links `changed` through
+    chains of links they share: the union of the max-min groups a change can move."""
+    mark = np.zeros(nlinks + 1, dtype=bool)  # index nlinks stands for padding (-1)
+    mark[np.where(changed >= 0, changed, nlinks).reshape(-1)] = True
+    mark[nlinks] = False
+    mi = np.where(m >= 0, m, nlinks)
+    sel = np.zeros(len(m), dtype=bool)
+    while True:
+        new = crowded & ~sel & mark[mi].any(axis=1)
+        if not new.any():
+            return sel
+        sel |= new
+        mark[mi[new].reshape(-1)] = True
+        mark[nlinks] = False
+
+
 def build(sched, coster: StepCoster, bounds, itemsize: int):
     p, t = sched.nranks, sched.total_chunks
     nch = max(int(sched.channels), 1)
@@ -236,6 +253,7 @@ class _Sim:
         self.gmax = np.zeros(g["ngroups"])
         self.link_cap = link_cap
         self.link_count = np.zeros(len(link_cap), dtype=np.int64)
+        self.changed = None  # links of the flows that last started or ended (_rates)
         self.events = 0
         step_ptr = g["step_ptr"]
         self.step_of = np.repeat(np.arange(len(step_ptr) - 1), np.diff(step_ptr))
@@ -307,6 +325,7 @@ class _Sim:
                             rate = np.concatenate([rate, np.zeros(len(flows))])
                             self._load(fm)
                             old = rate.copy() if self.recovery_s else None
+                            self.changed = fm
                             rate = self._rates(act, rate, contended)
                             rem = self._ramp(rem, old, rate)
                             contended = self.shared > 0
@@ -327,7 +346,8 @@ class _Sim:
                 rem = rem - rate * (t_next - t)
                 if gone.any():
                     ids = act[gone]
-                    self._unload(act_m[gone])
+                    freed = act_m[gone]
+                    self._unload(freed)
                     keep = ~gone
                     act, act_m, rem, rate = act[keep], act_m[keep], rem[keep], rate[keep]
                     self._sent(ids, np.full(len(ids), t_next))
@@ -336,19 +356,24 @@ class _Sim:
                     check = True
                     if len(act) and contended:
                         old = rate.copy() if self.recovery_s else None
+                        self.changed = freed
                         rate = self._rates(act, rate, contended)
                         rem = self._ramp(rem, old, rate)
                     contended = self.shared > 0
             t = t_next
-            if len(land):
-                due = land_t <= t + tol
-                if due.any():
-                    ids = land[due]
-                    self.time[ids] = land_t[due]
-                    land, land_t = land[~due], land_t[~due]
-                    done += len(ids)
-                    check = True
+            land, land_t, landed = self._land(land, land_t, t + tol)
+            if landed:
+                done += landed
+                check = True
         return t
+
+    def _land(self, land, land_t, until):
+        """Record the data landed by `until`: (still in flight, their times, how many landed)."""
+        due = land_t <= until
+        if not due.any():
+            return land, land_t, 0
+        self.time[land[due]] = land_t[due]
+        return land[~due], land_t[~due], int(due.sum())
 
     def _ramp(self, rem, old, rate):
         """Bytes a running flow's congestion control loses climbing to a higher rate."""
@@ -387,9 +412,11 @@ class _Sim:
             self.shared = int(np.count_nonzero(self.link_count > 1))
 
     def _rates(self, act, rate, was_contended):
-        """Rates after the set of flows changed. Max-min decomposes over groups of flows that
-        share links, so flows with every link to themselves just get their bottleneck, and
-        progressive filling runs only over the flows that touch a shared link."""
+        """Rates after the set of flows changed on the links `self.changed` (the links of the
+        flows that started or ended; None: anywhere). Max-min decomposes over groups of flows
+        that share links, so flows with every link to themselves just get their bottleneck,
+        and progressive filling runs only over the crowded flows of the groups the change
+        touched (the others keep the rates they had)."""
         fresh = rate <= 0
         if self.shared == 0 and not was_contended:
             rate[fresh] = self._alone(act[fresh])
@@ -399,7 +426,9 @@ class _Sim:
         alone = ~crowded
         rate[alone] = self._alone(act[alone])
         if crowded.any():
-            rate[crowded] = self._maxmin(act[crowded])
+            touched = crowded if self.changed is None else \
+                _touched(m, crowded, self.changed, len(self.link_count))
+            rate[touched] = self._maxmin(act[touched])
         return rate
 
     def _alone(self, ops):

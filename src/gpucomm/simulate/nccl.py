@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from . import constants as K
 from .paths import NET
 from .protocol import generation_of, get_protocol, net_stack_floor_s
-from .result import SimResult
+from .result import LinkBusy, RankTimeline, SimResult
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
@@ -147,7 +147,7 @@ def _rate(pr, capacity, cls, nch) -> float:
 
 def _result(coll, name, proto, model, lay, p, t, busy, nch):
     algbw, busbw = lay.busbw(t)
-    timeline = tuple((0, r, r, r, 0, 0.0, t, int(lay.size // p)) for r in range(p))
+    timeline = RankTimeline(p, t, int(lay.size // p))
     return SimResult(lay.collective.name, name, proto, model, p, lay.size, lay.count,
                      lay.dtype.name, t, algbw, busbw, busy, 1, p, timeline, nccl_channels=nch)
 
@@ -194,8 +194,8 @@ def net_hop_floor(topology, placement, proto, paths) -> float:
     return max(floor - _net(paths, placement, nodes)[0], 0.0)
 
 
-def _busy(links, carried, capacity, t) -> dict:
-    return dict(zip(links.tolist(), np.minimum(carried / capacity[links], t).tolist()))
+def _busy(links, carried, capacity, t) -> LinkBusy:
+    return LinkBusy(np.minimum(carried / capacity[links], t), links=links)
 
 
 def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .frontier import distinct
+
 # Path classes, for the protocol's per-hop software latency.
 NVLINK, PCIE, NET = 0, 1, 2
 CLASS_NAMES = ("nvlink", "pcie", "net")
@@ -36,22 +38,16 @@ class PathTable:
 
     def __init__(self, topology, ranks=None):
         self.topo = topology
-        bw, lat, eff = topology.link_arrays()
-        self.capacity = np.asarray(bw, dtype=np.float64) * np.asarray(eff, dtype=np.float64)
-        self.latency = np.asarray(lat, dtype=np.float64)
+        capacity, self.latency, cls = _link_props(topology)
+        self.capacity = capacity.copy()
         self.nlinks = len(self.capacity)
-        kinds = {d.name: d.kind for d in topology.devices}
-        cls = np.zeros(self.nlinks, dtype=np.int8)
-        for i, ln in enumerate(topology.links):
-            ends = {kinds[ln.src], kinds[ln.dst]}
-            cls[i] = NET if ends & _NET_KINDS else PCIE if ends & _PCIE_KINDS else NVLINK
         self.link_class = cls
         n = topology.nranks
         # one row per channel group: channel c runs schedule rank i on GPU placement[c % k, i]
         self.placement = np.atleast_2d(np.arange(n, dtype=np.int64) if ranks is None else
                                        np.asarray(ranks, dtype=np.int64))
         self.node = np.asarray(topology.router.rank_node, dtype=np.int64)
-        self._rails, self._home = _rails(topology, self.node, self.placement[0])
+        self._rails, self._home = _placed_rails(topology, self.node, self.placement[0])
         self._cache: dict = {}
         # a network (routing policy, loss) changes routes and payload capacity: fabric.py
         self.fabric = None
@@ -66,7 +62,10 @@ class PathTable:
 
     @property
     def rails_per_node(self) -> int:
-        return min((len(v) for v in self._rails.values()), default=1) or 1
+        if "rails_per_node" not in self._cache:
+            self._cache["rails_per_node"] = min((len(v) for v in self._rails.values()),
+                                                default=1) or 1
+        return self._cache["rails_per_node"]
 
     def routes(self, src, dst, channel) -> np.ndarray:
         """Padded link table (ops, hops) for schedule ranks src -> dst on channels."""
@@ -198,6 +197,41 @@ def _join(parts) -> np.ndarray:
     return np.take_along_axis(full, order, axis=1)
 
 
+def _link_props(topology):
+    """(payload capacity, latency, path class) per link, once per topology object (every
+    placement's table shares them; a 100,000-GPU cluster has a million links)."""
+    hit = topology._cache.get("sim_link_props")
+    if hit is None:
+        bw, lat, eff = topology.link_arrays()
+        capacity = np.asarray(bw, dtype=np.float64) * np.asarray(eff, dtype=np.float64)
+        # a bit per end kind: 4 = network, 2 = PCIe/host; the class is the highest bit set
+        bits = np.array([4 if d.kind in _NET_KINDS else 2 if d.kind in _PCIE_KINDS else 0
+                         for d in topology.devices], dtype=np.int8)
+        router = topology.router
+        if len(getattr(router, "lsrc", ())) == len(topology.links):  # device index per end
+            ends = bits[np.asarray(router.lsrc)] | bits[np.asarray(router.ldst)]
+        else:
+            ends = np.fromiter((bits[topology.index_of(ln.src)] | bits[topology.index_of(ln.dst)]
+                                for ln in topology.links), dtype=np.int8,
+                               count=len(topology.links))
+        cls = np.where(ends & 4, NET, np.where(ends & 2, PCIE, NVLINK)).astype(np.int8)
+        for arr in (capacity, cls):
+            arr.flags.writeable = False
+        hit = topology._cache["sim_link_props"] = (capacity, np.asarray(lat, dtype=np.float64),
+                                                   cls)
+    return hit
+
+
+def _placed_rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
+    """_rails, once per topology and set of placed GPUs (the rails depend on the set, not on
+    the order: the channels' ring orders of one group share them)."""
+    key = ("sim_rails", distinct(np.asarray(placed, dtype=np.int64)).tobytes())
+    hit = topo._cache.get(key)
+    if hit is None:
+        hit = topo._cache[key] = _rails(topo, node_of_rank, placed)
+    return hit
+
+
 def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
     """Rails of a placement: node -> owner ranks of the NICs next to its placed GPUs (NIC
     order), and rank -> position of its own NIC in its node's list."""
@@ -206,20 +240,29 @@ def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
         if not any(d.kind == "nic" for d in topo.devices):
             return {}, {}
         affinity = tuple(_closest_nic(topo, r) for r in range(topo.nranks))
-    order = {d.name: i for i, d in enumerate(topo.devices)}
-    ranks = sorted(set(np.asarray(placed).tolist()))
-    per_node: dict = {}
-    for r in ranks:
-        if affinity[r] is not None:
-            per_node.setdefault(int(node_of_rank[r]), {}).setdefault(affinity[r], r)
-    rails, pos = {}, {}
-    for nd, owners in per_node.items():
-        nics = sorted(owners, key=lambda name: order.get(name, 0))
-        rails[nd] = np.array([owners[x] for x in nics], dtype=np.int64)
-        pos.update({(nd, x): i for i, x in enumerate(nics)})
-    home = {r: pos[(int(node_of_rank[r]), affinity[r])] for r in ranks
-            if affinity[r] is not None}
-    return rails, home
+    index = topo._cache.get("sim_nic_index")
+    if index is None or len(index) != len(affinity):  # device index of each rank's NIC
+        index = topo._cache["sim_nic_index"] = np.array(
+            [-1 if a is None else topo.index_of(a) for a in affinity], dtype=np.int64)
+    ranks = distinct(np.asarray(placed, dtype=np.int64))
+    ranks = ranks[index[ranks] >= 0]
+    if not ranks.size:
+        return {}, {}
+    node, nic = np.asarray(node_of_rank)[ranks], index[ranks]
+    # each (node, NIC) pair's owner is its lowest placed rank; a node's NICs in device order
+    order = np.lexsort((ranks, nic, node))
+    node_s, nic_s, rank_s = node[order], nic[order], ranks[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (node_s[1:] != node_s[:-1]) | (nic_s[1:] != nic_s[:-1])
+    o_node, o_rank = node_s[first], rank_s[first]
+    starts = np.flatnonzero(np.r_[True, o_node[1:] != o_node[:-1]])
+    pos = np.arange(len(o_node)) - np.repeat(starts, np.diff(np.r_[starts, len(o_node)]))
+    rails = dict(zip(o_node[starts].tolist(), np.split(o_rank, starts[1:])))
+    # every placed rank's position: that of its (node, NIC) pair
+    pair = np.cumsum(first) - 1
+    home_pos = np.empty(len(order), dtype=np.int64)
+    home_pos[order] = pos[pair]
+    return rails, dict(zip(ranks.tolist(), home_pos.tolist()))
 
 
 def _closest_nic(topo, rank):

@@ -27,11 +27,11 @@ import numpy as np
 from ..algorithms import algorithms, get_algorithm
 from ..collectives import get_collective, layout
 from ..dtypes import parse_size
-from ..errors import ConfigError, GpucommError
+from ..errors import ConfigError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, generation_of, get_protocol, ring_protocol
-from . import nccl, p2p
+from . import nccl, p2p, ranking
 from .paths import NVLINK
 from .result import SimResult
 from .rings import ring_orders
@@ -80,19 +80,10 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
         protos = [str(protocol).lower()]
     for pr in protos:
         get_protocol(pr)  # validates the name
-    if not _ll128_allowed(topology, placement):
+    if not _ll128_allowed_memo(topology, placement):
         protos = [pr for pr in protos if pr != "ll128"] or protos
-    tried, errors = [], []
-    for name in names:
-        for pr in protos:
-            try:
-                res = _time(coll, name, nbytes, topology, placement, dtype, "analytic", pr,
-                            root, redop, params)
-            except GpucommError as e:
-                errors.append(f"{name}: {e}")
-                break
-            if res is not None:
-                tried.append(res)
+    tried, errors, skipped = _rank(coll, names, protos, nbytes, topology, placement, dtype, root,
+                                   redop, params)
     if not tried:
         detail = "; ".join(errors) or "none applies"
         raise ConfigError(f"no algorithm can run {coll.name} on {p} ranks ({detail})")
@@ -101,8 +92,31 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
         best = _time(coll, best.algorithm, nbytes, topology, placement, dtype, model,
                      best.protocol, root, redop, params)
     best = _host_bound(best, host_s, coll, dtype)
+    if skipped:
+        best = dataclasses.replace(best, note="; ".join(filter(None, [best.note, (
+            f"auto: {', '.join(f'{a}/{b}' for a, b in skipped)} not simulated (their latency "
+            "floor is above the runner-up)")])))
     return dataclasses.replace(best, candidates=tuple((r.algorithm, r.protocol, r.time_s)
                                                       for r in tried))
+
+
+def _rank(coll, names, protos, nbytes, topology, placement, dtype, root, redop, params):
+    """auto's candidates: closed forms first, a simulation only where it can win (ranking.py).
+    Returns (results, error lines, pairs not simulated)."""
+    p = len(placement)
+
+    def time_fn(name, pr):
+        return _time(coll, name, nbytes, topology, placement, dtype, "analytic", pr, root,
+                     redop, params)
+
+    def floor_fn(name, pr):
+        if len(names) * len(protos) < 3 or nccl.schedule_of(coll.name, name) != "ring":
+            return None
+        return ranking.ring_floor(coll.name, p, pr)
+
+    tried, errors, skipped = ranking.rank([(n, pr) for n in names for pr in protos], time_fn,
+                                          floor_fn)
+    return tried, [f"{name}: {e}" for name, e in errors], skipped
 
 
 def host_issue_s(gpus_per_thread=1, cuda_graph=False) -> float:
@@ -140,13 +154,31 @@ def _candidates(coll, algorithm, topology, placement, exclude):
         return [name]
     if "nvls" in exclude:  # as NCCL_NVLS_ENABLE=0: no in-switch reduction, in or across nodes
         exclude.add("nvls_tree")
-    names = nccl.candidates(coll, topology, placement) or \
+    names = _nccl_candidates(coll, topology, placement) or \
         [a.name for a in algorithms(coll)]  # e.g. barrier: NCCL has none, every registered one
     names = [a for a in names if a not in exclude]
     if not names:
         raise ConfigError(f"no algorithm left for {coll.name} after excluding "
                           f"{', '.join(sorted(exclude))}")
     return names
+
+
+_LL128: dict = {}
+
+
+def _ll128_allowed_memo(topology, placement) -> bool:
+    """_ll128_allowed, once per (topology, placement): a sweep asks it for every size."""
+    return per_placement(_LL128, topology, placement, _ll128_allowed)
+
+
+_CANDIDATES: dict = {}
+
+
+def _nccl_candidates(coll, topology, placement) -> list:
+    """nccl.candidates, once per (collective, topology, placement): a sweep's sizes share it."""
+    cache = _CANDIDATES.setdefault(coll.name, {})
+    return list(per_placement(cache, topology, placement,
+                              lambda t, pl: nccl.candidates(coll, t, pl)))
 
 
 def _ll128_allowed(topology, placement) -> bool:
@@ -161,7 +193,7 @@ def _ll128_allowed(topology, placement) -> bool:
     paths = path_table(topology, ring)
     src = np.arange(len(ring))
     dst = np.roll(src, -1)
-    node = np.array([topology.node_of(int(r)) for r in ring])
+    node = np.asarray(topology.router.rank_node)[np.asarray(ring, dtype=np.int64)]
     same = node[src] == node[dst]
     if not same.any():
         return True
@@ -235,4 +267,5 @@ def _ring_orders(topology, placement):
 
 
 def _multi_node(topology, placement) -> bool:
-    return len(np.unique(topology.router.rank_node[np.asarray(placement)])) > 1
+    node = topology.router.rank_node[np.asarray(placement)]
+    return bool(node.size) and bool((node != node.flat[0]).any())

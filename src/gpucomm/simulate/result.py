@@ -1,7 +1,78 @@
 """SimResult: what a simulation says, as a frozen value that prints and serialises."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class LinkBusy(Mapping):
+    """Link index -> busy seconds of the links that carried bytes, read from a per-link array
+    (times `scale`) when first asked: a sweep's results hold one shared array, not a dict of
+    every link each (a million links on 100,000 GPUs). With `links`, `busy` holds the
+    seconds of those links, each kept."""
+
+    __slots__ = ("_busy", "_scale", "_links", "_dict")
+
+    def __init__(self, busy, scale: float = 1.0, links=None):
+        self._busy, self._scale, self._links, self._dict = busy, float(scale), links, None
+
+    def _items(self) -> dict:
+        if self._dict is None:
+            b = np.asarray(self._busy, dtype=np.float64)
+            if self._links is not None:
+                self._dict = dict(zip(np.asarray(self._links).tolist(),
+                                      (b * self._scale).tolist()))
+                return self._dict
+            nz = np.flatnonzero(b > 0) if self._scale > 0 else np.zeros(0, dtype=np.int64)
+            self._dict = dict(zip(nz.tolist(), (b[nz] * self._scale).tolist()))
+        return self._dict
+
+    def __getitem__(self, key):
+        return self._items()[key]
+
+    def __iter__(self):
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __repr__(self) -> str:
+        return repr(self._items())
+
+    def __reduce__(self):  # pickles (process pools) as the plain dict it reads as
+        return dict, (self._items(),)
+
+
+class RankTimeline(Sequence):
+    """A closed form's timeline: one record per rank, (0, r, r, r, 0, 0.0, t, bytes), made
+    when read (a sweep's candidates on 100,000 ranks would otherwise build millions)."""
+
+    __slots__ = ("nranks", "time_s", "nbytes")
+
+    def __init__(self, nranks: int, time_s: float, nbytes: int):
+        self.nranks, self.time_s, self.nbytes = int(nranks), float(time_s), int(nbytes)
+
+    def _record(self, r: int) -> tuple:
+        return (0, r, r, r, 0, 0.0, self.time_s, self.nbytes)
+
+    def __len__(self) -> int:
+        return self.nranks
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self._record(r) for r in range(*i.indices(self.nranks)))
+        r = range(self.nranks)[i]  # negative indices, IndexError
+        return self._record(r)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (tuple, Sequence)) and tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return RankTimeline, (self.nranks, self.time_s, self.nbytes)
 
 
 @dataclass(frozen=True)
@@ -20,7 +91,8 @@ class SimResult:
     link_busy_s: dict = field(default_factory=dict, repr=False)  # link index -> busy seconds
     events: int = 0  # ops simulated (analytic) or event batches (flow)
     ops: int = 0
-    timeline: tuple = field(default=(), repr=False)  # (step, src, dst, chunk, channel, start, end, bytes)
+    # (step, src, dst, chunk, channel, start, end, bytes) per op
+    timeline: tuple = field(default=(), repr=False)
     redop: str = "sum"
     root: int = -1
     channels: int = 1

@@ -51,22 +51,13 @@ class StepCoster:
         return pat
 
     def _build(self, step) -> Pattern:
-        table = self.paths.routes(step.src, step.dst, step.channel)
-        lat, cls, _ = self.paths.properties(table)
+        table, lat, cls, share, bottleneck = _geometry(self.paths, step)
         local = step.src == step.dst
-        valid = table >= 0
-        counts = np.bincount(table[valid], minlength=self.paths.nlinks) if valid.any() else \
-            np.zeros(self.paths.nlinks)
-        safe = np.where(valid, table, 0)
-        share = np.where(valid, (self.paths.capacity * self.paths.lane_scale)[safe]
-                         / np.maximum(counts[safe], 1), np.inf)
-        share = share.min(axis=1) if table.shape[1] else np.full(len(step), np.inf)
         proto = self.proto
         alpha = np.where(local, 0.0, proto.alpha(lat, cls))
         inf = np.full(len(step), np.inf)
         flow_cap = np.where(local, np.inf, proto.op_rate(inf, cls, self.lanes, self.channels))
         share_rate = np.where(local, np.inf, proto.op_rate(share, cls, self.lanes, self.channels))
-        _, _, bottleneck = self.paths.properties(table)
         alone = np.where(local, np.inf, proto.op_rate(bottleneck, cls, self.lanes, self.channels))
         if self.paths.fabric is not None:  # PFC: ops held back by pauses of others' incast
             held = self.paths.fabric.pause_caps(table, alone, self.paths.capacity
@@ -75,6 +66,29 @@ class StepCoster:
             share_rate = np.minimum(share_rate, held)
             alone = np.minimum(alone, held)
         return Pattern(table, alpha, cls, flow_cap, share_rate, local, alone)
+
+
+def _geometry(paths: PathTable, step):
+    """(routes, latency, class, even link share, bottleneck) of a step's ops: what does not
+    depend on the protocol, so the protocols' costers of one placement share it."""
+    memo = paths._cache.setdefault("geometry", {})
+    key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    table = paths.routes(step.src, step.dst, step.channel)
+    lat, cls, bottleneck = paths.properties(table)
+    valid = table >= 0
+    counts = np.bincount(table[valid], minlength=paths.nlinks) if valid.any() else \
+        np.zeros(paths.nlinks)
+    safe = np.where(valid, table, 0)
+    share = np.where(valid, (paths.capacity * paths.lane_scale)[safe]
+                     / np.maximum(counts[safe], 1), np.inf)
+    share = share.min(axis=1) if table.shape[1] else np.full(len(step), np.inf)
+    if len(memo) > 4096:  # schedules whose steps never repeat: bound the memory
+        memo.clear()
+    hit = memo[key] = (table, lat, cls, share, bottleneck)
+    return hit
 
 
 def op_bytes(step, bounds: np.ndarray, itemsize: int) -> np.ndarray:
