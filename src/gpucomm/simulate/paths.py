@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..topology.elements import DEVICE_KINDS
 from .frontier import distinct
 
 # Path classes, for the protocol's per-hop software latency.
@@ -205,8 +206,9 @@ def _link_props(topology):
         bw, lat, eff = topology.link_arrays()
         capacity = np.asarray(bw, dtype=np.float64) * np.asarray(eff, dtype=np.float64)
         # a bit per end kind: 4 = network, 2 = PCIe/host; the class is the highest bit set
-        bits = np.array([4 if d.kind in _NET_KINDS else 2 if d.kind in _PCIE_KINDS else 0
-                         for d in topology.devices], dtype=np.int8)
+        kind_bits = np.array([4 if k in _NET_KINDS else 2 if k in _PCIE_KINDS else 0
+                              for k in DEVICE_KINDS], dtype=np.int8)
+        bits = kind_bits[topology.device_kind_codes()]
         router = topology.router
         if len(getattr(router, "lsrc", ())) == len(topology.links):  # device index per end
             ends = bits[np.asarray(router.lsrc)] | bits[np.asarray(router.ldst)]
@@ -242,8 +244,11 @@ def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
         affinity = tuple(_closest_nic(topo, r) for r in range(topo.nranks))
     index = topo._cache.get("sim_nic_index")
     if index is None or len(index) != len(affinity):  # device index of each rank's NIC
+        pos = topo._cache.get("nic_pos")  # device positions of the NICs, known when built
+        if pos is None or len(pos) != len(affinity):
+            pos = [None if a is None else topo.index_of(a) for a in affinity]
         index = topo._cache["sim_nic_index"] = np.array(
-            [-1 if a is None else topo.index_of(a) for a in affinity], dtype=np.int64)
+            [-1 if i is None else i for i in pos], dtype=np.int64)
     ranks = distinct(np.asarray(placed, dtype=np.int64))
     ranks = ranks[index[ranks] >= 0]
     if not ranks.size:

@@ -107,7 +107,7 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
 def net_stack_floor_s(topology, proto_name: str) -> float:
     """Least latency of one network step (software stack and wire) on this topology's NICs,
     beyond NCCL's InfiniBand-measured one: the libfabric plugins' (constants.py), else 0."""
-    model = next((d.model for d in topology.devices if d.kind == "nic" and d.model), "")
+    model = _nic_model(topology)
     if not model:
         return 0.0
     try:
@@ -121,6 +121,24 @@ def net_stack_floor_s(topology, proto_name: str) -> float:
     return floor
 
 
+def _nic_model(topology) -> str:
+    """The model of the topology's first NIC with one (read by position: a cluster's devices
+    are not all made)."""
+    cache = getattr(topology, "_cache", None)
+    if cache is not None and "sim_nic_model" in cache:
+        return cache["sim_nic_model"]
+    from ..topology.elements import DEVICE_KINDS
+    if hasattr(topology, "device_kind_codes"):
+        nics = np.flatnonzero(topology.device_kind_codes() == DEVICE_KINDS.index("nic"))
+        devices = (topology.devices[int(i)] for i in nics)
+    else:
+        devices = (d for d in topology.devices if d.kind == "nic")
+    model = next((d.model for d in devices if d.model), "")
+    if cache is not None:
+        cache["sim_nic_model"] = model
+    return model
+
+
 def ideal_protocol() -> Protocol:
     """No protocol overheads at all: the pure alpha-beta of the links (for closed forms)."""
     return Protocol("ideal", 1.0, (0.0, 0.0, 0.0), 0.0, 1 << 30, 0.0, float("inf"),
@@ -129,11 +147,29 @@ def ideal_protocol() -> Protocol:
 
 def generation_of(topology) -> str:
     """The GPU generation of a topology's ranks (from the catalog's SM architecture)."""
-    model = ""
+    cache = getattr(topology, "_cache", None)
+    if cache is not None and "sim_generation" in cache:
+        return cache["sim_generation"]
+    gen = _generation_of_model(_gpu_model(topology))
+    if cache is not None:
+        cache["sim_generation"] = gen
+    return gen
+
+
+def _gpu_model(topology) -> str:
+    """The model of the ranks' GPUs: rank 0's device (ranks are GPUs), else the first GPU
+    device with a model; reading one device, not making all of a cluster's."""
+    if getattr(topology, "ranks", None):
+        d = topology.rank_device(0)
+        if d.kind == "gpu" and d.model:
+            return d.model
     for d in topology.devices:
         if d.kind == "gpu" and d.model:
-            model = d.model
-            break
+            return d.model
+    return ""
+
+
+def _generation_of_model(model: str) -> str:
     try:
         from ..hardware import get_gpu
         sm = get_gpu(model).sm if model else ""
