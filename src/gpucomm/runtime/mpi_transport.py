@@ -25,7 +25,7 @@ from .p2p import DEFAULT_TIMEOUT_S, SLICE_BYTES, P2PTransport, peer_error
 try:
     from mpi4py import MPI
 except ImportError:  # optional engine
-    MPI = None
+    MPI = None  # type: ignore[assignment]
 
 _SPIN_S = 2e-4  # poll without sleeping this long: most steps finish within it
 _MAX_SLEEP_S = 1e-3
@@ -127,7 +127,9 @@ class MPITransport(P2PTransport):
 
     def __init__(self, comm=None, timeout: float = DEFAULT_TIMEOUT_S,
                  slice_bytes: int = SLICE_BYTES):
-        super().__init__(MPIEngine(comm), timeout=timeout, slice_bytes=slice_bytes)
+        engine = MPIEngine(comm)
+        super().__init__(engine, timeout=timeout, slice_bytes=slice_bytes)
+        self.engine: MPIEngine = engine
 
 
 def local_rank(comm=None) -> int:

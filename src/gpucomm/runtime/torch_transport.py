@@ -14,7 +14,9 @@ and rounded to nearest even after each reduction), so results equal the referenc
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +28,7 @@ try:
     import torch
     import torch.distributed as dist
 except ImportError:  # the transport is optional; importing it without torch says so on use
-    torch = dist = None
+    torch = dist = None  # type: ignore[assignment]
 
 _NAMES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 
@@ -78,8 +80,10 @@ class TorchArrays:
         return torch.cat(views) if len(views) > 1 else views[0]
 
     def reduce(self, dst, src, op, dtype) -> None:
-        fn = {"sum": torch.add, "avg": torch.add, "prod": torch.mul, "min": torch.minimum,
-              "max": torch.maximum}[op]
+        fns: dict[str, Callable[..., Any]] = {
+            "sum": torch.add, "avg": torch.add, "prod": torch.mul, "min": torch.minimum,
+            "max": torch.maximum}
+        fn = fns[op]
         if dtype.name in ("float16", "bfloat16"):  # widen, reduce, round: as dtypes.reduce_into
             dst.copy_(fn(dst.float(), src.float()))
         else:
@@ -264,8 +268,10 @@ class TorchTransport(P2PTransport):
         if device is None:
             device = (torch.device("cuda", torch.cuda.current_device())
                       if engine.backend == "nccl" else torch.device("cpu"))
-        super().__init__(engine, TorchArrays(device), timeout, slice_bytes)
-        self.device = self.arrays.device
+        arrays = TorchArrays(device)
+        super().__init__(engine, arrays, timeout, slice_bytes)
+        self.engine: TorchEngine = engine
+        self.device = arrays.device
         if engine.backend == "nccl":
             # NCCL's first batched p2p call must involve every rank of the group
             dist.barrier(group=group)
