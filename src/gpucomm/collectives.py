@@ -156,7 +156,7 @@ def check_root(coll: Collective, root: int, nranks: int) -> int:
 
 
 @dataclass(frozen=True)
-class Layout:
+class BufferLayout:
     """nccl-tests' view of one benchmark point: `size` bytes S, `count` elements, block size."""
     collective: Collective
     nranks: int
@@ -175,7 +175,7 @@ class Layout:
         return algbw, algbw * self.collective.busbw_factor(self.nranks)
 
 
-def layout(collective, nbytes, dtype="float32", nranks: int = 1) -> Layout:
+def layout(collective, nbytes, dtype="float32", nranks: int = 1) -> BufferLayout:
     """The layout of an nccl-tests size S: `count` and the per-block element count.
 
     Like nccl-tests, collectives whose S covers P blocks (all-gather, reduce-scatter,
@@ -188,11 +188,11 @@ def layout(collective, nbytes, dtype="float32", nranks: int = 1) -> Layout:
         raise ConfigError(f"size {nbytes} B is not a multiple of the {dtype.name} element size "
                           f"({dtype.itemsize} B)")
     if coll.name == "barrier":
-        return Layout(coll, nranks, dtype, 0, 0, 0)
+        return BufferLayout(coll, nranks, dtype, 0, 0, 0)
     blocks = coll.size_blocks(nranks)
     block_count = nbytes // dtype.itemsize // blocks
-    return Layout(coll, nranks, dtype, block_count * blocks * dtype.itemsize, block_count * blocks,
-                  block_count)
+    return BufferLayout(coll, nranks, dtype, block_count * blocks * dtype.itemsize,
+                        block_count * blocks, block_count)
 
 
 def buffer_counts(collective, block_count: int, rank: int, nranks: int, root: int = 0):

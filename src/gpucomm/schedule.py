@@ -158,7 +158,7 @@ class Schedule:
     def bytes_sent(self, block_bytes_or_layout, itemsize: int = 1) -> np.ndarray:
         """Bytes each rank sends to other ranks (local copies excluded), an array per rank.
 
-        Pass a collectives.Layout, or a block size in elements and the element size.
+        Pass a collectives.BufferLayout, or a block size in elements and the element size.
         """
         if hasattr(block_bytes_or_layout, "block_count"):
             block_count, itemsize = (block_bytes_or_layout.block_count,

@@ -1,7 +1,7 @@
 """`gpucomm plan`: where a training or inference step of a real model spends its time.
 
 The command parses its options into one `PlanRequest`, asks `workloads.request.answer` and
-prints the Plan, Comparison or SearchResult it gets back.
+prints the PredictedStep, Comparison or SearchResult it gets back.
 
     gpucomm plan --model llama3-405b --system dgx-h100 --nodes 2048 --tp 8 --pp 16 --dp 128 \
         --vpp 8 --seq 8192 --global-batch 2048 --nic roce-400g --zero 2 --balanced-ends

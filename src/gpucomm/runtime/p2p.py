@@ -35,7 +35,8 @@ from .contracts import Arrays, Buffer, Engine
 from .p2p_steps import Message, Range, StepPlan, plan_rank, slice_tag
 
 DEFAULT_TIMEOUT_S = 60.0
-SLICE_BYTES = 512 << 10  # messages are cut in slices of this size (NCCL Simple's slot size)
+# messages are cut in slices of this size (NCCL Simple's slot size)
+P2P_SLICE_BYTES = 512 << 10
 P2P_TAG = (1 << 30) + 1  # send/recv outside collectives (step tags count up from 0)
 
 Slice = tuple[int, Buffer, int]  # (peer, view of the message, its offset in the message)
@@ -70,7 +71,8 @@ class P2PTransport:
     """
 
     def __init__(self, engine: Engine, arrays: Arrays = NUMPY,
-                 timeout: float = DEFAULT_TIMEOUT_S, slice_bytes: int = SLICE_BYTES):
+                 timeout: float = DEFAULT_TIMEOUT_S,
+                 slice_bytes: int = P2P_SLICE_BYTES):
         if not (timeout and timeout > 0):
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}")
         if not (isinstance(slice_bytes, int) and slice_bytes >= 1):
@@ -391,5 +393,5 @@ def check_deadline(deadline: float) -> float:
     return max(deadline - time.monotonic(), 1e-3)
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "NUMPY", "P2P_TAG", "SLICE_BYTES", "Message", "NumpyArrays",
-           "P2PTransport", "StepPlan", "check_deadline", "peer_error", "plan_rank"]
+__all__ = ["DEFAULT_TIMEOUT_S", "NUMPY", "P2P_TAG", "P2P_SLICE_BYTES", "Message",
+           "NumpyArrays", "P2PTransport", "StepPlan", "check_deadline", "peer_error", "plan_rank"]

@@ -22,7 +22,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import ConfigError, TransportError
-from .p2p import DEFAULT_TIMEOUT_S, SLICE_BYTES, P2PTransport, check_deadline, peer_error
+from .p2p import (DEFAULT_TIMEOUT_S, P2P_SLICE_BYTES, P2PTransport, check_deadline,
+                  peer_error)
 
 try:
     import torch
@@ -263,7 +264,7 @@ class TorchTransport(P2PTransport):
     """
 
     def __init__(self, group=None, device=None, timeout: float = DEFAULT_TIMEOUT_S,
-                 slice_bytes: int = SLICE_BYTES, batched=None):
+                 slice_bytes: int = P2P_SLICE_BYTES, batched=None):
         engine = TorchEngine(group, batched=batched)
         if device is None:
             device = (torch.device("cuda", torch.cuda.current_device())

@@ -261,7 +261,7 @@ class CommTime:
 
 
 @dataclass(frozen=True)
-class Plan:
+class PredictedStep:
     """The predicted step: where its time goes, its throughput and its memory per GPU."""
     model: str
     system: str
@@ -413,7 +413,7 @@ def _hidden(total: float, first: float, window: float) -> float:
 def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None, *,
          check_fit: bool = True, sim_model: str = "analytic", contention: bool = True,
          cluster: Cluster | None = None,
-         **topology_options) -> Plan:
+         **topology_options) -> PredictedStep:
     """Predict one step of `model` with `layout` on `nodes` nodes of `system`.
 
     >>> p = plan("llama3-70b", "dgx-h100", 1, Layout(tp=8, seq=4096, global_batch=1,
@@ -458,7 +458,7 @@ def optimizer_time(model: ModelConfig, lay: Layout, gpu) -> float:
     return nbytes / (gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY)
 
 
-def _training_step(model, lay, cluster, mem, timed) -> Plan:
+def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
     gpu, m, p, v = cluster.gpu, lay.microbatches, lay.pp, lay.vpp
     lt = layer_times(model, lay, gpu, lay.batch, lay.seq)
     per_layer = lt.microbatch_s(lay.recompute)
@@ -535,7 +535,7 @@ def _training_step(model, lay, cluster, mem, timed) -> Plan:
                    causal_tflops_per_gpu=causal / step_s / cluster.gpus / 1e12)
 
 
-def compute_bound(model: ModelConfig, lay: Layout, cluster: Cluster, mem: Memory) -> Plan:
+def compute_bound(model: ModelConfig, lay: Layout, cluster: Cluster, mem: Memory) -> PredictedStep:
     """The step with every collective free: a lower bound of `plan`'s step (no simulator)."""
     step = _training_step if lay.mode == "train" else _inference_step
     return step(model, lay, cluster, mem, ())
@@ -548,7 +548,7 @@ def _experts_touched(model: ModelConfig, tokens: float) -> float:
     return model.experts * (1 - (1 - model.top_k / model.experts) ** tokens)
 
 
-def _inference_step(model, lay, cluster, mem, timed) -> Plan:
+def _inference_step(model, lay, cluster, mem, timed) -> PredictedStep:
     gpu = cluster.gpu
     decode = lay.mode == "decode"
     b = lay.batch
@@ -582,12 +582,13 @@ def _inference_step(model, lay, cluster, mem, timed) -> Plan:
 
 
 def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, exposed, bubble,
-            tokens, model_flops, hw_flops, opt_s, ep_split) -> Plan:
+            tokens, model_flops, hw_flops, opt_s, ep_split) -> PredictedStep:
     n = cluster.gpus
     used = [k for k in KINDS if comm_total[k] > 0 or exposed[k] > 0]
-    return Plan(model.name, cluster.system, cluster.nic, cluster.nodes, n, cluster.gpu.name, lay,
-                step_s, compute, {k: comm_total[k] for k in used},
-                {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
-                tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
-                model_flops / step_s / n / cluster.gpu.bf16_flops, mem, cluster.gpu.hbm_bytes,
-                timed, opt_s, (), ep_split, kernels(cluster.gpu))
+    return PredictedStep(
+        model.name, cluster.system, cluster.nic, cluster.nodes, n, cluster.gpu.name, lay,
+        step_s, compute, {k: comm_total[k] for k in used},
+        {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
+        tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
+        model_flops / step_s / n / cluster.gpu.bf16_flops, mem, cluster.gpu.hbm_bytes,
+        timed, opt_s, (), ep_split, kernels(cluster.gpu))
