@@ -70,7 +70,8 @@ def check_op(op: str, dtype: DType) -> str:
         raise ConfigError(f"unknown reduction op {op!r}: allowed are {', '.join(REDUCE_OPS)}")
     if op == "avg" and not dtype.is_float:
         floats = ", ".join(n for n, d in DTYPES.items() if d.is_float)
-        raise ConfigError(f"op 'avg' is not supported for integer dtype {dtype.name}: use one of {floats}")
+        raise ConfigError(f"op 'avg' is not supported for integer dtype {dtype.name}: use one "
+                          f"of {floats}")
     return op
 
 

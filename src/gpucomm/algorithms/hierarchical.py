@@ -7,9 +7,9 @@ the same local rank, as on a rail-optimised fabric) all-reduce it with a ring; a
 all-gather inside the group hands the shards back. This is the 2D/hierarchical all-reduce of
 Ying et al. 2018 ("Image classification at supercomputer scale", 2D torus all-reduce) and
 Jia et al. 2018 ("Highly scalable deep learning training system with mixed-precision", Tencent);
-NCCL's CollNet splits the work the same way, with SHARP switches doing the inter-node part. Every rank sends
-2(G-1)/G·M inside its group and 2(N-1)/(N·G)·M across groups (N = P/G groups): 2(P-1)/P·M
-in all, the ring's amount, with only 1/G of it leaving the group.
+NCCL's CollNet splits the work the same way, with SHARP switches doing the inter-node part.
+Every rank sends 2(G-1)/G·M inside its group and 2(N-1)/(N·G)·M across groups (N = P/G
+groups): 2(P-1)/P·M in all, the ring's amount, with only 1/G of it leaving the group.
 """
 from __future__ import annotations
 

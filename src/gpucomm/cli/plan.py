@@ -21,13 +21,13 @@ from ..workloads.search import SearchResult
 from ..topology import FABRICS
 from .common import (PLOT_SUFFIXES, add_format, finite_float, output_file, positive_int,
                      print_json)
+from .topo import add_network_args, network_from_args
 
 _INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch", "zero",
          "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
           "pp_overlap")
-from .topo import add_network_args, network_from_args
 
 
 def register(sub) -> None:

@@ -344,39 +344,9 @@ def _threadblocks(g, r, p):
             if v >= p or v == r:
                 raise MscclError(f"{where}: {a}={v} must be another rank (0..{p - 1}) or -1")
         chan = _int(tb, "chan", where, default=0, lo=0)
-        steps = []
-        for n, st in enumerate(tb):
-            if st.tag is ET.Comment:
-                continue
-            sw = f"<step s={st.get('s', n)}> of {where}"
-            if st.tag != "step":
-                raise MscclError(f"<{st.tag}> inside {where}: only <step> elements are allowed")
-            typ = st.get("type")
-            if typ not in STEP_TYPES:
-                raise MscclError(f"{sw}: type={typ!r} unknown, allowed are "
-                                 f"{', '.join(STEP_TYPES)}")
-            sidx = _int(st, "s", sw, default=len(steps), lo=0)
-            if sidx != len(steps):
-                raise MscclError(f"{sw}: steps must be numbered 0, 1, 2, … in order "
-                                 f"(expected s={len(steps)})")
-            step_ = {"type": typ, "where": sw, "depid": _int(st, "depid", sw, -1, -1),
-                     "deps": _int(st, "deps", sw, -1, -1)}
-            if typ != "nop":
-                step_["cnt"] = _int(st, "cnt", sw, lo=1)
-                for a in ("srcbuf", "dstbuf"):
-                    b = st.get(a)
-                    if b not in ("i", "o", "s"):
-                        raise MscclError(f"{sw}: {a}={b!r}, allowed are i, o, s")
-                    step_[a] = b
-                step_["srcoff"] = _int(st, "srcoff", sw, lo=0)
-                step_["dstoff"] = _int(st, "dstoff", sw, lo=0)
-                if typ in _SENDS and send < 0:
-                    raise MscclError(f"{sw}: type {typ} sends, but {where} has send=-1")
-                if typ in _RECVS and recv < 0:
-                    raise MscclError(f"{sw}: type {typ} receives, but {where} has recv=-1")
-            steps.append(step_)
+        steps = _tb_steps(tb, where, send, recv)
         tbs[tid] = {"send": send, "recv": recv, "chan": chan, "steps": steps, "where": where}
-    for tid, tb in tbs.items():
+    for tb in tbs.values():
         for st in tb["steps"]:
             if st["depid"] >= 0:
                 other = tbs.get(st["depid"])
@@ -384,6 +354,48 @@ def _threadblocks(g, r, p):
                     raise MscclError(f"{st['where']}: depends on step {st['deps']} of thread "
                                      f"block {st['depid']}, which <gpu id={r}> does not have")
     return tbs
+
+
+def _tb_steps(tb, where: str, send: int, recv: int) -> list:
+    """The <step> elements of one thread block, checked and numbered 0, 1, 2, ..."""
+    steps = []
+    for n, st in enumerate(tb):
+        if st.tag is ET.Comment:
+            continue
+        sw = f"<step s={st.get('s', n)}> of {where}"
+        if st.tag != "step":
+            raise MscclError(f"<{st.tag}> inside {where}: only <step> elements are allowed")
+        typ = st.get("type")
+        if typ not in STEP_TYPES:
+            raise MscclError(f"{sw}: type={typ!r} unknown, allowed are "
+                             f"{', '.join(STEP_TYPES)}")
+        sidx = _int(st, "s", sw, default=len(steps), lo=0)
+        if sidx != len(steps):
+            raise MscclError(f"{sw}: steps must be numbered 0, 1, 2, … in order "
+                             f"(expected s={len(steps)})")
+        step_ = {"type": typ, "where": sw, "depid": _int(st, "depid", sw, -1, -1),
+                 "deps": _int(st, "deps", sw, -1, -1)}
+        if typ != "nop":
+            step_.update(_transfer(st, sw, typ, where, send, recv))
+        steps.append(step_)
+    return steps
+
+
+def _transfer(st, sw: str, typ: str, where: str, send: int, recv: int) -> dict:
+    """What a step that moves data reads and writes: count, buffers and offsets."""
+    out = {"cnt": _int(st, "cnt", sw, lo=1)}
+    for a in ("srcbuf", "dstbuf"):
+        b = st.get(a)
+        if b not in ("i", "o", "s"):
+            raise MscclError(f"{sw}: {a}={b!r}, allowed are i, o, s")
+        out[a] = b
+    out["srcoff"] = _int(st, "srcoff", sw, lo=0)
+    out["dstoff"] = _int(st, "dstoff", sw, lo=0)
+    if typ in _SENDS and send < 0:
+        raise MscclError(f"{sw}: type {typ} sends, but {where} has send=-1")
+    if typ in _RECVS and recv < 0:
+        raise MscclError(f"{sw}: type {typ} receives, but {where} has recv=-1")
+    return out
 
 
 class _Replay:

@@ -94,7 +94,8 @@ def measured_vs_predicted(points: list, title: str) -> list:
                                                  "exponentformat": "power"})},
         {"data": err, "layout": _layout(f"{title}: prediction error per size "
                                         "(predicted busbw / measured - 1)", height=320,
-                                        xaxis={"type": "category", "title": {"text": "size (bytes)"}},
+                                        xaxis={"type": "category",
+                                               "title": {"text": "size (bytes)"}},
                                         yaxis={"title": {"text": "error (%)"}, "zeroline": True},
                                         showlegend=False)},
     ]
@@ -104,7 +105,7 @@ def topology(topo: dict) -> list:
     """The machine: devices by kind, links coloured by technology (a duplex pair once)."""
     pos = {d[0]: (d[2], d[3]) for d in topo["devices"]}
     by_kind = {}
-    for src, dst, tech, kind, gbps in topo["links"]:
+    for src, dst, _tech, kind, _gbps in topo["links"]:
         xs, ys = by_kind.setdefault(kind, ([], []))
         (x0, y0), (x1, y1) = pos[src], pos[dst]
         xs += [x0, x1, None]
