@@ -19,7 +19,7 @@ import numpy as np
 from . import dtypes as dt
 from .errors import ConfigError
 
-Value = frozenset
+Value = frozenset[tuple[int, int]]  # contributions (origin rank, origin block)
 BlockRange = Optional[tuple[int, int]]  # (first block, number of blocks), or None: no buffer
 
 
