@@ -38,7 +38,8 @@ def _imports(path: pathlib.Path) -> set[str]:
             if node.level:
                 base = list(pkg_parts[:len(pkg_parts) - node.level + 1])
                 mod = ".".join(base + ([node.module] if node.module else []))
-                names = [mod] if node.module else [f"{mod}.{a.name}".lstrip(".") for a in node.names]
+                names = [mod] if node.module else [f"{mod}.{a.name}".lstrip(".")
+                                                   for a in node.names]
             else:
                 names = [node.module or ""]
             for n in names:
