@@ -12,7 +12,7 @@ their union. Postconditions say which value each block must end with (None: don'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -206,7 +206,7 @@ def buffer_counts(collective: Collective | str, block_count: int, rank: int, nra
             0 if rout is None else rout[1] * block_count)
 
 
-def reference(collective: Collective | str, inputs: list[np.ndarray], op: str = "sum",
+def reference(collective: Collective | str, inputs: list[Any], op: str = "sum",
               dtype: DTypeLike = "float32", root: int = 0) -> list[np.ndarray | None]:
     """The expected outputs (one per rank; None where the rank has no output) in numpy.
 
@@ -275,7 +275,7 @@ def tolerance(op: str, dtype: DTypeLike, nranks: int) -> float:
 
 
 def check_outputs(collective: Collective | str, outputs: list[np.ndarray | None],
-                  inputs: list[np.ndarray], op: str = "sum", dtype: DTypeLike = "float32",
+                  inputs: list[Any], op: str = "sum", dtype: DTypeLike = "float32",
                   root: int = 0, what: str = "") -> None:
     """Raise AssertionError naming the rank and element where `outputs` miss the reference.
 

@@ -313,7 +313,7 @@ def _size(n: float) -> str:
 def _compare_table(results) -> str:
     head = ["metric"] + [lab for lab, _ in results]
     keys = []
-    table = {}
+    table: dict = {}
     for lab, r in results:
         for k, v in _metric_rows(r):
             if k not in table:

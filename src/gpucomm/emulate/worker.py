@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -109,7 +110,8 @@ class _Probe:
         lat_inter = self.pingpong(0, inter_peer) if inter_peer is not None else None
         coll_t = self.in_host() if rph > 1 else None
         coll_bw = None
-        if coll_t is not None:  # 2(g-1) steps of nbytes/g, each also paying a message's latency
+        if coll_t is not None and lat_intra is not None:  # 2(g-1) steps of nbytes/g, each
+            # also paying a message's latency
             steps = 2 * (rph - 1)
             coll_bw = steps * nbytes / rph / max(coll_t - steps * lat_intra, 1e-9)
         # median of three, as the benchmark reports its times (a loaded machine slows some runs)
@@ -121,7 +123,7 @@ class _Probe:
         if me != 0:
             return None
         out = {"engine": "gloo", "pings": self.pings, "nbytes": nbytes, "step_latency_s": alpha}
-        if lat_inter is not None:
+        if lat_inter is not None and t_inter:
             t = statistics.median(t_inter)  # as the bench reports
             out.update(inter_latency_s=lat_inter,
                        inter_bandwidth_Bps=nbytes / max(t - 2 * lat_inter, 1e-9))
@@ -243,13 +245,10 @@ def bench(a) -> int:
         x = torch.ones(n, dtype=torch.float32)
         for name in a.algorithms.split(","):
             if name == "gloo":  # the engine's own all-reduce, the peer we compare with
-                def run(x=x):
-                    dist.all_reduce(x)
+                run = functools.partial(dist.all_reduce, x)
             else:
-                sched = _schedule(name, p, rph)
-
-                def run(sched=sched, x=x):
-                    tr.execute(sched, x, x, "sum", "float32")
+                run = functools.partial(tr.execute, _schedule(name, p, rph), x, x, "sum",
+                                        "float32")
             run()  # warm-up: connections, plans, buffers
             times = []
             for _ in range(a.iters):

@@ -112,7 +112,8 @@ def collective_of_test(test: str) -> str:
 def parse_log(text: str) -> NcclTestsLog:
     """Parse nccl-tests output (any release since 2019); ConfigError when no table row is found."""
     log = NcclTestsLog(None, None, [])
-    devices, info = [], NcclInfo()
+    devices: list = []
+    info = NcclInfo()
     for raw in text.splitlines():
         line = raw.rstrip()
         m = _INFO.match(line.strip())

@@ -122,7 +122,7 @@ def answer(req: PlanRequest):
 
 def variants(req: PlanRequest) -> list[tuple[str, PlanRequest]]:
     """The base request and every combination of the compare values, labelled."""
-    out = [({}, replace(req, compare=()))]
+    out: list[tuple[dict, PlanRequest]] = [({}, replace(req, compare=()))]
     for key, values in req.compare:
         out = [({**lab, key: v}, r.with_(key, v)) for lab, r in out for v in values]
     labelled = []
