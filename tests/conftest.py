@@ -32,8 +32,17 @@ SLOW_FILES = frozenset({
     "test_runtime_hardening.py", "test_transports.py", "test_transports_backend.py",
 })
 
+# ... and single tests that start processes (a local Dask cluster) or take many seconds of CPU
+# (proving every algorithm for 1..33 ranks)
+SLOW_TESTS = frozenset({
+    "test_cli_verifies_every_algorithm_up_to_33_ranks", "test_verify_all_max_ranks_33",
+    "test_an_unreachable_cluster_is_one_error",
+    "test_points_run_on_a_local_dask_cluster_of_two_workers",
+    "test_tuner_file_parses_back_contiguous_with_nccl_names",
+})
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SLOW_FILES:
+        if item.path.name in SLOW_FILES or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
