@@ -23,7 +23,8 @@ def corpus(tmp: str) -> list[list[str]]:
         f.write(bytes(range(256)) * 8)
     d, txt = tmp, os.path.join(tmp, "x.txt")
     out = []
-    for bad in (d, os.path.join(tmp, "no", "x.png"), "/proc/x.png", os.path.join(tmp, "a" * 300 + ".png"), txt):
+    long_name = os.path.join(tmp, "a" * 300 + ".png")
+    for bad in (d, os.path.join(tmp, "no", "x.png"), "/proc/x.png", long_name, txt):
         out += [["sim", "-e", "1K", "--plot", bad], ["topo", "show", "--plot", bad],
                 ["bench", "-e", "1K", "--plot", bad]]
     for bad in (d, os.path.join(tmp, "no", "x.json"), "/proc/x.json", txt):

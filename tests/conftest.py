@@ -21,3 +21,28 @@ def make_inputs(coll, nranks: int, block_count: int, dtype, op: str = "sum", roo
 @pytest.fixture
 def inputs_for():
     return make_inputs
+
+
+# The multi-process tier (README, "Tests"): these files spawn ranks, launchers, MPI or the CLI
+# as child processes (or drive a browser). `pytest -m "not slow"` leaves them out, so the pure
+# and in-process tiers run alone in seconds; `make test` runs everything.
+SLOW_FILES = frozenset({
+    "test_bench.py", "test_cli_properties.py", "test_emulate.py", "test_fault_matrix.py",
+    "test_interop_msccl.py", "test_report_browser.py", "test_runtime.py",
+    "test_runtime_hardening.py", "test_transports.py", "test_transports_backend.py",
+})
+
+# ... and single tests that start processes (a local Dask cluster) or take many seconds of CPU
+# (proving every algorithm for 1..33 ranks)
+SLOW_TESTS = frozenset({
+    "test_cli_verifies_every_algorithm_up_to_33_ranks", "test_verify_all_max_ranks_33",
+    "test_an_unreachable_cluster_is_one_error",
+    "test_points_run_on_a_local_dask_cluster_of_two_workers",
+    "test_tuner_file_parses_back_contiguous_with_nccl_names",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)

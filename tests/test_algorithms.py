@@ -208,7 +208,8 @@ def test_bad_parameters_are_config_errors(coll, name, params, match):
 
 
 def test_cli_rejects_a_bad_group_size(capsys):
-    assert main(["algo", "show", "hierarchical", "all_reduce", "-n", "6", "-p", "group_size=4"]) == 2
+    argv = ["algo", "show", "hierarchical", "all_reduce", "-n", "6", "-p", "group_size=4"]
+    assert main(argv) == 2
     assert "valid are 1, 2, 3, 6" in capsys.readouterr().err
 
 
@@ -222,7 +223,8 @@ def test_show_double_binary_tree(capsys):
 
 @pytest.mark.parametrize("coll, name, steps", [
     ("all_reduce", "recursive_halving_doubling", 20), ("all_reduce", "recursive_doubling", 20),
-    ("all_gather", "bruck", 10), ("barrier", "dissemination", 10), ("broadcast", "binomial_tree", 10),
+    ("all_gather", "bruck", 10), ("barrier", "dissemination", 10),
+    ("broadcast", "binomial_tree", 10),
     ("all_reduce", "double_binary_tree", None)])
 def test_log_depth_schedules_build_fast_at_1024_ranks(coll, name, steps):
     sched = build(coll, name, 1024)

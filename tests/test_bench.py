@@ -63,8 +63,8 @@ def test_every_bench_collective_runs_and_checks_on_three_ranks(coll):
 
 def test_table_has_nccl_tests_columns_and_both_halves(host_yaml):
     p = _cli("bench", "--nranks", "2", "--collective", "all_gather", "-b", "1K", "-e", "4K",
-             "--iters", "2", "-w", "1", "-d", "int32", "--plot", os.path.join(os.path.dirname(host_yaml),
-                                                              "bw.png"),
+             "--iters", "2", "-w", "1", "-d", "int32", "--plot",
+             os.path.join(os.path.dirname(host_yaml), "bw.png"),
              env={"GPUCOMM_HOST_YAML": host_yaml})
     assert p.returncode == 0, p.stderr
     out = p.stdout

@@ -37,7 +37,8 @@ def test_algo_run_checks_against_reference(capsys):
     (["algo", "show", "spiral", "all_reduce"], "unknown algorithm 'spiral' for all_reduce"),
     (["algo", "show", "ring", "all_reduce", "--ranks", "0"], "--ranks must be >= 1"),
     (["algo", "show", "ring", "all_reduce", "--size", "6"], "not a multiple of the float32"),
-    (["algo", "run", "ring", "all_reduce", "-d", "int32", "-o", "avg"], "op 'avg' is not supported"),
+    (["algo", "run", "ring", "all_reduce", "-d", "int32", "-o", "avg"],
+     "op 'avg' is not supported"),
     (["algo", "run", "ring", "all_reduce", "-o", "xor"], "unknown reduction op 'xor'"),
     (["algo", "show", "hierarchical", "all_reduce", "-n", "6", "-p", "group_size=4"], "group_size"),
 ])

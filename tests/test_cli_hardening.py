@@ -47,7 +47,8 @@ OUTPUTS = [
 ]
 
 
-@pytest.mark.parametrize("argv, flag", OUTPUTS, ids=lambda x: " ".join(x) if isinstance(x, list) else x)
+@pytest.mark.parametrize("argv, flag", OUTPUTS,
+                         ids=lambda x: " ".join(x) if isinstance(x, list) else x)
 @pytest.mark.parametrize("kind", ["directory", "missing-dir", "proc", "too-long", "extension"])
 def test_bad_output_paths_are_one_line_errors(capsys, tmp_path, argv, flag, kind):
     ext = {"--trace": ".json", "--output": ".yaml"}.get(flag, ".png")
@@ -164,13 +165,17 @@ def test_100000_gpus_are_within_the_limit():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["algo", "show", "ring", "all_reduce", "--ranks", "100000"], "--ranks 100000 is more than the limit of 128"),
-    (["algo", "run", "ring", "all_reduce", "-n", "100000"], "--ranks 100000 is more than the limit of 128"),
-    (["algo", "verify", "--all", "--max-ranks", "100000"], "--max-ranks 100000 is more than the limit of 128"),
+    (["algo", "show", "ring", "all_reduce", "--ranks", "100000"],
+     "--ranks 100000 is more than the limit of 128"),
+    (["algo", "run", "ring", "all_reduce", "-n", "100000"],
+     "--ranks 100000 is more than the limit of 128"),
+    (["algo", "verify", "--all", "--max-ranks", "100000"],
+     "--max-ranks 100000 is more than the limit of 128"),
     (["algo", "run", "ring", "all_reduce", "-n", "128", "--size", "1T"], "more than the "
      "in-process checker's limit of 256 MiB"),
     (["algo", "run", "direct", "all_to_all", "-n", "128", "--size", "16M"], "limit of 256 MiB"),
-    (["algo", "show", "bruck", "all_to_all", "-n", "129"], "--ranks 129 is more than the limit of 128"),
+    (["algo", "show", "bruck", "all_to_all", "-n", "129"],
+     "--ranks 129 is more than the limit of 128"),
     (["bench", "--nranks", "1000"], "ranks on one host 1000 is more than the limit of 64"),
     (["bench", "-e", "1T"], "of memory; this host has"),
 ])
@@ -190,8 +195,8 @@ def test_work_beyond_the_limits_is_refused_up_front(capsys, argv, message):
     (["--algorithm", "bogus"], "unknown algorithm 'bogus' for all_reduce"),
     (["-w", "-1"], "warm-up iterations must be an integer >= 0, got -1"),
     (["--check", "7"], "check must be 0 (off) or 1 (on), got 7"),
-    (["--collective", "sendrecv"], "allowed are all_reduce, reduce_scatter, all_gather, broadcast, reduce, "
-                         "all_to_all, gather, scatter"),
+    (["--collective", "sendrecv"], "allowed are all_reduce, reduce_scatter, all_gather, "
+                                   "broadcast, reduce, all_to_all, gather, scatter"),
     (["--collective", "nope"], "bench cannot run collective 'nope'"),
     (["-f", "nan"], "finite number > 1"),
     (["-r", "5"], "root 5 is out of range"),

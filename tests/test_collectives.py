@@ -73,9 +73,9 @@ def test_reference_all_to_all_and_gather():
     ins = [np.arange(6) + 10 * r for r in range(3)]
     out = reference("all_to_all", ins, dtype="int64")
     assert out[1].tolist() == [2, 3, 12, 13, 22, 23]
-    assert reference("gather", [np.array([r]) for r in range(3)], dtype="int64", root=2)[2].tolist() \
-        == [0, 1, 2]
-    assert reference("sendrecv", [np.array([r]) for r in range(3)], dtype="int64")[0].tolist() == [2]
+    ones = [np.array([r]) for r in range(3)]
+    assert reference("gather", ones, dtype="int64", root=2)[2].tolist() == [0, 1, 2]
+    assert reference("sendrecv", ones, dtype="int64")[0].tolist() == [2]
 
 
 def test_integer_sum_wraps_exactly():

@@ -39,7 +39,7 @@ def cluster():
 
 def _lines(results, tag):
     out = []
-    for rc, stdout, stderr in results:
+    for _, stdout, _ in results:
         for line in stdout.splitlines():
             if line.startswith(tag + " "):
                 out.append(json.loads(line[len(tag) + 1:]))

@@ -33,7 +33,8 @@ def test_every_published_table_as_a_log_is_read_back(table):
 
 
 @pytest.mark.skipif(not TABLES, reason="published data not present")
-@pytest.mark.parametrize("table", [t for t in TABLES if t["collective"] in ("alltoall", "sendrecv")],
+@pytest.mark.parametrize("table",
+                         [t for t in TABLES if t["collective"] in ("alltoall", "sendrecv")],
                          ids=lambda t: t["id"])
 def test_point_to_point_tables_are_diagnosed(table):
     """Every row predicted with NCCL's grouped point-to-point (a merge once left all-to-all

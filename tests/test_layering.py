@@ -1,4 +1,5 @@
-"""The one-way layering of DESIGN.md: lower layers never import higher ones."""
+"""The one-way layering of docs/architecture.md ("Layers"): lower layers never import higher
+ones. The table there lists, per layer, what FORBIDDEN below forbids it to import."""
 import ast
 import pathlib
 
@@ -38,7 +39,8 @@ def _imports(path: pathlib.Path) -> set[str]:
             if node.level:
                 base = list(pkg_parts[:len(pkg_parts) - node.level + 1])
                 mod = ".".join(base + ([node.module] if node.module else []))
-                names = [mod] if node.module else [f"{mod}.{a.name}".lstrip(".") for a in node.names]
+                names = [mod] if node.module else [f"{mod}.{a.name}".lstrip(".")
+                                                   for a in node.names]
             else:
                 names = [node.module or ""]
             for n in names:
@@ -63,3 +65,16 @@ def _modules():
 def test_no_upward_imports(layer, path):
     bad = _imports(path) & FORBIDDEN[layer]
     assert not bad, f"{path.relative_to(SRC)} ({layer}) imports {sorted(bad)}"
+
+
+def test_the_architecture_document_states_these_rules():
+    """docs/architecture.md's layer table says what each layer never imports: the same sets."""
+    doc = SRC.parents[1] / "docs" / "architecture.md"
+    stated = {}
+    for line in doc.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1].startswith("`"):
+            layer = cells[1].strip("`")
+            if layer in FORBIDDEN:
+                stated[layer] = {x.strip() for x in cells[3].split(",")}
+    assert stated == FORBIDDEN

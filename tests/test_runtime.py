@@ -48,7 +48,8 @@ def spawn(nranks, mode, tmp_path, extra_env=None, timeout=120):
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise AssertionError(f"{mode} on {nranks} ranks did not finish in {timeout}s")
+            raise AssertionError(f"{mode} on {nranks} ranks did not finish in {timeout}s") \
+                from None
         outputs.append(o.decode(errors="replace"))
         codes.append(p.returncode)
     results = {}

@@ -474,7 +474,8 @@ def test_init_under_torchrun_and_reinit_of_the_torch_backend(torchrun):
 
 def test_a_failed_torchrun_job_leaves_no_segment():
     """torchrun stops rank 0 (SIGTERM) while it waits in gpucomm.init() for rank 1, which
-    failed: nothing of gpucomm's stays in /dev/shm (no launcher of ours cleans up after torchrun)."""
+    failed: nothing of gpucomm's stays in /dev/shm (no launcher of ours cleans up after
+    torchrun)."""
     pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     # the job's segments carry a tag of their own, so that other tests' segments running
     # beside it (xdist) are not mistaken for its leftovers; the tag changes only the names

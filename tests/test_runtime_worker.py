@@ -103,7 +103,7 @@ def cases(p):
     RUNTIME_CASES=light keeps every algorithm but only float32 and int32 (for many ranks)."""
     floats = ("float32", "float64", "float16", "bfloat16")
     light = os.environ.get("RUNTIME_CASES") == "light"
-    for (cname, algo), a in sorted(REGISTRY.items()):
+    for cname, algo in sorted(REGISTRY):
         coll = get_collective(cname)
         try:
             build(cname, algo, p, root=p - 1 if coll.rooted else 0)

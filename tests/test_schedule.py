@@ -40,7 +40,8 @@ def test_verify_accepts_a_hand_written_exchange():
 
 
 def test_verify_names_rank_and_chunk_of_a_missing_contribution():
-    with pytest.raises(VerifyError, match=r"rank 0 chunk 0: ends with \{r0.b0\}.*missing \{r1.b0\}"):
+    with pytest.raises(VerifyError,
+                       match=r"rank 0 chunk 0: ends with \{r0.b0\}.*missing \{r1.b0\}"):
         verify(_manual([step(0, 1, 0, reduce=True)]))
 
 
@@ -57,7 +58,8 @@ def test_verify_catches_read_before_value():
 
 def test_verify_catches_conflicting_ops_in_one_step():
     bad = _manual([step([0, 1], [1, 0], [0, 0], reduce=True)])
-    with pytest.raises(VerifyError, match="step 0 rank [01] chunk 0: (read and written|two ops of one step)"):
+    with pytest.raises(VerifyError,
+                       match="step 0 rank [01] chunk 0: (read and written|two ops of one step)"):
         verify(bad)
 
 

@@ -66,11 +66,11 @@ def test_unknown_model_lists_allowed():
 def test_training_flops_match_megatron_formula(name):
     """Narayanan et al. 2021: 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) with recomputation."""
     m = get_model(name)
-    B, s, l, h, V = 512, 2048, m.layers, m.hidden, m.vocab
-    expected = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    B, s, L, h, V = 512, 2048, m.layers, m.hidden, m.vocab
+    expected = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
     model_flops, hw = training_flops(m, B, s, recompute="full")
     assert hw == pytest.approx(expected, rel=1e-12)
-    assert model_flops == pytest.approx(expected - 24 * B * s * l * h * h * (1 + s / (6 * h)),
+    assert model_flops == pytest.approx(expected - 24 * B * s * L * h * h * (1 + s / (6 * h)),
                                         rel=1e-12)
 
 

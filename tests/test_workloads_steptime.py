@@ -6,7 +6,7 @@ import pytest
 from gpucomm.errors import ConfigError
 from gpucomm.workloads import Layout, get_model, memory_per_gpu, step_comms, validate
 from gpucomm.workloads import steptime as stm
-from gpucomm.workloads.compute import layer_forward_flops, logits_flops
+from gpucomm.workloads.compute import logits_flops
 
 GPU = SimpleNamespace(name="fake", bf16_flops=1e15, hbm_bandwidth_Bps=3e12, hbm_bytes=80e9)
 

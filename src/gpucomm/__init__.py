@@ -22,4 +22,5 @@ def init(timeout=None, **kwargs):
 
 __all__ = ["COLLECTIVES", "DTYPES", "REDUCE_OPS", "CommTimeout", "ConfigError", "GpucommError",
            "Schedule", "ScheduleError", "Step", "TopologyError", "TransportError", "VerifyError",
-           "get_collective", "get_dtype", "init", "layout", "parse_size", "reference", "step", "verify"]
+           "get_collective", "get_dtype", "init", "layout", "parse_size", "reference", "step",
+           "verify"]

@@ -12,14 +12,15 @@ their union. Postconditions say which value each block must end with (None: don'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from . import dtypes as dt
+from .dtypes import DTypeLike
 from .errors import ConfigError
 
-Value = frozenset
+Value = frozenset[tuple[int, int]]  # contributions (origin rank, origin block)
 BlockRange = Optional[tuple[int, int]]  # (first block, number of blocks), or None: no buffer
 
 
@@ -133,7 +134,7 @@ ALIASES = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter", "allgat
            "alltoall": "all_to_all", "bcast": "broadcast", "send_recv": "sendrecv"}
 
 
-def get_collective(name) -> Collective:
+def get_collective(name: Collective | str) -> Collective:
     if isinstance(name, Collective):
         return name
     key = str(name).lower().replace("-", "_")
@@ -143,7 +144,7 @@ def get_collective(name) -> Collective:
     return COLLECTIVES[key]
 
 
-def check_ranks(nranks, what: str = "ranks") -> int:
+def check_ranks(nranks: object, what: str = "ranks") -> int:
     if not isinstance(nranks, (int, np.integer)) or isinstance(nranks, bool) or nranks < 1:
         raise ConfigError(f"{what} must be an integer >= 1, got {nranks!r}")
     return int(nranks)
@@ -156,7 +157,7 @@ def check_root(coll: Collective, root: int, nranks: int) -> int:
 
 
 @dataclass(frozen=True)
-class Layout:
+class BufferLayout:
     """nccl-tests' view of one benchmark point: `size` bytes S, `count` elements, block size."""
     collective: Collective
     nranks: int
@@ -175,7 +176,8 @@ class Layout:
         return algbw, algbw * self.collective.busbw_factor(self.nranks)
 
 
-def layout(collective, nbytes, dtype="float32", nranks: int = 1) -> Layout:
+def layout(collective: Collective | str, nbytes: int | str, dtype: DTypeLike = "float32",
+           nranks: int = 1) -> BufferLayout:
     """The layout of an nccl-tests size S: `count` and the per-block element count.
 
     Like nccl-tests, collectives whose S covers P blocks (all-gather, reduce-scatter,
@@ -188,23 +190,24 @@ def layout(collective, nbytes, dtype="float32", nranks: int = 1) -> Layout:
         raise ConfigError(f"size {nbytes} B is not a multiple of the {dtype.name} element size "
                           f"({dtype.itemsize} B)")
     if coll.name == "barrier":
-        return Layout(coll, nranks, dtype, 0, 0, 0)
+        return BufferLayout(coll, nranks, dtype, 0, 0, 0)
     blocks = coll.size_blocks(nranks)
     block_count = nbytes // dtype.itemsize // blocks
-    return Layout(coll, nranks, dtype, block_count * blocks * dtype.itemsize, block_count * blocks,
-                  block_count)
+    return BufferLayout(coll, nranks, dtype, block_count * blocks * dtype.itemsize,
+                        block_count * blocks, block_count)
 
 
-def buffer_counts(collective, block_count: int, rank: int, nranks: int, root: int = 0):
+def buffer_counts(collective: Collective | str, block_count: int, rank: int, nranks: int,
+                  root: int = 0) -> tuple[int, int]:
     """(input elements, output elements) a rank passes for a given block size; 0 where none."""
     coll = get_collective(collective)
-    sizes = []
-    for rng in (coll.inputs(rank, nranks, root), coll.outputs(rank, nranks, root)):
-        sizes.append(0 if rng is None else rng[1] * block_count)
-    return tuple(sizes)
+    rin, rout = coll.inputs(rank, nranks, root), coll.outputs(rank, nranks, root)
+    return (0 if rin is None else rin[1] * block_count,
+            0 if rout is None else rout[1] * block_count)
 
 
-def reference(collective, inputs: list, op: str = "sum", dtype="float32", root: int = 0) -> list:
+def reference(collective: Collective | str, inputs: list[Any], op: str = "sum",
+              dtype: DTypeLike = "float32", root: int = 0) -> list[np.ndarray | None]:
     """The expected outputs (one per rank; None where the rank has no output) in numpy.
 
     Reductions are computed in float64 for floating types (rounded once to the storage type)
@@ -240,12 +243,12 @@ def reference(collective, inputs: list, op: str = "sum", dtype="float32", root: 
     raise ConfigError(f"no reference for {coll.name}")
 
 
-def reduce_all(inputs: list, op: str, dtype) -> np.ndarray:
+def reduce_all(inputs: list[np.ndarray], op: str, dtype: DTypeLike) -> np.ndarray:
     """The reduction of equal-length arrays as `reference` computes it."""
     dtype = dt.get_dtype(dtype)
     if dtype.is_float:
         vals = np.stack([dt.to_compute(x, dtype).astype(np.float64) for x in inputs])
-        total = dt.UFUNCS[op].reduce(vals, axis=0)
+        total: np.ndarray = dt.UFUNCS[op].reduce(vals, axis=0)
         if op == "avg":
             total = total / len(inputs)
         if dtype.name == "bfloat16":
@@ -257,7 +260,7 @@ def reduce_all(inputs: list, op: str, dtype) -> np.ndarray:
     return total
 
 
-def tolerance(op: str, dtype, nranks: int) -> float:
+def tolerance(op: str, dtype: DTypeLike, nranks: int) -> float:
     """Relative tolerance of a floating reduction against `reference` (0 = bit for bit).
 
     min and max select, so they are exact; integer ops wrap, so they are exact. Sums, averages
@@ -271,7 +274,8 @@ def tolerance(op: str, dtype, nranks: int) -> float:
     return (nranks + 1) * 2.0 ** -mantissa
 
 
-def check_outputs(collective, outputs: list, inputs: list, op: str = "sum", dtype="float32",
+def check_outputs(collective: Collective | str, outputs: list[np.ndarray | None],
+                  inputs: list[Any], op: str = "sum", dtype: DTypeLike = "float32",
                   root: int = 0, what: str = "") -> None:
     """Raise AssertionError naming the rank and element where `outputs` miss the reference.
 
@@ -300,7 +304,8 @@ def check_outputs(collective, outputs: list, inputs: list, op: str = "sum", dtyp
             continue
         gv = dt.to_compute(g, dtype).astype(np.float64)
         wv = dt.to_compute(w, dtype).astype(np.float64)
-        s = scale[r] if scale is not None else np.abs(wv)
+        sr = scale[r] if scale is not None else None
+        s = sr if sr is not None else np.abs(wv)
         ok = (np.abs(gv - wv) <= tol * s + 1e-30) | (gv == wv)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Union
 
 import numpy as np
 
@@ -41,6 +42,9 @@ DTYPES: dict[str, DType] = {
     )
 }
 # nccl-tests spellings and short names, so `-d float` and `-d half` work as users expect.
+# what names a dtype: a DType, its name ("float32", nccl-tests' "float"), a numpy dtype or type
+DTypeLike = Union[DType, str, np.dtype, type]
+
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16",
            "int": "int32", "char": "int8", "uchar": "uint8", "fp16": "float16", "fp32": "float32",
            "fp64": "float64"}
@@ -49,7 +53,7 @@ REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
-def get_dtype(name) -> DType:
+def get_dtype(name: DTypeLike) -> DType:
     """The DType for a name (`float32`, nccl-tests' `float`), a DType or a numpy dtype."""
     if isinstance(name, DType):
         return name
@@ -70,7 +74,8 @@ def check_op(op: str, dtype: DType) -> str:
         raise ConfigError(f"unknown reduction op {op!r}: allowed are {', '.join(REDUCE_OPS)}")
     if op == "avg" and not dtype.is_float:
         floats = ", ".join(n for n, d in DTYPES.items() if d.is_float)
-        raise ConfigError(f"op 'avg' is not supported for integer dtype {dtype.name}: use one of {floats}")
+        raise ConfigError(f"op 'avg' is not supported for integer dtype {dtype.name}: use one "
+                          f"of {floats}")
     return op
 
 

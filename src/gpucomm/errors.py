@@ -20,6 +20,8 @@ class TopologyError(GpucommError):
 class TransportError(GpucommError):
     """A runtime transport failed: a dead peer, a mismatched collective, a broken link."""
 
+    step: int  # the schedule step it happened in, set where a runtime knows it
+
 
 class CommTimeout(TransportError, TimeoutError):
     """A wait in the runtime ran past its timeout."""

@@ -74,7 +74,7 @@ def execute(schedule: Schedule, inputs: list, op: str = "sum", dtype=None) -> li
             else:
                 view[...] = data
 
-    outputs = []
+    outputs: list[np.ndarray | None] = []
     for r in range(p):
         rng = coll.outputs(r, p, schedule.root)
         if rng is None:

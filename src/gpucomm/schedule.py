@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple, Union
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .collectives import Collective, get_collective
 from .errors import ScheduleError
@@ -56,11 +58,12 @@ class Step:
     def __len__(self) -> int:
         return len(self.src)
 
-    def columns(self):
+    def columns(self) -> tuple[np.ndarray, ...]:
         return tuple(getattr(self, f) for f in FIELDS)
 
 
-def step(src, dst, src_chunk, dst_chunk=None, nchunks=1, reduce=False, channel=0) -> Step:
+def step(src: ArrayLike, dst: ArrayLike, src_chunk: ArrayLike, dst_chunk: ArrayLike | None = None,
+         nchunks: ArrayLike = 1, reduce: ArrayLike = False, channel: ArrayLike = 0) -> Step:
     """A step of ops; any argument may be a scalar (broadcast) or an array.
 
     >>> len(step(src=[0, 1], dst=[1, 0], src_chunk=[0, 1]))
@@ -75,7 +78,7 @@ def step(src, dst, src_chunk, dst_chunk=None, nchunks=1, reduce=False, channel=0
     chan = np.array(cols[6], dtype=np.int64).reshape(-1)
     for c in (*ints, flag, chan):
         c.setflags(write=False)
-    return Step(*ints, flag, chan)
+    return Step(ints[0], ints[1], ints[2], ints[3], ints[4], flag, chan)
 
 
 def concat(steps: list[Step]) -> Step:
@@ -86,7 +89,7 @@ def concat(steps: list[Step]) -> Step:
     return step(*(np.concatenate([getattr(s, f) for s in steps]) for f in FIELDS))
 
 
-StepSource = Union[tuple, Callable[[], Iterator[Step]]]
+StepSource = Union[tuple[Step, ...], Callable[[], Iterable[Step]]]
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,15 @@ class Schedule:
     scratch_blocks: int = 0
     root: int = 0
     channels: int = 1
-    params: tuple = ()  # (name, value) pairs the builder was given
+    params: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs the builder was given
 
-    def __post_init__(self):
+    if TYPE_CHECKING:  # builders pass the collective by name; __post_init__ resolves it
+        def __init__(self, collective: Collective | str, nranks: int, algorithm: str,
+                     chunks_per_block: int, source: StepSource, scratch_blocks: int = 0,
+                     root: int = 0, channels: int = 1,
+                     params: tuple[tuple[str, Any], ...] = ()) -> None: ...
+
+    def __post_init__(self) -> None:
         object.__setattr__(self, "collective", get_collective(self.collective))
         if self.chunks_per_block < 1:
             raise ScheduleError(f"chunks_per_block must be >= 1, got {self.chunks_per_block}")
@@ -155,10 +164,10 @@ class Schedule:
         starts = (np.arange(nb, dtype=np.int64)[:, None] * block_count + per_block).reshape(-1)
         return np.append(starts, nb * block_count)
 
-    def bytes_sent(self, block_bytes_or_layout, itemsize: int = 1) -> np.ndarray:
+    def bytes_sent(self, block_bytes_or_layout: Any, itemsize: int = 1) -> np.ndarray:
         """Bytes each rank sends to other ranks (local copies excluded), an array per rank.
 
-        Pass a collectives.Layout, or a block size in elements and the element size.
+        Pass a collectives.BufferLayout, or a block size in elements and the element size.
         """
         if hasattr(block_bytes_or_layout, "block_count"):
             block_count, itemsize = (block_bytes_or_layout.block_count,
@@ -182,11 +191,11 @@ class Schedule:
                 + (f", root {self.root}" if self.collective.rooted else ""))
         lines = [head]
         for i, s in enumerate(self.steps()):
-            lines.append(f"step {i}: " + ", ".join(_op_text(*row, self.channels) for row in
+            lines.append(f"step {i}: " + ", ".join(_op_text(row, self.channels) for row in
                                                   zip(*(c.tolist() for c in s.columns()))))
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "collective": self.collective.name, "nranks": self.nranks,
             "algorithm": self.algorithm, "chunks_per_block": self.chunks_per_block,
@@ -197,11 +206,11 @@ class Schedule:
                       for s in self.steps()],
         }
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Schedule":
+    def from_dict(cls, d: dict[str, Any]) -> Schedule:
         try:
             steps = tuple(step(*zip(*rows)) if rows else step([], [], []) for rows in d["steps"])
             return cls(d["collective"], int(d["nranks"]), d["algorithm"],
@@ -213,10 +222,10 @@ class Schedule:
                                 f"chunks_per_block and steps)") from None
 
     @classmethod
-    def from_json(cls, text: str) -> "Schedule":
+    def from_json(cls, text: str) -> Schedule:
         return cls.from_dict(json.loads(text))
 
-    def materialize(self) -> "Schedule":
+    def materialize(self) -> Schedule:
         """The same schedule with its steps held in memory (for repeated execution)."""
         if not callable(self.source):
             return self
@@ -224,7 +233,7 @@ class Schedule:
                         tuple(self.steps()), self.scratch_blocks, self.root, self.channels,
                         self.params)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, Schedule):
             return NotImplemented
         return self.to_dict() == other.to_dict()
@@ -233,8 +242,10 @@ class Schedule:
         return hash((self.collective.name, self.nranks, self.algorithm, self.params))
 
 
-def _op_text(src, dst, sc, dc, n, red, ch, channels) -> str:
-    def rng(c):
+def _op_text(row: tuple[Any, ...], channels: int) -> str:
+    src, dst, sc, dc, n, red, ch = row
+
+    def rng(c: int) -> str:
         return f"c{c}" if n == 1 else f"c{c}-{c + n - 1}"
     chunks = rng(sc) if sc == dc else f"{rng(sc)}→{rng(dc)}"
     text = f"{src}→{dst} {chunks}" + (" (reduce)" if red else "")

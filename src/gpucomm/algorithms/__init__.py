@@ -9,9 +9,10 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from ..collectives import check_ranks, check_root, get_collective
+from ..collectives import Collective, check_ranks, check_root, get_collective
 from ..errors import ConfigError
 from ..schedule import Schedule
 
@@ -24,9 +25,9 @@ class Algorithm:
     name: str
     builder: Callable[..., Schedule]
     doc: str
-    params: tuple  # (name, default) pairs beyond nranks and root
+    params: tuple[tuple[str, Any], ...]  # (name, default) pairs beyond nranks and root
 
-    def build(self, nranks: int, root: int = 0, **params) -> Schedule:
+    def build(self, nranks: int, root: int = 0, **params: Any) -> Schedule:
         nranks = check_ranks(nranks)
         check_root(get_collective(self.collective), root, nranks)
         unknown = set(params) - {k for k, _ in self.params}
@@ -38,13 +39,14 @@ class Algorithm:
 
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}
+Builder = TypeVar("Builder", bound=Callable[..., Schedule])
 
 
-def algorithm(collective: str, name: str):
+def algorithm(collective: str, name: str) -> Callable[[Builder], Builder]:
     """Register a builder `f(nranks, root=0, **params) -> Schedule` under (collective, name)."""
     coll = get_collective(collective).name
 
-    def register(fn):
+    def register(fn: Builder) -> Builder:
         sig = inspect.signature(fn)
         params = tuple((k, p.default) for k, p in sig.parameters.items()
                        if k not in ("nranks", "root"))
@@ -59,13 +61,13 @@ def _load() -> None:
         importlib.import_module(f"{__name__}.{family}")
 
 
-def algorithms(collective=None) -> list[Algorithm]:
+def algorithms(collective: Collective | str | None = None) -> list[Algorithm]:
     """Registered algorithms, optionally of one collective, in registration order."""
     coll = get_collective(collective).name if collective is not None else None
     return [a for (c, _), a in REGISTRY.items() if coll is None or c == coll]
 
 
-def get_algorithm(collective, name: str) -> Algorithm:
+def get_algorithm(collective: Collective | str, name: str) -> Algorithm:
     coll = get_collective(collective).name
     if (coll, name) not in REGISTRY:
         names = ", ".join(a.name for a in algorithms(coll))
@@ -73,7 +75,8 @@ def get_algorithm(collective, name: str) -> Algorithm:
     return REGISTRY[(coll, name)]
 
 
-def build(collective, name: str, nranks: int, root: int = 0, **params) -> Schedule:
+def build(collective: Collective | str, name: str, nranks: int, root: int = 0,
+          **params: Any) -> Schedule:
     """Build a registered schedule. `build("all_reduce", "ring", 4, channels=2)`."""
     return get_algorithm(collective, name).build(nranks, root=root, **params)
 

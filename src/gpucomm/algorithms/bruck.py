@@ -12,13 +12,16 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from ..schedule import Schedule, concat, step
+from ..schedule import Schedule, Step, concat, step
 from . import algorithm
 
 
-def _wrapped(src, dst, first, count, p: int, offset: int = 0):
+def _wrapped(src: np.ndarray, dst: np.ndarray, first: np.ndarray | int, count: np.ndarray, p: int,
+             offset: int = 0) -> Step:
     """Ops moving blocks first .. first+count-1 (mod p), split where the range wraps."""
     n1 = np.minimum(count, p - first)
     n2 = count - n1
@@ -27,7 +30,7 @@ def _wrapped(src, dst, first, count, p: int, offset: int = 0):
                    step(src[has], dst[has], offset, nchunks=n2[has])])
 
 
-def _gather_rounds(p: int, direction: int):
+def _gather_rounds(p: int, direction: int) -> Iterator[Step]:
     """Round k: rank r passes the blocks it holds to r + direction·2^k, min(2^k, P-2^k) of them.
 
     Sending down (direction -1) rank r holds r .. r+d-1; sending up it holds r-d+1 .. r.
@@ -60,12 +63,12 @@ def bruck_all_to_all(nranks: int, root: int = 0) -> Schedule:
     # never need again ((x + delta) mod P, the slot of this rank's own block of that distance,
     # which left on its first hop) after an even number, in scratch block delta-1 after an odd
     # one. The two alternate, so no round reads and writes the same chunk.
-    def where(x, delta, hops):
+    def where(x: np.ndarray, delta: np.ndarray, hops: np.ndarray | int) -> np.ndarray:
         return np.where(hops % 2 == 0, (x + delta) % p, 2 * p + delta - 1)
 
     popcount = np.array([bin(v).count("1") for v in range(p)])
 
-    def steps():
+    def steps() -> Iterator[Step]:
         if p == 1:
             yield step(0, 0, 0, 1)
         d, k = 1, 0

@@ -11,13 +11,15 @@ direct all-gather, 2(P-1)/P·M.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from ..schedule import Schedule, concat, step
+from ..schedule import Schedule, Step, concat, step
 from . import algorithm
 
 
-def _shifts(p: int):
+def _shifts(p: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """(s, senders, receivers) for the rounds s = 1..P-1 of the shift schedule."""
     r = np.arange(p)
     for s in range(1, p):
@@ -30,7 +32,7 @@ def one_shot_all_reduce(nranks: int, root: int = 0) -> Schedule:
     p, r = nranks, np.arange(nranks)
     # Scratch block 1+q holds rank q's buffer. Reducing in the fixed order 0, 1, ..., P-1 on
     # every rank gives every rank the same bits: a floating sum depends on its order.
-    def steps():
+    def steps() -> Iterator[Step]:
         for s, src, dst in _shifts(p):
             hop = step(src, dst, 0, 1 + src)
             yield concat([step(r[1:], r[1:], 0, 1 + r[1:]), hop]) if s == 1 else hop
@@ -46,7 +48,7 @@ def two_shot_all_reduce(nranks: int, root: int = 0) -> Schedule:
     """Direct reduce-scatter of P shards, then direct all-gather of the reduced shards."""
     p = nranks
 
-    def steps():
+    def steps() -> Iterator[Step]:
         for _, src, dst in _shifts(p):  # shard j is reduced on rank j
             yield step(src, dst, dst, reduce=True)
         for _, src, dst in _shifts(p):
@@ -73,7 +75,7 @@ def direct_all_to_all(nranks: int, root: int = 0) -> Schedule:
     """Pairwise exchange: round s, rank r sends block r+s to rank r+s; own block copied."""
     p, r = nranks, np.arange(nranks)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         own = step(r, r, r, p + r)
         if p == 1:
             yield own

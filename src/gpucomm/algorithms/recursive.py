@@ -15,10 +15,17 @@ e - p2, the p2-rank core runs, and the partner sends the result back. A core ran
 """
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Callable, Iterator
 
-from ..schedule import Schedule, concat, step
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..schedule import Schedule, Step, concat, step
 from . import algorithm
+
+
+# (sources, destinations, first slot, slot count) -> the step moving those slots
+SlotOps = Callable[[np.ndarray, np.ndarray, np.ndarray, int], Step]
 
 
 def core_size(nranks: int) -> int:
@@ -30,7 +37,8 @@ def _extras(p: int, p2: int) -> np.ndarray:
     return np.arange(p2, p)
 
 
-def _slots(src, dst, lo, n, p: int, p2: int, reduce: bool = False):
+def _slots(src: np.ndarray, dst: np.ndarray, lo: ArrayLike, n: ArrayLike, p: int, p2: int,
+           reduce: bool = False) -> Step:
     """Ops moving slots lo..lo+n-1: blocks lo.. and, where they exist, the extras' lo+p2.."""
     lo = np.broadcast_to(np.asarray(lo), np.shape(src))
     n2 = np.clip(p - p2 - lo, 0, n)
@@ -39,7 +47,7 @@ def _slots(src, dst, lo, n, p: int, p2: int, reduce: bool = False):
                    step(src[has], dst[has], lo[has] + p2, nchunks=n2[has], reduce=reduce)])
 
 
-def _halving(p: int, p2: int, reduce_slots):
+def _halving(p: int, p2: int, reduce_slots: SlotOps) -> Iterator[Step]:
     """Recursive halving: at distance d rank r keeps the half of its slots its partner drops."""
     r, d = np.arange(p2), p2 // 2
     while d >= 1:
@@ -48,7 +56,7 @@ def _halving(p: int, p2: int, reduce_slots):
         d //= 2
 
 
-def _doubling(p2: int, copy_slots):
+def _doubling(p2: int, copy_slots: SlotOps) -> Iterator[Step]:
     """Recursive doubling: rank r holds slots [r & ~(d-1), +d) and sends them to r XOR d."""
     r, d = np.arange(p2), 1
     while d < p2:
@@ -62,7 +70,7 @@ def recursive_doubling_all_reduce(nranks: int, root: int = 0) -> Schedule:
     p, p2 = nranks, core_size(nranks)
     r, extra = np.arange(p2), _extras(p, p2)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         if len(extra):
             yield step(extra, extra - p2, 0, reduce=True)
         d = 1
@@ -83,7 +91,7 @@ def rabenseifner_all_reduce(nranks: int, root: int = 0) -> Schedule:
     p, p2 = nranks, core_size(nranks)
     extra = _extras(p, p2)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         if len(extra):
             yield step(extra, extra - p2, 0, nchunks=p2, reduce=True)
         yield from _halving(p, p2, lambda s, d, lo, n: step(s, d, lo, nchunks=n, reduce=True))
@@ -99,7 +107,7 @@ def recursive_halving_reduce_scatter(nranks: int, root: int = 0) -> Schedule:
     p, p2 = nranks, core_size(nranks)
     extra = _extras(p, p2)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         if len(extra):
             yield step(extra, extra - p2, 0, nchunks=p, reduce=True)
         yield from _halving(p, p2, lambda s, d, lo, n: _slots(s, d, lo, n, p, p2, reduce=True))
@@ -114,7 +122,7 @@ def recursive_doubling_all_gather(nranks: int, root: int = 0) -> Schedule:
     p, p2 = nranks, core_size(nranks)
     extra = _extras(p, p2)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         if len(extra):
             yield step(extra, extra - p2, extra)
         yield from _doubling(p2, lambda s, d, lo, n: _slots(s, d, lo, n, p, p2))

@@ -6,14 +6,16 @@ that run concurrently, as NCCL's channels do.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ..errors import ConfigError
-from ..schedule import Schedule, step
+from ..schedule import Schedule, Step, step
 from . import algorithm
 
 
-def _channels(channels) -> int:
+def _channels(channels: object) -> int:
     if not isinstance(channels, int) or channels < 1:
         raise ConfigError(f"channels must be an integer >= 1, got {channels!r}")
     return channels
@@ -26,7 +28,7 @@ def ring_all_reduce(nranks: int, root: int = 0, channels: int = 1) -> Schedule:
     r = np.arange(p)
     base = (np.arange(c) * p)[:, None]  # channel ch owns chunks ch*P .. ch*P+P-1
 
-    def steps():
+    def steps() -> Iterator[Step]:
         for s in range(p - 1):  # reduce-scatter: chunk r-s travels r -> r+1, reduced
             yield step(np.tile(r, c), np.tile((r + 1) % p, c), (base + (r - s) % p).reshape(-1),
                        reduce=True, channel=np.repeat(np.arange(c), p))
@@ -43,7 +45,7 @@ def ring_reduce_scatter(nranks: int, root: int = 0, channels: int = 1) -> Schedu
     p, c = nranks, _channels(channels)
     r = np.arange(p)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         for s in range(p - 1):
             blocks = (r - s - 1) % p
             yield step(np.repeat(r, c), np.repeat((r + 1) % p, c),
@@ -58,7 +60,7 @@ def ring_all_gather(nranks: int, root: int = 0, channels: int = 1) -> Schedule:
     p, c = nranks, _channels(channels)
     r = np.arange(p)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         for s in range(p - 1):
             blocks = (r - s) % p
             yield step(np.repeat(r, c), np.repeat((r + 1) % p, c),
@@ -79,7 +81,7 @@ def chain_broadcast(nranks: int, root: int = 0, chunks: int = 8) -> Schedule:
         raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
     order = chain_order(nranks, root)
 
-    def steps():
+    def steps() -> Iterator[Step]:
         for s in range(chunks + nranks - 2):  # hop h carries chunk s-h at step s
             hops = [h for h in range(nranks - 1) if 0 <= s - h < chunks]
             if hops:
@@ -95,7 +97,7 @@ def chain_reduce(nranks: int, root: int = 0, chunks: int = 8) -> Schedule:
     if not isinstance(chunks, int) or chunks < 1:
         raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
     order = chain_order(nranks, (root + 1) % nranks)  # root+1, ..., root: the root is last
-    def steps():
+    def steps() -> Iterator[Step]:
         for s in range(chunks + nranks - 2):
             hops = [h for h in range(nranks - 1) if 0 <= s - h < chunks]
             if hops:

@@ -15,10 +15,12 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ..errors import ConfigError
-from ..schedule import Schedule, concat, step
+from ..schedule import Schedule, Step, concat, step
 from . import algorithm
 
 
@@ -43,7 +45,7 @@ def double_binary_tree(nranks: int) -> tuple[np.ndarray, np.ndarray]:
     return first, second
 
 
-def _timing(parent: np.ndarray):
+def _timing(parent: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     """(step each rank sends chunk 0 up, step the root has chunk 0 reduced, depth of each rank).
 
     A rank sends once all its children have added in; two children of one rank must not add
@@ -55,7 +57,7 @@ def _timing(parent: np.ndarray):
     while (x >= 0).any():  # walk every rank up one level at a time
         depth += x >= 0
         x = np.where(x >= 0, parent[x], -1)
-    children = [[] for _ in range(p)]
+    children: list[list[int]] = [[] for _ in range(p)]
     for r in range(p):
         if parent[r] >= 0:
             children[parent[r]].append(r)
@@ -69,7 +71,7 @@ def _timing(parent: np.ndarray):
     return send, int(ready[parent < 0][0]), depth
 
 
-def _positive(name: str, value) -> int:
+def _positive(name: str, value: object) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
@@ -86,21 +88,21 @@ def double_binary_tree_all_reduce(nranks: int, root: int = 0, chunks: int = 4) -
         edges.append((kid, parent[kid], t * c, send[kid], True))
         edges.append((parent[kid], kid, t * c, done + depth[parent[kid]], False))
 
-    def steps():
+    def steps() -> Iterator[Step]:
         last = max((int(e[3].max()) for e in edges if len(e[0])), default=-1)
         for s in range(last + c):
-            ops = []
+            parts = []
             for src, dst, base, start, red in edges:
                 on = (start <= s) & (s < start + c)
-                ops.append(step(src[on], dst[on], base + s - start[on], reduce=red))
-            ops = concat(ops)
+                parts.append(step(src[on], dst[on], base + s - start[on], reduce=red))
+            ops = concat(parts)
             if len(ops):
                 yield ops
     return Schedule("all_reduce", p, "double_binary_tree", 2 * c, steps,
                     params=(("chunks", c),))
 
 
-def _rounds(p: int):
+def _rounds(p: int) -> Iterator[int]:
     """Distances 1, 2, 4, ... < P of the binomial tree's rounds."""
     d = 1
     while d < p:
@@ -113,7 +115,7 @@ def binomial_broadcast(nranks: int, root: int = 0) -> Schedule:
     """Round k: every relative rank v < 2^k that has the buffer sends it to v + 2^k."""
     p = nranks
 
-    def steps():
+    def steps() -> Iterator[Step]:
         for d in _rounds(p):
             v = np.arange(min(d, p - d))
             yield step((v + root) % p, (v + d + root) % p, 0)
@@ -125,7 +127,7 @@ def binomial_reduce(nranks: int, root: int = 0) -> Schedule:
     """Round k: relative rank v with lowest set bit 2^k adds its partial sum into v - 2^k."""
     p = nranks
 
-    def steps():
+    def steps() -> Iterator[Step]:
         for d in _rounds(p):
             v = np.arange(d, p, 2 * d)
             yield step((v + root) % p, (v - d + root) % p, 0, reduce=True)
@@ -138,7 +140,7 @@ def binomial_gather(nranks: int, root: int = 0) -> Schedule:
     p = nranks
     # Every rank stages its subtree's blocks where the root wants them (block 1 + rank), so a
     # block is never moved within a rank; the own block goes straight from the input block.
-    def steps():
+    def steps() -> Iterator[Step]:
         for d in _rounds(p):
             v = np.arange(d, p, 2 * d)
             src, dst = (v + root) % p, (v - d + root) % p
@@ -160,7 +162,7 @@ def binomial_scatter(nranks: int, root: int = 0) -> Schedule:
     p = nranks
     top = 1 << max(p - 1, 0).bit_length() if p > 1 else 1
 
-    def steps():
+    def steps() -> Iterator[Step]:
         d = top // 2
         while d >= 1:
             v = np.arange(0, p - d, 2 * d)
@@ -178,7 +180,8 @@ def binomial_scatter(nranks: int, root: int = 0) -> Schedule:
     return Schedule("scatter", p, "binomial_tree", 1, steps, root=root)
 
 
-def _relative_blocks(src, dst, first, count, p: int, root: int, offset: int):
+def _relative_blocks(src: np.ndarray, dst: np.ndarray, first: np.ndarray, count: np.ndarray,
+                     p: int, root: int, offset: int) -> Step:
     """Ops moving the blocks of relative ranks first .. first+count-1 (absolute block + offset),
     split where the absolute range wraps past rank P-1."""
     start = (first + root) % p

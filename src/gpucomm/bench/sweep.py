@@ -63,13 +63,13 @@ def buffers(coll, rank, p, bc, dtype, op, root, inplace, salt=0):
     if name in ("all_reduce", "reduce", "broadcast"):
         buf = inp if inp is not None else np.zeros(n_out, dtype.storage)
         return inp, (buf if n_out else None), (buf if n_out else None)
-    if name == "reduce_scatter":
+    if name == "reduce_scatter" and inp is not None:
         return inp, inp[rank * bc:(rank + 1) * bc], inp[rank * bc:(rank + 1) * bc]
     if name in ("all_gather", "gather") and n_out:
         out = np.zeros(n_out, dtype.storage)
         out[rank * bc:(rank + 1) * bc] = inp
         return out[rank * bc:(rank + 1) * bc], out, out
-    if name == "scatter" and n_in:
+    if name == "scatter" and inp is not None:
         return inp, inp[rank * bc:(rank + 1) * bc], inp[rank * bc:(rank + 1) * bc]
     if name == "all_to_all":
         return inp, inp, inp

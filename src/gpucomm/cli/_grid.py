@@ -141,7 +141,7 @@ def run_point(argv) -> dict:
 
 def done_keys(path) -> set:
     """Keys of the points a results file already holds (a torn last line is ignored)."""
-    keys = set()
+    keys: set = set()
     p = Path(path)
     if not p.exists():
         return keys

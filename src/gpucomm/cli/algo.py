@@ -3,6 +3,7 @@ their proofs, and MSCCL algorithm files out and in (`show`/`run` also take FILE.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from ..algorithms import algorithms, build, get_algorithm
 from ..collectives import get_collective, layout
@@ -83,7 +84,7 @@ def register(sub) -> None:
 
 
 def cmd_list(args) -> int:
-    rows = [{"collective": a.collective, "algorithm": a.name,
+    rows: list[dict[str, Any]] = [{"collective": a.collective, "algorithm": a.name,
              "params": {k: v for k, v in a.params}, "doc": a.doc} for a in algorithms()]
     if args.format == "json":
         print_json(rows)
@@ -183,7 +184,8 @@ def cmd_verify(args) -> int:
     else:
         raise ConfigError("say what to verify: an ALGORITHM with --collective, a --collective, "
                           "or --all")
-    results, failed = [], 0
+    results: list[dict[str, Any]] = []
+    failed = 0
     for alg in todo:
         t0, ok, skipped, err = time.perf_counter(), 0, 0, None
         coll = get_collective(alg.collective)

@@ -128,7 +128,8 @@ def sweep_sizes(minbytes: int, maxbytes: int, factor: float = 2.0, step: int = 0
                           f"{MAX_SWEEP_POINTS}: raise -f or -i, or narrow -b/-e")
     if step:
         return list(range(minbytes, maxbytes + 1, step))
-    sizes, s = [], minbytes
+    sizes: list[int] = []
+    s: float = minbytes
     while s <= maxbytes:
         if not sizes or int(s) > sizes[-1]:  # a factor near 1 repeats small sizes
             sizes.append(int(s))
@@ -138,7 +139,7 @@ def sweep_sizes(minbytes: int, maxbytes: int, factor: float = 2.0, step: int = 0
 
 def param_pairs(pairs: list[str]) -> dict:
     """`-p NAME=VALUE` builder parameters as a dict (integers where they parse)."""
-    out = {}
+    out: dict[str, int | str] = {}
     for pair in pairs:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like NAME=VALUE")

@@ -47,7 +47,8 @@ def cmd_demo(args) -> int:
           f"{all(np.array_equal(o.view(np.uint32), outs[0].view(np.uint32)) for o in outs)}")
 
     print("\n== 4. the same schedules on real processes: all-reduce on 2 local ranks over shared "
-          "memory,\n   measured (nccl-tests columns) beside the simulator's prediction for this host")
+          "memory,\n   measured (nccl-tests columns) beside the simulator's prediction for this "
+          "host")
     from ..bench import format_table, run_bench
     from ..bench.plancost import add_predictions
     rows = run_bench("shm", 2, "all_reduce", [8, 1 << 16, 1 << 20, 1 << 24], iters=10, warmup=3)

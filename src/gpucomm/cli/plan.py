@@ -1,7 +1,7 @@
 """`gpucomm plan`: where a training or inference step of a real model spends its time.
 
 The command parses its options into one `PlanRequest`, asks `workloads.request.answer` and
-prints the Plan, Comparison or SearchResult it gets back.
+prints the PredictedStep, Comparison or SearchResult it gets back.
 
     gpucomm plan --model llama3-405b --system dgx-h100 --nodes 2048 --tp 8 --pp 16 --dp 128 \
         --vpp 8 --seq 8192 --global-batch 2048 --nic roce-400g --zero 2 --balanced-ends
@@ -21,13 +21,13 @@ from ..workloads.search import SearchResult
 from ..topology import FABRICS
 from .common import (PLOT_SUFFIXES, add_format, finite_float, output_file, positive_int,
                      print_json)
+from .topo import add_network_args, network_from_args
 
 _INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch", "zero",
          "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
           "pp_overlap")
-from .topo import add_network_args, network_from_args
 
 
 def register(sub) -> None:
@@ -313,7 +313,7 @@ def _size(n: float) -> str:
 def _compare_table(results) -> str:
     head = ["metric"] + [lab for lab, _ in results]
     keys = []
-    table = {}
+    table: dict = {}
     for lab, r in results:
         for k, v in _metric_rows(r):
             if k not in table:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 DELAY_S = 1.0
 
@@ -16,7 +17,8 @@ class Progress:
         self.on = enabled and total > 1 and self.stream.isatty()
         self.total, self.what, self.done = total, what, 0
         self.t0 = time.monotonic()
-        self.bar = self.task = None
+        self.bar: Any = None
+        self.task: Any = None
 
     def advance(self, label: str = "") -> None:
         self.done += 1

@@ -7,6 +7,7 @@ cluster flags (--system, --nodes, --gpus-per-node, --nic, --nics-per-node, --pci
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..errors import ConfigError
 from ..hardware import nic_names
@@ -81,7 +82,7 @@ def network_from_args(args):
     """The Network the fabric flags give, or None if none was given (the plain model)."""
     keys = ("routing", "qps_per_connection", "hash_inputs", "seed", "lossless", "loss_rate",
             "cc", "fail_links")
-    given = {k: getattr(args, k, None) for k in keys}
+    given: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     given = {k: v for k, v in given.items() if v is not None}
     if not given:
         return None

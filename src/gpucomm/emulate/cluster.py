@@ -189,7 +189,7 @@ class EmulatedCluster:
         """(returncode, stdout, stderr) per process; CommTimeout naming the ranks still running."""
         deadline = time.monotonic() + timeout
         results = []
-        for r, p in enumerate(procs):
+        for p in procs:
             try:
                 out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.01))
             except subprocess.TimeoutExpired:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -89,48 +90,90 @@ def probe(tr, rph: int, nbytes: int = 16 << 20, pings: int = 200) -> dict | None
     schedule costs this transport beyond its bytes (see step_cost). Idle ranks wait in a
     receive (as in a collective), not in a gloo barrier, whose waiting costs the busy ranks
     CPU. Returns the numbers on rank 0, None elsewhere."""
-    import torch
-    me, p = tr.rank, tr.nranks
-    tok = torch.zeros(1)
+    return _Probe(tr, rph, nbytes, pings).run()
 
-    def release(a):  # everyone waits for a token from rank a
-        if me == a:
-            for q in range(p):
-                if q != a:
-                    tr.send(tok, q)
-        else:
-            tr.recv(tok, a)
 
-    def slowest(secs):  # the largest of every rank's value, on rank 0
-        t = torch.tensor([secs], dtype=torch.float64)
+class _Probe:
+    """The measurements of `probe`, each a method every rank calls alike."""
+
+    def __init__(self, tr, rph: int, nbytes: int, pings: int):
+        import torch
+        self.torch, self.tr, self.rph, self.nbytes, self.pings = torch, tr, rph, nbytes, pings
+        self.me, self.p = tr.rank, tr.nranks
+        self.tok = torch.zeros(1)
+
+    def run(self) -> dict | None:
+        me, p, rph, nbytes = self.me, self.p, self.rph, self.nbytes
+        alpha = self.step_cost()
+        inter_peer = rph if p > rph else None
+        lat_intra = self.pingpong(0, 1) if rph > 1 else None
+        lat_inter = self.pingpong(0, inter_peer) if inter_peer is not None else None
+        coll_t = self.in_host() if rph > 1 else None
+        coll_bw = None
+        if coll_t is not None and lat_intra is not None:  # 2(g-1) steps of nbytes/g, each
+            # also paying a message's latency
+            steps = 2 * (rph - 1)
+            coll_bw = steps * nbytes / rph / max(coll_t - steps * lat_intra, 1e-9)
+        # median of three, as the benchmark reports its times (a loaded machine slows some runs)
+        t_inter = [self.bulk([(0, inter_peer)]) for _ in range(3)] \
+            if inter_peer is not None else None
+        local_pairs = [(h * rph + i, h * rph + i + 1) for h in range(p // rph)
+                       for i in range(0, rph - 1, 2)]
+        t_intra = [self.bulk(local_pairs) for _ in range(3)] if local_pairs else None
         if me != 0:
-            tr.send(t, 0)
+            return None
+        out = {"engine": "gloo", "pings": self.pings, "nbytes": nbytes, "step_latency_s": alpha}
+        if lat_inter is not None and t_inter:
+            t = statistics.median(t_inter)  # as the bench reports
+            out.update(inter_latency_s=lat_inter,
+                       inter_bandwidth_Bps=nbytes / max(t - 2 * lat_inter, 1e-9))
+        if lat_intra is not None:
+            t = statistics.median(t_intra) if t_intra else None
+            out.update(intra_latency_s=lat_intra,
+                       intra_bulk_bandwidth_Bps=nbytes / max(t - lat_intra, 1e-9),
+                       intra_concurrent_flows=2 * len(local_pairs),
+                       intra_bandwidth_Bps=coll_bw, intra_allreduce_s=coll_t)
+        return out
+
+    def release(self, a):  # everyone waits for a token from rank a
+        if self.me == a:
+            for q in range(self.p):
+                if q != a:
+                    self.tr.send(self.tok, q)
+        else:
+            self.tr.recv(self.tok, a)
+
+    def slowest(self, secs):  # the largest of every rank's value, on rank 0
+        t = self.torch.tensor([secs], dtype=self.torch.float64)
+        if self.me != 0:
+            self.tr.send(t, 0)
             return None
         worst = secs
-        for q in range(1, p):
-            tr.recv(t, q)
+        for q in range(1, self.p):
+            self.tr.recv(t, q)
             worst = max(worst, float(t))
         return worst
 
-    def pingpong(a, b):
-        rtts = []
-        for _ in range(pings):
-            if me == a:
+    def pingpong(self, a, b):
+        tr, tok, rtts = self.tr, self.tok, []
+        for _ in range(self.pings):
+            if self.me == a:
                 t0 = time.perf_counter()
                 tr.send(tok, b)
                 tr.recv(tok, b)
                 rtts.append(time.perf_counter() - t0)
-            elif me == b:
+            elif self.me == b:
                 tr.recv(tok, a)
                 tr.send(tok, a)
-        release(a)
-        return statistics.median(rtts[pings // 10:]) / 2 if rtts else None
+        self.release(a)
+        return statistics.median(rtts[self.pings // 10:]) / 2 if rtts else None
 
-    def bulk(pairs):
-        x = torch.ones(nbytes // 4)
-        y = torch.empty(nbytes // 4)
+    def bulk(self, pairs):
+        me, tr = self.me, self.tr
+        x = self.torch.ones(self.nbytes // 4)
+        y = self.torch.empty(self.nbytes // 4)
         peer = next((b if me == a else a for a, b in pairs if me in (a, b)), None)
-        release(0)
+        self.release(0)
         t0 = time.perf_counter()
         if peer is not None:  # in the transport's slices, as its collectives send
             k = tr.slice_bytes // 4
@@ -141,77 +184,51 @@ def probe(tr, rph: int, nbytes: int = 16 << 20, pings: int = 200) -> dict | None
                 [(peer, y[o:o + k], 7) for o in range(0, len(y), k)]
             tr.engine.wait(tr.engine.post(sends, recvs), time.monotonic() + tr.timeout)
             if one_way:  # the receiver acknowledges: the sender's clock sees the whole flow
-                (tr.send if recvs else tr.recv)(tok, peer)
-        return slowest(time.perf_counter() - t0)
+                (tr.send if recvs else tr.recv)(self.tok, peer)
+        return self.slowest(time.perf_counter() - t0)
 
-    def step_cost(reps=40):
+    def step_cost(self, reps=40):
         # For the record: a step of a schedule with (almost) no bytes, back-to-back ring
         # all-reduces of one element per chunk, per step, on the slowest rank. With 4 ranks
         # on a loaded 2-core machine it is ~10x a ping-pong's latency (every step wakes every
         # rank), but at >= 1 MiB those wake-ups overlap the transfers, so the topology takes
         # the per-message latency of the ping-pong instead.
-        sched = _schedule("ring", p, rph)
+        sched = _schedule("ring", self.p, self.rph)
         nsteps = sum(1 for _ in sched.steps())
-        x = torch.ones(p)
+        x = self.torch.ones(self.p)
         for _ in range(5):
-            tr.execute(sched, x, x, "sum", "float32")
-        release(0)
+            self.tr.execute(sched, x, x, "sum", "float32")
+        self.release(0)
         t0 = time.perf_counter()
         for _ in range(reps):
-            tr.execute(sched, x, x, "sum", "float32")
-        worst = slowest(time.perf_counter() - t0)
-        release(0)
+            self.tr.execute(sched, x, x, "sum", "float32")
+        worst = self.slowest(time.perf_counter() - t0)
+        self.release(0)
         return None if worst is None else worst / (reps * nsteps)
 
-    def in_host(reps=5):
+    def in_host(self, reps=5):
         # In-host goodput as a collective's in-host part uses it: every host at once runs a
         # ring all-reduce of `nbytes` among its own ranks over the transport (slices, the
         # reduction of each arriving slice, the other hosts' ranks competing for the cores).
         # 2(g-1) steps of nbytes/g each: goodput = their bytes / (time - steps * latency).
         import torch.distributed as dist
+
         from ..runtime.torch_transport import TorchTransport
-        groups = [dist.new_group(list(range(h * rph, (h + 1) * rph))) for h in range(p // rph)]
-        sub = TorchTransport(groups[me // rph], timeout=tr.timeout)
+        rph = self.rph
+        groups = [dist.new_group(list(range(h * rph, (h + 1) * rph)))
+                  for h in range(self.p // rph)]
+        sub = TorchTransport(groups[self.me // rph], timeout=self.tr.timeout)
         sched = _schedule("ring", rph, rph)
-        x = torch.ones(nbytes // 4)
+        x = self.torch.ones(self.nbytes // 4)
         sub.execute(sched, x, x, "sum", "float32")
         times = []
         for _ in range(reps):
-            release(0)
+            self.release(0)
             t0 = time.perf_counter()
             sub.execute(sched, x, x, "sum", "float32")
-            times.append(slowest(time.perf_counter() - t0))
-        release(0)
-        return None if me != 0 else statistics.median(times)
-
-    alpha = step_cost()
-    inter_peer = rph if p > rph else None
-    lat_intra = pingpong(0, 1) if rph > 1 else None
-    lat_inter = pingpong(0, inter_peer) if inter_peer is not None else None
-    coll_t = in_host() if rph > 1 else None
-    coll_bw = None
-    if coll_t is not None:  # 2(g-1) steps of nbytes/g, each also paying a message's latency
-        steps = 2 * (rph - 1)
-        coll_bw = steps * nbytes / rph / max(coll_t - steps * lat_intra, 1e-9)
-    # median of three, as the benchmark reports its times (a loaded machine slows some runs)
-    t_inter = [bulk([(0, inter_peer)]) for _ in range(3)] if inter_peer is not None else None
-    local_pairs = [(h * rph + i, h * rph + i + 1) for h in range(p // rph)
-                   for i in range(0, rph - 1, 2)]
-    t_intra = [bulk(local_pairs) for _ in range(3)] if local_pairs else None
-    if me != 0:
-        return None
-    t_inter = statistics.median(t_inter) if t_inter else None  # as the bench reports
-    t_intra = statistics.median(t_intra) if t_intra else None
-    out = {"engine": "gloo", "pings": pings, "nbytes": nbytes, "step_latency_s": alpha}
-    if lat_inter is not None:
-        out.update(inter_latency_s=lat_inter,
-                   inter_bandwidth_Bps=nbytes / max(t_inter - 2 * lat_inter, 1e-9))
-    if lat_intra is not None:
-        out.update(intra_latency_s=lat_intra,
-                   intra_bulk_bandwidth_Bps=nbytes / max(t_intra - lat_intra, 1e-9),
-                   intra_concurrent_flows=2 * len(local_pairs),
-                   intra_bandwidth_Bps=coll_bw, intra_allreduce_s=coll_t)
-    return out
+            times.append(self.slowest(time.perf_counter() - t0))
+        self.release(0)
+        return None if self.me != 0 else statistics.median(times)
 
 
 def bench(a) -> int:
@@ -228,13 +245,10 @@ def bench(a) -> int:
         x = torch.ones(n, dtype=torch.float32)
         for name in a.algorithms.split(","):
             if name == "gloo":  # the engine's own all-reduce, the peer we compare with
-                def run():
-                    dist.all_reduce(x)
+                run = functools.partial(dist.all_reduce, x)
             else:
-                sched = _schedule(name, p, rph)
-
-                def run(sched=sched):
-                    tr.execute(sched, x, x, "sum", "float32")
+                run = functools.partial(tr.execute, _schedule(name, p, rph), x, x, "sum",
+                                        "float32")
             run()  # warm-up: connections, plans, buffers
             times = []
             for _ in range(a.iters):

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from ..collectives import get_collective
 from ..dtypes import format_size
 from ..errors import ConfigError
 from ..hardware import get_nic
 from ..simulate import nccl, predict
-from ..topology import build_topology
+from ..topology import Topology, build_topology
 from .nccltests import NcclTestsLog
 from .system import SystemGuess, infer_system, label
 
@@ -48,7 +49,7 @@ class DoctorRequest:
     model: str = "analytic"
     algorithm: str | None = None  # None: what the log's NCCL_ALGO says, else auto
     protocol: str | None = None
-    topology: object = None  # a Topology to use as it is (sim --compare --topology FILE)
+    topology: Topology | None = None  # a Topology to use as it is (sim --compare --topology FILE)
     gpus_per_thread: int | None = None  # override the log's nGpus (nccl-tests -g)
     cuda_graph: bool | None = None  # override the log's graph: (nccl-tests -G)
 
@@ -92,8 +93,9 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     guess = _guess(log, req, warnings)
     if req.topology is not None:
         topo = req.topology
-        kw = {"system": topo.name, "nodes": len({d.node for d in topo.devices}),
-              "gpus_per_node": topo.gpus_per_node}
+        kw: dict[str, Any] = {"system": topo.name,
+                              "nodes": len({d.node for d in topo.devices}),
+                              "gpus_per_node": topo.gpus_per_node}
     else:
         kw = _system(guess, req, warnings)
         topo = build_topology(**kw)

@@ -112,14 +112,14 @@ def to_msccl_xml(schedule: Schedule, *, protocol: str = "simple", name: str | No
         raise ScheduleError(f"protocol {protocol!r}: allowed are {', '.join(PROTOCOLS)}")
     lay = _Layout(coll, p, s.root, c)
     sb = s.scratch_blocks
-    tbs = [dict() for _ in range(p)]  # rank -> key -> list of step dicts
+    tbs: list[dict] = [dict() for _ in range(p)]  # rank -> key -> list of step dicts
     # per rank, per logical chunk: the last writer and the readers since, as (tb key, index)
-    writer = [dict() for _ in range(p)]
-    readers = [defaultdict(list) for _ in range(p)]
+    writer: list[dict] = [dict() for _ in range(p)]
+    readers: list[defaultdict] = [defaultdict(list) for _ in range(p)]
 
     def emit(rank, key, kind, reads, writes, attrs):
         steps = tbs[rank].setdefault(key, [])
-        deps = {}
+        deps: dict = {}
         for x in reads:
             if x in writer[rank]:
                 _latest(deps, writer[rank][x])
@@ -219,8 +219,9 @@ def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes) -> str:
                 dep = st["dep"]
                 e = ET.SubElement(tb, "step", s=str(n), type=st["type"])
                 if st["type"] == "nop":
-                    e.set("srcbuf", "i"), e.set("srcoff", "-1"), e.set("dstbuf", "o")
-                    e.set("dstoff", "-1")
+                    for attr, value in (("srcbuf", "i"), ("srcoff", "-1"), ("dstbuf", "o"),
+                                        ("dstoff", "-1")):
+                        e.set(attr, value)
                 else:
                     for a in ("srcbuf", "srcoff", "dstbuf", "dstoff"):
                         e.set(a, str(st[a]))
@@ -309,7 +310,7 @@ def from_msccl_xml(text: str, *, name: str | None = None) -> Schedule:
 
 def _chunks_per_block(coll, p, root, gpus) -> int:
     """MSCCL chunks per gpucomm block, from each gpu's i/o chunk counts (they must agree)."""
-    seen = {}
+    seen: dict = {}
     for r, g in gpus.items():
         where = f"<gpu id={r}>"
         for attr, rng in (("i_chunks", coll.inputs(r, p, root)),
@@ -344,39 +345,9 @@ def _threadblocks(g, r, p):
             if v >= p or v == r:
                 raise MscclError(f"{where}: {a}={v} must be another rank (0..{p - 1}) or -1")
         chan = _int(tb, "chan", where, default=0, lo=0)
-        steps = []
-        for n, st in enumerate(tb):
-            if st.tag is ET.Comment:
-                continue
-            sw = f"<step s={st.get('s', n)}> of {where}"
-            if st.tag != "step":
-                raise MscclError(f"<{st.tag}> inside {where}: only <step> elements are allowed")
-            typ = st.get("type")
-            if typ not in STEP_TYPES:
-                raise MscclError(f"{sw}: type={typ!r} unknown, allowed are "
-                                 f"{', '.join(STEP_TYPES)}")
-            sidx = _int(st, "s", sw, default=len(steps), lo=0)
-            if sidx != len(steps):
-                raise MscclError(f"{sw}: steps must be numbered 0, 1, 2, … in order "
-                                 f"(expected s={len(steps)})")
-            step_ = {"type": typ, "where": sw, "depid": _int(st, "depid", sw, -1, -1),
-                     "deps": _int(st, "deps", sw, -1, -1)}
-            if typ != "nop":
-                step_["cnt"] = _int(st, "cnt", sw, lo=1)
-                for a in ("srcbuf", "dstbuf"):
-                    b = st.get(a)
-                    if b not in ("i", "o", "s"):
-                        raise MscclError(f"{sw}: {a}={b!r}, allowed are i, o, s")
-                    step_[a] = b
-                step_["srcoff"] = _int(st, "srcoff", sw, lo=0)
-                step_["dstoff"] = _int(st, "dstoff", sw, lo=0)
-                if typ in _SENDS and send < 0:
-                    raise MscclError(f"{sw}: type {typ} sends, but {where} has send=-1")
-                if typ in _RECVS and recv < 0:
-                    raise MscclError(f"{sw}: type {typ} receives, but {where} has recv=-1")
-            steps.append(step_)
+        steps = _tb_steps(tb, where, send, recv)
         tbs[tid] = {"send": send, "recv": recv, "chan": chan, "steps": steps, "where": where}
-    for tid, tb in tbs.items():
+    for tb in tbs.values():
         for st in tb["steps"]:
             if st["depid"] >= 0:
                 other = tbs.get(st["depid"])
@@ -386,6 +357,48 @@ def _threadblocks(g, r, p):
     return tbs
 
 
+def _tb_steps(tb, where: str, send: int, recv: int) -> list:
+    """The <step> elements of one thread block, checked and numbered 0, 1, 2, ..."""
+    steps: list[dict] = []
+    for n, st in enumerate(tb):
+        if st.tag is ET.Comment:
+            continue
+        sw = f"<step s={st.get('s', n)}> of {where}"
+        if st.tag != "step":
+            raise MscclError(f"<{st.tag}> inside {where}: only <step> elements are allowed")
+        typ = st.get("type")
+        if typ not in STEP_TYPES:
+            raise MscclError(f"{sw}: type={typ!r} unknown, allowed are "
+                             f"{', '.join(STEP_TYPES)}")
+        sidx = _int(st, "s", sw, default=len(steps), lo=0)
+        if sidx != len(steps):
+            raise MscclError(f"{sw}: steps must be numbered 0, 1, 2, … in order "
+                             f"(expected s={len(steps)})")
+        step_ = {"type": typ, "where": sw, "depid": _int(st, "depid", sw, -1, -1),
+                 "deps": _int(st, "deps", sw, -1, -1)}
+        if typ != "nop":
+            step_.update(_transfer(st, sw, typ, where, send, recv))
+        steps.append(step_)
+    return steps
+
+
+def _transfer(st, sw: str, typ: str, where: str, send: int, recv: int) -> dict:
+    """What a step that moves data reads and writes: count, buffers and offsets."""
+    out = {"cnt": _int(st, "cnt", sw, lo=1)}
+    for a in ("srcbuf", "dstbuf"):
+        b = st.get(a)
+        if b not in ("i", "o", "s"):
+            raise MscclError(f"{sw}: {a}={b!r}, allowed are i, o, s")
+        out[a] = b
+    out["srcoff"] = _int(st, "srcoff", sw, lo=0)
+    out["dstoff"] = _int(st, "dstoff", sw, lo=0)
+    if typ in _SENDS and send < 0:
+        raise MscclError(f"{sw}: type {typ} sends, but {where} has send=-1")
+    if typ in _RECVS and recv < 0:
+        raise MscclError(f"{sw}: type {typ} receives, but {where} has recv=-1")
+    return out
+
+
 class _Replay:
     """Runs the thread blocks and records each transfer as a gpucomm op (src, dst, src chunk,
     dst chunk, n, reduce, channel); scratch chunks are allocated by position in a block."""
@@ -393,10 +406,12 @@ class _Replay:
     def __init__(self, lay):
         self.lay, self.c = lay, lay.c
         self.ops = []
-        self.scratch = [dict() for _ in range(lay.p)]  # rank -> s offset -> logical chunk
-        self.free = [defaultdict(int) for _ in range(lay.p)]  # rank -> position -> next slot
-        self.version = [defaultdict(int) for _ in range(lay.p)]
-        self.pending = [defaultdict(int) for _ in range(lay.p)]  # chunks queued sends still read
+        # per rank: s offset -> logical chunk; position -> next free slot; chunk -> version;
+        # chunk -> queued sends that still read it
+        self.scratch: list[dict] = [dict() for _ in range(lay.p)]
+        self.free: list[defaultdict] = [defaultdict(int) for _ in range(lay.p)]
+        self.version: list[defaultdict] = [defaultdict(int) for _ in range(lay.p)]
+        self.pending: list[defaultdict] = [defaultdict(int) for _ in range(lay.p)]
         self.blocks = 0
 
     def targets(self, r, st) -> list:
@@ -479,7 +494,7 @@ def _replay(programs, lay):
     """Run every thread block to completion; the transfers in the order they happened."""
     rp = _Replay(lay)
     pc = {(r, t): 0 for r, tbs in programs.items() for t in tbs}
-    queues = defaultdict(list)  # (src, dst, chan) -> [(chunks, versions, cnt, where)]
+    queues: defaultdict = defaultdict(list)  # (src, dst, chan) -> [(chunks, versions, cnt, where)]
     progress, patient = True, True
     while progress:
         progress = False
@@ -591,7 +606,10 @@ def _fix_scratch(rp):
 
 def _pack(ops):
     """Consecutive non-conflicting ops into one step (order between conflicting ones kept)."""
-    steps, cur, written, read = [], [], set(), set()
+    steps: list = []
+    cur: list = []
+    written: set = set()
+    read: set = set()
     for src, dst, x, y, red, ch in ops:
         w, rd = (dst, y), (src, x)
         if w in written or w in read or rd in written:

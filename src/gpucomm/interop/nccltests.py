@@ -112,7 +112,8 @@ def collective_of_test(test: str) -> str:
 def parse_log(text: str) -> NcclTestsLog:
     """Parse nccl-tests output (any release since 2019); ConfigError when no table row is found."""
     log = NcclTestsLog(None, None, [])
-    devices, info = [], NcclInfo()
+    devices: list = []
+    info = NcclInfo()
     for raw in text.splitlines():
         line = raw.rstrip()
         m = _INFO.match(line.strip())
@@ -205,14 +206,26 @@ def _info_line(info: NcclInfo, msg: str, host: str, level: str) -> None:
     if level == "WARN":
         info.warnings.append(msg.strip())
         return
+    if _info_topology(info, msg) or _info_network(info, msg):
+        return
+    if "NVLS multicast support is available" in msg or re.search(r"NVLS comm\b", msg):
+        info.nvls = True
+    elif "NVLS multicast support is not available" in msg:
+        info.nvls = False
+    if re.search(r"GPU Direct RDMA Disabled", msg):
+        info.gdr = False
+
+
+def _info_topology(info: NcclInfo, msg: str) -> bool:
+    """Version, ranks and nodes, channels, rings and trees; whether the line was one."""
     m = re.match(r"NCCL version\s+(\S+)", msg)
     if m:
         info.version = m.group(1)
-        return
+        return True
     m = re.search(r"nRanks\s+(\d+)\s+nNodes\s+(\d+)\s+localRanks\s+(\d+)", msg)
     if m:
         info.nranks, info.nnodes, info.local_ranks = (int(x) for x in m.groups())
-        return
+        return True
     m = re.search(r"(\d+)\s+coll channels,.*?(?:(\d+)\s+nvls channels)?", msg)
     if m and "coll channels" in msg:
         # one line per rank: the fewest is what limits the collective
@@ -221,14 +234,19 @@ def _info_line(info: NcclInfo, msg: str, host: str, level: str) -> None:
         if n:
             info.nvls_channels = min(int(n.group(1)), 1 << 30 if info.nvls_channels is None
                                      else info.nvls_channels)
-        return
+        return True
     m = re.match(r"Channel\s+(\d+)/(\d+)\s*:\s*[\d\s]+$", msg)
     if m:
         info.ring_channels = max(info.ring_channels, int(m.group(1)) + 1)
-        return
+        return True
     if msg.startswith("Trees"):
         info.trees = max(info.trees, msg.count("["))
-        return
+        return True
+    return False
+
+
+def _info_network(info: NcclInfo, msg: str) -> bool:
+    """Transports per peer, NICs, network plugin, environment settings; whether the line was one."""
     m = _VIA.search(msg)
     if m:
         via = m.group(3)
@@ -240,29 +258,24 @@ def _info_line(info: NcclInfo, msg: str, host: str, level: str) -> None:
                 info.net_devices.add(int(bits[2]))
             gdr = "GDRDMA" in via
             info.gdr = gdr if info.gdr is None else (info.gdr and gdr)
-        return
+        return True
     m = re.search(r"(\w+) set by environment to (\S+)", msg)
     if m:
         info.env[m.group(1)] = m.group(2)
-        return
+        return True
     m = re.match(r"NET/(\w+)\s*:\s*Using\s+(.*)", msg)
     if m and "[" in m.group(2):
         info.net = {"OFI": "OFI"}.get(m.group(1), m.group(1))
         devs = re.findall(r"\[\d+\]([^\s;]+)", m.group(2))
         info.nics = tuple(devs)
         info.roce = any(d.endswith("/RoCE") for d in devs)
-        return
+        return True
     m = re.search(r"Using network (.+)$", msg)
     if m:
         info.net = info.net or m.group(1).strip()
-        return
+        return True
     m = re.search(r"[Ss]elected [Pp]rovider is (\w+)", msg)
     if m:
         info.provider = m.group(1).lower()
-        return
-    if "NVLS multicast support is available" in msg or re.search(r"NVLS comm\b", msg):
-        info.nvls = True
-    elif "NVLS multicast support is not available" in msg:
-        info.nvls = False
-    if re.search(r"GPU Direct RDMA Disabled", msg):
-        info.gdr = False
+        return True
+    return False

@@ -77,7 +77,8 @@ class SystemGuess:
 
 def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
     """'2 × DGX H100 over 8 × ib-ndr' for build_topology arguments (and the NICs it got)."""
-    node = LABEL.get(kw.get("system"), kw.get("system"))
+    system = kw.get("system")
+    node = LABEL.get(system, system) if system is not None else None
     g = kw.get("gpus_per_node")
     text = f"{kw.get('nodes', 1)} × {node}" + (f" ({g} GPU{'s' if g > 1 else ''} each)"
                                                 if g else "")
@@ -113,7 +114,7 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
     if info.nnodes and hosts and info.nnodes != nodes:
         ev.append(f"NCCL counts {info.nnodes} nodes, the device lines {nodes} hosts; "
                   f"using the hosts")
-    system = PRESET_OF_GPU.get(gpu)
+    system = PRESET_OF_GPU.get(gpu) if gpu is not None else None
     if system and gpu_name and re.search(r"PCIe", gpu_name, re.I):
         system = "pcie"  # a PCIe card of an NVLink GPU: a PCIe box, not its baseboard
     if system == "dgx-a100" and (info.provider == "cxi" or any(n.startswith("cxi")

@@ -9,11 +9,13 @@ for "keep NCCL's default" (channels) or "any" (the rest). Facts from its README;
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..collectives import get_collective
 from ..dtypes import get_dtype
 from ..errors import ConfigError
 from ..simulate import predict
+from ..topology import Topology
 
 HEADER = ("collective", "min_bytes", "max_bytes", "algorithm", "protocol", "channels", "nNodes",
           "nRanks", "numPipeOps", "regBuff")
@@ -31,7 +33,7 @@ MAX_BYTES = (1 << 63) - 1  # the last rule covers every larger size (fits signed
 
 @dataclass(frozen=True)
 class TuneRequest:
-    topology: object
+    topology: Topology
     nodes: int
     collectives: tuple = tuple(NCCL_COLLECTIVES)
     min_bytes: int = 1
@@ -102,7 +104,7 @@ def parse_csv(text: str) -> list[dict]:
             raise ConfigError(f"line {n}: {len(f)} fields, expected 8 to 10 ({','.join(HEADER)})")
         f += ["-1"] * (10 - len(f))
         try:
-            r = dict(zip(HEADER, [f[0]] + [int(f[1]), int(f[2])] + f[3:5]
+            r: dict[str, Any] = dict(zip(HEADER, [f[0]] + [int(f[1]), int(f[2])] + f[3:5]
                          + [int(x) for x in f[5:]]))
         except ValueError:
             raise ConfigError(f"line {n}: a number field is not an integer: {line!r}") from None

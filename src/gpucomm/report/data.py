@@ -73,7 +73,7 @@ def command_line(argv=None) -> str:
 
 def args_inputs(args) -> dict:
     """A command's parsed options as JSON, with the SHA-256 of every file one names."""
-    out = {}
+    out: dict[str, object] = {}
     for k, v in sorted(vars(args).items()):
         if k in ("func", "html", "argv") or callable(v):
             continue
@@ -126,7 +126,9 @@ def topology_drawing(topo) -> dict:
     pos, _ = _positions(topo, drawn)
     devices = [[d.name, d.kind, round(pos[d.name][0], 4), round(pos[d.name][1], 4)]
                for d in topo.devices if d.name in pos]
-    links, seen, kinds = [], set(), {}
+    links: list = []
+    seen: set = set()
+    kinds: dict = {}
     for ln in topo.links:
         if ln.src not in pos or ln.dst not in pos or (ln.dst, ln.src) in seen:
             continue
@@ -148,7 +150,7 @@ def trace_data(result, topo, schedule=None) -> dict:
         src = np.fromiter((rec[1] for rec in result.timeline), dtype=np.int64,
                           count=len(result.timeline))
         counts = np.bincount(src, minlength=result.nranks)
-    shown = []
+    shown: list = []
     for r in np.flatnonzero(counts).tolist():
         if shown and counts[shown].sum() + counts[r] > MAX_TIMELINE_OPS:
             break

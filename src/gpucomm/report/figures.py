@@ -5,6 +5,8 @@ saved JSON draws the same charts. Sizes are bytes, times microseconds, bandwidth
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 TECH_COLOURS = {"nvlink": "#2e8b57", "pcie": "#1f77b4", "cpu": "#7f7f7f", "memory": "#9467bd",
                 "ib": "#ff7f0e", "roce": "#d62728", "efa": "#e377c2", "ethernet": "#8c564b",
                 "slingshot": "#bcbd22", "custom": "#333333"}
@@ -14,6 +16,11 @@ DEVICE_STYLE = {"gpu": ("square", "#76b900"), "nvswitch": ("diamond", "#2e8b57")
                 "switch": ("hexagon", "#d62728")}
 PARTS_COLOURS = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2",
                  "#ff9da6", "#9d755d", "#bab0ac"]
+
+
+def _exposed(kind: str) -> Callable[[dict], float]:
+    """A variant's exposed communication time of one kind (0 where it has none)."""
+    return lambda p: p.get("exposed_comm_by_kind_s", {}).get(kind, 0.0)
 
 
 def _layout(title: str, **kw) -> dict:
@@ -38,7 +45,7 @@ def sweep(result: dict, candidates: list | None, title: str) -> list:
     sizes = [r["size"] for r in rows]
     bw_traces, t_traces = [], []
     if candidates:
-        lines = {}
+        lines: dict[str, list] = {}
         for r, cands in zip(rows, candidates):
             for alg, proto, t_s in cands:
                 lines.setdefault(f"{alg}/{proto}", []).append(
@@ -94,7 +101,8 @@ def measured_vs_predicted(points: list, title: str) -> list:
                                                  "exponentformat": "power"})},
         {"data": err, "layout": _layout(f"{title}: prediction error per size "
                                         "(predicted busbw / measured - 1)", height=320,
-                                        xaxis={"type": "category", "title": {"text": "size (bytes)"}},
+                                        xaxis={"type": "category",
+                                               "title": {"text": "size (bytes)"}},
                                         yaxis={"title": {"text": "error (%)"}, "zeroline": True},
                                         showlegend=False)},
     ]
@@ -103,8 +111,8 @@ def measured_vs_predicted(points: list, title: str) -> list:
 def topology(topo: dict) -> list:
     """The machine: devices by kind, links coloured by technology (a duplex pair once)."""
     pos = {d[0]: (d[2], d[3]) for d in topo["devices"]}
-    by_kind = {}
-    for src, dst, tech, kind, gbps in topo["links"]:
+    by_kind: dict[str, tuple[list, list]] = {}
+    for src, dst, _tech, kind, _gbps in topo["links"]:
         xs, ys = by_kind.setdefault(kind, ([], []))
         (x0, y0), (x1, y1) = pos[src], pos[dst]
         xs += [x0, x1, None]
@@ -113,7 +121,7 @@ def topology(topo: dict) -> list:
              "line": {"color": TECH_COLOURS.get(kind, "#333333"), "width": 2},
              "hoverinfo": "skip", "opacity": 0.75}
             for kind, (xs, ys) in sorted(by_kind.items())]
-    kinds = {}
+    kinds: dict[str, list] = {}
     for name, kind, x, y in topo["devices"]:
         kinds.setdefault(kind, []).append((name, x, y))
     for kind, devs in kinds.items():
@@ -188,9 +196,9 @@ def plan_bars(variants: list, per: str) -> list:
     kinds = []
     for _, p in variants:
         kinds += [k for k in p.get("exposed_comm_by_kind_s", {}) if k not in kinds]
-    parts = [("compute", lambda p: p["compute_time_s"])]
-    parts += [(f"{k} exposed", lambda p, k=k: p.get("exposed_comm_by_kind_s", {}).get(k, 0.0))
-              for k in kinds]
+    parts: list[tuple[str, Callable[[dict], float]]] = [
+        ("compute", lambda p: p["compute_time_s"])]
+    parts += [(f"{k} exposed", _exposed(k)) for k in kinds]
     parts.append(("bubble", lambda p: p.get("bubble_s", 0.0)))
     steps = []
     for i, (name, get) in enumerate(parts):

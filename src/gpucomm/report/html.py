@@ -41,7 +41,7 @@ def write_html(path, result=None, *, entries=None, kind=None, title=None, args=N
         argv = getattr(args, "argv", None) if argv is None else argv
         inputs = args_inputs(args) if inputs is None else inputs
     if entries is None:
-        extras = {}
+        extras: dict[str, object] = {}
         if topology is not None:
             extras["topology"] = topology_drawing(topology)
         if sims:
@@ -154,7 +154,8 @@ def _layout_label(p) -> str:
 def render(doc: dict) -> str:
     """The HTML page of a report document."""
     from plotly.offline import get_plotlyjs  # the optional extra: checked by the caller
-    figs, body = [], []
+    figs: list = []
+    body: list = []
     for i, e in enumerate(doc["entries"]):
         body.append(_entry_html(i, e, figs))
     data = _script_json(doc)

@@ -5,13 +5,14 @@ records every rate it gives every flow (max-min fair shares change whenever a fl
 ends), so each link's utilisation is exact: the sum of its flows' rates over its payload
 capacity (the protocol's wire overhead included: LL fills a link at half its bandwidth).
 
-Otherwise (the analytic model, or no schedule) every op of a traced SimResult crosses the links of its route (the simulator's own path
-table, same placement); its bytes are spread evenly over [start, end) on each of them, as a
-fraction of the link's achievable bandwidth. Integrated over time this gives back exactly the
-simulator's `link_busy_s` (bytes / capacity). It is each op's average rate: where the flow
-model changed an op's rate midway (another flow joined its link) the averages of overlapping
-ops can add up to more than 1 for a while, and the analytic model, which ignores sharing,
-shows above 1 what a link would need to carry (the demand, not a rate the link reached).
+Otherwise (the analytic model, or no schedule) every op of a traced SimResult crosses the links
+of its route (the simulator's own path table, same placement); its bytes are spread evenly over
+[start, end) on each of them, as a fraction of the link's achievable bandwidth. Integrated over
+time this gives back exactly the simulator's `link_busy_s` (bytes / capacity). It is each op's
+average rate: where the flow model changed an op's rate midway (another flow joined its link)
+the averages of overlapping ops can add up to more than 1 for a while, and the analytic model,
+which ignores sharing, shows above 1 what a link would need to carry (the demand, not a rate
+the link reached).
 
     >>> from gpucomm.algorithms import build
     >>> from gpucomm.simulate import simulate
@@ -74,7 +75,8 @@ def link_usage(result, topology, schedule=None) -> LinkUsage | None:
         return None
     from ..simulate.core import path_table
     arr = np.asarray([rec[1:8] for rec in tl], dtype=np.float64)
-    src, dst, ch = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 3].astype(np.int64)
+    src, dst = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64)
+    ch = arr[:, 3].astype(np.int64)
     start, end, nbytes = arr[:, 4], arr[:, 5], arr[:, 6]
     paths = path_table(topology, np.arange(result.nranks, dtype=np.int64))
     routes = paths.routes(src, dst, ch)

@@ -101,7 +101,7 @@ def nvls_ops(result, topology=None, ranks=None) -> list:
                        "other nodes over the NIC rails"))
     phases.append(("multicast", "multimem.st: the switch writes the reduced chunk to every GPU"))
     ranks = range(p) if ranks is None else ranks
-    ops = [(f"NVLS latency ({t0 * 1e6:.1f} us)", "nvls", r, 0, 0.0, t0,
+    ops: list[tuple] = [(f"NVLS latency ({t0 * 1e6:.1f} us)", "nvls", r, 0, 0.0, t0,
             {"what": "fixed cost: launch, switch and (across nodes) tree hops"})
            for r in ranks] if t0 > 0 else []
     step = body / drawn

@@ -21,7 +21,7 @@ from .rendezvous import Rendezvous
 TRANSPORTS = ("shm", "torch", "mpi")
 
 
-def init(timeout=None, transport: str = "shm",
+def init(timeout: float | None = None, transport: str = "shm",
          options: RuntimeOptions | None = None) -> Communicator:
     """The communicator of this process, from the torchrun/mpiexec environment.
 
@@ -47,13 +47,13 @@ def init(timeout=None, transport: str = "shm",
         raise ConfigError(f"unknown transport {transport!r}: allowed are {', '.join(TRANSPORTS)}")
     if transport == "torch":
         from .torch_transport import init_torch_transport
-        tr = init_torch_transport(timeout)
-        return Communicator(tr.rank, tr.nranks, tr, timeout,
-                            env_int("LOCAL_RANK", tr.rank))
+        ttr = init_torch_transport(timeout)
+        return Communicator(ttr.rank, ttr.nranks, ttr, timeout,
+                            env_int("LOCAL_RANK", ttr.rank))
     if transport == "mpi":
         from .mpi_transport import MPITransport, local_rank
-        tr = MPITransport(timeout=timeout)
-        return Communicator(tr.rank, tr.nranks, tr, timeout, local_rank(tr.engine.comm))
+        mtr = MPITransport(timeout=timeout)
+        return Communicator(mtr.rank, mtr.nranks, mtr, timeout, local_rank(mtr.engine.comm))
     job = job_env()
     from .shm import ShmTransport
     rdzv = shm_rendezvous(job, timeout)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import atexit
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from ..algorithms import REGISTRY, build
 from ..collectives import get_collective
 from ..errors import CommTimeout, ConfigError, GpucommError, TransportError
 from ..schedule import Schedule
+from .contracts import Transport
 
 # "auto": what works best on shared memory, where a rank reads any peer directly. Few large
 # direct rounds beat many small ring steps (each step costs a synchronisation, not bandwidth);
@@ -65,7 +67,7 @@ def _schedule(coll: str, name: str, nranks: int, root: int) -> Schedule:
 class Work:
     """The handle of an `async_op=True` call. `wait()` blocks until it is done (or raises)."""
 
-    def __init__(self, future):
+    def __init__(self, future: Future[Any]):
         self._future = future
 
     def is_completed(self) -> bool:
@@ -97,17 +99,17 @@ class Communicator:
     thread instead: torch.distributed's contract that every rank issues them in one order.)
     """
 
-    def __init__(self, rank: int, world_size: int, transport, timeout: float, local_rank=None,
-                 any_thread: bool = False):
+    def __init__(self, rank: int, world_size: int, transport: Transport, timeout: float,
+                 local_rank: int | None = None, any_thread: bool = False):
         self.rank, self.world_size, self.timeout = rank, world_size, timeout
         self.local_rank = rank if local_rank is None else local_rank
         self.transport = transport
         self.any_thread = any_thread
         self._owner = threading.get_ident()
         self._closed = False
-        self._pool = None
-        self._schedules = {}
-        self._pending = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._schedules: dict[tuple[Any, ...], Schedule] = {}
+        self._pending: list[Future[Any]] = []
         self._lock = threading.Lock()
         atexit.register(self.close)
 
@@ -279,7 +281,8 @@ class Communicator:
         return f"Communicator(rank={self.rank}, world_size={self.world_size})"
 
 
-_DTYPE_OF = {d.storage: d for d in dt.DTYPES.values() if d.name != "bfloat16"}
+_DTYPE_OF: dict[Any, dt.DType] = {d.storage: d for d in dt.DTYPES.values()
+                                  if d.name != "bfloat16"}
 _DTYPE_OF.update({d: d for d in dt.DTYPES.values()})
 _DTYPE_OF.update({name: d for name, d in dt.DTYPES.items()})
 

@@ -95,8 +95,8 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
     Output lines are written to `out` (default stdout) as "[rank k] line". A rank killed by a
     signal counts as failed (status 128+signal). With `bind` and no more ranks than cores,
     rank k is pinned to the k-th core (as `mpirun --bind-to core`), so two ranks never take
-    turns on one core while the other core serves something else. After every run, shared-memory segments the
-    ranks left (named with this launch's session tag) are removed.
+    turns on one core while the other core serves something else. After every run, the
+    shared-memory segments the ranks left (named with this launch's session tag) are removed.
     """
     check_launch(cmd, nranks, timeout)
     out = out if out is not None else sys.stdout

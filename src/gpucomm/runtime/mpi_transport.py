@@ -20,12 +20,12 @@ import time
 import numpy as np
 
 from ..errors import ConfigError, TransportError
-from .p2p import DEFAULT_TIMEOUT_S, SLICE_BYTES, P2PTransport, peer_error
+from .p2p import DEFAULT_TIMEOUT_S, P2P_SLICE_BYTES, P2PTransport, peer_error
 
 try:
     from mpi4py import MPI
 except ImportError:  # optional engine
-    MPI = None
+    MPI = None  # type: ignore[assignment]
 
 _SPIN_S = 2e-4  # poll without sleeping this long: most steps finish within it
 _MAX_SLEEP_S = 1e-3
@@ -126,8 +126,10 @@ class MPITransport(P2PTransport):
     """A P2PTransport over an MPI communicator (default COMM_WORLD), numpy buffers."""
 
     def __init__(self, comm=None, timeout: float = DEFAULT_TIMEOUT_S,
-                 slice_bytes: int = SLICE_BYTES):
-        super().__init__(MPIEngine(comm), timeout=timeout, slice_bytes=slice_bytes)
+                 slice_bytes: int = P2P_SLICE_BYTES):
+        engine = MPIEngine(comm)
+        super().__init__(engine, timeout=timeout, slice_bytes=slice_bytes)
+        self.engine: MPIEngine = engine
 
 
 def local_rank(comm=None) -> int:

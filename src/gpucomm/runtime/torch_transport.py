@@ -14,19 +14,22 @@ and rounded to nearest even after each reduction), so results equal the referenc
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 
 from .. import dtypes as dt
 from ..errors import ConfigError, TransportError
-from .p2p import DEFAULT_TIMEOUT_S, SLICE_BYTES, P2PTransport, check_deadline, peer_error
+from .p2p import (DEFAULT_TIMEOUT_S, P2P_SLICE_BYTES, P2PTransport, check_deadline,
+                  peer_error)
 
 try:
     import torch
     import torch.distributed as dist
 except ImportError:  # the transport is optional; importing it without torch says so on use
-    torch = dist = None
+    torch = dist = None  # type: ignore[assignment]
 
 _NAMES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 
@@ -78,8 +81,10 @@ class TorchArrays:
         return torch.cat(views) if len(views) > 1 else views[0]
 
     def reduce(self, dst, src, op, dtype) -> None:
-        fn = {"sum": torch.add, "avg": torch.add, "prod": torch.mul, "min": torch.minimum,
-              "max": torch.maximum}[op]
+        fns: dict[str, Callable[..., Any]] = {
+            "sum": torch.add, "avg": torch.add, "prod": torch.mul, "min": torch.minimum,
+            "max": torch.maximum}
+        fn = fns[op]
         if dtype.name in ("float16", "bfloat16"):  # widen, reduce, round: as dtypes.reduce_into
             dst.copy_(fn(dst.float(), src.float()))
         else:
@@ -259,13 +264,15 @@ class TorchTransport(P2PTransport):
     """
 
     def __init__(self, group=None, device=None, timeout: float = DEFAULT_TIMEOUT_S,
-                 slice_bytes: int = SLICE_BYTES, batched=None):
+                 slice_bytes: int = P2P_SLICE_BYTES, batched=None):
         engine = TorchEngine(group, batched=batched)
         if device is None:
             device = (torch.device("cuda", torch.cuda.current_device())
                       if engine.backend == "nccl" else torch.device("cpu"))
-        super().__init__(engine, TorchArrays(device), timeout, slice_bytes)
-        self.device = self.arrays.device
+        arrays = TorchArrays(device)
+        super().__init__(engine, arrays, timeout, slice_bytes)
+        self.engine: TorchEngine = engine
+        self.device = arrays.device
         if engine.backend == "nccl":
             # NCCL's first batched p2p call must involve every rank of the group
             dist.barrier(group=group)

@@ -12,6 +12,7 @@ Buffers are CPU tensors, contiguous; reductions as `gpucomm.dtypes` defines them
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,7 +30,7 @@ class GpucommWork(dist.Work):
     def __init__(self, work, result):
         super().__init__()
         self._work, self._result = work, result
-        self._future = torch.futures.Future()
+        self._future: torch.futures.Future = torch.futures.Future()
         if work is None:
             self._future.set_result(result)
         else:
@@ -124,7 +125,8 @@ class _Staging:
 
 class GpucommProcessGroup(dist.ProcessGroup):
     def __init__(self, comm):
-        super().__init__(comm.rank, comm.world_size)
+        # torch's Python-backend constructor (rank, size); its stubs list only the C++ ones
+        super().__init__(comm.rank, comm.world_size)  # type: ignore[call-arg]
         self.comm = comm
         self.calls: dict = {}  # collective -> calls, to see what a client (DDP, FSDP) uses
         self._group_name = self._group_desc = ""
@@ -161,11 +163,12 @@ class GpucommProcessGroup(dist.ProcessGroup):
     # --- collectives ----------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         self._count("allreduce")
-        st, works = _Staging(), []
+        st, works = _Staging(), list[Any]()
         for t in tensors:
             op = _op(opts, t.dtype)
             if op.startswith("bitwise"):
-                works.append(self._bitwise(st.flat(t), op, None))
+                self._bitwise(st.flat(t), op, None)
+                works.append(None)
             else:
                 works.append(self.comm.all_reduce(st.flat(t), op, async_op=True))
         return st.work(self.comm, _last(works), list(tensors))
@@ -311,11 +314,12 @@ class GpucommProcessGroup(dist.ProcessGroup):
     # --- rooted ---------------------------------------------------------------------------
     def reduce(self, tensors, opts):
         self._count("reduce")
-        root, st, works = opts.rootRank, _Staging(), []
+        root, st, works = opts.rootRank, _Staging(), list[Any]()
         for t in tensors:
             op = _op(opts, t.dtype)
             if op.startswith("bitwise"):
-                works.append(self._bitwise(st.flat(t), op, root))
+                self._bitwise(st.flat(t), op, root)
+                works.append(None)
             else:
                 works.append(self.comm.reduce(st.flat(t), root, op, async_op=True))
         return st.work(self.comm, _last(works), list(tensors))

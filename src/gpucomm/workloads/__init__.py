@@ -17,7 +17,7 @@ __all__ = ["Comm", "inference_comms", "step_comms", "training_comms", "Memory",
 
 
 def __getattr__(name):  # the timed parts import the simulator only when asked for
-    if name in ("plan", "Plan", "make_cluster", "HBM_EFFICIENCY"):
+    if name in ("plan", "PredictedStep", "make_cluster", "HBM_EFFICIENCY"):
         from . import steptime
         return getattr(steptime, name)
     if name in ("PlanRequest", "answer"):

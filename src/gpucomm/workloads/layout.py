@@ -124,7 +124,36 @@ def _divisors(n: int) -> list[int]:
 
 
 def validate(model: ModelConfig, lay: Layout, world: int | None = None) -> Layout:
-    """Check the layout against the model and the GPU count; ConfigError names what would be valid."""
+    """Check the layout against the model and the GPU count; ConfigError names what would be
+    valid."""
+    _check_model_split(model, lay)
+    if lay.seq % lay.cp or (lay.cp > 1 and (lay.seq // lay.cp) % 2):
+        raise ConfigError(f"cp={lay.cp} must split seq={lay.seq} into equal even chunks")
+    if lay.sequence_parallel and (lay.seq // lay.cp) % lay.tp:
+        raise ConfigError(f"sequence parallelism splits seq/cp={lay.seq // lay.cp} over tp="
+                          f"{lay.tp}: it must divide (or pass --no-sp)")
+    if world is not None and lay.world != world:
+        others = lay.tp * lay.pp * lay.cp
+        hint = (f"; with tp={lay.tp} pp={lay.pp} cp={lay.cp} use dp={world // others}"
+                if world % others == 0 else
+                f"; tp*pp*cp={others} does not divide {world}")
+        raise ConfigError(f"tp*pp*dp*cp = {lay.tp}*{lay.pp}*{lay.dp}*{lay.cp} = {lay.world} "
+                          f"but the system has {world} GPUs{hint}")
+    if lay.global_batch % lay.dp:
+        raise ConfigError(f"global batch {lay.global_batch} is not a multiple of dp={lay.dp}")
+    if lay.mode == "train" and lay.batch_per_replica % lay.micro_batch:
+        raise ConfigError(f"global batch {lay.global_batch} / dp={lay.dp} = "
+                          f"{lay.batch_per_replica} sequences per replica is not a multiple of "
+                          f"micro-batch {lay.micro_batch}")
+    if lay.mode != "train" and (lay.zero or lay.recompute != "none" or lay.sp):
+        # no optimizer, no backward; TP inference all-reduces (no sequence parallelism)
+        lay = lay.with_(zero=0, recompute="none", sp=False)
+    return lay
+
+
+def _check_model_split(model: ModelConfig, lay: Layout) -> None:
+    """The degrees must split the model: heads, KV heads and FFN by tp, layers by pp and vpp,
+    experts by ep."""
     if model.heads % lay.tp:
         ok = [d for d in _divisors(model.heads) if model.hidden % d == 0 and d <= 64]
         raise ConfigError(f"tp={lay.tp} does not divide the {model.heads} attention heads of "
@@ -153,28 +182,6 @@ def validate(model: ModelConfig, lay: Layout, world: int | None = None) -> Layou
             ok = [d for d in _divisors(model.experts) if lay.dp % d == 0]
             raise ConfigError(f"ep={lay.ep} must divide the {model.experts} experts and dp="
                               f"{lay.dp}: valid ep are {', '.join(map(str, ok))}")
-    if lay.seq % lay.cp or (lay.cp > 1 and (lay.seq // lay.cp) % 2):
-        raise ConfigError(f"cp={lay.cp} must split seq={lay.seq} into equal even chunks")
-    if lay.sequence_parallel and (lay.seq // lay.cp) % lay.tp:
-        raise ConfigError(f"sequence parallelism splits seq/cp={lay.seq // lay.cp} over tp="
-                          f"{lay.tp}: it must divide (or pass --no-sp)")
-    if world is not None and lay.world != world:
-        others = lay.tp * lay.pp * lay.cp
-        hint = (f"; with tp={lay.tp} pp={lay.pp} cp={lay.cp} use dp={world // others}"
-                if world % others == 0 else
-                f"; tp*pp*cp={others} does not divide {world}")
-        raise ConfigError(f"tp*pp*dp*cp = {lay.tp}*{lay.pp}*{lay.dp}*{lay.cp} = {lay.world} "
-                          f"but the system has {world} GPUs{hint}")
-    if lay.global_batch % lay.dp:
-        raise ConfigError(f"global batch {lay.global_batch} is not a multiple of dp={lay.dp}")
-    if lay.mode == "train" and lay.batch_per_replica % lay.micro_batch:
-        raise ConfigError(f"global batch {lay.global_batch} / dp={lay.dp} = "
-                          f"{lay.batch_per_replica} sequences per replica is not a multiple of "
-                          f"micro-batch {lay.micro_batch}")
-    if lay.mode != "train" and (lay.zero or lay.recompute != "none" or lay.sp):
-        # no optimizer, no backward; TP inference all-reduces (no sequence parallelism)
-        lay = lay.with_(zero=0, recompute="none", sp=False)
-    return lay
 
 
 def stage_layers(model: ModelConfig, lay: Layout) -> list[int]:

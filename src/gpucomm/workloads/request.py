@@ -1,7 +1,7 @@
 """One planning request as a value, and the one function that answers it.
 
 `gpucomm plan` parses its command line into a `PlanRequest` and prints what `answer` returns:
-a `Plan` (one layout), a `Comparison` (what-ifs: the same request with some settings
+a `PredictedStep` (one layout), a `Comparison` (what-ifs: the same request with some settings
 changed) or a `SearchResult` (`search`: the layouts ranked). Comparisons and searches are
 loops over requests and layouts, not second paths.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from ..errors import ConfigError
 from .layout import Layout
 from .models import get_model
-from .steptime import Cluster, Plan, make_cluster, plan
+from .steptime import Cluster, PredictedStep, make_cluster, plan
 
 # "network": a topology.fabric.Network value (routing, QPs, loss, failed cables), built by the CLI
 TOPOLOGY_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p",
@@ -111,7 +111,7 @@ class Comparison:
 
 
 def answer(req: PlanRequest):
-    """Plan, Comparison or SearchResult for a request."""
+    """PredictedStep, Comparison or SearchResult for a request."""
     if req.search:
         from .search import search
         return search(req)
@@ -122,7 +122,7 @@ def answer(req: PlanRequest):
 
 def variants(req: PlanRequest) -> list[tuple[str, PlanRequest]]:
     """The base request and every combination of the compare values, labelled."""
-    out = [({}, replace(req, compare=()))]
+    out: list[tuple[dict, PlanRequest]] = [({}, replace(req, compare=()))]
     for key, values in req.compare:
         out = [({**lab, key: v}, r.with_(key, v)) for lab, r in out for v in values]
     labelled = []
@@ -133,7 +133,7 @@ def variants(req: PlanRequest) -> list[tuple[str, PlanRequest]]:
     return labelled
 
 
-def _plan(req: PlanRequest) -> Plan:
+def _plan(req: PlanRequest) -> PredictedStep:
     cluster = req.cluster()
     return plan(get_model(req.model), cluster.system, cluster.nodes, req.resolve(cluster),
                 cluster.nic, cluster=cluster, sim_model=req.sim_model,

@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from .compute import memory_per_gpu
 from .layout import KINDS, Layout, validate
 from .models import ModelConfig, get_model
-from .steptime import Plan, compute_bound, plan
+from .steptime import PredictedStep, compute_bound, plan
 
 SAVERS = (("none", 1), ("none", 2), ("selective", 1), ("selective", 2), ("full", 1),
           ("full", 2), ("none", 3), ("selective", 3), ("full", 3))
@@ -37,7 +37,7 @@ MAX_TIMED = 32  # layouts timed in full, at most
 
 @dataclass(frozen=True)
 class Ranked:
-    plan: Plan
+    plan: PredictedStep
     why: str  # why it lost to the best ("" for the best)
 
 
@@ -143,7 +143,7 @@ def search(req) -> SearchResult:
                           f"or batch, {rejected['memory']} do not fit in memory); add nodes, "
                           f"a shorter --seq or a smaller --global-batch")
     cands.sort(key=lambda c: (c[0], c[1]))
-    top: list[Plan] = []
+    top: list[PredictedStep] = []
     timed = 0
     for bound, _, lay, _ in cands:
         if len(top) >= req.top and bound >= top[req.top - 1].step_time_s:
@@ -163,13 +163,13 @@ def search(req) -> SearchResult:
                         len(cands) - timed, timed, time.perf_counter() - t0)
 
 
-def _parts(p: Plan) -> dict:
+def _parts(p: PredictedStep) -> dict:
     parts = {"compute": p.compute_time_s, "bubble": p.bubble_s, "optimizer": p.optimizer_s}
     parts.update({f"exposed {k}": p.exposed_by_kind.get(k, 0.0) for k in KINDS})
     return parts
 
 
-def why_lost(p: Plan, best: Plan) -> str:
+def why_lost(p: PredictedStep, best: PredictedStep) -> str:
     """The parts of `p`'s step that grew most over the best's, and what memory forced."""
     mine, theirs = _parts(p), _parts(best)
     grew = sorted(((mine[k] - theirs[k], k) for k in mine), reverse=True)

@@ -23,14 +23,16 @@ Assumptions (one value each, the same for every case):
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
 from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
-from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Memory, gemm_peak, kernels,
-                      kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
+from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory, gemm_peak,
+                      kernels, kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
                       layer_times, logits_flops, memory_per_gpu, stage_params_per_gpu,
                       training_flops)
 from .layout import KINDS, Layout, group_ranks, rank_of, stage_layers, validate
@@ -133,7 +135,7 @@ class Timer:
                          self.cluster.options), local
 
     def time(self, collective: str, nbytes: int, ranks: tuple[int, ...],
-             peers: list[tuple[int, ...]] = ()) -> dict:
+             peers: Sequence[tuple[int, ...]] = ()) -> dict:
         if len(ranks) < 2 or nbytes <= 0:
             return {"time_s": 0.0, "algorithm": "-", "protocol": "-", "together": 1}
         gpn = self.cluster.gpus_per_node
@@ -142,7 +144,8 @@ class Timer:
             return self._ring(collective, nbytes, ranks, peers)
         return self._time(collective, nbytes, ranks, peers)
 
-    def _ring(self, collective: str, nbytes: int, ranks: tuple, peers: list) -> dict:
+    def _ring(self, collective: str, nbytes: int, ranks: tuple,
+              peers: Sequence[tuple[int, ...]]) -> dict:
         """A large ring across nodes. At a fixed block per rank its time is linear in its
         steps, so a ring longer than RING_CUT is timed on its first RING_CUT/2 and RING_CUT
         members (and its peers cut alike: the same nodes pattern) and extrapolated, without
@@ -158,7 +161,7 @@ class Timer:
         return {**t[1], "time_s": t[1]["time_s"] + per_step * (n - ks[1])}
 
     def _time(self, collective: str, nbytes: int, ranks: tuple[int, ...],
-              peers: list[tuple[int, ...]] = ()) -> dict:
+              peers: Sequence[tuple[int, ...]] = ()) -> dict:
         gpn = self.cluster.gpus_per_node
         base = ranks[0] // gpn * gpn
         shape = (collective, int(nbytes), tuple(tuple(r - base for r in g)
@@ -167,7 +170,7 @@ class Timer:
             from ..simulate import predict
             topo, local = self.place([ranks])
             dtype = "bfloat16" if nbytes % 2 == 0 else "int8"
-            pick = {}
+            pick: dict[str, Any] = {}
             if collective in RING_ONLY and nbytes >= RING_ONLY_BYTES \
                     and len({r // gpn for r in ranks}) > 1:
                 pick = {"algorithm": "ring", "protocol": "simple"}
@@ -175,7 +178,7 @@ class Timer:
                 pick = {"also": SERVING_ALL_REDUCE}
             res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
                           model=self.sim_model, **pick)
-            out = {"time_s": float(res.time_s), "algorithm": res.algorithm,
+            out: dict[str, Any] = {"time_s": float(res.time_s), "algorithm": res.algorithm,
                    "protocol": res.protocol, "together": 1}
             groups = [ranks, *peers]
             # bandwidth-bound sizes: sharing slows a pattern by a size-independent ratio,
@@ -261,7 +264,7 @@ class CommTime:
 
 
 @dataclass(frozen=True)
-class Plan:
+class PredictedStep:
     """The predicted step: where its time goes, its throughput and its memory per GPU."""
     model: str
     system: str
@@ -286,7 +289,7 @@ class Plan:
     optimizer_s: float = 0.0
     warnings: tuple = ()
     ep_split: dict = field(default_factory=dict)  # EP part ("intra"/"inter") -> s per step
-    kernels: object = None  # compute.Kernels of the GPU class
+    kernels: Kernels | None = None  # the GPU class's kernel efficiencies
     causal_tflops_per_gpu: float = 0.0  # model FLOPs counting the causal half of attention
 
     @property
@@ -323,7 +326,8 @@ class Plan:
             "memory_breakdown_bytes": self.memory.to_dict(), "hbm_bytes": self.hbm_bytes,
             "warnings": list(self.warnings), "overlaps": self.overlaps(),
             "kernels": {"gemm_efficiency": kern.gemm, "attention_efficiency": kern.attention,
-                        "hbm_efficiency": HBM_EFFICIENCY, "source": kern.source},
+                        "hbm_efficiency": HBM_EFFICIENCY, "source": kern.source}
+            if kern is not None else {},
             "collectives": [c.to_dict() for c in self.comms],
         }
 
@@ -345,14 +349,14 @@ def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str
                 f"estimate's {MEMORY_TOLERANCE:.0%} accuracy: it may not fit",)
     parts = ", ".join(f"{k} {_gb(v)}" for k, v in mem.to_dict().items() if k != "total" and v)
     fix = fitting_variant(model, lay, gpu)
-    tips = ["a larger --tp, --pp or --ep" + (" (or more nodes)" if lay.mode == "train" else "")]
+    advice = ["a larger --tp, --pp or --ep" + (" (or more nodes)" if lay.mode == "train" else "")]
     if lay.mode == "train":
-        tips += (["--zero 3"] if lay.zero < 3 else []) + \
+        advice += (["--zero 3"] if lay.zero < 3 else []) + \
             (["--recompute full"] if lay.recompute != "full" else []) + \
             (["a smaller --micro-batch"] if lay.micro_batch > 1 else [])
     else:
-        tips.append("a smaller batch or context")
-    tips = ", ".join(tips)
+        advice.append("a smaller batch or context")
+    tips = ", ".join(advice)
     raise ConfigError(f"{model.name} with tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} "
                       f"ep={lay.ep} vpp={lay.vpp} does not fit: it needs {_gb(mem.total)} per "
                       f"GPU ({parts}), {over / cap:.0%} over the {_gb(cap)} of {gpu.name}; "
@@ -363,7 +367,7 @@ def fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
     """The first of a few standard memory savers (same GPU count) that makes `lay` fit,
     cheapest first: ZeRO-2 (no extra traffic), selective recomputation, less interleaving,
     ZeRO-3, a smaller micro-batch, full recomputation, then deeper pipelines."""
-    tries = []
+    tries: list[tuple[str, dict[str, Any]]] = []
     if lay.mode == "train":
         if lay.zero < 2:
             tries.append(("--zero 2", dict(zero=2)))
@@ -413,7 +417,7 @@ def _hidden(total: float, first: float, window: float) -> float:
 def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None, *,
          check_fit: bool = True, sim_model: str = "analytic", contention: bool = True,
          cluster: Cluster | None = None,
-         **topology_options) -> Plan:
+         **topology_options) -> PredictedStep:
     """Predict one step of `model` with `layout` on `nodes` nodes of `system`.
 
     >>> p = plan("llama3-70b", "dgx-h100", 1, Layout(tp=8, seq=4096, global_batch=1,
@@ -458,7 +462,7 @@ def optimizer_time(model: ModelConfig, lay: Layout, gpu) -> float:
     return nbytes / (gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY)
 
 
-def _training_step(model, lay, cluster, mem, timed) -> Plan:
+def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
     gpu, m, p, v = cluster.gpu, lay.microbatches, lay.pp, lay.vpp
     lt = layer_times(model, lay, gpu, lay.batch, lay.seq)
     per_layer = lt.microbatch_s(lay.recompute)
@@ -476,7 +480,7 @@ def _training_step(model, lay, cluster, mem, timed) -> Plan:
     per_mb = {k: 0.0 for k in KINDS}
     first = {k: 0.0 for k in KINDS}
     comm_total = {k: 0.0 for k in KINDS}
-    ep_split = {}
+    ep_split: dict[str, float] = {}
     dp_grad = dp_param = zero3 = 0.0
     dp_grad_last = dp_param_last = zero3_one = 0.0
     dp_grad_n = dp_param_n = 0
@@ -535,7 +539,7 @@ def _training_step(model, lay, cluster, mem, timed) -> Plan:
                    causal_tflops_per_gpu=causal / step_s / cluster.gpus / 1e12)
 
 
-def compute_bound(model: ModelConfig, lay: Layout, cluster: Cluster, mem: Memory) -> Plan:
+def compute_bound(model: ModelConfig, lay: Layout, cluster: Cluster, mem: Memory) -> PredictedStep:
     """The step with every collective free: a lower bound of `plan`'s step (no simulator)."""
     step = _training_step if lay.mode == "train" else _inference_step
     return step(model, lay, cluster, mem, ())
@@ -548,7 +552,7 @@ def _experts_touched(model: ModelConfig, tokens: float) -> float:
     return model.experts * (1 - (1 - model.top_k / model.experts) ** tokens)
 
 
-def _inference_step(model, lay, cluster, mem, timed) -> Plan:
+def _inference_step(model, lay, cluster, mem, timed) -> PredictedStep:
     gpu = cluster.gpu
     decode = lay.mode == "decode"
     b = lay.batch
@@ -565,7 +569,7 @@ def _inference_step(model, lay, cluster, mem, timed) -> Plan:
                  BF16 * model.vocab * model.hidden / lay.tp / hbm)
     compute = model.layers * layer_s + head_s  # the stages run one after another
     comm_total = {k: 0.0 for k in KINDS}
-    ep_split = {}
+    ep_split: dict[str, float] = {}
     for c in timed:  # counts cover every stage: one batch visits them in turn
         comm_total[c.comm.kind] += c.total_s
         if c.comm.kind == "EP":
@@ -582,12 +586,13 @@ def _inference_step(model, lay, cluster, mem, timed) -> Plan:
 
 
 def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, exposed, bubble,
-            tokens, model_flops, hw_flops, opt_s, ep_split) -> Plan:
+            tokens, model_flops, hw_flops, opt_s, ep_split) -> PredictedStep:
     n = cluster.gpus
     used = [k for k in KINDS if comm_total[k] > 0 or exposed[k] > 0]
-    return Plan(model.name, cluster.system, cluster.nic, cluster.nodes, n, cluster.gpu.name, lay,
-                step_s, compute, {k: comm_total[k] for k in used},
-                {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
-                tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
-                model_flops / step_s / n / cluster.gpu.bf16_flops, mem, cluster.gpu.hbm_bytes,
-                timed, opt_s, (), ep_split, kernels(cluster.gpu))
+    return PredictedStep(
+        model.name, cluster.system, cluster.nic, cluster.nodes, n, cluster.gpu.name, lay,
+        step_s, compute, {k: comm_total[k] for k in used},
+        {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
+        tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
+        model_flops / step_s / n / cluster.gpu.bf16_flops, mem, cluster.gpu.hbm_bytes,
+        timed, opt_s, (), ep_split, kernels(cluster.gpu))
