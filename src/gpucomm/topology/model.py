@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,10 +42,13 @@ class Topology:
     `p2p=False` means GPUs cannot reach each other (or a NIC) directly over PCIe: data
     bounces through a host `memory` device. `nic_affinity` names each rank's NIC (the one
     it uses for inter-node traffic, GPUDirect RDMA); empty = the closest NIC.
+
+    `devices` and `links` are tuples, or a cluster's columnar DeviceTable and LinkTable
+    (tables.py: read-only sequences equal to the tuples of their items).
     """
     name: str
-    devices: tuple[Device, ...]
-    links: tuple[Link, ...]
+    devices: Sequence[Device]
+    links: Sequence[Link]
     ranks: tuple[str, ...]
     gpus_per_node: int
     nodes: int
@@ -60,6 +64,8 @@ class Topology:
             value = getattr(self, name)
             if not isinstance(value, (DeviceTable, LinkTable)):
                 object.__setattr__(self, name, tuple(value))
+        index: NameIndex | dict[str, int]
+        kinds: list[str]
         if isinstance(self.devices, DeviceTable):   # checked when the table was made
             index = NameIndex(self.devices)
             kinds = self.devices.kinds()
@@ -78,8 +84,8 @@ class Topology:
         self._cache["kinds"] = kinds
         self._check_ranks(index, kinds)
 
-    def _check_devices(self) -> tuple[dict, list]:
-        index = {}
+    def _check_devices(self) -> tuple[dict[str, int], list[str]]:
+        index: dict[str, int] = {}
         for i, d in enumerate(self.devices):
             if not isinstance(d, Device):
                 raise TopologyError(f"devices must be Device values, got {type(d).__name__}")
@@ -176,12 +182,13 @@ class Topology:
     def link_ends(self) -> tuple[np.ndarray, np.ndarray]:
         """(source, destination) device indices of every link, int64 arrays (read-only)."""
         if "ends" not in self._cache:
+            ends: tuple[np.ndarray, np.ndarray]
             if isinstance(self.links, LinkTable):
                 ends = (self.links.src, self.links.dst)
             else:
                 index = self._cache["index"]
-                ends = tuple(np.array([index[getattr(ln, end)] for ln in self.links],
-                                      dtype=np.int64) for end in ("src", "dst"))
+                ends = (np.array([index[ln.src] for ln in self.links], dtype=np.int64),
+                        np.array([index[ln.dst] for ln in self.links], dtype=np.int64))
                 for a in ends:
                     a.flags.writeable = False
             self._cache["ends"] = ends
@@ -291,7 +298,7 @@ class Topology:
         return cls.from_yaml(read_text(p, "topology file"), where=str(p))
 
     def __str__(self) -> str:
-        kinds = {}
+        kinds: dict[str, int] = {}
         for k in self.device_kinds():
             kinds[k] = kinds.get(k, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in kinds.items())

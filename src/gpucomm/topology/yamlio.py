@@ -6,8 +6,14 @@ take them from the hardware catalog through `tech`; `duplex: true` adds the reve
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from ..errors import ConfigError, TopologyError
 from .elements import Device, Link
+
+if TYPE_CHECKING:
+    from ..hardware.catalog import LinkTech
 
 TOP_KEYS = ("name", "nodes", "gpus_per_node", "in_switch_reduction", "p2p", "devices", "links",
             "ranks", "nic_affinity", "description", "source")
@@ -16,26 +22,27 @@ LINK_KEYS = ("src", "dst", "tech", "bandwidth_Bps", "bandwidth_GBps", "bandwidth
              "latency_s", "latency_us", "efficiency", "duplex", "count")
 
 
-def _mapping(obj, where):
+def _mapping(obj: object, where: str) -> dict:
     if not isinstance(obj, dict):
         raise TopologyError(f"{where} must be a mapping, got {type(obj).__name__}")
     return obj
 
 
-def _unknown(obj, allowed, where):
+def _unknown(obj: dict, allowed: Sequence[str], where: str) -> None:
     extra = [k for k in obj if k not in allowed]
     if extra:
         raise TopologyError(f"{where}: unknown field {extra[0]!r}; allowed: {', '.join(allowed)}")
 
 
-def _number(obj, key, where):
+def _number(obj: dict, key: str, where: str) -> float:
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TopologyError(f"{where}: {key} must be a number, got {v!r}")
     return float(v)
 
 
-def _catalog(tech, where):
+def _catalog(tech: Any, where: str) -> LinkTech:
+    """The catalog entry of `tech`, a YAML scalar of any type (named as given if unknown)."""
     from ..hardware import get_link_tech
     try:
         return get_link_tech(tech)
@@ -43,52 +50,67 @@ def _catalog(tech, where):
         raise TopologyError(f"{where}: {e}") from None
 
 
-def parse_link(obj, where) -> list[Link]:
-    _mapping(obj, where)
-    _unknown(obj, LINK_KEYS, where)
-    for key in ("src", "dst"):
-        if key not in obj:
-            raise TopologyError(f"{where}: missing field {key!r} (a link needs src, dst, and "
-                                "a tech or a bandwidth and latency)")
-    tech = obj.get("tech")
-    cat = None
+def _count(obj: dict, where: str) -> int:
+    """How many links of the technology the bundle holds (e.g. 2 NVLinks); 1 if not given."""
     count = obj.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise TopologyError(f"{where}: count {count!r} must be an integer >= 1")
+    return count
+
+
+def _bandwidth(obj: dict, tech: Any, count: int, where: str) -> float:
+    """bandwidth_Bps in bytes/s, GB/s or Gb/s, or the catalog tech's (`count` of its links)."""
     if "bandwidth_Bps" in obj:
-        bw = _number(obj, "bandwidth_Bps", where)
-    elif "bandwidth_GBps" in obj:
-        bw = _number(obj, "bandwidth_GBps", where) * 1e9
-    elif "bandwidth_Gbps" in obj:
-        bw = _number(obj, "bandwidth_Gbps", where) * 1e9 / 8
-    elif tech is not None:
-        # count: how many links of the technology the bundle holds (e.g. 2 NVLinks)
-        cat = _catalog(tech, where)
-        bw = cat.unit_Bps * count if "count" in obj else cat.bandwidth_Bps
-    else:
+        return _number(obj, "bandwidth_Bps", where)
+    if "bandwidth_GBps" in obj:
+        return _number(obj, "bandwidth_GBps", where) * 1e9
+    if "bandwidth_Gbps" in obj:
+        return _number(obj, "bandwidth_Gbps", where) * 1e9 / 8
+    if tech is None:
         raise TopologyError(f"{where}: missing field 'bandwidth_Bps' (give a bandwidth or a "
                             "catalog tech such as nvlink4, pcie5, ib-ndr)")
+    cat = _catalog(tech, where)
+    return cat.unit_Bps * count if "count" in obj else cat.bandwidth_Bps
+
+
+def _latency(obj: dict, tech: Any, where: str) -> float:
+    """latency_s in seconds or microseconds, or the catalog tech's."""
     if "latency_s" in obj:
-        lat = _number(obj, "latency_s", where)
-    elif "latency_us" in obj:
-        lat = _number(obj, "latency_us", where) * 1e-6
-    elif tech is not None:
-        cat = cat or _catalog(tech, where)
-        lat = cat.latency_s
-    else:
+        return _number(obj, "latency_s", where)
+    if "latency_us" in obj:
+        return _number(obj, "latency_us", where) * 1e-6
+    if tech is None:
         raise TopologyError(f"{where}: missing field 'latency_s' (give a latency or a catalog "
                             "tech)")
+    return _catalog(tech, where).latency_s
+
+
+def _efficiency(obj: dict, tech: Any, where: str) -> float:
+    """efficiency as given, else the catalog tech's, else 1."""
     if "efficiency" in obj:
-        eff = _number(obj, "efficiency", where)
-    elif tech is not None:
-        cat = cat or _catalog(tech, where)
-        eff = cat.efficiency
-    else:
-        eff = 1.0
-    duplex = obj.get("duplex", False)
+        return _number(obj, "efficiency", where)
+    if tech is None:
+        return 1.0
+    return _catalog(tech, where).efficiency
+
+
+def parse_link(obj: object, where: str) -> list[Link]:
+    """The link (and with `duplex: true` its reverse) of one YAML mapping."""
+    link = _mapping(obj, where)
+    _unknown(link, LINK_KEYS, where)
+    for key in ("src", "dst"):
+        if key not in link:
+            raise TopologyError(f"{where}: missing field {key!r} (a link needs src, dst, and "
+                                "a tech or a bandwidth and latency)")
+    tech = link.get("tech")
+    count = _count(link, where)
+    bw = _bandwidth(link, tech, count, where)
+    lat = _latency(link, tech, where)
+    eff = _efficiency(link, tech, where)
+    duplex = link.get("duplex", False)
     if not isinstance(duplex, bool):
         raise TopologyError(f"{where}: duplex must be true or false, got {duplex!r}")
-    src, dst = str(obj["src"]), str(obj["dst"])
+    src, dst = str(link["src"]), str(link["dst"])
     try:
         out = [Link(src, dst, bw, lat, str(tech or "custom"), eff)]
         if duplex:
@@ -98,35 +120,27 @@ def parse_link(obj, where) -> list[Link]:
     return out
 
 
-def topology_fields(data, where="topology") -> dict:
-    """The Topology fields of a YAML mapping (see docs/topology-yaml.md), each checked;
-    `model.topology_from_dict` makes the Topology (and checks the whole)."""
-    _mapping(data, where)
-    _unknown(data, TOP_KEYS, where)
-    for key in ("devices", "links"):
-        if key not in data:
-            raise TopologyError(f"{where}: missing field {key!r} (a topology needs devices "
-                                "and links)")
-        if not isinstance(data[key], list):
-            raise TopologyError(f"{where}: {key} must be a list")
+def _devices(items: list, where: str) -> list[Device]:
     devices = []
-    for i, obj in enumerate(data["devices"]):
+    for i, obj in enumerate(items):
         w = f"{where}: device {i}"
-        _mapping(obj, w)
-        _unknown(obj, DEVICE_KEYS, w)
+        dev = _mapping(obj, w)
+        _unknown(dev, DEVICE_KEYS, w)
         for key in ("name", "kind"):
-            if key not in obj:
+            if key not in dev:
                 raise TopologyError(f"{w}: missing field {key!r} (a device needs name, kind, "
                                     "node)")
         try:
-            devices.append(Device(str(obj["name"]), obj["kind"], obj.get("node", 0),
-                                  str(obj.get("model", ""))))
+            devices.append(Device(str(dev["name"]), dev["kind"], dev.get("node", 0),
+                                  str(dev.get("model", ""))))
         except TopologyError as e:
             raise TopologyError(f"{where}: {e}") from None
-    links = []
-    for i, obj in enumerate(data["links"]):
-        links.extend(parse_link(obj, f"{where}: link {i}"))
-    by_name = {d.name: d for d in devices}
+    return devices
+
+
+def _ranks(data: dict, devices: list[Device], by_name: dict[str, Device],
+           where: str) -> list[str]:
+    """The ranks as given (device names), else every GPU in node order."""
     if "ranks" in data:
         if not isinstance(data["ranks"], list):
             raise TopologyError(f"{where}: ranks must be a list of GPU device names")
@@ -137,24 +151,54 @@ def topology_fields(data, where="topology") -> dict:
     for r in ranks:
         if r not in by_name:
             raise TopologyError(f"{where}: rank {r!r} is not a device")
-    per_node = {}
-    for r in ranks:
-        per_node[by_name[r].node] = per_node.get(by_name[r].node, 0) + 1
-    affinity = ()
-    if "nic_affinity" in data:
-        aff = _mapping(data["nic_affinity"], f"{where}: nic_affinity")
-        missing = [r for r in ranks if r not in aff]
-        if missing:
-            raise TopologyError(f"{where}: nic_affinity has no NIC for rank {missing[0]!r} "
-                                "(give one per rank, or leave nic_affinity out)")
-        affinity = tuple(str(aff[r]) for r in ranks)
+    return ranks
+
+
+def _affinity(data: dict, ranks: list[str], where: str) -> tuple[str, ...]:
+    """Each rank's NIC from nic_affinity (rank -> NIC name); () if not given."""
+    if "nic_affinity" not in data:
+        return ()
+    aff = _mapping(data["nic_affinity"], f"{where}: nic_affinity")
+    missing = [r for r in ranks if r not in aff]
+    if missing:
+        raise TopologyError(f"{where}: nic_affinity has no NIC for rank {missing[0]!r} "
+                            "(give one per rank, or leave nic_affinity out)")
+    return tuple(str(aff[r]) for r in ranks)
+
+
+def _flags(data: dict, where: str) -> dict[str, bool]:
     flags = {}
     for key, default in (("in_switch_reduction", False), ("p2p", True)):
         flags[key] = data.get(key, default)
         if not isinstance(flags[key], bool):
             raise TopologyError(f"{where}: {key} must be true or false, got {flags[key]!r}")
-    return dict(name=str(data.get("name", "custom")), devices=tuple(devices),
+    return flags
+
+
+def topology_fields(data: object, where: str = "topology") -> dict:
+    """The Topology fields of a YAML mapping (see docs/topology-yaml.md), each checked;
+    `model.topology_from_dict` makes the Topology (and checks the whole)."""
+    top = _mapping(data, where)
+    _unknown(top, TOP_KEYS, where)
+    for key in ("devices", "links"):
+        if key not in top:
+            raise TopologyError(f"{where}: missing field {key!r} (a topology needs devices "
+                                "and links)")
+        if not isinstance(top[key], list):
+            raise TopologyError(f"{where}: {key} must be a list")
+    devices = _devices(top["devices"], where)
+    links = []
+    for i, obj in enumerate(top["links"]):
+        links.extend(parse_link(obj, f"{where}: link {i}"))
+    by_name = {d.name: d for d in devices}
+    ranks = _ranks(top, devices, by_name, where)
+    per_node: dict[int, int] = {}
+    for r in ranks:
+        per_node[by_name[r].node] = per_node.get(by_name[r].node, 0) + 1
+    affinity = _affinity(top, ranks, where)
+    flags = _flags(top, where)
+    return dict(name=str(top.get("name", "custom")), devices=tuple(devices),
                 links=tuple(links), ranks=tuple(ranks),
-                gpus_per_node=data.get("gpus_per_node", max(per_node.values(), default=1)),
-                nodes=data.get("nodes", max(len(per_node), 1)), nic_affinity=affinity,
+                gpus_per_node=top.get("gpus_per_node", max(per_node.values(), default=1)),
+                nodes=top.get("nodes", max(len(per_node), 1)), nic_affinity=affinity,
                 **flags)
