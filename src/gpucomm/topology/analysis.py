@@ -49,8 +49,9 @@ def gpu_bandwidths(topo) -> list[dict]:
     router = topo.router
     ports = router.ports() if any(d.kind == "nic" for d in topo.devices) else \
         [-1] * topo.nranks
-    nvlink, uplink = {}, {}
-    kinds = {}
+    nvlink: dict[str, float] = {}    # device -> NVLink (or xGMI) bandwidth out of it
+    uplink: dict[str, float] = {}    # device -> its fastest link out of its node
+    kinds: dict[str, str] = {}       # link tech -> catalog kind
     for ln in topo.links:
         if ln.tech not in kinds:
             kinds[ln.tech] = _tech_kind(ln.tech)
@@ -109,7 +110,7 @@ def bisection_bandwidth(topo, achievable: bool = False) -> float:
         a, b = list(range(n // 2)), list(range(n // 2, n))
     import networkx as nx  # here, not at import: it costs every command ~0.3 s
 
-    g = nx.DiGraph()
+    g: nx.DiGraph[str | tuple[str, int]] = nx.DiGraph()
     bw, _, eff = topo.link_arrays()
     cap = bw * eff if achievable else bw
     for i, ln in enumerate(topo.links):
@@ -125,19 +126,20 @@ def bisection_bandwidth(topo, achievable: bool = False) -> float:
     try:
         value = nx.maximum_flow_value(g, src, dst)
     except nx.NetworkXUnbounded:  # pragma: no cover - every GPU link has finite capacity
-        raise TopologyError("bisection is unbounded: a GPU-to-GPU path has no finite link")
+        raise TopologyError("bisection is unbounded: a GPU-to-GPU path has no finite "
+                            "link") from None
     return float(value)
 
 
 def summary(topo) -> dict:
     """Counts by device kind and link technology (for `gpucomm topo show`)."""
-    kinds, techs = {}, {}
+    kinds: dict[str, int] = {}
     for d in topo.devices:
         kinds[d.kind] = kinds.get(d.kind, 0) + 1
+    links: dict[str, int] = {}
+    rates: dict[str, set[float]] = {}
     for ln in topo.links:
-        t = techs.setdefault(ln.tech, {"links": 0, "bandwidth_Bps": set()})
-        t["links"] += 1
-        t["bandwidth_Bps"].add(ln.bandwidth_Bps)
-    for t in techs.values():
-        t["bandwidth_Bps"] = sorted(t["bandwidth_Bps"])
+        links[ln.tech] = links.get(ln.tech, 0) + 1
+        rates.setdefault(ln.tech, set()).add(ln.bandwidth_Bps)
+    techs = {t: {"links": n, "bandwidth_Bps": sorted(rates[t])} for t, n in links.items()}
     return {"devices": kinds, "links": techs}

@@ -30,9 +30,9 @@ from ..hardware.catalog import load_packaged_yaml
 from ..hardware import (GPU_FABRIC_KINDS, get_gpu, get_link_tech, get_nic, get_nvswitch,
                         nic_names)
 from ..limits import check_model_ranks
-from .fabric import rail_2tier, with_network
+from .fabric import Network, rail_2tier, with_network
 from .model import Device, Link, Topology, topology_from_dict
-from .tables import DeviceTable, replicate_links
+from .tables import DeviceTable, FabricColumns, replicate_links
 
 FABRICS = ("rail", "fat-tree", "rail-2tier")
 PCIE_GENS = (3, 4, 5, 6)
@@ -89,7 +89,7 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
                    oversubscription: float = 1.0, *, gpu: str | None = None,
                    leaf_ports: int = 32, node_topology: Topology | None = None,
                    nvlink_partition: int | None = None,
-                   network=None, placement: str = "packed") -> Topology:
+                   network: Network | None = None, placement: str = "packed") -> Topology:
     """A cluster of `nodes` copies of a node preset (or of `node_topology`, a one-node
     Topology loaded from YAML) on a fabric.
 
@@ -108,16 +108,7 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         4
     """
     nodes = _int_option("nodes", nodes, 1)
-    if fabric not in FABRICS:
-        raise ConfigError(f"unknown fabric {fabric!r}; allowed: {', '.join(FABRICS)}")
-    if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
-            or not oversubscription >= 1.0 or math.isinf(oversubscription):
-        raise ConfigError(f"oversubscription {oversubscription!r} not allowed: must be a "
-                          "number >= 1 (1 = full bisection, 2 = 2:1, ...)")
-    leaf_ports = _int_option("leaf_ports", leaf_ports, 1)
-    if placement != "packed" and fabric != "rail-2tier":
-        raise ConfigError(f"placement {placement!r} applies to fabric rail-2tier (the job's "
-                          f"nodes on its leaves), not to {fabric!r}")
+    leaf_ports = _check_fabric_options(fabric, oversubscription, leaf_ports, placement)
     base = node_topology if node_topology is not None else preset_node(system)
     name = base.name if node_topology is not None else system
     if len({d.node for d in base.devices}) != 1:
@@ -130,19 +121,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     if K > G:
         raise ConfigError(f"gpus_per_node {K} is more than {name} has: allowed 1..{G}")
     check_model_ranks(nodes, K)
-
-    # --- GPU model ------------------------------------------------------------------------
     if gpu is not None:
-        new = get_gpu(gpu)
-        nvl = {ln.tech for ln in links if _kind(ln.tech) in GPU_FABRIC_KINDS}
-        if nvl and new.nvlink not in nvl:
-            raise ConfigError(f"GPU {gpu!r} ({new.nvlink or 'no NVLink'}) does not fit {name}, "
-                              f"whose GPUs use {', '.join(sorted(nvl))}; allowed: GPUs with "
-                              f"{', '.join(sorted(nvl))}")
-        devices = [Device(d.name, d.kind, d.node, new.name) if d.kind == "gpu" else d
-                   for d in devices]
-
-    # --- NICs -----------------------------------------------------------------------------
+        devices = _with_gpu_model(name, devices, links, gpu)
     nic_devs = [d for d in devices if d.kind == "nic"]
     served = G   # the GPUs the NICs are laid out for: the preset's, or the K in use
     if nic is not None:
@@ -150,61 +130,25 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     if nics_per_node is not None:
         _int_option("nics_per_node", nics_per_node, 1)
     if nic is not None or nics_per_node is not None:
-        M = nics_per_node if nics_per_node is not None else max(len(nic_devs), 1)
-        tech = nic if nic is not None else (nic_devs[0].model if nic_devs else None)
-        if tech is None:
-            raise ConfigError(f"{name} has no NICs: give --nic NAME (allowed: "
-                              f"{', '.join(nic_names())})")
-        tech = get_nic(tech).name
-        old = {d.name for d in nic_devs}
-        if M == len(nic_devs):   # same count: same slots, new technology
-            attach = {}
-            for ln in links:
-                if ln.src in old:
-                    attach[ln.src] = (ln.dst, ln.tech)
-            slots = [attach.get(d.name) or _parent(base, ranks_all[0]) for d in nic_devs]
-        else:   # M NICs for the K GPUs in use: NIC j next to GPU j*K/M (same PCIe switch)
-            served = K
-            slots = [_parent(base, ranks_all[j * K // M]) for j in range(M)]
-        links = [ln for ln in links if ln.src not in old and ln.dst not in old]
-        first = next((i for i, d in enumerate(devices) if d.kind == "nic"), len(devices))
-        devices = [d for d in devices if d.name not in old]
-        nic_devs = [Device(f"nic{j}", "nic", devices[0].node, tech) for j in range(M)]
-        devices[first:first] = nic_devs
-        for d, (parent, ptech) in zip(nic_devs, slots):
-            pt = get_link_tech(ptech)
-            links.append(Link(d.name, parent, pt.bandwidth_Bps, pt.latency_s, pt.name,
-                              pt.efficiency))
-            links.append(Link(parent, d.name, pt.bandwidth_Bps, pt.latency_s, pt.name,
-                              pt.efficiency))
+        devices, links, nic_devs, served = _with_nics(base, name, devices, links, ranks_all, K,
+                                                      nic, nics_per_node)
     M = len(nic_devs)
     # GPU i uses NIC floor(i*M/n), the NIC on its PCIe switch: n = G for the preset's own NICs
     # (affinity does not change when fewer GPUs run), n = K when M NICs were laid out for the
     # K GPUs in use (so they spread over all M NICs, not all onto nic0)
     affinity = {ranks_all[i]: nic_devs[min(i * M // served, M - 1)].name
                 for i in range(G)} if M else {}
-
-    # --- PCIe generation ------------------------------------------------------------------
     if pcie_gen is not None:
-        if pcie_gen not in PCIE_GENS:
-            raise ConfigError(f"pcie_gen {pcie_gen!r} not allowed: one of "
-                              f"{', '.join(map(str, PCIE_GENS))}")
-        pt = get_link_tech(f"pcie{pcie_gen}")
-        links = [Link(ln.src, ln.dst, pt.bandwidth_Bps, pt.latency_s, pt.name, pt.efficiency)
-                 if _kind(ln.tech) == "pcie" else ln for ln in links]
-        devices = [Device(d.name, d.kind, d.node, pt.name) if d.kind == "pcie_switch" else d
-                   for d in devices]
+        devices, links = _with_pcie_gen(devices, links, pcie_gen)
 
     # --- trim GPUs ------------------------------------------------------------------------
     dropped = set(ranks_all[K:])
     devices = [d for d in devices if d.name not in dropped]
     links = [ln for ln in links if ln.src not in dropped and ln.dst not in dropped]
     ranks = ranks_all[:K]
-
-    in_switch = base.in_switch_reduction
     switches = [d for d in devices if d.kind == "nvswitch" and d.model]
-    if switches:
-        in_switch = all(get_nvswitch(d.model).reduces_in_switch for d in switches)
+    in_switch = all(get_nvswitch(d.model).reduces_in_switch for d in switches) if switches \
+        else base.in_switch_reduction
 
     # --- NVLink partitions (MNNVL cliques) -------------------------------------------------
     blocks = [(devices, links, ranks)]
@@ -212,15 +156,10 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         blocks = _partitions(name, devices, links, ranks, affinity,
                              _int_option("nvlink_partition", nvlink_partition, 1))
     per = len(blocks)
+    if nodes * per > 1:
+        _check_joinable(name, nodes * per, M, fabric, per)
 
     # --- replicate and wire the fabric ----------------------------------------------------
-    if nodes * per > 1:
-        if not M:
-            raise ConfigError(f"{name} has no NICs, so {nodes * per} nodes cannot be joined: "
-                              f"give --nic NAME (allowed: {', '.join(nic_names())})")
-        if fabric == "rail-2tier" and per > 1:
-            raise ConfigError("fabric rail-2tier joins whole nodes: it cannot be combined "
-                              "with --nvlink-partition")
     seed = network.seed if network is not None else 0
     if per == 1:   # copies of one node: columns, not a million Python objects (tables.py)
         all_devices, all_links, all_ranks, all_aff = _replicas(
@@ -246,6 +185,98 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     return topo
 
 
+def _check_fabric_options(fabric: str, oversubscription: float, leaf_ports: int,
+                          placement: str) -> int:
+    """Check the fabric's options (before the node is read); the leaf_ports to use."""
+    if fabric not in FABRICS:
+        raise ConfigError(f"unknown fabric {fabric!r}; allowed: {', '.join(FABRICS)}")
+    if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
+            or not oversubscription >= 1.0 or math.isinf(oversubscription):
+        raise ConfigError(f"oversubscription {oversubscription!r} not allowed: must be a "
+                          "number >= 1 (1 = full bisection, 2 = 2:1, ...)")
+    leaf_ports = _int_option("leaf_ports", leaf_ports, 1)
+    if placement != "packed" and fabric != "rail-2tier":
+        raise ConfigError(f"placement {placement!r} applies to fabric rail-2tier (the job's "
+                          f"nodes on its leaves), not to {fabric!r}")
+    return leaf_ports
+
+
+def _with_gpu_model(name: str, devices: list[Device], links: list[Link],
+                    gpu: str) -> list[Device]:
+    """`devices` with every GPU made a `gpu`, which must use the node's NVLink generation."""
+    new = get_gpu(gpu)
+    nvl = {ln.tech for ln in links if _kind(ln.tech) in GPU_FABRIC_KINDS}
+    if nvl and new.nvlink not in nvl:
+        raise ConfigError(f"GPU {gpu!r} ({new.nvlink or 'no NVLink'}) does not fit {name}, "
+                          f"whose GPUs use {', '.join(sorted(nvl))}; allowed: GPUs with "
+                          f"{', '.join(sorted(nvl))}")
+    return [Device(d.name, d.kind, d.node, new.name) if d.kind == "gpu" else d
+            for d in devices]
+
+
+def _with_nics(base: Topology, name: str, devices: list[Device], links: list[Link],
+               ranks_all: list[str], K: int, nic: str | None, nics_per_node: int | None,
+               ) -> tuple[list[Device], list[Link], list[Device], int]:
+    """The node with its NICs replaced: `nics_per_node` of them (default: as many as
+    before) of technology `nic` (default: the node's). Returns the devices, the links, the
+    new NICs and how many GPUs they are laid out for (all the node's when the count is
+    unchanged: same slots; else the K in use: NIC j next to GPU j*K/M)."""
+    nic_devs = [d for d in devices if d.kind == "nic"]
+    served = len(ranks_all)
+    M = nics_per_node if nics_per_node is not None else max(len(nic_devs), 1)
+    tech = nic if nic is not None else (nic_devs[0].model if nic_devs else None)
+    if tech is None:
+        raise ConfigError(f"{name} has no NICs: give --nic NAME (allowed: "
+                          f"{', '.join(nic_names())})")
+    tech = get_nic(tech).name
+    old = {d.name for d in nic_devs}
+    if M == len(nic_devs):   # same count: same slots, new technology
+        attach = {}
+        for ln in links:
+            if ln.src in old:
+                attach[ln.src] = (ln.dst, ln.tech)
+        slots = [attach.get(d.name) or _parent(base, ranks_all[0]) for d in nic_devs]
+    else:   # M NICs for the K GPUs in use: NIC j next to GPU j*K/M (same PCIe switch)
+        served = K
+        slots = [_parent(base, ranks_all[j * K // M]) for j in range(M)]
+    links = [ln for ln in links if ln.src not in old and ln.dst not in old]
+    first = next((i for i, d in enumerate(devices) if d.kind == "nic"), len(devices))
+    devices = [d for d in devices if d.name not in old]
+    nic_devs = [Device(f"nic{j}", "nic", devices[0].node, tech) for j in range(M)]
+    devices[first:first] = nic_devs
+    for d, (parent, ptech) in zip(nic_devs, slots):
+        pt = get_link_tech(ptech)
+        links.append(Link(d.name, parent, pt.bandwidth_Bps, pt.latency_s, pt.name,
+                          pt.efficiency))
+        links.append(Link(parent, d.name, pt.bandwidth_Bps, pt.latency_s, pt.name,
+                          pt.efficiency))
+    return devices, links, nic_devs, served
+
+
+def _with_pcie_gen(devices: list[Device], links: list[Link],
+                   pcie_gen: int) -> tuple[list[Device], list[Link]]:
+    """Every PCIe link and switch of the node made generation `pcie_gen`."""
+    if pcie_gen not in PCIE_GENS:
+        raise ConfigError(f"pcie_gen {pcie_gen!r} not allowed: one of "
+                          f"{', '.join(map(str, PCIE_GENS))}")
+    pt = get_link_tech(f"pcie{pcie_gen}")
+    links = [Link(ln.src, ln.dst, pt.bandwidth_Bps, pt.latency_s, pt.name, pt.efficiency)
+             if _kind(ln.tech) == "pcie" else ln for ln in links]
+    devices = [Device(d.name, d.kind, d.node, pt.name) if d.kind == "pcie_switch" else d
+               for d in devices]
+    return devices, links
+
+
+def _check_joinable(name: str, total: int, nics: int, fabric: str, per: int) -> None:
+    """`total` > 1 nodes (`per` partitions of each) with `nics` NICs each can join `fabric`."""
+    if not nics:
+        raise ConfigError(f"{name} has no NICs, so {total} nodes cannot be joined: "
+                          f"give --nic NAME (allowed: {', '.join(nic_names())})")
+    if fabric == "rail-2tier" and per > 1:
+        raise ConfigError("fabric rail-2tier joins whole nodes: it cannot be combined "
+                          "with --nvlink-partition")
+
+
 def _replicas(block, affinity, nodes, fabric, oversub, leaf_ports, placement, seed):
     """Devices (DeviceTable), links (LinkTable), ranks and NIC affinity of `nodes` copies of
     one node block on a fabric: device j of node k is `n{k}.{name}` at k * devices + j,
@@ -254,7 +285,8 @@ def _replicas(block, affinity, nodes, fabric, oversub, leaf_ports, placement, se
     ndev = len(bdev)
     nic_pos = [j for j, d in enumerate(bdev) if d.kind == "nic"]
     nic_names_, nic_models = [bdev[j].name for j in nic_pos], [bdev[j].model for j in nic_pos]
-    fdev, cols = [], ([], [], [], [], [], ((), []))
+    fdev: list[Device] = []
+    cols: FabricColumns = ([], [], [], [], [], ((), []))   # no fabric: no links
     if nodes > 1 and fabric == "rail-2tier":
         fdev, flinks = rail_2tier(nodes, nic_names_, nic_models, oversub, leaf_ports,
                                   placement, seed)
@@ -383,7 +415,7 @@ def _partitions(name, devices, links, ranks, affinity, size):
     def fits(p):
         if len(ranks) % p:
             return False
-        owner = {}
+        owner: dict[str, int] = {}   # CPU/memory/NIC group -> its partition
         for i, r in enumerate(ranks):
             if owner.setdefault(gpu_group[r], i // p) != i // p:
                 return False

@@ -132,7 +132,7 @@ def with_network(topo, network: Network | None):
         if network.fail_links > len(cables):
             raise ConfigError(f"fail_links {network.fail_links} is more than the "
                               f"{len(cables)} switch-to-switch cables of {topo.name}")
-        down = set()
+        down: set[int] = set()
         for pair in random.Random(network.seed).sample(cables, network.fail_links):
             down.update(pair)
         links = [ln for i, ln in enumerate(links) if i not in down]
@@ -151,7 +151,8 @@ def _cables(topo) -> list[tuple[int, int]]:
     """Switch-to-switch cables as (link, reverse link) index pairs, in link order."""
     kind = {d.name: d.kind for d in topo.devices}
     where = {(ln.src, ln.dst, k): i for i, ln in enumerate(topo.links) for k in [0]}
-    seen, out = set(), []
+    seen: set[int] = set()
+    out: list[tuple[int, int]] = []
     for i, ln in enumerate(topo.links):
         if kind[ln.src] == kind[ln.dst] == "switch" and i not in seen:
             j = where.get((ln.dst, ln.src, 0))
@@ -214,7 +215,9 @@ def fabric_summary(topo) -> dict | None:
     switches = [d.name for d in topo.devices if d.kind == "switch"]
     if not switches:
         return None
-    down, up, cables_up = {}, {}, {}
+    down: dict[str, float] = {}        # leaf -> NIC port capacity into it
+    up: dict[str, float] = {}          # switch -> capacity to other switches
+    cables_up: dict[str, int] = {}     # switch -> cables to other switches
     for ln in topo.links:
         if kind[ln.dst] == "switch" and kind[ln.src] == "nic":
             down[ln.dst] = down.get(ln.dst, 0.0) + ln.bandwidth_Bps
@@ -223,17 +226,18 @@ def fabric_summary(topo) -> dict | None:
             cables_up[ln.src] = cables_up.get(ln.src, 0) + 1
     leaves = [s for s in switches if s in down]
     spines = [s for s in switches if s not in down]
-    tiers = [{"tier": "leaf", "switches": len(leaves)}]
     ratios = [down[s] / up[s] for s in leaves if up.get(s)]
-    tiers[0]["oversubscription"] = round(max(ratios), 3) if ratios else None
-    tiers[0]["uplinks_per_leaf"] = min((cables_up.get(s, 0) for s in leaves), default=0)
+    uplinks_per_leaf = min((cables_up.get(s, 0) for s in leaves), default=0)
+    tiers: list[dict[str, object]] = [
+        {"tier": "leaf", "switches": len(leaves),
+         "oversubscription": round(max(ratios), 3) if ratios else None,
+         "uplinks_per_leaf": uplinks_per_leaf}]
     if spines:
         tiers.append({"tier": "spine", "switches": len(spines),
                       "links_per_spine": min(cables_up.get(s, 0) for s in spines)})
     paths = _leaf_paths(topo, leaves)
     red = {"paths": paths,
-           "cable_share": None if not paths else round(1.0 / max(tiers[0]["uplinks_per_leaf"],
-                                                                  1), 4)}
+           "cable_share": None if not paths else round(1.0 / max(uplinks_per_leaf, 1), 4)}
     net = topo.network
     return {"tiers": tiers, "redundancy": red,
             "network": None if net is None else dataclasses.asdict(net)}

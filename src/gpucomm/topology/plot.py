@@ -22,16 +22,16 @@ MAX_NODES_DRAWN = 8
 def _positions(topo, nodes_drawn):
     """GPUs evenly spaced per node; every other device over the mean x of its neighbours
     one level closer to the GPUs (PCIe switch over its GPUs, NIC over its switch, ...)."""
-    nbrs = {}
+    nbrs: dict[str, set[str]] = {}
     for ln in topo.links:
         nbrs.setdefault(ln.src, set()).add(ln.dst)
     drawn = [d for d in topo.devices if d.node < nodes_drawn]
-    gpus = {}
+    gpus: dict[int, list[str]] = {}     # node -> its GPUs
     for d in drawn:
         if d.kind == "gpu":
             gpus.setdefault(d.node, []).append(d.name)
     width = max((len(v) for v in gpus.values()), default=1) + 1
-    pos = {}
+    pos: dict[str, tuple[float, float]] = {}
     for node, names in gpus.items():
         for i, name in enumerate(names):
             pos[name] = (node * width + i, ROWS["gpu"])
@@ -43,7 +43,7 @@ def _positions(topo, nodes_drawn):
             x = sum(xs) / len(xs) if xs else d.node * width + (width - 1) / 2
             pos[d.name] = (x, ROWS[kind])
         # spread devices of one kind that landed on the same spot (NIC pairs, ...)
-        spots = {}
+        spots: dict[tuple[int, float], list[str]] = {}
         for d in group:
             spots.setdefault((d.node, round(pos[d.name][0], 3)), []).append(d.name)
         for names in spots.values():
@@ -99,7 +99,8 @@ def plot_topology(topo, path: str) -> str:
     for d in topo.devices:
         if d.name in pos:
             m, c = markers[d.kind]
-            ax.scatter(*pos[d.name], marker=m, s=120, c=c, zorder=2, edgecolors="black")
+            x, y = pos[d.name]
+            ax.scatter(x, y, marker=m, s=120, c=c, zorder=2, edgecolors="black")
             if topo.nranks <= 64 or d.kind != "gpu":
                 ax.annotate(d.name.split(".")[-1], pos[d.name], fontsize=6, ha="center",
                             va="bottom", xytext=(0, 6), textcoords="offset points")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from typing import TypedDict
 
 import numpy as np
 
@@ -65,6 +66,17 @@ def lane_key(j):
     return np.asarray(j, dtype=np.uint64) << np.uint64(20)
 
 
+# Inter-node route tables (Router._build_tables), per rank r and switch pair (x, y):
+# "out"/"in": (paths GPU -> NIC / NIC -> GPU [rank, alt, hop] padded -1, counts [rank]);
+# "sw": (paths between the leaves [x, y, alt, hop], counts [x, y]); "up"/"down": each rank's
+# NIC uplink/downlink; "x"/"y": the index of its leaf among the up/down switches.
+_Tables = TypedDict("_Tables", {"out": tuple[np.ndarray, np.ndarray],
+                                "in": tuple[np.ndarray, np.ndarray],
+                                "sw": tuple[np.ndarray, np.ndarray],
+                                "up": np.ndarray, "down": np.ndarray,
+                                "x": np.ndarray, "y": np.ndarray})
+
+
 class Router:
     """Routing state of one Topology (built lazily, cached)."""
 
@@ -87,7 +99,7 @@ class Router:
         self.rank_dev = list(topo._cache["rank_pos"])
         self.rank_node = nodes[np.asarray(self.rank_dev, dtype=np.int64)] if self.rank_dev \
             else np.zeros(0, dtype=np.int64)
-        self.memories = {}
+        self.memories: dict[int, list[int]] = {}    # node -> its host memory devices
         for i in np.flatnonzero(codes == DEVICE_KINDS.index("memory")).tolist():
             self.memories.setdefault(self.node[i], []).append(i)
         self._local = {}    # src device -> (dist, preds) inside its node
@@ -97,7 +109,7 @@ class Router:
         self._port = None
         self._parr = None
         self._lp0 = {}      # node-0 local paths, reused for replica nodes
-        self._tables = None
+        self._tables: _Tables | None = None
         self._tables_built = False
 
     @property
@@ -186,7 +198,7 @@ class Router:
         dist, preds = self._sssp(src, local, switches)
         if dst not in dist:
             return []
-        out = []
+        out: list[tuple[int, ...]] = []
 
         def walk(v, tail):
             if len(out) >= MAX_ECMP:
@@ -358,7 +370,7 @@ class Router:
         return self._routes[key]
 
     # ---- vectorised routes ---------------------------------------------------------------
-    def _build_tables(self):
+    def _build_tables(self) -> _Tables | None:
         """Padded segment tables for inter-node routes, when every port is simple."""
         ports = self.ports()
         if any(p < 0 for p in ports):
@@ -405,7 +417,7 @@ class Router:
             out.append((full.astype(np.int32), np.tile(counts, nodes)))
         return out
 
-    def _ensure_tables(self):
+    def _ensure_tables(self) -> _Tables | None:
         if not self._tables_built:
             self._tables, self._tables_built = self._build_tables(), True
         return self._tables
@@ -428,13 +440,13 @@ class Router:
                                 f"has ranks 0..{R - 1}")
         n = len(src)
         inter = self.rank_node[src] != self.rank_node[dst]
-        if inter.any():
-            self._ensure_tables()
+        tables = self._ensure_tables() if inter.any() else self._tables
         parts = []
-        loop = np.nonzero(~inter)[0] if self._tables else np.arange(n)
-        if self._tables and inter.any():
+        loop = np.nonzero(~inter)[0] if tables else np.arange(n)
+        if tables and inter.any():
             parts.append((np.nonzero(inter)[0], self._compose(
-                src[inter], dst[inter], channel[inter], None if key is None else key[inter])))
+                tables, src[inter], dst[inter], channel[inter],
+                None if key is None else key[inter])))
         if len(loop):
             rows = [self.route(int(src[k]), int(dst[k]), int(channel[k]),
                                None if key is None else key[k]) for k in loop]
@@ -445,8 +457,7 @@ class Router:
             out[idx, :arr.shape[1]] = arr
         return out
 
-    def _compose(self, s, d, c, key=None):
-        t = self._tables
+    def _compose(self, t: _Tables, s, d, c, key=None):
         x = mix(s, d, c) if key is None else key
         n_out, n_sw, n_in = t["out"][1], t["sw"][1], t["in"][1]
         x0, y0 = t["x"][s], t["y"][d]
@@ -498,7 +509,7 @@ class Router:
             return
         self._check_tables(t)
 
-    def _check_tables(self, t):
+    def _check_tables(self, t: _Tables) -> None:
         """Raise naming a pair of ranks on different nodes that the tables cannot join."""
         rank_node = self.rank_node
         for counts in (t["out"][1], t["in"][1]):

@@ -12,8 +12,9 @@ import operator
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .elements import Device, checked_device, checked_link
+from .elements import Device, Link, checked_device, checked_link
 
 
 class _Table(Sequence):
@@ -259,7 +260,14 @@ class LinkTable(_Table):
                 for s, d, b, la, t, e in cols)
 
 
-def replicate_links(devices: DeviceTable, node_links, fabric_cols) -> LinkTable:
+# A fabric's links as columns: (src, dst, bandwidth_Bps, latency_s, efficiency, tech), the ends
+# device indices; tech is (the technology names, a code per link into them)
+FabricColumns = tuple[ArrayLike, ArrayLike, ArrayLike, ArrayLike, ArrayLike,
+                      tuple[Sequence[str], ArrayLike]]
+
+
+def replicate_links(devices: DeviceTable, node_links: Sequence[Link],
+                    fabric_cols: FabricColumns) -> LinkTable:
     """The LinkTable of `devices`: the template's links (Link values between template devices)
     copied into every node, in node order, then the fabric's links as columns
     (src, dst, bandwidth, latency, efficiency, tech), device indices into `devices`; tech is
