@@ -22,6 +22,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ class Topology:
     p2p: bool = True
     nic_affinity: tuple[str, ...] = ()
     network: object = None  # a topology.fabric.Network: routing, loss, failures (None: plain)
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False,
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False,
                          hash=False)
 
     def __post_init__(self):

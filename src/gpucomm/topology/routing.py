@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import TypedDict
+from collections.abc import Sequence
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
 from ..errors import TopologyError
-from .elements import DEVICE_KINDS, TRANSIT_KINDS
+from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device
 
 MAX_ECMP = 64
 REF_BYTES = 1 << 20   # the reference message of the route metric
@@ -70,6 +71,11 @@ def lane_key(j):
 # "out"/"in": (paths GPU -> NIC / NIC -> GPU [rank, alt, hop] padded -1, counts [rank]);
 # "sw": (paths between the leaves [x, y, alt, hop], counts [x, y]); "up"/"down": each rank's
 # NIC uplink/downlink; "x"/"y": the index of its leaf among the up/down switches.
+Path = tuple[int, ...]                      # link indices, in order
+Edge = tuple[int, int, int]                 # (link, next device, cost in ps)
+# Dijkstra's result from one source: device -> (cost in ps, hops), device -> tied last links
+ShortestPaths = tuple[dict[int, tuple[int, int]], dict[int, list[int]]]
+
 _Tables = TypedDict("_Tables", {"out": tuple[np.ndarray, np.ndarray],
                                 "in": tuple[np.ndarray, np.ndarray],
                                 "sw": tuple[np.ndarray, np.ndarray],
@@ -77,10 +83,32 @@ _Tables = TypedDict("_Tables", {"out": tuple[np.ndarray, np.ndarray],
                                 "x": np.ndarray, "y": np.ndarray})
 
 
+class RoutedTopology(Protocol):
+    """What the router reads of a topology (model.Topology; a protocol, so that routing
+    does not import the model that imports it)."""
+    @property
+    def _cache(self) -> dict[str, Any]: ...   # "index", "rank_pos", "nic_pos"; "replica"
+    @property
+    def devices(self) -> Sequence[Device]: ...
+    @property
+    def ranks(self) -> tuple[str, ...]: ...
+    @property
+    def nic_affinity(self) -> tuple[str, ...]: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def p2p(self) -> bool: ...
+    def device_nodes(self) -> np.ndarray: ...
+    def device_kinds(self) -> list[str]: ...
+    def device_kind_codes(self) -> np.ndarray: ...
+    def link_ends(self) -> tuple[np.ndarray, np.ndarray]: ...
+    def link_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
 class Router:
     """Routing state of one Topology (built lazily, cached)."""
 
-    def __init__(self, topo):
+    def __init__(self, topo: RoutedTopology):
         self.topo = topo
         self.index = topo._cache["index"]      # name -> device index (a dict or NameIndex)
         nodes = topo.device_nodes()
@@ -94,21 +122,24 @@ class Router:
         # float64 arithmetic and round-half-even are Python's)
         self.cost = np.rint((lat + REF_BYTES / (bw * eff)) * 1e12).astype(np.int64)
         self._ends = (src, dst)
-        self._adj = {}      # device -> [(link, next device)], built on first use (_out)
-        self._csr = None
+        # device (or ("sw", switch): its links to switches) -> its out-links, on first use
+        self._adj: dict[int | tuple[str, int], list[Edge]] = {}
+        self._csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.rank_dev = list(topo._cache["rank_pos"])
         self.rank_node = nodes[np.asarray(self.rank_dev, dtype=np.int64)] if self.rank_dev \
             else np.zeros(0, dtype=np.int64)
         self.memories: dict[int, list[int]] = {}    # node -> its host memory devices
         for i in np.flatnonzero(codes == DEVICE_KINDS.index("memory")).tolist():
             self.memories.setdefault(self.node[i], []).append(i)
-        self._local = {}    # src device -> (dist, preds) inside its node
-        self._fabric = {}   # src device -> (dist, preds) over the fabric
-        self._switch = {}   # fabric switch -> (dist, preds) over the switches only
-        self._routes = {}   # (src rank, dst rank) -> tuple of paths
-        self._port = None
-        self._parr = None
-        self._lp0 = {}      # node-0 local paths, reused for replica nodes
+        self._local: dict[int, ShortestPaths] = {}    # src device -> inside its node
+        self._fabric: dict[int, ShortestPaths] = {}   # src device -> over the fabric
+        self._switch: dict[int, ShortestPaths] = {}   # fabric switch -> over switches only
+        self._routes: dict[tuple[int, int], tuple[Path, ...]] = {}   # rank pair -> all paths
+        # rank pair -> its segments, each a tuple of ECMP alternatives
+        self._segs: dict[tuple[int, int], tuple[tuple[Path, ...], ...]] = {}
+        self._port: list[int] | None = None
+        self._parr: tuple[np.ndarray, ...] | None = None
+        self._lp0: dict[tuple[int, int], list[Path]] = {}   # node-0 local paths, for replicas
         self._tables: _Tables | None = None
         self._tables_built = False
 
@@ -363,11 +394,11 @@ class Router:
         x = mix(s, d, channel) if key is None else int(key)
         return sum((seg[_pick(x, len(seg), 20 * i)] for i, seg in enumerate(segs)), ())
 
-    def _segments_cached(self, s, d):
-        key = ("seg", s, d)
-        if key not in self._routes:
-            self._routes[key] = tuple(tuple(seg) for seg in self._segments(s, d))
-        return self._routes[key]
+    def _segments_cached(self, s: int, d: int) -> tuple[tuple[Path, ...], ...]:
+        key = (s, d)
+        if key not in self._segs:
+            self._segs[key] = tuple(tuple(seg) for seg in self._segments(s, d))
+        return self._segs[key]
 
     # ---- vectorised routes ---------------------------------------------------------------
     def _build_tables(self) -> _Tables | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -17,7 +18,10 @@ from numpy.typing import ArrayLike
 from .elements import Device, Link, checked_device, checked_link
 
 
-class _Table(Sequence):
+_T = TypeVar("_T")
+
+
+class _Table(Sequence[_T]):
     """A read-only sequence that equals and hashes like the tuple of its items. The first
     full iteration keeps the items (code that walks every link once tends to walk them
     again); lookups by index make one item."""
@@ -70,7 +74,7 @@ class _Table(Sequence):
     def __repr__(self):
         return f"<{type(self).__name__} of {len(self)}>"
 
-    def item(self, i: int):
+    def item(self, i: int) -> _T:
         raise NotImplementedError
 
     def _same_columns(self, other):
@@ -78,7 +82,7 @@ class _Table(Sequence):
         return None
 
 
-class DeviceTable(_Table):
+class DeviceTable(_Table[Device]):
     """`nodes` copies of `template` (device j of node k is `n{k}.{name}` on node k, at index
     k * len(template) + j), then the `fabric` devices (fabric switches)."""
 
@@ -214,7 +218,7 @@ class NameIndex:
         return len(self.table)
 
 
-class LinkTable(_Table):
+class LinkTable(_Table[Link]):
     """Links as columns: src/dst device indices into `devices`, bandwidth, latency,
     efficiency, and a technology code into `techs`."""
 
@@ -244,7 +248,7 @@ class LinkTable(_Table):
     def _columns(self):
         return (self.src, self.dst, self.bw, self.lat, self.eff, self.tech)
 
-    def item(self, i: int):
+    def item(self, i: int) -> Link:
         if self._items is not None:
             return self._items[i]
         name = self.devices.name
