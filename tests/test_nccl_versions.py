@@ -135,3 +135,12 @@ def test_tree_on_pcie_without_p2p_matches_hand_formula():
     # with P2P the tree's chain shares nothing: twice the bandwidth term
     p2p = predict("all_reduce", size, _pcie(True), algorithm="tree", protocol="simple")
     assert p2p.busbw_GBps > 1.8 * res.busbw_GBps
+
+
+def test_point_to_point_keeps_todays_costs():
+    """tuning.cc's constants are those of NCCL's collectives; send/recv and all-to-all run as
+    grouped p2p and take none of them from the version."""
+    t = build_topology("dgx-a100")
+    for coll in ("sendrecv", "all_to_all"):
+        old = predict(coll, 1024, t, nccl_version="2.7")
+        assert old.time_s == predict(coll, 1024, t).time_s

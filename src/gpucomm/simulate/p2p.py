@@ -35,7 +35,6 @@ import numpy as np
 from ..collectives import layout
 from . import constants as K
 from .paths import NET, NVLINK, PCIE
-from .versions import value
 
 P2P_COLLECTIVES = ("sendrecv", "all_to_all")
 
@@ -157,7 +156,7 @@ def limit(res, coll, nbytes, topology, placement, paths, dtype, proto):
     if proto == "ll128" or (proto == "ll" and per_pair > n * K.P2P_LL_THRESHOLD):
         return None  # NCCL's p2p runs LL (small operations) or Simple, never LL128
     t_bw = float((per_pair / (n * channel_Bps(cls, info))).max())
-    t = value("BASE_LATENCY_S")[proto] + t_bw  # the active NCCL version's (versions.py)
+    t = K.BASE_LATENCY_S[proto] + t_bw
     res = dataclasses.replace(res, nccl_channels=n if coll.name == "sendrecv" else
                               res.nccl_channels)
     if t <= res.time_s:

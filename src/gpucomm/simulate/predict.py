@@ -38,6 +38,7 @@ from .rings import ring_orders
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
 MAX_PIPELINE_CHUNKS = 64
+P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # NCCL runs them as grouped send/recv
 
 
 def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
@@ -63,6 +64,8 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
         True
     """
     version = versions.parse_version(nccl_version, strict=True)
+    if get_collective(collective).name in P2P_COLLECTIVES:
+        version = None  # tuning.cc's constants describe NCCL's collectives, not its p2p
     with versions.use(version):
         return _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ranks,
                         root, redop, exclude, gpus_per_thread, cuda_graph, also, params)
