@@ -57,6 +57,10 @@ _TC_26 = {"ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .5, .5, .6,
                     .8, .9, .9, 1.0),
           "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6,
                      .7, .8, .9)}
+_TC_27 = {"ll": K.TREE_CORRECTION["ll"][:22],
+          "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7,
+                    .8, .9, .9, 1.0),
+          "simple": _TC_26["simple"]}
 _TC_28 = {"ll": K.TREE_CORRECTION["ll"][:23],
           "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7,
                     .8, .9, .9, .92, .92),
@@ -102,11 +106,13 @@ HISTORY = {
     "LL_MAX_BW_MULTI_NODE": [
         ((2, 5), _INF3, "v2.5.6-1 (no llMaxBws)"),
         ((2, 8), K.LL_MAX_BW_MULTI_NODE, "v2.8.3-1")],
-    # ll128MaxBwPerCh (2.7-2.9: per collective, the all-reduce one; 2.10: 20 for all);
-    # perChMaxRingLL128Bws with a Hopper row from 2.19. Before 2.7 LL128 had a total cap
-    # (ll128MaxBw, 113 GB/s for all-reduce), taken as the 2.7 per-channel one.
+    # ll128MaxBwPerCh (2.7-2.9: per collective, the model takes the all-reduce one, index
+    # ncclFuncAllReduce = 4 of devcomm.h; 2.10: 20 for all); perChMaxRingLL128Bws with a Hopper
+    # row from 2.19. Before 2.7 LL128 had a total cap (ll128MaxBw, 100 GB/s for all-reduce),
+    # taken as the 2.7 per-channel one.
     "LL128_PER_CHANNEL_BW": [
-        ((2, 5), _gens(*[(18.8,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
+        ((2, 5), _gens(*[(16.7,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
+        ((2, 8), _gens(*[(16.9,) * 3] * 4), "v2.8.3-1 ll128MaxBwPerCh[AllReduce]"),
         ((2, 10), _gens(*[(20.0,) * 3] * 4), "v2.10.3-1 ll128MaxBwPerCh"),
         ((2, 19), K.LL128_PER_CHANNEL_BW, "v2.19.1-1 perChMaxRingLL128Bws")],
     # perChMaxTreeBws (none before 2.8); Hopper row from 2.17, changed in 2.19
@@ -121,13 +127,15 @@ HISTORY = {
         ((2, 19), K.TREE_PER_CHANNEL_BW, "v2.19.1-1")],
     # a tree's LL128 cap was the ring's per-channel one until perChMaxTreeLL128Bws (2.19)
     "TREE_LL128_PER_CHANNEL_BW": [
-        ((2, 5), _gens(*[(18.8,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
+        ((2, 5), _gens(*[(16.7,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
+        ((2, 8), _gens(*[(16.9,) * 3] * 4), "v2.8.3-1 ll128MaxBwPerCh[AllReduce]"),
         ((2, 10), _gens(*[(20.0,) * 3] * 4), "v2.10.3-1 ll128MaxBwPerCh"),
         ((2, 19), K.TREE_LL128_PER_CHANNEL_BW, "v2.19.1-1 perChMaxTreeLL128Bws")],
     # treeCorrectionFactor: none before 2.6
     "TREE_CORRECTION": [
         ((2, 5), _NO_TC, "v2.5.6-1 (no treeCorrectionFactor)"),
         ((2, 6), _TC_26, "v2.6.4-1"),
+        ((2, 7), _TC_27, "v2.7.3-1"),
         ((2, 8), _TC_28, "v2.8.3-1"),
         ((2, 10), K.TREE_CORRECTION, "v2.10.3-1")],
     # NVLS inside a node: baseLat[NVLS][Simple] + hwLat[NVLINK][NVLS][Simple]
