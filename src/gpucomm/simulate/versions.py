@@ -167,8 +167,10 @@ _VERSION = re.compile(r"(\d+)\.(\d+)")
 def parse_version(text, strict: bool = False):
     """(major, minor) from text such as "2.18", "2.18.5-1", "~2.19 (pytorch:24.01)"; None
     (the newest) for None/"" or text without a version, or a ConfigError when `strict`."""
-    if text is None or isinstance(text, tuple):
-        return text
+    if text is None:
+        return None
+    if isinstance(text, (tuple, list)):  # (major, minor) already
+        text = ".".join(str(x) for x in text[:2])
     for m in _VERSION.finditer(str(text)):  # "pytorch:24.01 container (~2.19)": NCCL is 2.x
         version = (int(m.group(1)), int(m.group(2)))
         if version[0] == 2 and OLDEST <= version:
