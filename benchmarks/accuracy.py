@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from gpucomm.collectives import get_collective  # noqa: E402
 from gpucomm.simulate import predict  # noqa: E402
 from gpucomm.simulate.nccl import from_nccl_algo  # noqa: E402
+from gpucomm.simulate.versions import parse_version  # noqa: E402
 from gpucomm.topology import build_topology  # noqa: E402
 
 DATA = [ROOT.parent / "shared" / "data" / "nccl-tests-published.json",
@@ -130,6 +131,12 @@ def nccl_protocols(t: dict):
     return ["ll", "ll128", "simple"] if version >= (2, 5, 0) else ["ll", "simple"]
 
 
+def version_of(t: dict):
+    """The NCCL release a table ran, read leniently ("2.18.5", "~2.19 (pytorch:24.01)");
+    None (the model's newest) where it does not say."""
+    return parse_version(t.get("nccl_version"))
+
+
 def launch_of(t: dict) -> dict:
     """How the table's nccl-tests run issued its collectives, from its command line: `-g N`
     GPUs per host thread (default 1), `-G N` (N > 0) replayed from CUDA graphs."""
@@ -170,6 +177,7 @@ def evaluate(data, model="analytic", verbose=False, calibration=None):
             size = int(row["bytes"])
             res = predict(coll, size, topo, dtype=dtype, model=model,
                           protocol=nccl_protocols(t), **launch, **choice,
+                          nccl_version=version_of(t),
                           **(calibration or {}))
             meas_t = row.get("time_us")
             meas_bus = row.get("busbw_gbs")

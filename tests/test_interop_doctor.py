@@ -1,5 +1,6 @@
 """`gpucomm doctor`: nccl-tests logs in (tables, INFO lines), the machine inferred, a verdict."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,16 @@ def test_several_logs_and_bad_ones(tmp_path, capsys):
     assert "names no ranks" in capsys.readouterr().err
     assert main(["doctor", str(rows_only), "-c", "all_reduce", "--system", "dgx-h100",
                  "--gpus-per-node", "2"]) == 0
+
+
+def test_the_logs_nccl_version_is_modelled():
+    """The NCCL version the INFO lines print is the one predicted: NCCL 2.17 had NVLS but not
+    NVLSTree (2.18), so on two H100 nodes it cannot be what that version chose."""
+    text = EXAMPLE.read_text()
+    now = {r["algorithm"] for r in diagnose(DoctorRequest(parse_log(text))).rows}
+    old = diagnose(DoctorRequest(parse_log(_replace_version(text, "2.17.1+cuda12.1"))))
+    assert "nvls_tree" in now and "nvls_tree" not in {r["algorithm"] for r in old.rows}
+
+
+def _replace_version(text, version):
+    return re.sub(r"NCCL version \S+", f"NCCL version {version}", text)

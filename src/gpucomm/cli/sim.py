@@ -35,6 +35,9 @@ def register(sub) -> None:
                    "`gpucomm algo show`); hierarchical defaults to the topology's GPUs per node")
     p.add_argument("--protocol", default="auto", choices=("auto", "ll", "ll128", "simple"))
     p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    p.add_argument("--nccl-version", metavar="X.Y", default=None,
+                   help="model this NCCL release's tuning constants and algorithms "
+                        "(e.g. 2.18; default: the newest)")
     p.add_argument("-b", "--minbytes", type=size_arg, default=8)
     p.add_argument("-e", "--maxbytes", type=size_arg, default=1 << 30)
     p.add_argument("-f", "--stepfactor", type=float, default=2.0)
@@ -70,6 +73,8 @@ def cmd_sim(args) -> int:
         output_file(args.trace, "--trace", (".json",))
     if args.compare:
         return _compare(args, topology_from_args(args) if args.topology else None)
+    from ..simulate.versions import parse_version
+    args.nccl_version = parse_version(args.nccl_version, strict=True)
     t0, c0 = time.perf_counter(), time.process_time()
     topo = topology_from_args(args)
     t1, c1 = time.perf_counter(), time.process_time()
@@ -123,7 +128,8 @@ def _predict(args, coll, size, topo, params):
                    model=args.model, protocol=args.protocol,
                    root=args.root if coll.rooted else 0, redop=args.op,
                    gpus_per_thread=args.gpus_per_thread or 1,
-                   cuda_graph=bool(args.cuda_graph), **params)
+                   cuda_graph=bool(args.cuda_graph),
+                   nccl_version=getattr(args, "nccl_version", None), **params)
 
 
 def _seeded(args, coll, params, sizes) -> int:

@@ -19,6 +19,7 @@ from ..dtypes import format_size
 from ..errors import ConfigError
 from ..hardware import get_nic
 from ..simulate import nccl, predict
+from ..simulate.versions import parse_version
 from ..topology import Topology, build_topology
 from .nccltests import NcclTestsLog
 from .system import SystemGuess, infer_system, label
@@ -198,6 +199,9 @@ def _choice(log, coll, req, topo) -> dict:
             pass
     if "algorithm" not in out and env.get("NCCL_NVLS_ENABLE") == "0":
         out["exclude"] = ["nvls"]  # auto already chooses among NCCL's own algorithms only
+    version = parse_version(log.info.version)  # the NCCL the log ran (NCCL_DEBUG=INFO)
+    if version is not None:
+        out["nccl_version"] = version
     if req.protocol:
         out["protocol"] = req.protocol
     elif env.get("NCCL_PROTO") and "^" not in env["NCCL_PROTO"]:

@@ -35,6 +35,7 @@ from . import constants as K
 from .paths import NET
 from .protocol import generation_of, get_protocol, net_stack_floor_s
 from .result import LinkBusy, RankTimeline, SimResult
+from .versions import value
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
@@ -152,11 +153,29 @@ def _result(coll, name, proto, model, lay, p, t, busy, nch):
                      lay.dtype.name, t, algbw, busbw, busy, 1, p, timeline, nccl_channels=nch)
 
 
+def chain_link_load(paths, fwd, back):
+    """The links a tree's chain puts bytes on, how many of the chain's transfers cross each,
+    and the chain's capacity: min over links of capacity / transfers.
+
+    A tree all-reduce sends every byte up the chain (reduce) and down it (broadcast), both
+    at once, pipelined: each edge's route in each direction carries the whole buffer. Where
+    routes share a link the link carries each of them: a middle GPU behind a switch port sends
+    up and down through that one port (2 transfers), and two GPUs without P2P under one PCIe
+    switch both cross its uplink to host memory, one direction's route writing host memory
+    and the other reading it (NCCL's SHM transport), so the uplink carries both (2)."""
+    used = np.concatenate([fwd[fwd >= 0], back[back >= 0]]).astype(np.int64)
+    links, count = np.unique(used, return_counts=True)
+    if not links.size:
+        return links, count.astype(np.float64), float("inf")
+    share = float((np.asarray(paths.capacity)[links] / count).min())
+    return links, count.astype(np.float64), share
+
+
 def _shape(paths, topology, placement) -> dict:
     """What the closed forms need of a placement, whatever the size: node count, the longest
-    node's chain (its links' capacity, class, latency, and whether a GPU's up and down
-    neighbours share its port), the NICs, and the ring of neighbours' links (for NVLS's
-    busy time). Cached on the placement's path table: a sweep's sizes share it."""
+    node's chain (its capacity per transfer where its routes share links, class, latency,
+    transfers per link, links; chain_link_load), the NICs, and the ring of neighbours' links
+    (for NVLS's busy time). Cached on the placement's path table: a sweep's sizes share it."""
     hit = paths._cache.get("nccl_shape")
     if hit is not None:
         return hit
@@ -169,11 +188,9 @@ def _shape(paths, topology, placement) -> dict:
         fwd = paths.routes(idx[:-1], idx[1:], 0)
         back = paths.routes(idx[1:], idx[:-1], 0)
         lat_s, cls, capf = paths.properties(fwd)
-        # a middle GPU sends up and down the chain: through one port (a switch) that is 2S
-        shared = len(idx) > 2 and fwd.shape[1] and back.shape[1] and fwd[1, 0] == back[0, 0]
-        links = np.unique(np.concatenate([fwd[fwd >= 0], back[back >= 0]]))
-        out["chain"] = (len(chain), float(capf.min()), int(cls.max()), float(lat_s.max()),
-                        2.0 if shared else 1.0, links)
+        links, count, share = chain_link_load(paths, fwd, back)
+        out["chain"] = (len(chain), min(float(capf.min()), share), int(cls.max()),
+                        float(lat_s.max()), count, links)
         out["pair"] = float(paths.properties(paths.routes(idx[:1], idx[1:2], 0))[2][0])
     p = len(np.asarray(placement).reshape(-1))
     ring = paths.routes(np.arange(p), np.roll(np.arange(p), -1), 0)
@@ -209,15 +226,16 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     gen = gen if gen in K.TREE_PER_CHANNEL_BW else K.DEFAULT_GENERATION  # NCCL's tables
     col = 0 if n <= 1 else 1 if n == 2 else 2
     nch = K.TREE_CHANNELS
-    cap = {"simple": K.TREE_PER_CHANNEL_BW[gen][col],
-           "ll128": K.TREE_LL128_PER_CHANNEL_BW[gen][col]}.get(proto, float("inf")) * K.GB * nch
+    cap = {"simple": value("TREE_PER_CHANNEL_BW")[gen][col],
+           "ll128": value("TREE_LL128_PER_CHANNEL_BW")[gen][col]}.get(proto, float("inf"))
+    cap *= K.GB * nch
     size = float(lay.size)
-    hop = K.TREE_HOP_LATENCY_S[proto]
-    t_intra, lat = 0.0, K.TREE_BASE_LATENCY_S[proto]
+    hop = value("TREE_HOP_LATENCY_S")[proto]
+    t_intra, lat = 0.0, value("TREE_BASE_LATENCY_S")[proto]
     if shape["chain"] is not None:
-        length, capf, cls, lat_s, per_port, _ = shape["chain"]
+        length, capf, cls, lat_s, _, _ = shape["chain"]  # capf: per transfer (shared links)
         rate = min(_rate(pr, capf, cls, nch), cap)
-        t_intra = size * per_port / rate
+        t_intra = size / rate
         lat += 2 * (length - 1) * (hop[cls] + lat_s)
     t_net = 0.0
     if n > 1:
@@ -227,14 +245,14 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
         t_net = size * f / rate
         hop_net = max(hop[NET], net_hop_floor(topology, placement, proto, paths))
         lat += 2 * np.ceil(np.log2(n)) * (hop_net + lat_net)
-    table = K.TREE_CORRECTION[proto]
+    table = value("TREE_CORRECTION")[proto]
     correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
     t = lat + max(t_intra, t_net) / correction + _tree_fill(shape, proto, size, nch, t_intra,
                                                             t_net)
     busy = {}
     if shape["chain"] is not None:
-        per_port, links = shape["chain"][4], shape["chain"][5]
-        busy = _busy(links, size * per_port / 2, paths.capacity, t)
+        count, links = shape["chain"][4], shape["chain"][5]
+        busy = _busy(links, size * count / 2, paths.capacity, t)
     return _result(coll, "tree", proto, model, lay, p, t, busy, nch)
 
 
@@ -292,7 +310,7 @@ def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     chunk = nvls_tree_chunk_bytes(size, g, n) if n > 1 else None
     eff = nvls_efficiency(gen, size, g, chunk)
     t_nvl = size * (1 + 1 / g) / (shape["pair"] * eff)
-    lat = K.NVLS_LATENCY_S
+    lat = value("NVLS_LATENCY_S")
     t_net, f, fill = 0.0, 1.0, 0.0
     if n > 1:
         lat_net, nic = shape["net"]

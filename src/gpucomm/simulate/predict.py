@@ -31,18 +31,19 @@ from ..errors import ConfigError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, generation_of, get_protocol, ring_protocol
-from . import nccl, p2p, ranking
+from . import nccl, p2p, ranking, versions
 from .paths import NVLINK
 from .result import SimResult
 from .rings import ring_orders
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
 MAX_PIPELINE_CHUNKS = 64
+P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # NCCL runs them as grouped send/recv
 
 
 def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
             protocol="auto", ranks=None, root=0, redop="sum", exclude=(), gpus_per_thread=1,
-            cuda_graph=False, also=(), **params) -> SimResult:
+            cuda_graph=False, also=(), nccl_version=None, **params) -> SimResult:
     """Predict one nccl-tests point: the time of `collective` on `nbytes` (size S).
 
     `algorithm`: "auto", an NCCL algorithm (ring, tree, nvls, nvls_tree, pat, ...) or a
@@ -54,12 +55,24 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
     them with its own cheap model.
     `gpus_per_thread` (nccl-tests `-g`) and `cuda_graph` (`-G`): how the host issues the
     collective; the time is at least the host's issue time (`host_issue_s`).
+    `nccl_version` ("2.18", "2.18.5-1", (2, 18); None: the newest): the NCCL whose constants
+    and algorithms the model takes (versions.py).
 
         >>> from gpucomm.topology import build_topology
         >>> t = build_topology("dgx-a100")
         >>> predict("all_reduce", 8, t, gpus_per_thread=8).time_us >= 40
         True
     """
+    version = versions.parse_version(nccl_version, strict=True)
+    if get_collective(collective).name in P2P_COLLECTIVES:
+        version = None  # tuning.cc's constants describe NCCL's collectives, not its p2p
+    with versions.use(version):
+        return _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ranks,
+                        root, redop, exclude, gpus_per_thread, cuda_graph, also, params)
+
+
+def _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ranks, root, redop,
+             exclude, gpus_per_thread, cuda_graph, also, params) -> SimResult:
     coll = get_collective(collective)
     nbytes = parse_size(nbytes)
     host_s = host_issue_s(gpus_per_thread, cuda_graph)
@@ -80,7 +93,8 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
         protos = [str(protocol).lower()]
     for pr in protos:
         get_protocol(pr)  # validates the name
-    if not _ll128_allowed_memo(topology, placement):
+    if generation_of(topology) not in versions.value("LL128_GENERATIONS") or \
+            not _ll128_allowed_memo(topology, placement):
         protos = [pr for pr in protos if pr != "ll128"] or protos
     tried, errors, skipped = _rank(coll, names, protos, nbytes, topology, placement, dtype, root,
                                    redop, params)
@@ -147,6 +161,10 @@ def _candidates(coll, algorithm, topology, placement, exclude):
     exclude = {e.lower() for e in exclude}
     if algorithm != "auto":
         name = str(algorithm).lower()
+        if name in nccl.NCCL_ALGORITHMS and not versions.has_algorithm(name):
+            since = versions.ALGORITHM_SINCE[name][0]
+            raise ConfigError(f"algorithm {name!r} is not in NCCL {_version_text()}: it "
+                              f"arrived in NCCL {since[0]}.{since[1]}")
         if name in nccl.NCCL_ALGORITHMS and name != "ring":
             nccl.check(name, coll, topology, placement)
             return [name]
@@ -156,11 +174,16 @@ def _candidates(coll, algorithm, topology, placement, exclude):
         exclude.add("nvls_tree")
     names = _nccl_candidates(coll, topology, placement) or \
         [a.name for a in algorithms(coll)]  # e.g. barrier: NCCL has none, every registered one
-    names = [a for a in names if a not in exclude]
+    names = [a for a in names if a not in exclude and versions.has_algorithm(a)]
     if not names:
         raise ConfigError(f"no algorithm left for {coll.name} after excluding "
                           f"{', '.join(sorted(exclude))}")
     return names
+
+
+def _version_text() -> str:
+    v = versions.active()
+    return f"{v[0]}.{v[1]}" if v else "(newest)"
 
 
 _LL128: dict = {}
@@ -183,9 +206,8 @@ def _nccl_candidates(coll, topology, placement) -> list:
 
 def _ll128_allowed(topology, placement) -> bool:
     """NCCL enables LL128 by default only where GPUs of a node talk over NVLink (typeIntra <=
-    NVB in tuning.cc) on Volta..Blackwell; not over PCIe switches or through the host."""
-    if generation_of(topology) not in K.LL128_GENERATIONS:
-        return False
+    NVB in tuning.cc), not over PCIe switches or through the host; and only on the GPU
+    generations its version lists (versions.py LL128_GENERATIONS, checked by the caller)."""
     if len(placement) < 2:
         return True
     orders = _ring_orders(topology, placement)  # NCCL judges the rings its search found

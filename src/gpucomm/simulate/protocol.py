@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import constants as K
+from .versions import value
 from .paths import CLASS_NAMES, NET
 
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -70,14 +71,15 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
     col = 0 if nodes <= 1 else 1 if nodes == 2 else 2
     channel_cap = float("inf")
     total_cap = float("inf")
-    if key == "ll128":
-        channel_cap = K.LL128_PER_CHANNEL_BW[gen][col] * K.GB
+    if key == "ll128":  # the active NCCL version's constants (versions.py)
+        channel_cap = value("LL128_PER_CHANNEL_BW")[gen][col] * K.GB
     if key == "ll":
-        total_cap = (K.LL_MAX_BW[gen] if nodes <= 1 else K.LL_MAX_BW_MULTI_NODE)[col] * K.GB
+        total_cap = (value("LL_MAX_BW")[gen] if nodes <= 1
+                     else value("LL_MAX_BW_MULTI_NODE"))[col] * K.GB
     return Protocol(key, K.WIRE_EFFICIENCY[key],
-                    tuple(K.HOP_LATENCY_S[key][c] for c in CLASS_NAMES),
-                    K.BASE_LATENCY_S[key], K.SLICE_BYTES[key], K.NET_MESSAGE_OVERHEAD_S[key],
-                    channel_cap, total_cap)
+                    tuple(value("HOP_LATENCY_S")[key][c] for c in CLASS_NAMES),
+                    value("BASE_LATENCY_S")[key], K.SLICE_BYTES[key],
+                    K.NET_MESSAGE_OVERHEAD_S[key], channel_cap, total_cap)
 
 
 def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,

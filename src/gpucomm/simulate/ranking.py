@@ -15,7 +15,7 @@ Floors, from the analytic model's own rules (steps.py):
 """
 from __future__ import annotations
 
-from . import constants as K
+from .versions import value
 
 RING_STEPS = {"all_reduce": lambda p: 2 * (p - 1), "reduce_scatter": lambda p: p - 1,
               "all_gather": lambda p: p - 1}
@@ -25,10 +25,10 @@ def ring_floor(collective: str, nranks: int, protocol: str) -> float | None:
     """Seconds no ring schedule of `collective` on `nranks` ranks beats with `protocol`
     (None: no floor known)."""
     steps = RING_STEPS.get(collective)
-    if steps is None or nranks < 2 or protocol not in K.HOP_LATENCY_S:
+    if steps is None or nranks < 2 or protocol not in value("HOP_LATENCY_S"):
         return None
-    hop = min(K.HOP_LATENCY_S[protocol].values())
-    return K.BASE_LATENCY_S[protocol] + steps(nranks) * hop
+    hop = min(value("HOP_LATENCY_S")[protocol].values())
+    return value("BASE_LATENCY_S")[protocol] + steps(nranks) * hop
 
 
 def rank(pairs, time_fn, floor_fn):

@@ -1,0 +1,146 @@
+"""NCCL version as a model input (simulate/versions.py), and the tree's chain on shared links."""
+import json
+
+import numpy as np
+import pytest
+
+from gpucomm.cli import main
+from gpucomm.errors import ConfigError
+from gpucomm.simulate import constants as K
+from gpucomm.simulate import predict
+from gpucomm.simulate.core import path_table
+from gpucomm.simulate.nccl import _shape, chain_link_load
+from gpucomm.simulate.protocol import get_protocol
+from gpucomm.simulate.versions import HISTORY, NEWEST, parse_version, use, value
+from gpucomm.topology import build_topology
+
+US = 1e-6
+
+
+def test_newest_entry_of_every_history_is_todays_constant():
+    for name, history in HISTORY.items():
+        assert value(name, NEWEST) == getattr(K, name), name
+        since = [v for v, _, _ in history]
+        assert since == sorted(since), name
+
+
+@pytest.mark.parametrize("text, want", [
+    ("2.18", (2, 18)), ("2.18.5-1", (2, 18)), ("~2.19 (pytorch:24.01)", (2, 19)),
+    ("from pytorch:24.01 container (~2.19)", (2, 19)), ("2.29.2 (22902)", (2, 29)),
+    ("2.17.1+cuda11.8", (2, 17)), ("not printed (2025)", None), ("", None), (None, None),
+    ("2.99", NEWEST)])
+def test_parse_version_is_lenient(text, want):
+    assert parse_version(text) == want
+
+
+@pytest.mark.parametrize("text", ["abc", "3.1", "2.3", "two"])
+def test_parse_version_strict_names_the_field(text):
+    with pytest.raises(ConfigError, match="nccl version"):
+        parse_version(text, strict=True)
+
+
+def test_constants_follow_the_version():
+    # tuning.cc hwLat[NET][Ring][Simple]: 9.6 us (2.7), 28 (2.12), 9.6 (2.14), 14 (2.18)
+    for version, us in (("2.7", 9.6), ("2.12", 28.0), ("2.14", 9.6), ("2.18", 14.0)):
+        with use(version):
+            assert get_protocol("simple").hop_latency_s[2] == pytest.approx(us * US)
+    # llMaxBws arrived in 2.8: no LL cap before
+    with use("2.7"):
+        assert get_protocol("ll", "ampere", 1).total_cap_Bps == float("inf")
+    with use("2.8"):
+        assert get_protocol("ll", "ampere", 1).total_cap_Bps == pytest.approx(87.7e9)
+    assert get_protocol("ll", "hopper", 1).total_cap_Bps == pytest.approx(141.0e9)
+
+
+def test_tree_latency_difference_between_2_22_and_2_23_is_natural():
+    """2.23 cut a Simple tree step from 28 us to 4 us and gave Simple trees an 8.4 us base:
+    on one 8-GPU node (a chain of 7 NVLink hops, up and down) the difference at one size is
+    2·7·(28 - 4) - 8.4 us, the bandwidth and fill terms being the same in both."""
+    t = build_topology("dgx-h100")
+    old = predict("all_reduce", 1 << 20, t, algorithm="tree", protocol="simple",
+                  nccl_version="2.22")
+    new = predict("all_reduce", 1 << 20, t, algorithm="tree", protocol="simple",
+                  nccl_version="2.23")
+    assert (old.time_s - new.time_s) * 1e6 == pytest.approx(2 * 7 * (28 - 4) - 8.4, rel=1e-9)
+
+
+def test_algorithms_arrive_with_their_version():
+    t = build_topology("dgx-h100")
+    with pytest.raises(ConfigError, match="arrived in NCCL 2.17"):
+        predict("all_reduce", 1 << 30, t, algorithm="nvls", nccl_version="2.16")
+    old = predict("all_reduce", 1 << 30, t, nccl_version="2.16")
+    assert all(a != "nvls" for a, _, _ in old.candidates)
+    assert predict("all_reduce", 1 << 30, t, nccl_version="2.18").algorithm == "nvls"
+    assert predict("all_reduce", 1 << 30, t).algorithm == "nvls"
+
+
+def test_ll128_default_follows_the_version():
+    # LL128 on by default on Volta only until 2.7 added Ampere
+    t = build_topology("dgx-a100")
+    old = predict("all_reduce", 1 << 20, t, nccl_version="2.6")
+    assert all(p != "ll128" for _, p, _ in old.candidates)
+    assert any(p == "ll128" for _, p, _ in predict("all_reduce", 1 << 20, t).candidates)
+
+
+def test_cli_nccl_version(capsys):
+    argv = ["sim", "--system", "dgx-h100", "-b", "1M", "-e", "1M"]
+    assert main(argv + ["--nccl-version", "latest"]) == 2
+    err = capsys.readouterr().err
+    assert "nccl version 'latest'" in err and len(err.strip().splitlines()) == 1
+    assert main(argv + ["--nccl-version", "2.16", "--format", "json"]) == 0
+    old = json.loads(capsys.readouterr().out)
+    assert old["rows"][0]["algorithm"] != "nvls"
+    assert main(argv + ["--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["algorithm"] == "nvls"
+
+
+# --- a tree's chain over links its two directions share ---------------------------------------
+
+def _pcie(p2p):
+    return build_topology(system="pcie", gpu="rtx4090", nodes=1, gpus_per_node=2, pcie_gen=4,
+                          p2p=p2p)
+
+
+def test_chain_counts_both_directions_on_the_host_uplink():
+    """Without P2P both directions of the 2-GPU chain run through host memory, so the PCIe
+    switch's uplink carries both; with P2P the switch turns them around and no link is
+    shared."""
+    for p2p, want in ((False, 2), (True, 1)):
+        t = _pcie(p2p)
+        paths = path_table(t, np.arange(2))
+        fwd = paths.routes(np.array([0]), np.array([1]), 0)
+        back = paths.routes(np.array([1]), np.array([0]), 0)
+        links, count, share = chain_link_load(paths, fwd, back)
+        assert count.max() == want
+        assert share == pytest.approx(float(paths.capacity[links].min()) / want)
+
+
+def test_tree_on_pcie_without_p2p_matches_hand_formula():
+    """Tree all-reduce, 2 GPUs under one PCIe Gen4 x16 switch, no P2P, 1 GiB, Simple:
+    t = base + 2·(hop_pcie + route latency) + S / (C/2) / correction + fill, C the x16 link's
+    payload rate (32 GB/s x 0.85), the fill one 512 KiB chunk per channel at the chain's rate."""
+    t = _pcie(False)
+    size = 1 << 30
+    res = predict("all_reduce", size, t, algorithm="tree", protocol="simple")
+    c = 32e9 * 0.85
+    shape = _shape(path_table(t, np.arange(2)), t, np.arange(2))
+    lat_route = shape["chain"][3]
+    t_bw = size / (c / 2)
+    want = (K.TREE_BASE_LATENCY_S["simple"] + 2 * (K.TREE_HOP_LATENCY_S["simple"][1] + lat_route)
+            + t_bw / K.TREE_CORRECTION["simple"][-1] + t_bw * 512 * 1024 * 16 / size)
+    assert res.time_s == pytest.approx(want, rel=1e-9)
+    # and the ring on the same links is faster, so auto runs the ring, as NCCL's tuner does
+    # (its one-node tree bandwidth is at most 0.92 x 0.85 of the ring's, tuning.cc)
+    assert predict("all_reduce", size, t).algorithm == "ring"
+    # with P2P the tree's chain shares nothing: twice the bandwidth term
+    p2p = predict("all_reduce", size, _pcie(True), algorithm="tree", protocol="simple")
+    assert p2p.busbw_GBps > 1.8 * res.busbw_GBps
+
+
+def test_point_to_point_keeps_todays_costs():
+    """tuning.cc's constants are those of NCCL's collectives; send/recv and all-to-all run as
+    grouped p2p and take none of them from the version."""
+    t = build_topology("dgx-a100")
+    for coll in ("sendrecv", "all_to_all"):
+        old = predict(coll, 1024, t, nccl_version="2.7")
+        assert old.time_s == predict(coll, 1024, t).time_s
