@@ -58,7 +58,7 @@ recover faster) and for flows shorter than the recovery.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -254,7 +254,8 @@ class FabricPolicy:
         hot[safe[rows, at][valid[rows, at]]] = True
         hot &= self.egress & (ops_on > 1) & (demand > capacity * (1 + 1e-9))
         h = valid & hot[safe]
-        has = np.any(h, axis=1)  # (h.any's stub types axis=1 as maybe a scalar)
+        # (numpy's stub types .any(axis=1) as maybe a scalar: on a 2-D array it is 1-D)
+        has = cast(npt.NDArray[np.bool_], h.any(axis=1))
         if not has.any():
             return caps
         pos = np.argmax(h, axis=1)
