@@ -10,8 +10,9 @@ symmetric rates, and symmetric ops start, finish and land together. Then one nod
 stand for every node's: links become their orbits under the shift (every link of an orbit
 carries the same flows' copies, so an orbit with the capacity of one link and the
 representatives' crossings shares exactly as each of its links does), and an op's
-predecessors on other nodes are the representatives of the same step. `tests/test_symmetry.py`
-checks the reduced flow model against the whole one on clusters small enough to simulate whole.
+predecessors on other nodes are the representatives of the same step.
+`tests/test_sim_fast_paths.py` checks the reduced flow model against the whole one on clusters
+small enough to simulate whole.
 """
 from __future__ import annotations
 
