@@ -38,6 +38,8 @@ Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 Links = npt.NDArray[np.signedinteger[Any]]  # link indices per row, -1 padded
+# a step with engine barriers: (first op, ops, send and receive barrier per op or None)
+Group = tuple[int, int, Ints | None, Ints | None]
 
 
 class OpGraph(TypedDict):
@@ -92,7 +94,8 @@ def build(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int) -> F
     recv_last = np.full((p, nch), -1, dtype=np.int64)
     preds, sizes, rows, step_ptr = [], [], [], [0]
     alphas, caps, alones = [], [], []  # per pattern row, like the route table
-    groups, group_sizes = [], []  # (first op, send members, recv members) of steps with barriers
+    groups: list[Group] = []  # the steps with barriers
+    group_sizes = []
     pattern_rows: dict[int, tuple[Pattern, Ints]] = {}
     tables = []
     nops, ngroups, table_rows = 0, 0, 0
@@ -228,9 +231,6 @@ def _engine_groups(pat: Pattern, side: str, rank: Ints, ch: Ints,
         uniq, inv, cnt = np.unique(k, return_inverse=True, return_counts=True)
         memo[key] = None if len(uniq) == len(k) else (uniq, inv, cnt)
     return memo[key]
-
-
-Group = tuple[int, int, Ints | None, Ints | None]  # (first op, ops, send, recv members)
 
 
 def _members(groups: list[Group], nops: int, col: Literal[2, 3]) -> Ints:
