@@ -58,11 +58,23 @@ recover faster) and for flows shorter than the recovery.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ConfigError
 from ..topology.routing import lane_key, mix
+
+if TYPE_CHECKING:
+    from ..topology import Topology
+    from ..topology.fabric import Network
+    from ..topology.routing import Router
+    from .paths import PathTable
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Routes = npt.NDArray[np.signedinteger[Any]]  # padded link rows (ops, hops), -1: no link
 
 MAX_LANES = 32
 # NCCL_NCHANNELS_PER_NET_PEER's default (NCCL 2.x env docs): channels, so connections, per
@@ -94,11 +106,14 @@ def recovery_s() -> float:
 class FabricPolicy:
     """Routing lanes, payload capacity and pause caps for one PathTable."""
 
-    def __init__(self, paths, network):
+    connections: int  # NCCL connections per network peer (ECMP; each hashed on its own)
+    lanes: int  # paths an op is split over
+
+    def __init__(self, paths: PathTable, network: Network) -> None:
         if network.routing == "auto":  # NICs of mixed kinds (with_network resolves the rest)
             network = dataclasses.replace(network, routing="ecmp")
         self.net = network
-        self.topo = paths.topo
+        self.topo: Topology = paths.topo
         router = self.topo.router
         self.router = router
         if network.routing == "ecmp":
@@ -123,7 +138,8 @@ class FabricPolicy:
         self.recovery_s = recovery_s() if network.lossless and network.cc == "dcqcn" else 0.0
 
     # ---- capacity --------------------------------------------------------------------------
-    def capacity(self, capacity, link_class, latency):
+    def capacity(self, capacity: Floats, link_class: npt.NDArray[np.signedinteger[Any]],
+                 latency: Floats) -> Floats:
         """Payload capacity of each link: network links lose go-back-N retransmissions on a
         lossy fabric (window = capacity x base round trip / MTU)."""
         if self.net.lossless or self.net.loss_rate == 0:
@@ -137,7 +153,8 @@ class FabricPolicy:
         return out
 
     # ---- routes ----------------------------------------------------------------------------
-    def lane_routes(self, single, idx, gs, gd, channel):
+    def lane_routes(self, single: Routes, idx: Ints, gs: Ints, gd: Ints,
+                    channel: Ints) -> Routes:
         """Route rows with lanes: each row is lane 0's path, then the switch-to-switch links
         of lanes 1..L-1 (where lanes part; the other links are common to all lanes and
         appear once). `single` holds one path per op; rows `idx`, inter-node ops from rail
@@ -162,7 +179,7 @@ class FabricPolicy:
         width = int((full >= 0).sum(axis=1).max(initial=0))
         return np.ascontiguousarray(full[:, :width], dtype=np.int32)
 
-    def _lane(self, gs, gd, channel, j):
+    def _lane(self, gs: Ints, gd: Ints, channel: Ints, j: int) -> npt.NDArray[np.int32]:
         net = self.net
         gs, gd = np.asarray(gs, dtype=np.int64), np.asarray(gd, dtype=np.int64)
         c = np.asarray(channel, dtype=np.int64)
@@ -183,7 +200,9 @@ class FabricPolicy:
             key = lane_key((rot % np.uint64(MAX_LANES)) + np.uint64(j))
         return np.asarray(self.router.route_matrix(gs, gd, c, key=key), dtype=np.int32)
 
-    def properties(self, table, latency, link_class, capacity):
+    def properties(self, table: Routes, latency: Floats,
+                   link_class: npt.NDArray[np.signedinteger[Any]],
+                   capacity: Floats) -> tuple[Floats, npt.NDArray[np.signedinteger[Any]], Floats]:
         """(latency, class, bottleneck) of lane rows: a link's latency counts 1/scale per
         entry (lanes' tied paths have equal latency), the bottleneck is the least
         capacity x scale / multiplicity over the row's links."""
@@ -203,7 +222,7 @@ class FabricPolicy:
         return lat, cls, rate.min(axis=1)
 
     # ---- PFC pause spreading -----------------------------------------------------------------
-    def pause_caps(self, table, alone, capacity):
+    def pause_caps(self, table: Routes, alone: Floats, capacity: Floats) -> Floats:
         """Per op: the rate PFC's head-of-line blocking holds it to (inf: none), for ops that
         run together; only without congestion control on a lossless fabric. A hot port is a
         switch egress that is some op's bottleneck, shared by several ops and asked for more
@@ -235,7 +254,8 @@ class FabricPolicy:
         hot[safe[rows, at][valid[rows, at]]] = True
         hot &= self.egress & (ops_on > 1) & (demand > capacity * (1 + 1e-9))
         h = valid & hot[safe]
-        has = h.any(axis=1)
+        # (numpy's stub types .any(axis=1) as maybe a scalar: on a 2-D array it is 1-D)
+        has = cast(npt.NDArray[np.bool_], h.any(axis=1))
         if not has.any():
             return caps
         pos = np.argmax(h, axis=1)
@@ -249,13 +269,13 @@ class FabricPolicy:
         return np.where(has, np.inf, caps)
 
 
-def _widen(m, width):
+def _widen(m: Routes, width: int) -> Routes:
     if m.shape[1] >= width:
         return m
     return np.concatenate([m, np.full((len(m), width - m.shape[1]), -1, np.int32)], axis=1)
 
 
-def _widest(router) -> int:
+def _widest(router: Router) -> int:
     """Most tied fabric paths between two ports (the switch-to-switch ECMP width)."""
     t = router._ensure_tables()
     if t is not None:
@@ -263,7 +283,7 @@ def _widest(router) -> int:
     return 1
 
 
-def _one_way(topo, latency) -> float:
+def _one_way(topo: Topology, latency: Floats) -> float:
     """Latency of the longest route between the first rank and the others' nodes."""
     if topo.nodes < 2:
         return 0.0

@@ -19,17 +19,56 @@ the first step with an op not yet started); below `EXACT_OPS` ops every op is ch
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
+
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ConfigError
-from .steps import StepCoster, expand, op_bytes
+from .steps import Pattern, StepCoster, expand, op_bytes
+
+if TYPE_CHECKING:
+    from ..schedule import Schedule
 
 WINDOW_STEPS = 2
 EXACT_OPS = 20_000
 _TOL = 1e-12
 
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+Links = npt.NDArray[np.signedinteger[Any]]  # link indices per row, -1 padded
+# a step with engine barriers: (first op, ops, send and receive barrier per op or None)
+Group = tuple[int, int, Ints | None, Ints | None]
 
-def _touched(m, crowded, changed, nlinks):
+
+class OpGraph(TypedDict):
+    """A schedule's ops and what each waits for, as the event loop reads them.
+
+    Time slots: op i's end (data landed) is i, its transfer end nops + i, barrier b's time
+    2 nops + b, and 2 nops + ngroups is the sentinel (time 0) a "no predecessor" points at."""
+    nops: int
+    ngroups: int  # engine barriers (steps with several ops on one engine)
+    pred: Links  # (ops, k) time slots each op waits for
+    bytes: Floats  # per op (0 for a copy inside one rank)
+    row: npt.NDArray[np.int32]  # per op: its row of the per-row tables (FlowGraph)
+    gsend: Ints | None  # per op: its send barrier or -1 (None: no barriers)
+    grecv: Ints | None  # per op: its receive barrier or -1
+    gsize: Ints  # per barrier: ops it waits for
+    step_ptr: Ints  # ops of step s are step_ptr[s]:step_ptr[s + 1]
+
+
+class FlowGraph(OpGraph):
+    """build()'s graph: the ops with their routes and costs per row (symmetry.py builds
+    reduced ones)."""
+    route: npt.NDArray[np.int32]  # (rows, hops) links, -1 padded
+    alpha_row: Floats  # per row: latency from transfer end to landing, s
+    cap_row: Floats  # per row: the protocol's rate cap, B/s
+    alone_row: Floats  # per row: the rate with every link to itself, B/s
+    windowed: NotRequired[bool]  # whether the window of steps applies (default: by size)
+
+
+def _touched(m: Links, crowded: Bools, changed: Links, nlinks: int) -> Bools:
     """The crowded flows (rows of link table `m`) linked to the links `changed` through
     chains of links they share: the union of the max-min groups a change can move."""
     mark = np.zeros(nlinks + 1, dtype=bool)  # index nlinks stands for padding (-1)
@@ -46,7 +85,7 @@ def _touched(m, crowded, changed, nlinks):
         mark[nlinks] = False
 
 
-def build(sched, coster: StepCoster, bounds, itemsize: int):
+def build(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int) -> FlowGraph | None:
     p, t = sched.nranks, sched.total_chunks
     nch = max(int(sched.channels), 1)
     writer = np.full(p * t, -1, dtype=np.int64)
@@ -55,8 +94,10 @@ def build(sched, coster: StepCoster, bounds, itemsize: int):
     recv_last = np.full((p, nch), -1, dtype=np.int64)
     preds, sizes, rows, step_ptr = [], [], [], [0]
     alphas, caps, alones = [], [], []  # per pattern row, like the route table
-    groups, group_sizes = [], []  # (first op, send members, recv members) of steps with barriers
-    pattern_rows, tables = {}, []
+    groups: list[Group] = []  # the steps with barriers
+    group_sizes = []
+    pattern_rows: dict[int, tuple[Pattern, Ints]] = {}
+    tables = []
     nops, ngroups, table_rows = 0, 0, 0
     for st in sched.steps():
         n = len(st)
@@ -88,13 +129,14 @@ def build(sched, coster: StepCoster, bounds, itemsize: int):
         reader[didx] = -1
         reader[sidx] = ids if sown is None else ids[sown]
         # engines: one node per (rank, channel) of this step; a barrier if it has several ops
-        members = []
+        members: list[Ints | None] = []
         for last, rank, side in ((send_last, st.src, "send"), (recv_last, st.dst, "recv")):
-            uniq, inv, cnt = _engine_groups(pat, side, rank, ch, nch)
-            if uniq is None:  # one op per engine: the op itself is the node
+            engines = _engine_groups(pat, side, rank, ch, nch)
+            if engines is None:  # one op per engine: the op itself is the node
                 last[rank, ch] = ids
                 members.append(None)
                 continue
+            uniq, inv, cnt = engines
             multi = cnt > 1
             gid = np.full(len(uniq), -1, dtype=np.int64)
             gid[multi] = ngroups + np.arange(int(multi.sum()))
@@ -137,7 +179,7 @@ def build(sched, coster: StepCoster, bounds, itemsize: int):
     eng[eng_op] += nops
     pred[pred == -1] = sentinel
     # columns that repeat another or never name a predecessor cost gathers for nothing
-    keep = []
+    keep: list[int] = []
     for k in range(pred.shape[1]):
         col = pred[:, k]
         if (col == sentinel).all() or any(np.array_equal(col, pred[:, j]) for j in keep):
@@ -162,7 +204,7 @@ def build(sched, coster: StepCoster, bounds, itemsize: int):
     }
 
 
-def _rowmax(x):
+def _rowmax(x: Floats) -> Floats:
     """x.max(axis=1), column by column: several times faster for a few wide columns."""
     out = x[:, 0].copy()
     for k in range(1, x.shape[1]):
@@ -170,34 +212,37 @@ def _rowmax(x):
     return out
 
 
-def _rowmin(x):
+def _rowmin(x: Floats) -> Floats:
     out = x[:, 0].copy()
     for k in range(1, x.shape[1]):
         np.minimum(out, x[:, k], out=out)
     return out
 
 
-def _engine_groups(pat, side, rank, ch, nch):
-    """(engine keys, op -> key, ops per key) of a step, or Nones if every op has its own
+def _engine_groups(pat: Pattern, side: str, rank: Ints, ch: Ints,
+                   nch: int) -> tuple[Ints, Ints, Ints] | None:
+    """(engine keys, op -> key, ops per key) of a step, or None if every op has its own
     engine; memoised on the step's pattern (it depends on src/dst/channel only)."""
-    memo = pat.__dict__.setdefault("engines", {})
+    memo: dict[tuple[str, int], tuple[Ints, Ints, Ints] | None] = \
+        pat.__dict__.setdefault("engines", {})
     key = (side, nch)
     if key not in memo:
         k = rank * nch + ch
         uniq, inv, cnt = np.unique(k, return_inverse=True, return_counts=True)
-        memo[key] = (None, None, None) if len(uniq) == len(k) else (uniq, inv, cnt)
+        memo[key] = None if len(uniq) == len(k) else (uniq, inv, cnt)
     return memo[key]
 
 
-def _members(groups, nops, col):
+def _members(groups: list[Group], nops: int, col: Literal[2, 3]) -> Ints:
     out = np.full(nops, -1, dtype=np.int64)
     for g in groups:
-        if g[col] is not None:
-            out[g[0]:g[0] + g[1]] = g[col]
+        member = g[col]
+        if member is not None:
+            out[g[0]:g[0] + g[1]] = member
     return out
 
 
-def _per_op(values, owner, n):
+def _per_op(values: Ints, owner: Ints | None, n: int) -> Ints:
     if owner is None:
         return values[:, None]
     width = int(np.bincount(owner, minlength=n).max())
@@ -208,7 +253,8 @@ def _per_op(values, owner, n):
     return out
 
 
-def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
+def run(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int, trace: bool = False
+        ) -> tuple[float, int, int, Floats, tuple[Floats, Floats] | None]:
     """(end time, event batches, ops, link busy seconds, (start, end) per op or None)."""
     g = build(sched, coster, bounds, itemsize)
     nl = coster.paths.nlinks
@@ -225,7 +271,7 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
     return float(sim.time[:n].max()), sim.events, n, busy, times
 
 
-def simulate_graph(g, link_cap, recovery_s=0.0) -> "_Sim":
+def simulate_graph(g: FlowGraph, link_cap: Floats, recovery_s: float = 0.0) -> _Sim:
     """Run the event loop over a graph in build()'s format (symmetry.py builds reduced ones;
     g["windowed"], if given, says whether the window of steps applies, as for the whole
     schedule); the returned state holds each op's times. `recovery_s`: congestion control's
@@ -239,7 +285,7 @@ class _Sim:
     """The event loop. An op starts when its predecessors allow, transfers its bytes as a flow
     (its engines are busy meanwhile), and its data lands `alpha` later (when readers may go)."""
 
-    def __init__(self, g, link_cap, recovery_s=0.0):
+    def __init__(self, g: FlowGraph, link_cap: Floats, recovery_s: float = 0.0) -> None:
         self.g = g
         # congestion control's ramp: a flow whose rate rises by dR owes dR * recovery_s bytes
         self.recovery_s = recovery_s
@@ -253,7 +299,7 @@ class _Sim:
         self.gmax = np.zeros(g["ngroups"])
         self.link_cap = link_cap
         self.link_count = np.zeros(len(link_cap), dtype=np.int64)
-        self.changed = None  # links of the flows that last started or ended (_rates)
+        self.changed: Links | None = None  # links of the flows that last started or ended
         self.events = 0
         step_ptr = g["step_ptr"]
         self.step_of = np.repeat(np.arange(len(step_ptr) - 1), np.diff(step_ptr))
@@ -263,7 +309,7 @@ class _Sim:
         self.wait = np.zeros(0, dtype=np.int64)
         self.hi = 0
 
-    def _waiting(self):
+    def _waiting(self) -> Ints:
         """Ops not started yet in the window of steps whose readiness is checked now."""
         g = self.g
         sp = g["step_ptr"]
@@ -280,7 +326,7 @@ class _Sim:
             self.wait = self.wait[~self.started[self.wait]]
         return self.wait
 
-    def run(self):
+    def run(self) -> float:
         g = self.g
         t = 0.0
         act = np.zeros(0, dtype=np.int64)  # flows moving bytes
@@ -367,7 +413,7 @@ class _Sim:
                 check = True
         return t
 
-    def _land(self, land, land_t, until):
+    def _land(self, land: Ints, land_t: Floats, until: float) -> tuple[Ints, Floats, int]:
         """Record the data landed by `until`: (still in flight, their times, how many landed)."""
         due = land_t <= until
         if not due.any():
@@ -375,19 +421,22 @@ class _Sim:
         self.time[land[due]] = land_t[due]
         return land[~due], land_t[~due], int(due.sum())
 
-    def _ramp(self, rem, old, rate):
-        """Bytes a running flow's congestion control loses climbing to a higher rate."""
-        if not self.recovery_s:
+    def _ramp(self, rem: Floats, old: Floats | None, rate: Floats) -> Floats:
+        """Bytes a running flow's congestion control loses climbing to a higher rate (`old`:
+        the rates before, None without congestion control)."""
+        if not self.recovery_s or old is None:
             return rem
         return rem + self.recovery_s * np.where(old > 0, np.maximum(rate - old, 0.0), 0.0)
 
-    def _sent(self, ids, when):
+    def _sent(self, ids: Ints, when: Floats) -> None:
         """Record transfer ends; close engine barriers whose last member just finished."""
         g, n = self.g, self.n
         self.time[n + ids] = when
         if not g["ngroups"]:
             return
         for groups in (g["gsend"], g["grecv"]):
+            if groups is None:  # (both are arrays when there are barriers)
+                continue
             member = groups[ids]
             sel = member >= 0
             if sel.any():
@@ -397,21 +446,21 @@ class _Sim:
                 closed = m[self.gleft[m] == 0]
                 self.time[2 * n + closed] = self.gmax[closed]
 
-    def _links(self, ops):
+    def _links(self, ops: Ints) -> npt.NDArray[np.int32]:
         return self.g["route"][self.g["row"][ops]]
 
-    def _load(self, m):
+    def _load(self, m: Links) -> None:
         m = m[m >= 0]
         np.add.at(self.link_count, m, 1)
         if len(m) and self.link_count[m].max() > 1:  # only new flows can create sharing
             self.shared = int(np.count_nonzero(self.link_count > 1))
 
-    def _unload(self, m):
+    def _unload(self, m: Links) -> None:
         np.subtract.at(self.link_count, m[m >= 0], 1)
         if self.shared:  # sharing can only end where it existed
             self.shared = int(np.count_nonzero(self.link_count > 1))
 
-    def _rates(self, act, rate, was_contended):
+    def _rates(self, act: Ints, rate: Floats, was_contended: bool) -> Floats:
         """Rates after the set of flows changed on the links `self.changed` (the links of the
         flows that started or ended; None: anywhere). Max-min decomposes over groups of flows
         that share links, so flows with every link to themselves just get their bottleneck,
@@ -422,7 +471,9 @@ class _Sim:
             rate[fresh] = self._alone(act[fresh])
             return rate
         m = self._links(act)
-        crowded = ((self.link_count[np.where(m >= 0, m, 0)] > 1) & (m >= 0)).any(axis=1)
+        # (numpy's stub types .any(axis=1) as maybe a scalar: on a 2-D array it is 1-D)
+        crowded = cast(Bools, ((self.link_count[np.where(m >= 0, m, 0)] > 1)
+                               & (m >= 0)).any(axis=1))
         alone = ~crowded
         rate[alone] = self._alone(act[alone])
         if crowded.any():
@@ -431,10 +482,10 @@ class _Sim:
             rate[touched] = self._maxmin(act[touched])
         return rate
 
-    def _alone(self, ops):
+    def _alone(self, ops: Ints) -> Floats:
         return self.g["alone_row"][self.g["row"][ops]]
 
-    def _maxmin(self, ops):
+    def _maxmin(self, ops: Ints) -> Floats:
         """Max-min fair rates by progressive filling; per-flow caps act as private links."""
         m = self._links(ops)
         valid = m >= 0

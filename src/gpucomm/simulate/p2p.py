@@ -29,21 +29,39 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
+import numpy.typing as npt
 
-from ..collectives import layout
+from ..collectives import Collective, layout
+from ..dtypes import DTypeLike
 from . import constants as K
-from .paths import NET, NVLINK, PCIE
+from .paths import NET, NVLINK, PCIE, PathTable
+from .result import SimResult
+
+if TYPE_CHECKING:
+    from ..topology import Topology
 
 P2P_COLLECTIVES = ("sendrecv", "all_to_all")
+
+
+class P2PPlan(TypedDict):
+    """NCCL's p2p channel counts for one communicator (`plan`)."""
+    nodes: int  # nodes the ranks span
+    p2p_channels: int  # channels for p2p operations in all
+    cmax: int  # channels per peer (the most one operation runs on)
+    cmin: int  # channels one operation starts from
+    chunk: int  # p2p chunk, bytes
+    nvl_Bps: float  # what one channel carries over NVLink, B/s
+    classes: npt.NDArray[np.signedinteger[Any]]  # path classes among the peers (paths.NET...)
 
 
 def _pow2_up(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
-def _sm(topology) -> str:
+def _sm(topology: Topology) -> str:
     for d in topology.devices:
         if d.kind == "gpu" and d.model:
             try:
@@ -54,7 +72,7 @@ def _sm(topology) -> str:
     return "sm80"
 
 
-def pairs(coll_name: str, p: int) -> tuple[np.ndarray, np.ndarray]:
+def pairs(coll_name: str, p: int) -> tuple[npt.NDArray[np.int_], npt.NDArray[np.int_]]:
     """The (sender, receiver) schedule ranks of nccl-tests' point-to-point pattern."""
     r = np.arange(p)
     if coll_name == "sendrecv":  # sendrecv_perf: rank r sends to r+1, receives from r-1
@@ -64,11 +82,11 @@ def pairs(coll_name: str, p: int) -> tuple[np.ndarray, np.ndarray]:
     return src[keep], dst[keep]
 
 
-def plan(topology, placement, paths) -> dict:
+def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> P2PPlan:
     """NCCL's p2p channel counts for a communicator on these ranks (cached on `paths`)."""
     hit = paths._cache.get("p2p_plan")
-    if hit is not None:
-        return hit
+    if hit is not None:  # what this function stored below
+        return cast(P2PPlan, hit)
     p = len(np.asarray(placement).reshape(-1))
     node = np.asarray(topology.router.rank_node)[np.asarray(placement).reshape(-1)]
     nodes = len(np.unique(node))
@@ -110,13 +128,14 @@ def plan(topology, placement, paths) -> dict:
         cmin //= 2
     chunk = K.P2P_NET_CHUNK if nodes > 1 else \
         K.P2P_NVL_CHUNK if len(cls) and bool((cls == NVLINK).all()) else K.P2P_PCI_CHUNK
-    out = {"nodes": nodes, "p2p_channels": p2p_channels, "cmax": per_peer, "cmin": cmin,
-           "chunk": chunk, "nvl_Bps": nvl_bw * K.GB, "classes": np.unique(cls)}
+    out: P2PPlan = {"nodes": nodes, "p2p_channels": p2p_channels, "cmax": per_peer,
+                    "cmin": cmin, "chunk": chunk, "nvl_Bps": nvl_bw * K.GB,
+                    "classes": np.unique(cls)}
     paths._cache["p2p_plan"] = out
     return out
 
 
-def op_channels(nbytes: float, p: dict) -> int:
+def op_channels(nbytes: float, p: P2PPlan) -> int:
     """Channels one send (or receive) of `nbytes` runs on (enqueue.cc addP2pToPlan)."""
     if nbytes <= 0:
         return 1
@@ -131,14 +150,16 @@ def op_channels(nbytes: float, p: dict) -> int:
     return n
 
 
-def channel_Bps(cls: np.ndarray, p: dict) -> np.ndarray:
+def channel_Bps(cls: npt.ArrayLike, p: P2PPlan) -> npt.NDArray[np.float64]:
     """Payload rate one p2p channel reaches on a path of class `cls` (inf: the links bound)."""
-    cls = np.asarray(cls)
-    return np.where(cls == NET, K.P2P_NET_CHANNEL_GBPS * K.GB,
-                    np.where(cls == NVLINK, p["nvl_Bps"], np.inf))
+    c = np.asarray(cls)
+    return np.where(c == NET, K.P2P_NET_CHANNEL_GBPS * K.GB,
+                    np.where(c == NVLINK, p["nvl_Bps"], np.inf))
 
 
-def limit(res, coll, nbytes, topology, placement, paths, dtype, proto):
+def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
+          placement: npt.NDArray[np.int64], paths: PathTable, dtype: DTypeLike,
+          proto: str) -> SimResult | None:
     """`res` slowed to the time its slowest peer pair needs on NCCL's p2p channels; None
     where NCCL's p2p would not run protocol `proto` for this size."""
     if coll.name not in P2P_COLLECTIVES or len(placement) < 2:

@@ -15,10 +15,17 @@ Floors, from the analytic model's own rules (steps.py):
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+from ..errors import GpucommError
+from .result import SimResult
 from .versions import value
 
-RING_STEPS = {"all_reduce": lambda p: 2 * (p - 1), "reduce_scatter": lambda p: p - 1,
-              "all_gather": lambda p: p - 1}
+Pair = tuple[str, str]  # (algorithm name, protocol)
+
+RING_STEPS: dict[str, Callable[[int], int]] = {
+    "all_reduce": lambda p: 2 * (p - 1), "reduce_scatter": lambda p: p - 1,
+    "all_gather": lambda p: p - 1}
 
 
 def ring_floor(collective: str, nranks: int, protocol: str) -> float | None:
@@ -31,19 +38,22 @@ def ring_floor(collective: str, nranks: int, protocol: str) -> float | None:
     return value("BASE_LATENCY_S")[protocol] + steps(nranks) * hop
 
 
-def rank(pairs, time_fn, floor_fn):
+def rank(pairs: Sequence[Pair], time_fn: Callable[[str, str], SimResult | None],
+         floor_fn: Callable[[str, str], float | None]
+         ) -> tuple[list[SimResult], list[tuple[str, GpucommError]], list[Pair]]:
     """Time the (name, protocol) `pairs` as auto needs them.
 
     `time_fn(name, pr)` returns a result (with `time_s`) or None, or raises GpucommError;
     `floor_fn(name, pr)` returns a floor in seconds or None. Returns (results in the order
     of `pairs`, errors as (name, exception), pairs skipped by their floor). A name whose
     timing raised is not tried with its other protocols (as a full evaluation)."""
-    from ..errors import GpucommError
-    results: dict = {}
-    errors, failed, skipped = [], set(), []
+    results: dict[Pair, SimResult] = {}
+    errors: list[tuple[str, GpucommError]] = []
+    failed: set[str] = set()
+    skipped: list[Pair] = []
     floors = {pair: floor_fn(*pair) for pair in pairs}
 
-    def attempt(pair):
+    def attempt(pair: Pair) -> None:
         if pair[0] in failed:
             return
         try:
@@ -59,10 +69,11 @@ def rank(pairs, time_fn, floor_fn):
         if floors[pair] is None:
             attempt(pair)
     for pair in pairs:
-        if floors[pair] is None:
+        floor = floors[pair]
+        if floor is None:
             continue
         times = sorted(r.time_s for r in results.values())
-        if len(times) >= 2 and floors[pair] > times[1]:
+        if len(times) >= 2 and floor > times[1]:
             skipped.append(pair)
             continue
         attempt(pair)

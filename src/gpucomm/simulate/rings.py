@@ -16,34 +16,39 @@ maximises `rings x min over links (capacity / rings on it)` — the bandwidth of
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .paths import PathTable
+
+if TYPE_CHECKING:
+    from ..topology import Topology
 
 MAX_SEARCH_GPUS = 8
 MAX_RINGS = 12
 
 
-def ring_orders(topology, ranks) -> np.ndarray | None:
+def ring_orders(topology: Topology, ranks: npt.ArrayLike) -> npt.NDArray[np.int64] | None:
     """(rings, P) table of rank orders for a ring's channels, or None if any order will do."""
-    ranks = np.asarray(ranks, dtype=np.int64)
-    p = len(ranks)
+    gpus = np.asarray(ranks, dtype=np.int64)
+    p = len(gpus)
     if p < 3 or p > MAX_SEARCH_GPUS:
         return None
-    if len({topology.node_of(int(r)) for r in ranks}) != 1:
+    if len({topology.node_of(int(r)) for r in gpus}) != 1:
         return None
     paths = PathTable(topology)
     src, dst = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
     off = src != dst
-    table = paths.routes(ranks[src[off]], ranks[dst[off]], 0)
+    table = paths.routes(gpus[src[off]], gpus[dst[off]], 0)
     _, _, cap = paths.properties(table)
-    pair = {}
+    pair: dict[tuple[int, int], npt.NDArray[np.signedinteger[Any]]] = {}
     for (i, j), row in zip(zip(src[off].tolist(), dst[off].tolist()), table):
         pair[(i, j)] = row[row >= 0]
-    first = {}
-    for (i, _), links in pair.items():
-        first.setdefault(i, set()).add(int(links[0]) if len(links) else -1)
+    first: dict[int, set[int]] = {}
+    for (i, _), hops in pair.items():
+        first.setdefault(i, set()).add(int(hops[0]) if len(hops) else -1)
     if np.allclose(cap, cap[0]) and all(len(v) == 1 for v in first.values()):
         return None  # a switch (one link out of each GPU, equal paths): every ring is the same
     # (equal capacities with a link per peer is a full mesh, e.g. MI300X's xGMI: search)
@@ -69,4 +74,4 @@ def ring_orders(topology, ranks) -> np.ndarray | None:
         bw = k * float((capacity[used] / usage[used]).min())
         if bw > best * (1 + 1e-9):
             best, best_k = bw, k
-    return ranks[np.array([cycles[i] for i in chosen[:best_k]])]
+    return gpus[np.array([cycles[i] for i in chosen[:best_k]], dtype=np.int64)]

@@ -10,37 +10,54 @@ symmetric rates, and symmetric ops start, finish and land together. Then one nod
 stand for every node's: links become their orbits under the shift (every link of an orbit
 carries the same flows' copies, so an orbit with the capacity of one link and the
 representatives' crossings shares exactly as each of its links does), and an op's
-predecessors on other nodes are the representatives of the same step. `tests/test_symmetry.py`
-checks the reduced flow model against the whole one on clusters small enough to simulate whole.
+predecessors on other nodes are the representatives of the same step.
+`tests/test_sim_fast_paths.py` checks the reduced flow model against the whole one on clusters
+small enough to simulate whole.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from . import flow
+from .flow import Floats, Ints
 from .steps import StepCoster
+
+if TYPE_CHECKING:
+    from ..schedule import Schedule
+    from ..topology import Topology
 
 _NODE = re.compile(r"^n(\d+)\.(.*)$")
 
+# (perm, orbit, free): the link each link shifts to, its orbit, whether an orbit is free
+NodeShift = tuple[Ints, Ints, npt.NDArray[np.bool_]]
+# (end s, event batches, ops stood for, busy s per link, ops simulated per step, steps
+# extrapolated)
+RingFlow = tuple[float, int, int, Floats, int, int]
 
-def node_shift(topology):
+
+def node_shift(topology: Topology) -> NodeShift | None:
     """(perm, orbit, free) for a shift by one node, or None: perm[link] is the link the shift
     maps it to, orbit[link] its orbit id, free[orbit] whether the orbit holds one link per
     node (links the shift fixes, like a spine, do not; a reduced ring must not use them)."""
     cache = topology._cache
-    if "node_shift" in cache:
-        return cache["node_shift"]
+    if "node_shift" in cache:  # what this function stored below
+        return cast("NodeShift | None", cache["node_shift"])
     cache["node_shift"] = out = _node_shift(topology)
     return out
 
 
-def _node_shift(topology):
+def _node_shift(topology: Topology) -> NodeShift | None:
     nodes = int(topology.nodes or 1)
     if nodes < 2 or not topology._cache.get("replica"):
         return None
-    index, keys, shifted = {}, {}, []
+    index: dict[tuple[str, str], int] = {}
+    keys: dict[tuple[str, str], int] = {}
+    shifted: list[tuple[str, str, tuple[str, str]]] = []
     for i, ln in enumerate(topology.links):
         index[(ln.src, ln.dst)] = i
     if len(index) != len(topology.links):
@@ -64,17 +81,18 @@ def _node_shift(topology):
     return perm, orbit, free
 
 
-def _split(name):
+def _split(name: str) -> tuple[int | None, str]:
     m = _NODE.match(name)
     return (int(m.group(1)), m.group(2)) if m else (None, name)
 
 
-def _name(part, nodes):
+def _name(part: tuple[int | None, str], nodes: int) -> str:
     k, rest = part
     return rest if k is None else f"n{(k + 1) % nodes}.{rest}"
 
 
-def ring_all_reduce_flow(sched, coster: StepCoster, bounds, itemsize: int, placement):
+def ring_all_reduce_flow(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int,
+                         placement: Ints) -> RingFlow | None:
     """flow.run's answer for a ring all-reduce from one node's ops, or None where the cluster
     or the ring is not node-shift symmetric."""
     topo = coster.paths.topo
@@ -118,10 +136,11 @@ def ring_all_reduce_flow(sched, coster: StepCoster, bounds, itemsize: int, place
     nsteps = 2 * (p - 1)
     windowed = nsteps * p * c > flow.EXACT_OPS  # as the whole schedule would be
 
-    def graph_of(steps):
-        graph = _ring_graph(steps, p, q, c, bounds, itemsize)
-        graph.update(route=route.astype(np.int32), alpha_row=pat.alpha[rep],
-                     cap_row=pat.flow_cap[rep], alone_row=pat.alone_rate[rep], windowed=windowed)
+    def graph_of(steps: int) -> flow.FlowGraph:
+        graph: flow.FlowGraph = {
+            **_ring_graph(steps, p, q, c, bounds, itemsize), "route": route.astype(np.int32),
+            "alpha_row": pat.alpha[rep], "cap_row": pat.flow_cap[rep],
+            "alone_row": pat.alone_rate[rep], "windowed": windowed}
         graph["bytes"] = np.where(pat.local[rep][graph["row"]], 0.0, graph["bytes"])
         return graph
 
@@ -149,7 +168,8 @@ def ring_all_reduce_flow(sched, coster: StepCoster, bounds, itemsize: int, place
 STEADY_PROBE_STEPS = 96  # ring steps simulated before looking for the periodic regime
 
 
-def _steady_state(graph_of, link_cap, nsteps, p, per, q):
+def _steady_state(graph_of: Callable[[int], flow.FlowGraph], link_cap: Floats, nsteps: int,
+                  p: int, per: int, q: int) -> tuple[float, int, int] | None:
     """(end, events, steps extrapolated) of a long ring from its first steps, or None.
 
     Simulate the first M steps (M <= P-1, so no op yet waits on the chunk it wrote P steps
@@ -201,7 +221,8 @@ def _steady_state(graph_of, link_cap, nsteps, p, per, q):
     return float(land[ref].max()) + ((last_step - ref) // k) * period, sim.events, nsteps - m
 
 
-def _ring_graph(nsteps, p, q, c, bounds, itemsize):
+def _ring_graph(nsteps: int, p: int, q: int, c: int, bounds: Ints,
+                itemsize: int) -> flow.OpGraph:
     """flow.build's graph of a ring all-reduce, for ranks 0..q-1 only.
 
     Op (S, r, ch) sends chunk ch*P + (r - S) mod P from r to r+1. Its predecessors (flow.py):
@@ -217,7 +238,7 @@ def _ring_graph(nsteps, p, q, c, bounds, itemsize):
     r = np.tile(np.arange(q), nsteps * c)
     sentinel = 2 * n
 
-    def op(step_, rank, valid):
+    def op(step_: Ints, rank: Ints, valid: bool | npt.NDArray[np.bool_]) -> Ints:
         ids = step_ * per + ch * q + rank % q
         return np.where(valid, ids, sentinel)
 
