@@ -17,8 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import TransportError
-from .actions import (IN, OUT, PEER, PEER_IN, PEER_OUT, Action, Loc, fused_push,
-                      fused_result_push)
+from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, Action, fused_push, fused_result_push
 from .shm_control import IN_ADDR, OUT_ADDR, PROG
 
 if TYPE_CHECKING:
@@ -125,17 +124,19 @@ class Interpreter:
     def _nothing(self, a: Action, nxt: Action | None) -> None:
         """A pure wait: its dependencies were all it had."""
 
-    def _arr(self, loc: Loc) -> np.ndarray:
-        """The array at location SHM, IN or OUT of this rank."""
-        arr = self.call.arrs[loc]
-        if arr is None:
-            raise TransportError(f"rank {self.tr.rank}: the plan uses this rank's {loc.text} "
-                                 f"array, but the call passed none")
-        return arr
+    def _missing(self, a: Action) -> TransportError:
+        """The error for an action on a buffer this rank has none of (`block_count` rules
+        that out for every plan: a check, not a path)."""
+        return TransportError(f"rank {self.tr.rank}: action {a.describe()!r} uses a buffer "
+                              f"this rank passed none of")
 
     def _src(self, a: Action) -> np.ndarray:
-        return self.tr._peer_view(a.peer, self.call.dtype) if a.src == PEER \
-            else self._arr(a.src)
+        if a.src == PEER:
+            return self.tr._peer_view(a.peer, self.call.dtype)
+        src = self.call.arrs[a.src]
+        if src is None:
+            raise self._missing(a)
+        return src
 
     def _peer_addr(self, a: Action) -> int:
         word = IN_ADDR if a.src == PEER_IN else OUT_ADDR
@@ -143,20 +144,24 @@ class Interpreter:
 
     def _read_peer(self, a: Action, nxt: Action | None) -> None:
         """One cross-memory copy out of the peer's input or output."""
-        dst = self._arr(a.dst)
+        dst = self.call.arrs[a.dst]
+        if dst is None:
+            raise self._missing(a)
         self.tr._cma(a.peer, self._peer_addr(a), _addr(dst) + a.dst_off * self.isz,
                      a.n * self.isz)
 
     def _push(self, a: Action, nxt: Action | None) -> None:
         """Into the peer's output: one cross-memory write."""
         self.tr._cma(a.peer, self.tr._progs[a.peer][OUT_ADDR] + a.dst_off * self.isz,
-                     _addr(self._arr(a.src)) + a.src_off * self.isz, a.n * self.isz,
-                     write=True)
+                     _addr(self._src(a)) + a.src_off * self.isz, a.n * self.isz, write=True)
 
     def _reduce_local(self, a: Action, nxt: Action | None) -> None:
-        self._reduce(self._arr(a.cur)[a.cur_off:a.cur_off + a.n],
-                     self._src(a)[a.src_off:a.src_off + a.n],
-                     self._arr(a.dst)[a.dst_off:a.dst_off + a.n])
+        arrs = self.call.arrs
+        cur, dst = arrs[a.cur], arrs[a.dst]
+        if cur is None or dst is None:
+            raise self._missing(a)
+        self._reduce(cur[a.cur_off:a.cur_off + a.n], self._src(a)[a.src_off:a.src_off + a.n],
+                     dst[a.dst_off:a.dst_off + a.n])
 
     def _reduce(self, cur: np.ndarray, other: np.ndarray, dst: np.ndarray) -> None:
         ufunc = self.ufunc
@@ -172,8 +177,9 @@ class Interpreter:
 
     def _copy(self, a: Action, nxt: Action | None) -> None:
         isz, c = self.isz, self.call
-        src = self._src(a)
-        dst = self._arr(a.dst)
+        src, dst = self._src(a), c.arrs[a.dst]
+        if dst is None:
+            raise self._missing(a)
         if a.src == IN and a.dst == OUT and \
                 c.in_addr + a.src_off * isz == c.out_addr + a.dst_off * isz:
             return  # in place: the input already sits where the output goes
@@ -194,7 +200,10 @@ class Interpreter:
         isz, src = self.isz, self._src(a)
         q, raddr = push.peer, self.tr._progs[push.peer][OUT_ADDR] + push.dst_off * isz
         saddr = _addr(src) + a.src_off * isz
-        daddr = _addr(self._arr(a.dst)) + a.dst_off * isz
+        dst = self.call.arrs[a.dst]
+        if dst is None:
+            raise self._missing(a)
+        daddr = _addr(dst) + a.dst_off * isz
         step = a.n if saddr == daddr else self.piece
         for j in range(0, a.n, step):
             m = min(step, a.n - j) * isz
@@ -214,7 +223,9 @@ class Interpreter:
         piece_bytes = min(tr.slice_bytes, tr.options.piece_bytes)
         step = max(1, piece_bytes // isz)
         tmp = tr.scratch(max(piece_bytes, 64))[:step * isz].view(self.call.dtype.storage)
-        cur, dst = self._arr(a.cur), self._arr(a.dst)
+        cur, dst = self.call.arrs[a.cur], self.call.arrs[a.dst]
+        if cur is None or dst is None:
+            raise self._missing(a)
         for j in range(0, a.n, step):
             m = min(step, a.n - j)
             tr._cma(a.peer, raddr + j * isz, _addr(tmp), m * isz)

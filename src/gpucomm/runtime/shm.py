@@ -75,7 +75,8 @@ class ShmTransport(PeerWaits, PointToPoint):
         self._data: Segment | None = None
         self._data_views: dict[str, np.ndarray] = {}  # dtype name -> view of _data
         self._peer_data: dict[int, tuple[int, Segment]] = {}  # q -> (gen, Segment)
-        self._peer_views: dict[tuple[int, str], tuple[int, np.ndarray]] = {}  # (q, dtype) ->
+        # (q, dtype name) -> (gen, view of q's data segment)
+        self._peer_views: dict[tuple[int, str], tuple[int, np.ndarray]] = {}
         self._p2p_out: dict[int, Segment] = {}  # dst -> Segment
         self._p2p_in: dict[int, tuple[int, Segment]] = {}  # src -> (gen, Segment)
         self._ctrls: list[Segment] = []  # per rank, once connected
