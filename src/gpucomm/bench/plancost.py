@@ -81,9 +81,10 @@ def load_host(path=None) -> dict | None:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a calibration file (run `gpucomm bench --calibrate`)")
     for key in ("bandwidth_Bps", "latency_s"):
+        value = data.get(key)
         try:  # YAML 1.1 reads 1e9 (no dot) as a string
-            data[key] = float(data.get(key))
-        except (TypeError, ValueError):
+            data[key] = float(value) if isinstance(value, (int, float, str)) else -1.0
+        except ValueError:
             data[key] = -1.0
         if not data[key] > 0:
             raise ConfigError(f"{path}: {key} must be a number > 0 (run `gpucomm bench "
@@ -338,6 +339,9 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
         except Exception as e:  # a prediction must never break the measurement
             return (f"no calibration and a quick one failed ({e}); run `gpucomm bench "
                     f"--calibrate` ({host_path()})")
+        if host is None:
+            return (f"a quick calibration saved nothing at {path}; run `gpucomm bench "
+                    f"--calibrate`")
     try:
         from ..simulate import simulate
         from ..simulate.protocol import ideal_protocol

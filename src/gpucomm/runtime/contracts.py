@@ -89,6 +89,13 @@ class Engine(Protocol):
         `CommTimeout` naming the peer; a failed peer raises `TransportError` naming it."""
 
 
+class Gatherer(Protocol):
+    """What a transport's set-up needs of the job's rendezvous (`Rendezvous`,
+    `StoreRendezvous`): every rank's value, in rank order."""
+
+    def allgather(self, obj: Any) -> list[Any]: ...
+
+
 @runtime_checkable
 class Arrays(Protocol):
     """Buffers of one kind (numpy arrays, torch tensors on a device) for `P2PTransport`."""
@@ -115,4 +122,4 @@ class Arrays(Protocol):
         """Make sure the user's `out` holds `flat` (a no-op when `flat` is a view of it)."""
 
 
-__all__ = ["Arrays", "Buffer", "Engine", "Posting", "Transport"]
+__all__ = ["Arrays", "Buffer", "Engine", "Gatherer", "Posting", "Transport"]

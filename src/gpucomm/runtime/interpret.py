@@ -11,27 +11,40 @@ publishes how many it has done.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .. import dtypes as dt
+from ..errors import TransportError
 from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, Action, fused_push, fused_result_push
 from .shm_control import IN_ADDR, OUT_ADDR, PROG
+
+if TYPE_CHECKING:
+    from ..schedule import Schedule
+    from .plan import ActionPlan
+    from .shm import ShmTransport
+
+# runs one action (and the action fused with it, or None)
+Handler = Callable[[Action, Action | None], None]
+# per action: (its handler, the action, the action fused with it or None, actions done after)
+Program = list[tuple[Handler, Action, Action | None, int]]
 
 
 @dataclass(slots=True)
 class Call:
     """One collective call in progress on this rank: what `ShmTransport._await` needs to wait
     for and check peers, and the arrays the actions' locations name."""
-    schedule: object
+    schedule: Schedule
     dtype: dt.DType
     op: str
-    plan: object  # plan.ActionPlan
+    plan: ActionPlan
     seq: int
     deadline: float
-    desc: tuple  # the call descriptor published in the control segment
-    checked: list  # per peer: its descriptor was checked in this call
-    arrs: list  # [shared buffer view, input, output], indexed by Loc SHM/IN/OUT
+    desc: tuple[int, ...]  # the call descriptor published in the control segment
+    checked: list[bool]  # per peer: its descriptor was checked in this call
+    # [shared buffer view, input, output], indexed by Loc SHM/IN/OUT (None: the rank has none)
+    arrs: list[np.ndarray | None]
     in_addr: int
     out_addr: int
 
@@ -48,9 +61,11 @@ class Interpreter:
     """Runs the actions of transport `tr`'s rank for calls of one dtype and op (the
     transport keeps one per pair; see the module docstring)."""
 
-    def __init__(self, tr, dtype: dt.DType, op: str, reduces: bool):
-        self.tr, self.call = tr, None
-        self._programs: dict = {}  # id(plan) -> (plan, program)
+    call: Call  # the call `run` executes (set by `run`)
+
+    def __init__(self, tr: ShmTransport, dtype: dt.DType, op: str, reduces: bool):
+        self.tr = tr
+        self._programs: dict[int, tuple[ActionPlan, Program]] = {}  # id(plan) -> its program
         self.isz = dtype.itemsize
         self.ufunc = dt.UFUNCS[op] if reduces else None
         self.native = dtype.compute == dtype.storage
@@ -66,13 +81,14 @@ class Interpreter:
             run_one(a, nxt)
             mine[PROG] = base | done
 
-    def _program(self, plan) -> list:
+    def _program(self, plan: ActionPlan) -> Program:
         """This rank's actions as (handler, action, the action fused with it or None, actions
         done after it); made once per plan."""
         hit = self._programs.get(id(plan))
         if hit is not None and hit[0] is plan:
             return hit[1]
-        acts, program, i = plan.actions[self.tr.rank], [], 0
+        acts, i = plan.actions[self.tr.rank], 0
+        program: Program = []
         while i < len(acts):
             a, nxt = acts[i], (acts[i + 1] if i + 1 < len(acts) else None)
             run_one, fused = self._handler(a, nxt)
@@ -83,7 +99,7 @@ class Interpreter:
         self._programs[id(plan)] = (plan, program)
         return program
 
-    def _handler(self, a: Action, nxt: Action | None) -> tuple:
+    def _handler(self, a: Action, nxt: Action | None) -> tuple[Handler, bool]:
         """The method that runs `a`, and whether it runs `nxt` with it."""
         if a.src.is_private:  # the peer's private buffer: cross-memory attach
             if a.reduce:
@@ -100,52 +116,70 @@ class Interpreter:
             return self._copy_and_push, True
         return self._copy, False
 
-    def _await(self, deps) -> None:
+    def _await(self, deps: Sequence[tuple[int, int]]) -> None:
         c = self.call
         self.tr._await(deps, c.checked, c.seq << 32, c.deadline, c.desc, c.schedule, c.dtype,
                        c.op)
 
-    def _nothing(self, a: Action, nxt) -> None:
+    def _nothing(self, a: Action, nxt: Action | None) -> None:
         """A pure wait: its dependencies were all it had."""
 
+    def _missing(self, a: Action) -> TransportError:
+        """The error for an action on a buffer this rank has none of (`block_count` rules
+        that out for every plan: a check, not a path)."""
+        return TransportError(f"rank {self.tr.rank}: action {a.describe()!r} uses a buffer "
+                              f"this rank passed none of")
+
     def _src(self, a: Action) -> np.ndarray:
-        return self.tr._peer_view(a.peer, self.call.dtype) if a.src == PEER \
-            else self.call.arrs[a.src]
+        if a.src == PEER:
+            return self.tr._peer_view(a.peer, self.call.dtype)
+        src = self.call.arrs[a.src]
+        if src is None:
+            raise self._missing(a)
+        return src
 
     def _peer_addr(self, a: Action) -> int:
         word = IN_ADDR if a.src == PEER_IN else OUT_ADDR
         return self.tr._progs[a.peer][word] + a.src_off * self.isz
 
-    def _read_peer(self, a: Action, nxt) -> None:
+    def _read_peer(self, a: Action, nxt: Action | None) -> None:
         """One cross-memory copy out of the peer's input or output."""
         dst = self.call.arrs[a.dst]
+        if dst is None:
+            raise self._missing(a)
         self.tr._cma(a.peer, self._peer_addr(a), _addr(dst) + a.dst_off * self.isz,
                      a.n * self.isz)
 
-    def _push(self, a: Action, nxt) -> None:
+    def _push(self, a: Action, nxt: Action | None) -> None:
         """Into the peer's output: one cross-memory write."""
         self.tr._cma(a.peer, self.tr._progs[a.peer][OUT_ADDR] + a.dst_off * self.isz,
-                     _addr(self.call.arrs[a.src]) + a.src_off * self.isz, a.n * self.isz,
-                     write=True)
+                     _addr(self._src(a)) + a.src_off * self.isz, a.n * self.isz, write=True)
 
-    def _reduce_local(self, a: Action, nxt) -> None:
+    def _reduce_local(self, a: Action, nxt: Action | None) -> None:
         arrs = self.call.arrs
-        self._reduce(arrs[a.cur][a.cur_off:a.cur_off + a.n],
-                     self._src(a)[a.src_off:a.src_off + a.n],
-                     arrs[a.dst][a.dst_off:a.dst_off + a.n])
+        cur, dst = arrs[a.cur], arrs[a.dst]
+        if cur is None or dst is None:
+            raise self._missing(a)
+        self._reduce(cur[a.cur_off:a.cur_off + a.n], self._src(a)[a.src_off:a.src_off + a.n],
+                     dst[a.dst_off:a.dst_off + a.n])
 
     def _reduce(self, cur: np.ndarray, other: np.ndarray, dst: np.ndarray) -> None:
+        ufunc = self.ufunc
+        if ufunc is None:
+            raise TransportError(f"rank {self.tr.rank}: the plan reduces, but "
+                                 f"{self.call.schedule.collective.name} does not")
         if self.native:
-            self.ufunc(cur, other, out=dst)
+            ufunc(cur, other, out=dst)
         else:
             dtype = self.call.dtype
-            dst[:] = dt.to_storage(self.ufunc(dt.to_compute(cur, dtype),
+            dst[:] = dt.to_storage(ufunc(dt.to_compute(cur, dtype),
                                               dt.to_compute(other, dtype)), dtype)
 
-    def _copy(self, a: Action, nxt) -> None:
+    def _copy(self, a: Action, nxt: Action | None) -> None:
         isz, c = self.isz, self.call
-        src = self._src(a)
-        dst = c.arrs[a.dst]
+        src, dst = self._src(a), c.arrs[a.dst]
+        if dst is None:
+            raise self._missing(a)
         if a.src == IN and a.dst == OUT and \
                 c.in_addr + a.src_off * isz == c.out_addr + a.dst_off * isz:
             return  # in place: the input already sits where the output goes
@@ -156,14 +190,20 @@ class Interpreter:
         else:
             dst[a.dst_off:a.dst_off + a.n] = src[a.src_off:a.src_off + a.n]
 
-    def _copy_and_push(self, a: Action, push: Action) -> None:
+    def _copy_and_push(self, a: Action, push: Action | None) -> None:
         """The copy goes on to the peer (push.push_copies): copy a piece past the cache, then
         write it to the peer from the source, which is still cached."""
+        if push is None:
+            raise TransportError(f"rank {self.tr.rank}: a fused copy and push without its "
+                                 f"push: {a.describe()}")
         self._await(push.deps)
         isz, src = self.isz, self._src(a)
         q, raddr = push.peer, self.tr._progs[push.peer][OUT_ADDR] + push.dst_off * isz
         saddr = _addr(src) + a.src_off * isz
-        daddr = _addr(self.call.arrs[a.dst]) + a.dst_off * isz
+        dst = self.call.arrs[a.dst]
+        if dst is None:
+            raise self._missing(a)
+        daddr = _addr(dst) + a.dst_off * isz
         step = a.n if saddr == daddr else self.piece
         for j in range(0, a.n, step):
             m = min(step, a.n - j) * isz
@@ -184,6 +224,8 @@ class Interpreter:
         step = max(1, piece_bytes // isz)
         tmp = tr.scratch(max(piece_bytes, 64))[:step * isz].view(self.call.dtype.storage)
         cur, dst = self.call.arrs[a.cur], self.call.arrs[a.dst]
+        if cur is None or dst is None:
+            raise self._missing(a)
         for j in range(0, a.n, step):
             m = min(step, a.n - j)
             tr._cma(a.peer, raddr + j * isz, _addr(tmp), m * isz)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..errors import ConfigError
 
@@ -63,7 +63,7 @@ class RuntimeOptions:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "RuntimeOptions":
         """The defaults, overridden by the `GPUCOMM_*` variables that are set."""
         env = os.environ if env is None else env
-        given = {}
+        given: dict[str, Any] = {}  # field name -> its value: a bool or an int, per field
         for f in fields(cls):
             name = ENV_NAMES[f.name]
             text = env.get(name)

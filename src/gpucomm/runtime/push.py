@@ -10,10 +10,19 @@ or replaces now stands for; `actions.lower` numbers them once at the end.
 """
 from __future__ import annotations
 
-from .actions import IN, OUT, PEER_IN, PEER_OUT, Entry, Op, fused_push, lower, resolve
+from typing import Sequence
+
+from ..errors import ScheduleError
+from .actions import (IN, OUT, PEER_IN, PEER_OUT, Action, Entry, Loc, Op, fused_push, lower,
+                      resolve)
+
+Ops = list[list[Op]]  # per rank: its op list
+Span = tuple[int, int]  # elements of a rank's logical buffer: (lo, hi), or (start, n)
+RankSpans = Sequence["Span | None"]  # per rank: its input (or output) range, None: it has none
+Ranges = tuple[RankSpans, RankSpans]  # (input ranges, output ranges)
 
 
-def push_results(acts: list, in_rng, out_rng) -> list:
+def push_results(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
     """On 2 ranks, a rank that reduces a final output range the peer then reads (the second
     half of two_shot) writes it into the peer's output itself, slice by slice while the slice
     is still in its cache (the runtime fuses the reduction and the write), instead of the
@@ -24,8 +33,8 @@ def push_results(acts: list, in_rng, out_rng) -> list:
     has entered the call if nothing the peer does before that read touches the range (its
     input and output may be one buffer, so both count); otherwise the plan is left as it is.
     """
-    rng = (in_rng, out_rng)
-    fuse: dict = {}  # writer op -> reader op
+    rng: Ranges = (in_rng, out_rng)
+    fuse: dict[Op, Op] = {}  # writer op -> reader op
     for q, row in enumerate(acts):
         for j, b in enumerate(row):
             if b.reduce or b.src != PEER_OUT or b.dst != OUT or not b.n:
@@ -55,7 +64,7 @@ def push_results(acts: list, in_rng, out_rng) -> list:
     return acts
 
 
-def push_copies(acts: list, in_rng, out_rng) -> list:
+def push_copies(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
     """On 2 ranks, a range that rank r copies locally into its output (`out[x] = in[y]`) and
     that the peer q then pulls from the same source (`out[z] = r.in[y]`, all-gather's own
     block) is written into q by r right after the local copy, piece by piece while the piece
@@ -69,10 +78,11 @@ def push_copies(acts: list, in_rng, out_rng) -> list:
     touches the range; r must not change the source between the pull's dependency and its
     copy. If the new lists could deadlock the plan is left as it is.
     """
-    rng = (in_rng, out_rng)
+    rng: Ranges = (in_rng, out_rng)
     pairs = _copy_pull_pairs(acts, rng)
     taken = {id(b) for b in pairs.values()}
-    wait_at = {}  # id(pull) -> the op of q its wait goes before (None: the end)
+    # id(pull) -> the op of q its wait goes before (None: the end)
+    wait_at: dict[int, Op | None] = {}
     for a, b in list(pairs.items()):
         q, row = b.rank, acts[b.rank]
         j = _index(row, b)
@@ -90,9 +100,9 @@ def push_copies(acts: list, in_rng, out_rng) -> list:
     return _reorder(acts, pairs, wait_at)
 
 
-def _copy_pull_pairs(acts: list, rng) -> dict:
+def _copy_pull_pairs(acts: Ops, rng: Ranges) -> dict[Op, Op]:
     """{r's local copy: q's pull of the same source} (insertion order: q, then j)."""
-    pairs: dict = {}
+    pairs: dict[Op, Op] = {}
     for row in acts:
         for b in row:
             if b.reduce or not b.src.is_private or b.dst != OUT or not b.n \
@@ -115,15 +125,18 @@ def _copy_pull_pairs(acts: list, rng) -> dict:
     return pairs
 
 
-def _reorder(acts: list, pairs: dict, wait_at: dict) -> list:
+def _reorder(acts: Ops, pairs: dict[Op, Op], wait_at: dict[int, Op | None]) -> Ops:
     """The new lists: each paired copy followed by its push; each pull gone, a wait for the
     push in its place (before `wait_at`'s op); undone if the result could deadlock."""
     pushes = {id(b): Op(a.rank, False, a.src, b.rank, a.src_off, PEER_OUT, b.dst_off, a.n,
                         a.src, 0, [Entry(b.rank)]) for a, b in pairs.items()}
     pulls = {id(b): b for b in pairs.values()}
-    out, forwarded = [], []
+    out: Ops = []
+    forwarded: list[Op] = []
     for r, row in enumerate(acts):
-        new, waits, last = [], {}, Entry(r)
+        new: list[Op] = []
+        waits: dict[int | None, list[Op]] = {}  # id(op) the waits go before (None: the end)
+        last: Op | Entry = Entry(r)
         for b_id, before in wait_at.items():
             if pulls[b_id].rank == r:
                 waits.setdefault(None if before is None else id(before), []).append(pulls[b_id])
@@ -146,7 +159,7 @@ def _reorder(acts: list, pairs: dict, wait_at: dict) -> list:
     return acts
 
 
-def completes(acts) -> bool:
+def completes(acts: Sequence[Sequence[Action]]) -> bool:
     """Do these (lowered) action lists run to the end? (A local copy followed by a push into
     the peer runs as one step, waiting for both dependency sets first, as the runtime fuses
     them.)"""
@@ -159,7 +172,7 @@ def completes(acts) -> bool:
                 a = row[done[r]]
                 step, deps = 1, list(a.deps)
                 nxt = row[done[r] + 1] if done[r] + 1 < len(row) else None
-                if fused_push(a, nxt):
+                if nxt is not None and fused_push(a, nxt):
                     step, deps = 2, deps + list(nxt.deps)
                 if any(done[q] < k for q, k in deps if q != r):
                     break
@@ -168,7 +181,7 @@ def completes(acts) -> bool:
     return all(done[r] == len(row) for r, row in enumerate(acts))
 
 
-def push_split(acts: list, s: int, in_rng, out_rng) -> list:
+def push_split(acts: Ops, s: int, in_rng: Span | None, out_rng: Span | None) -> Ops:
     """Let an idle in-place rank `s` push part of what its peers pull from it.
 
     A peer's copy `out[dlo:+n] = s.in[slo:+n]` becomes: the peer pulls the first part, `s`
@@ -212,11 +225,11 @@ def push_split(acts: list, s: int, in_rng, out_rng) -> list:
     return acts
 
 
-def _index(row: list, op: Op) -> int:
+def _index(row: list[Op], op: Op) -> int:
     return next(i for i, e in enumerate(row) if e is op)
 
 
-def _latest_dep(b: Op, r: int, acts: list) -> Op | None:
+def _latest_dep(b: Op, r: int, acts: Ops) -> Op | None:
     """The latest op of rank r that `b` waits for (None: none, or only r's entry)."""
     best, at = None, -1
     for ref in b.deps:
@@ -228,21 +241,25 @@ def _latest_dep(b: Op, r: int, acts: list) -> Op | None:
     return best
 
 
-def _logical(in_rng, out_rng, loc, r, off, n):
-    """The element range an IN/OUT operand covers in rank r's logical buffer (input and
-    output may be one buffer, so both map there); None for anything else."""
-    if loc == IN:
-        return (in_rng[r][0] + off, n)
-    if loc == OUT:
-        return (out_rng[r][0] + off, n)
-    return None
+def _logical(in_rng: RankSpans, out_rng: RankSpans, loc: Loc, r: int, off: int,
+             n: int) -> Span | None:
+    """The element range (start, n) an IN/OUT operand covers in rank r's logical buffer
+    (input and output may be one buffer, so both map there); None for anything else."""
+    if loc not in (IN, OUT):
+        return None
+    have = (in_rng if loc == IN else out_rng)[r]
+    if have is None:
+        what = "input" if loc == IN else "output"
+        raise ScheduleError(f"plan: an op of rank {r} uses its {what}, but rank {r} has no "
+                            f"{what} in this collective")
+    return (have[0] + off, n)
 
 
-def _overlaps(a, b) -> bool:
+def _overlaps(a: Span | None, b: Span | None) -> bool:
     return a is not None and b is not None and a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
-def _touches(e: Op, span, rng, q) -> bool:
+def _touches(e: Op, span: Span | None, rng: Ranges, q: int) -> bool:
     """Does op `e` of rank q read or write `span` of q's logical buffer?"""
     return (_overlaps(span, _logical(*rng, e.dst, q, e.dst_off, e.n))
             or _overlaps(span, _logical(*rng, e.src, q, e.src_off, e.n))

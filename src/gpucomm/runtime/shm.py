@@ -33,6 +33,7 @@ from .. import dtypes as dt
 from ..errors import ConfigError, TransportError
 from ..schedule import Schedule
 from . import cma, memcopy
+from .contracts import Gatherer
 from .interpret import Call, Interpreter
 from .options import RuntimeOptions, current
 from .plan import ActionPlan, is_direct, plan_call
@@ -43,7 +44,7 @@ from .shm_control import (ACK, CAP, COLL_IDS, CTRL_BYTES, DESC, DONE, DTYPE_IDS,
                           unalias)
 from .shm_p2p import PointToPoint
 from .shm_wait import PeerWaits
-from .signals import trapped
+from .signals import exiting_on_signals
 
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
 
@@ -54,8 +55,8 @@ class ShmTransport(PeerWaits, PointToPoint):
     `options`: how plans cut and move data (default: `options.current()`, the environment's
     or `gpucomm.init(options=...)`'s)."""
 
-    def __init__(self, rank: int, nranks: int, timeout: float, rendezvous=None,
-                 options: RuntimeOptions | None = None):
+    def __init__(self, rank: int, nranks: int, timeout: float,
+                 rendezvous: Gatherer | None = None, options: RuntimeOptions | None = None):
         if nranks > MAX_RANKS:
             raise ConfigError(f"the shm transport serves at most {MAX_RANKS} ranks, got {nranks}")
         self.rank, self.nranks, self.timeout = rank, nranks, timeout
@@ -66,70 +67,76 @@ class ShmTransport(PeerWaits, PointToPoint):
         # Spin briefly, then poll between sched_yield calls (as MPICH's progress engine does):
         # a rank that shares its core with the peer it waits for hands the core over at once.
         self._spin_s = 50e-6
-        self.broken = None  # the error that broke this communicator
-        self._plans: dict = {}
-        self._interps: dict = {}  # (dtype name, op, reduces) -> Interpreter
+        self.broken: str | None = None  # the error that broke this communicator
+        # (id(schedule), block count, itemsize, in-place root) -> (schedule, plan, plan hash)
+        self._plans: dict[tuple[int, int, int, bool], tuple[Schedule, ActionPlan, int]] = {}
+        self._interps: dict[tuple[str, str, bool], Interpreter] = {}  # (dtype, op, reduces)
         self._tmp = np.empty(0, np.uint8)  # see `scratch`
         self._data: Segment | None = None
-        self._data_views: dict = {}
-        self._peer_data: dict = {}  # q -> (gen, Segment)
-        self._peer_views: dict = {}  # (q, dtype name) -> (gen, array)
-        self._p2p_out: dict = {}  # dst -> Segment
-        self._p2p_in: dict = {}  # src -> (gen, Segment)
-        self._ctrls = [None] * nranks
-        self._progs = [None] * nranks
+        self._data_views: dict[str, np.ndarray] = {}  # dtype name -> view of _data
+        self._peer_data: dict[int, tuple[int, Segment]] = {}  # q -> (gen, Segment)
+        # (q, dtype name) -> (gen, view of q's data segment)
+        self._peer_views: dict[tuple[int, str], tuple[int, np.ndarray]] = {}
+        self._p2p_out: dict[int, Segment] = {}  # dst -> Segment
+        self._p2p_in: dict[int, tuple[int, Segment]] = {}  # src -> (gen, Segment)
+        self._ctrls: list[Segment] = []  # per rank, once connected
+        self._progs: list[memoryview] = []
         self.pids = [0] * nranks
-        self._ctrl = None
+        self._ctrl: Segment | None = None
         # Set-up is the one stretch where this rank's control segment has a name in /dev/shm
         # (peers map it by name). Names are announced before the segments exist, so when a
         # rank dies here the others remove every announced name as their set-up fails with
         # it; SIGTERM/SIGHUP (how torchrun stops ranks) unwind through the same path.
-        names: list = []
+        names: list[str] = []
         try:
-            with _signals_exit():
-                self._connect(rendezvous, names)
+            with exiting_on_signals():
+                ctrl = self._connect(rendezvous, names)
         except BaseException:
             if self._ctrl is not None:
                 self._ctrl.close()
             for name in names:
                 unlink_name(name)
             raise
-        self._ctrl.unlink()
+        ctrl.unlink()
         for name in names:  # every rank mapped every one: a rank that died just now leaks none
             unlink_name(name)
         self._me[STATE] = RUNNING
 
-    def _create_ctrl(self, name=None) -> None:
-        self._ctrl = Segment.create(CTRL_BYTES, name)
-        self._mine = self._ctrl.mm
+    def _create_ctrl(self, name: str | None = None) -> Segment:
+        self._ctrl = ctrl = Segment.create(CTRL_BYTES, name)
+        self._mine = ctrl.mm
         self._me = memoryview(self._mine).cast("q")
         self._me[PID] = os.getpid()
         self._me[PROG] = DONE  # "call 0 is finished"
-        me = self.rank
-        self._ctrls[me], self._progs[me], self.pids[me] = self._ctrl, self._me, os.getpid()
+        self.pids[self.rank] = os.getpid()
+        return ctrl
 
-    def _connect(self, rendezvous, names: list) -> None:
-        """Create this rank's control segment, map every peer's and agree on cross-memory
-        attach; `names` collects the control-segment names announced so far."""
+    def _connect(self, rendezvous: Gatherer | None, names: list[str]) -> Segment:
+        """Create this rank's control segment (returned), map every peer's and agree on
+        cross-memory attach; `names` collects the control-segment names announced so far."""
         rank, nranks = self.rank, self.nranks
         if nranks == 1:
-            self._create_ctrl()
-            return
+            ctrl = self._create_ctrl()
+            self._ctrls, self._progs = [ctrl], [self._me]
+            return ctrl
+        if rendezvous is None:
+            raise ConfigError(f"the shm transport needs a rendezvous for {nranks} ranks")
         mine = new_name()
         names.append(mine)
         info = rendezvous.allgather({"ctrl": mine, "pid": os.getpid(),
                                      "host": os.uname().nodename})
         names[:] = [i["ctrl"] for i in info]
-        self._create_ctrl(mine)
+        ctrl = self._create_ctrl(mine)
         rendezvous.allgather({"created": True})
         hosts = {i["host"] for i in info}
         if len(hosts) > 1:
             raise TransportError(f"the shm transport needs every rank on one host; ranks run "
                                  f"on {', '.join(sorted(hosts))}")
         for q, i in enumerate(info):
+            seg = ctrl if q == rank else Segment.attach(i["ctrl"])
+            self._ctrls.append(seg)
+            self._progs.append(self._me if q == rank else memoryview(seg.mm).cast("q"))
             if q != rank:
-                self._ctrls[q] = Segment.attach(i["ctrl"])
-                self._progs[q] = memoryview(self._ctrls[q].mm).cast("q")
                 self.pids[q] = i["pid"]
         # Cross-memory attach only if every rank can read every peer (and nobody opted out).
         magic = np.frombuffer(os.urandom(16), np.uint8).copy()
@@ -142,7 +149,7 @@ class ShmTransport(PeerWaits, PointToPoint):
         oks = rendezvous.allgather({"ok": ok})  # everyone mapped every control segment too
         self.cma = all(o["ok"] for o in oks)
         del magic
-
+        return ctrl
 
     # --- the data buffer --------------------------------------------------------------
     def _ensure_capacity(self, nbytes: int) -> None:
@@ -174,8 +181,11 @@ class ShmTransport(PeerWaits, PointToPoint):
     def _view(self, dtype: dt.DType) -> np.ndarray:
         v = self._data_views.get(dtype.name)
         if v is None:
-            v = np.frombuffer(self._data.mm, dtype=dtype.storage,
-                              count=self._data.nbytes // dtype.itemsize)
+            data = self._data
+            if data is None:
+                raise TransportError(f"rank {self.rank}: no shared buffer yet (a call makes it "
+                                     f"on entry)")
+            v = np.frombuffer(data.mm, dtype=dtype.storage, count=data.nbytes // dtype.itemsize)
             self._data_views[dtype.name] = v
         return v
 
@@ -202,7 +212,6 @@ class ShmTransport(PeerWaits, PointToPoint):
         self._peer_data[q] = (gen, seg)
         self._me[ACK + q] = gen
         return seg
-
 
     @property
     def slice_bytes(self) -> int:
@@ -240,7 +249,8 @@ class ShmTransport(PeerWaits, PointToPoint):
             self._plans[key] = hit
         return hit[1], hit[2]
 
-    def execute(self, schedule: Schedule, inp, out, op: str = "sum", dtype="float32",
+    def execute(self, schedule: Schedule, inp: np.ndarray | None, out: np.ndarray | None,
+                op: str = "sum", dtype: dt.DType | str = "float32",
                 timeout: float | None = None) -> None:
         """Run `schedule` for this rank: `inp`/`out` are flat arrays (None where the rank has
         none), laid out as the collective's input and output block ranges.
@@ -269,8 +279,8 @@ class ShmTransport(PeerWaits, PointToPoint):
             self._fail(e)
             raise
 
-
-    def _run(self, schedule, bc, inp, out, op, dtype, timeout) -> None:
+    def _run(self, schedule: Schedule, bc: int, inp: np.ndarray | None,
+             out: np.ndarray | None, op: str, dtype: dt.DType, timeout: float) -> None:
         plan, algo_hash = self.plan(schedule, bc, dtype.itemsize)
         call = self._enter(schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout)
         if self._splits(schedule, bc, dtype):
@@ -285,14 +295,16 @@ class ShmTransport(PeerWaits, PointToPoint):
                 self._check_peer(q, call.desc, schedule, dtype, op)
         self._me[PROG] = call.base | DONE
 
-    def _interpreter(self, dtype, op: str, reduces: bool) -> Interpreter:
+    def _interpreter(self, dtype: dt.DType, op: str, reduces: bool) -> Interpreter:
         key = (dtype.name, op, reduces)
         it = self._interps.get(key)
         if it is None:
             it = self._interps[key] = Interpreter(self, dtype, op, reduces)
         return it
 
-    def _enter(self, schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout) -> Call:
+    def _enter(self, schedule: Schedule, plan: ActionPlan, algo_hash: int, bc: int,
+               inp: np.ndarray | None, out: np.ndarray | None, op: str, dtype: dt.DType,
+               timeout: float) -> Call:
         """Start call seq+1: wait until no peer still reads this rank's buffers from the
         previous call, then publish the call's descriptor and buffer addresses."""
         coll, p, me = schedule.collective, self.nranks, self.rank
@@ -318,7 +330,7 @@ class ShmTransport(PeerWaits, PointToPoint):
         return Call(schedule, dtype, op, plan, seq, deadline, desc, checked,
                     [self._view(dtype), inp, out], in_addr, out_addr)
 
-    def _splits(self, schedule, bc, dtype) -> bool:
+    def _splits(self, schedule: Schedule, bc: int, dtype: dt.DType) -> bool:
         """A large broadcast whose root may call in place: the root, idle while the others
         read, then writes a share into their outputs (`push.push_split`)."""
         return self.options.push and schedule.collective.name == "broadcast" and \
@@ -337,7 +349,7 @@ class ShmTransport(PeerWaits, PointToPoint):
             return self.plan(call.schedule, bc, call.dtype.itemsize, in_place_root=True)[0]
         return call.plan
 
-    def _cma(self, q: int, remote: int, local: int, nbytes: int, write=False) -> None:
+    def _cma(self, q: int, remote: int, local: int, nbytes: int, write: bool = False) -> None:
         try:
             (cma.write if write else cma.read)(self.pids[q], remote, local, nbytes)
         except TransportError as e:
@@ -375,15 +387,8 @@ class ShmTransport(PeerWaits, PointToPoint):
                 seg.close()
         for _, seg in [*self._peer_data.values(), *self._p2p_in.values()]:
             seg.close()
-        self._ctrl.unlink()
-
-
-def _signals_exit():
-    """SIGTERM and SIGHUP raise SystemExit(128 + signal) while the block runs (main thread
-    only, and only where the default action would kill the process), so cleanup runs."""
-    return trapped(lambda signum: SystemExit(128 + signum), only_default=True)
-
-
+        if self._ctrl is not None:  # always, once __init__ returned
+            self._ctrl.unlink()
 
 
 __all__ = ["ShmTransport", "pid_alive"]

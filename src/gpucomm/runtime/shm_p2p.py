@@ -5,21 +5,38 @@ acknowledges, so the sender may reuse the segment.
 """
 from __future__ import annotations
 
+import mmap
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import dtypes as dt
 from ..errors import TransportError
 from .segment import Segment
-from .shm_control import DTYPE_IDS, P2P, P2P_ACK, P2P_NAME_OFF, P2P_RECVD
+from .shm_control import DTYPE_IDS, P2P, P2P_ACK, P2P_NAME_OFF, P2P_RECVD, PROG
 
 
 class PointToPoint:
-    """send/recv of `ShmTransport` (which provides rank, timeout, _me, _mine, _progs, _ctrls,
-    _p2p_out, _p2p_in, _wait and _fail)."""
+    """send/recv of `ShmTransport`, which provides the attributes declared here."""
 
-    def send(self, arr: np.ndarray, dst: int, dtype: dt.DType, timeout=None) -> None:
+    rank: int
+    timeout: float
+    _progs: list[memoryview]  # per rank: the words of its control segment
+    _ctrls: list[Segment]  # per rank: its control segment
+    _mine: mmap.mmap  # this rank's control segment
+    _me: memoryview  # its words (_progs[rank])
+    _p2p_out: dict[int, Segment]  # dst -> the segment this rank sends to dst in
+    _p2p_in: dict[int, tuple[int, Segment]]  # src -> (generation, the segment src sends in)
+    _call: tuple[str, int, float]  # the call in progress: (name, number, timeout in s)
+
+    if TYPE_CHECKING:
+        def _wait(self, q: int, need: int, deadline: float, word: int = PROG) -> None: ...
+
+        def _fail(self, err: BaseException) -> None: ...
+
+    def send(self, arr: np.ndarray, dst: int, dtype: dt.DType,
+             timeout: float | None = None) -> None:
         """Buffered send: returns once the data sits in shared memory for `dst`."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         self._call = ("send", int(self._me[P2P + 4 * dst]) + 1, deadline - time.monotonic())
@@ -46,7 +63,8 @@ class PointToPoint:
             self._fail(e)
             raise
 
-    def recv(self, arr: np.ndarray, src: int, dtype: dt.DType, timeout=None) -> None:
+    def recv(self, arr: np.ndarray, src: int, dtype: dt.DType,
+             timeout: float | None = None) -> None:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         k = self._me[P2P_RECVD + src] + 1
         self._call = ("recv", k, deadline - time.monotonic())

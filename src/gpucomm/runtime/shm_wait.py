@@ -8,18 +8,36 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING, Sequence
 
+from .. import dtypes as dt
 from ..errors import CommTimeout, TransportError
-from .segment import unlink_name
+from .segment import Segment, unlink_name
 from .shm_control import (CLOSED, DESC, DONE, FAILED, MSG_OFF, NAME_OFF, P2P_NAME_OFF, PROG, STATE,
                           WAITING, describe_call, pid_alive)
 
+if TYPE_CHECKING:
+    from ..schedule import Schedule
+
 
 class PeerWaits:
-    """The waiting half of `ShmTransport` (it provides rank, nranks, timeout, _progs, _me,
-    _ctrls, pids, _spin_s, _call and _map_peer)."""
+    """The waiting half of `ShmTransport`, which provides the attributes declared here."""
 
-    def _check_peer(self, q, desc, schedule, dtype, op) -> None:
+    rank: int
+    nranks: int
+    timeout: float
+    pids: list[int]  # per rank: its process id
+    _progs: list[memoryview]  # per rank: the words of its control segment
+    _ctrls: list[Segment]  # per rank: its control segment
+    _me: memoryview  # this rank's words (_progs[rank])
+    _spin_s: float
+    _call: tuple[str, int, float]  # the call in progress: (name, number, timeout in s)
+
+    if TYPE_CHECKING:
+        def _map_peer(self, q: int) -> Segment: ...
+
+    def _check_peer(self, q: int, desc: tuple[int, ...], schedule: Schedule,
+                    dtype: dt.DType, op: str) -> None:
         theirs = tuple(self._progs[q][DESC + i] for i in range(len(desc)))
         if theirs[0] != desc[0]:
             return  # cannot happen while the counters are consistent
@@ -29,7 +47,9 @@ class PeerWaits:
                 f"{describe_call(desc, schedule)} but rank {q} called {describe_call(theirs)}")
         self._map_peer(q)  # map a grown buffer now, so its owner can unlink the name
 
-    def _await(self, deps, checked, base, deadline, desc, schedule, dtype, op) -> None:
+    def _await(self, deps: Sequence[tuple[int, int]], checked: list[bool], base: int,
+               deadline: float, desc: tuple[int, ...], schedule: Schedule,
+               dtype: dt.DType, op: str) -> None:
         """Wait until every (peer q, action count k) in `deps` holds; the first wait on a
         peer in a call also checks that it runs the same collective."""
         progs = self._progs
@@ -99,7 +119,7 @@ class PeerWaits:
         call = getattr(self, "_call", None)
         return f" during {call[0]} call #{call[1]}" if call else ""
 
-    def _timeout_text(self, q, need, word) -> str:
+    def _timeout_text(self, q: int, need: int, word: int) -> str:
         have = self._progs[q][word]
         call = getattr(self, "_call", ("?", 0, self.timeout))
         if word == PROG:
