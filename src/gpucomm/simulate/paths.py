@@ -122,11 +122,16 @@ class PathTable:
         return self._props(_sentinel(table, self.nlinks))
 
     def _props(self, safe):
-        """properties() of rows whose padding is the sentinel link `nlinks` (no latency, no
-        class, no bottleneck): one gather per property, no masks."""
-        lat = np.append(self.latency, 0.0)[safe].sum(axis=1)
-        cls = np.append(self.link_class, np.int8(0))[safe].max(axis=1)
-        cap = np.append(self.capacity, np.inf)[safe].min(axis=1)
+        """properties() of route columns (hop, row) whose padding is the sentinel link
+        `nlinks` (no latency, no class, no bottleneck), reduced hop by hop: no (rows x hops)
+        temporaries (numpy reduces short rows one by one, slowly)."""
+        lat_x, cls_x = np.append(self.latency, 0.0), np.append(self.link_class, np.int8(0))
+        cap_x = np.append(self.capacity, np.inf)
+        lat, cls, cap = lat_x[safe[0]], cls_x[safe[0]], cap_x[safe[0]]
+        for col in safe[1:]:
+            lat += lat_x[col]
+            np.maximum(cls, cls_x[col], out=cls)
+            np.minimum(cap, cap_x[col], out=cap)
         return lat, cls, cap
 
     def geometry(self, table: np.ndarray):
@@ -139,12 +144,17 @@ class PathTable:
         lat, cls, cap = self._props(safe)
         counts = np.bincount(safe.reshape(-1), minlength=self.nlinks + 1)[:self.nlinks]
         per = np.append(self.capacity * self.lane_scale / np.maximum(counts, 1), np.inf)
-        return lat, cls, cap, per[safe].min(axis=1)
+        share = per[safe[0]]
+        for col in safe[1:]:
+            np.minimum(share, per[col], out=share)
+        return lat, cls, cap, share
 
 
 def _sentinel(table, nlinks):
-    """Route rows with the -1 padding replaced by the index `nlinks` (one past the links)."""
-    return np.where(table < 0, nlinks, table)
+    """The route rows as columns (hop, row), the -1 padding replaced by the index `nlinks`
+    (one past the links)."""
+    cols = np.ascontiguousarray(table.T)
+    return np.where(cols < 0, nlinks, cols)
 
 
 def _even_share(paths, table):
