@@ -118,9 +118,9 @@ def nvls_ok(coll, topology) -> bool:
 def node_groups(topology, placement) -> dict:
     """Node -> the placed ranks on it, in placement order (nodes in order of first rank).
     Remembered per (topology, placement): the closed forms ask for it several times per
-    prediction; callers only read it."""
+    prediction (a new dict each time; the rank lists are shared: read them, do not edit)."""
     placed = np.asarray(placement, dtype=np.int64).reshape(-1)
-    return per_placement(_GROUPS, topology, placed, _node_groups)
+    return dict(per_placement(_GROUPS, topology, placed, _node_groups))
 
 
 def _node_groups(topology, placed) -> dict:
