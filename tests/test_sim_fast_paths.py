@@ -233,3 +233,47 @@ def test_flow_partial_resolve_equals_resolving_every_crowded_flow(system, nodes,
         whole = simulate(build(k[0], k[1], p), topo, 1 << 22, model="flow", protocol="simple",
                          trace=True).time_s
         assert fast[k] == pytest.approx(whole, rel=1e-9), k
+
+
+@pytest.mark.parametrize("system,nodes,kw", [("dgx-h100", 3, {"nic": "ib-ndr"}),
+                                             ("dgx-a100", 2, {}), ("polaris", 3, {})])
+def test_one_pass_geometry_equals_the_masked_formulas(system, nodes, kw):
+    """PathTable.geometry (one gather per property, padding as a sentinel link) gives what
+    the masked per-property formulas give, on every pair's routes and on ring steps."""
+    topo = build_topology(system, nodes=nodes, **kw)
+    paths = PathTable(topo)
+    p = topo.nranks
+    s, d = np.divmod(np.arange(p * p), p)
+    for src, dst, ch in ((s, d, 0), (np.arange(p), np.roll(np.arange(p), -1), 1),
+                         (np.repeat(np.arange(p), 4), np.repeat(np.roll(np.arange(p), 1), 4),
+                          np.tile(np.arange(4), p))):
+        table = paths.routes(src, dst, ch)
+        valid = table >= 0
+        safe = np.where(valid, table, 0)
+        lat = np.where(valid, paths.latency[safe], 0.0).sum(axis=1)
+        cls = np.where(valid, paths.link_class[safe], 0).max(axis=1)
+        cap = np.where(valid, paths.capacity[safe], np.inf).min(axis=1)
+        counts = np.bincount(table[valid], minlength=paths.nlinks)
+        share = np.where(valid, (paths.capacity * paths.lane_scale)[safe]
+                         / np.maximum(counts[safe], 1), np.inf).min(axis=1)
+        for got in (paths.geometry(table), paths.properties(table)):
+            np.testing.assert_allclose(got[0], lat, rtol=1e-12)  # summed in another order
+            for want, have in zip((cls, cap, share), got[1:]):
+                np.testing.assert_array_equal(have, want)
+                assert have.dtype == want.dtype
+
+
+def test_node_groups_in_placement_order():
+    """node_groups: nodes in order of their first placed rank, ranks in placement order,
+    remembered per placement (the same answer at the second call)."""
+    from gpucomm.simulate.nccl import node_groups
+    topo = build_topology("dgx-h100", nodes=4)
+    rng = np.random.default_rng(7)
+    for k in (0, 1, 5, 32):
+        placed = rng.permutation(32)[:k]
+        want: dict = {}
+        for r in placed.tolist():
+            want.setdefault(r // 8, []).append(r)
+        for _ in range(2):
+            got = node_groups(topo, placed)
+            assert got == want and list(got) == list(want)

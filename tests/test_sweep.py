@@ -76,6 +76,30 @@ def test_local_worker_processes_give_the_one_process_results(tmp_path):
         {x["key"]: x["result"] for x in _lines(one)}
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_point_refused_by_the_parser_stops_the_sweep_with_nothing_written(tmp_path, workers):
+    """Checked as the workers start (run_grid's `check`): the last point's bad option is
+    found after others were handed out, and still no line and no file is written."""
+    from gpucomm.cli._grid import point_checker
+    spec = {"command": "sim", "fixed": {"minbytes": "1M", "maxbytes": "1M"},
+            "grid": {"nodes": [1] * 9 + ["x"], "protocol": ["ll", "simple"]}}
+    command, points = expand(spec, check=False)
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(ConfigError, match=r"\-\-nodes"):
+        run_grid(points, out, workers=workers, check=point_checker(command))
+    assert not out.exists()
+
+
+def test_sweep_refuses_a_bad_grid_in_one_line(tmp_path, capsys):
+    import yaml
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"command": "sim", "grid": {"nodes": [1, 2, "x"]}}))
+    out = tmp_path / "r.jsonl"
+    assert main(["sweep", str(grid), "-o", str(out), "-j", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--nodes" in err[0] and not out.exists()
+
+
 def test_points_run_on_a_local_dask_cluster_of_two_workers(tmp_path):
     distributed = pytest.importorskip("distributed")
     _, points = expand(SPEC)

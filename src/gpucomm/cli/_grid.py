@@ -36,8 +36,9 @@ class Point:
     argv: tuple
 
 
-def load_grid(path) -> tuple[str, list[Point]]:
-    """(command, points) of a GRID.yaml, every point's options checked by the command's parser."""
+def load_grid(path, check: bool = True) -> tuple[str, list[Point]]:
+    """(command, points) of a GRID.yaml, every point's options checked by the command's parser
+    (with `check=False` not yet: pass `point_checker(command, path)` to run_grid)."""
     import yaml
     try:
         text = Path(path).read_text()
@@ -48,10 +49,10 @@ def load_grid(path) -> tuple[str, list[Point]]:
     except yaml.YAMLError as e:
         raise ConfigError(f"grid {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") \
             from None
-    return expand(spec, source=str(path))
+    return expand(spec, source=str(path), check=check)
 
 
-def expand(spec, source="grid") -> tuple[str, list[Point]]:
+def expand(spec, source="grid", check: bool = True) -> tuple[str, list[Point]]:
     if not isinstance(spec, dict):
         raise ConfigError(f"{source}: expected a mapping with 'command', 'fixed' and 'grid'")
     unknown = set(spec) - {"command", "fixed", "grid"}
@@ -78,14 +79,26 @@ def expand(spec, source="grid") -> tuple[str, list[Point]]:
         count *= len(ax)
     if count > MAX_POINTS:
         raise ConfigError(f"{source}: the grid has {count} points; at most {MAX_POINTS}")
-    parser = _parser_for(words)
     points = []
     for combo in itertools.product(*axes):
         options = {**fixed, **dict(combo)}
         argv = tuple(words + _argv(options) + ["--format", "json"])
-        _check(parser, argv, options, source)
         points.append(Point(json.dumps(options, sort_keys=True, default=str), options, argv))
+    if check:
+        ok = point_checker(command, source)
+        for point in points:
+            ok(point)
     return command, points
+
+
+def point_checker(command: str, source: str = "grid"):
+    """A function that raises ConfigError (naming the point and the option) where a point's
+    options do not parse as the command's, as `gpucomm COMMAND ...` would refuse them."""
+    parser = _parser_for(command.split())
+
+    def check(point: Point) -> None:
+        _check(parser, point.argv, point.options, source)
+    return check
 
 
 def _argv(options: dict) -> list[str]:
@@ -154,19 +167,29 @@ def done_keys(path) -> set:
     return keys
 
 
-def run_grid(points, out_path, *, workers=None, cluster=None, on_point=None) -> dict:
+def run_grid(points, out_path, *, workers=None, cluster=None, on_point=None,
+             check=None) -> dict:
     """Run the points not yet in `out_path`, appending one JSON line per point as each ends.
 
     Local processes by default (`workers`, default the CPU count); `cluster`: the address of
-    a running Dask scheduler. Returns {"total", "skipped", "ran", "errors"}."""
+    a running Dask scheduler. `check` (point_checker's function), where given, is applied to
+    every point before any line is written: local workers start on the points already
+    checked while the rest are, and a refused point stops them all with nothing written.
+    Returns {"total", "skipped", "ran", "errors"}."""
     done = done_keys(out_path)
     todo = [p for p in points if p.key not in done]
     stats = {"total": len(points), "skipped": len(points) - len(todo), "ran": 0, "errors": 0}
+    if check is not None:
+        for p in points:
+            if p.key in done:
+                check(p)
     if not todo:
         return stats
+    answers = _execute(todo, workers, cluster, check)
+    first = next(answers, None)  # every point checked: only now is the file touched
     _trim_torn_line(out_path)
     with open(out_path, "a") as out:
-        for point, answer in _execute(todo, workers, cluster):
+        for point, answer in itertools.chain([first], answers):
             line = {"key": point.key, "point": point.options, **answer}
             out.write(json.dumps(line, default=str) + "\n")
             out.flush()
@@ -187,27 +210,47 @@ def _trim_torn_line(path):
         p.write_bytes(data[:data.rfind(b"\n") + 1])
 
 
-def _execute(todo, workers, cluster):
-    if cluster:
-        yield from _on_dask(todo, cluster)
-        return
+def _execute(todo, workers, cluster, check=None):
     import os
     n = workers or os.cpu_count() or 1
-    if n <= 1 or len(todo) == 1:
-        for p in todo:
-            yield p, run_point(p.argv)
+    if cluster or n <= 1 or len(todo) == 1:
+        for p in todo if check is not None else ():
+            check(p)
+        if cluster:
+            yield from _on_dask(todo, cluster)
+        else:
+            for p in todo:
+                yield p, run_point(p.argv)
         return
+    yield from _on_processes(todo, n, check)
+
+
+def _tasks(todo, n) -> list:
+    """Points in order, in pairs (less IPC) but for the last 4 per worker, one by one (the
+    workers end together)."""
+    size = max(1, min(2, len(todo) // (16 * n)))
+    cut = max(len(todo) - 4 * n, 0)
+    return [todo[i:i + size] for i in range(0, cut, size)] + [[p] for p in todo[cut:]]
+
+
+def _on_processes(todo, n, check):
+    """The points on `n` local processes, each task submitted once its points are checked."""
     import concurrent.futures as cf
-    size = max(1, min(2, len(todo) // (16 * n)))   # pairs of points: less IPC, balanced
-    chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+    import gc
+    gc.freeze()  # the workers' collections leave the parent's objects (and pages) alone
+    futures: dict = {}
     with cf.ProcessPoolExecutor(max_workers=n, mp_context=_context()) as pool:
-        futures = {pool.submit(run_points, [p.argv for p in chunk]): chunk for chunk in chunks}
         try:
+            for chunk in _tasks(todo, n):
+                for p in chunk if check is not None else ():
+                    check(p)
+                futures[pool.submit(run_points, [p.argv for p in chunk])] = chunk
+                gc.unfreeze()  # the workers are forked at the first submit
             for fut in cf.as_completed(futures):
                 yield from zip(futures[fut], fut.result())
         except BaseException:
-            for fut in futures:
-                fut.cancel()
+            gc.unfreeze()
+            pool.shutdown(wait=False, cancel_futures=True)
             raise
 
 

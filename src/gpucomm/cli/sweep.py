@@ -30,12 +30,14 @@ def register(sub) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from ._grid import done_keys, load_grid, run_grid
-    command, points = load_grid(args.grid)
+    from ._grid import done_keys, load_grid, point_checker, run_grid
+    # the points' options are checked as they are handed to the workers (run_grid)
+    command, points = load_grid(args.grid, check=False)
     left = len(points) - len(done_keys(args.output) & {p.key for p in points})
     with Progress(left, "points") as bar:
         stats = run_grid(points, args.output, workers=args.workers, cluster=args.cluster,
-                         on_point=lambda point, answer: bar.advance())
+                         on_point=lambda point, answer: bar.advance(),
+                         check=point_checker(command, args.grid))
     print(f"# gpucomm sweep: {stats['ran']} point(s) run, {stats['skipped']} already in "
           f"{args.output}, {stats['errors']} with errors ({command}, {stats['total']} in the "
           "grid)", file=sys.stderr)

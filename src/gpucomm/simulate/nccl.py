@@ -32,11 +32,13 @@ import numpy as np
 from ..collectives import layout
 from ..errors import ConfigError
 from . import constants as K
+from .core import per_placement
 from .paths import NET
 from .protocol import generation_of, get_protocol, net_stack_floor_s
 from .result import LinkBusy, RankTimeline, SimResult
 from .versions import value
 
+_GROUPS: dict = {}
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
 # NCCL_ALGO's spellings (any case, with or without underscores) -> the names above
@@ -115,14 +117,25 @@ def nvls_ok(coll, topology) -> bool:
 
 
 def node_groups(topology, placement) -> dict:
-    """Node -> the placed ranks on it, in placement order (nodes in order of first rank)."""
+    """Node -> the placed ranks on it, in placement order (nodes in order of first rank).
+    Remembered per (topology, placement): the closed forms ask for it several times per
+    prediction (a new dict each time; the rank lists are shared: read them, do not edit)."""
     placed = np.asarray(placement, dtype=np.int64).reshape(-1)
+    return dict(per_placement(_GROUPS, topology, placed, _node_groups))
+
+
+def _node_groups(topology, placed) -> dict:
+    if not placed.size:
+        return {}
     node = np.asarray(topology.router.rank_node)[placed]
-    uniq, first, inv = np.unique(node, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    members = np.split(placed[np.argsort(inv, kind="stable")],
-                       np.cumsum(np.bincount(inv, minlength=len(uniq)))[:-1])
-    return {int(uniq[k]): members[k].tolist() for k in order}
+    order = np.argsort(node, kind="stable")  # by node, placement order within a node
+    ns = node[order]
+    starts = np.flatnonzero(np.r_[True, ns[1:] != ns[:-1]])
+    members = placed[order].tolist()
+    bounds = starts.tolist() + [len(order)]
+    groups = {k: members[a:b] for k, a, b in zip(ns[starts].tolist(), bounds, bounds[1:])}
+    first = np.argsort(order[starts], kind="stable")  # nodes by their first placed rank
+    return {k: groups[k] for k in ns[starts][first].tolist()}
 
 
 def _net(paths, placement, nodes):

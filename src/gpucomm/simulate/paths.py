@@ -116,22 +116,58 @@ class PathTable:
         """Per op: (latency sum, path class, bottleneck capacity) of padded route rows."""
         if self.fabric is not None and self.fabric.lanes > 1:  # lanes: weighted by 1/scale
             return self.fabric.properties(table, self.latency, self.link_class, self.capacity)
-        lat, cls = _lat_class(self, table)
-        valid = table >= 0
-        safe = np.where(valid, table, 0)
-        cap = np.where(valid, self.capacity[safe], np.inf).min(axis=1) if table.shape[1] else \
-            np.full(len(table), np.inf)
+        if not table.shape[1]:
+            n = len(table)
+            return np.zeros(n), np.zeros(n, dtype=np.int8), np.full(n, np.inf)
+        return self._props(_sentinel(table, self.nlinks))
+
+    def _props(self, safe):
+        """properties() of route columns (hop, row) whose padding is the sentinel link
+        `nlinks` (no latency, no class, no bottleneck), reduced hop by hop: no (rows x hops)
+        temporaries (numpy reduces short rows one by one, slowly)."""
+        lat_x, cls_x = np.append(self.latency, 0.0), np.append(self.link_class, np.int8(0))
+        cap_x = np.append(self.capacity, np.inf)
+        lat, cls, cap = lat_x[safe[0]], cls_x[safe[0]], cap_x[safe[0]]
+        for col in safe[1:]:
+            lat += lat_x[col]
+            np.maximum(cls, cls_x[col], out=cls)
+            np.minimum(cap, cap_x[col], out=cap)
         return lat, cls, cap
 
+    def geometry(self, table: np.ndarray):
+        """(latency sum, path class, bottleneck capacity, even share) per route row, the
+        share being the least over the row's links of capacity x lanes / the rows on it."""
+        if not table.shape[1] or (self.fabric is not None and self.fabric.lanes > 1):
+            lat, cls, cap = self.properties(table)
+            return lat, cls, cap, _even_share(self, table)
+        safe = _sentinel(table, self.nlinks)
+        lat, cls, cap = self._props(safe)
+        counts = np.bincount(safe.reshape(-1), minlength=self.nlinks + 1)[:self.nlinks]
+        per = np.append(self.capacity * self.lane_scale / np.maximum(counts, 1), np.inf)
+        share = per[safe[0]]
+        for col in safe[1:]:
+            np.minimum(share, per[col], out=share)
+        return lat, cls, cap, share
 
-def _lat_class(paths, table):
-    """Per route row: summed link latency and the slowest path class."""
+
+def _sentinel(table, nlinks):
+    """The route rows as columns (hop, row), the -1 padding replaced by the index `nlinks`
+    (one past the links)."""
+    cols = np.ascontiguousarray(table.T)
+    return np.where(cols < 0, nlinks, cols)
+
+
+def _even_share(paths, table):
+    """Per row, the least over its links of capacity x lanes / the rows crossing the link."""
     valid = table >= 0
+    if not table.shape[1]:
+        return np.full(len(table), np.inf)
+    counts = np.bincount(table[valid], minlength=paths.nlinks) if valid.any() else \
+        np.zeros(paths.nlinks)
     safe = np.where(valid, table, 0)
-    lat = np.where(valid, paths.latency[safe], 0.0).sum(axis=1)
-    cls = np.where(valid, paths.link_class[safe], 0).max(axis=1) if table.shape[1] else \
-        np.zeros(len(table), dtype=np.int8)
-    return lat, cls
+    share = np.where(valid, (paths.capacity * paths.lane_scale)[safe]
+                     / np.maximum(counts[safe], 1), np.inf)
+    return share.min(axis=1)
 
 
 def _matrix(topo, s, d, c, local=None) -> np.ndarray:

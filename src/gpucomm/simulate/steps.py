@@ -77,14 +77,7 @@ def _geometry(paths: PathTable, step):
     if hit is not None:
         return hit
     table = paths.routes(step.src, step.dst, step.channel)
-    lat, cls, bottleneck = paths.properties(table)
-    valid = table >= 0
-    counts = np.bincount(table[valid], minlength=paths.nlinks) if valid.any() else \
-        np.zeros(paths.nlinks)
-    safe = np.where(valid, table, 0)
-    share = np.where(valid, (paths.capacity * paths.lane_scale)[safe]
-                     / np.maximum(counts[safe], 1), np.inf)
-    share = share.min(axis=1) if table.shape[1] else np.full(len(step), np.inf)
+    lat, cls, bottleneck, share = paths.geometry(table)
     if len(memo) > 4096:  # schedules whose steps never repeat: bound the memory
         memo.clear()
     hit = memo[key] = (table, lat, cls, share, bottleneck)
