@@ -1,30 +1,55 @@
 """simulate(): time one schedule on one topology with the analytic or the flow model."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from ..collectives import layout
-from ..dtypes import get_dtype
+from ..collectives import BufferLayout, layout
+from ..dtypes import DTypeLike, get_dtype
 from ..errors import ConfigError
 from . import analytic, flow, symmetry
 from .paths import PathTable
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
-from .result import LinkBusy, SimResult
+from .result import LinkBusy, SimResult, TimelineRecord
 from .steps import StepCoster
 
+if TYPE_CHECKING:
+    from ..schedule import Schedule
+    from ..topology import Topology
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+T = TypeVar("T")
+# schedule rank -> topology rank, or one such row per channel (a 2-D table)
+Ranks = Iterable[int] | Iterable[Iterable[int]]
+# (id(topology), placement bytes) -> (topology, what was built for it)
+PlacementKey = tuple[int, bytes]
+# (id(schedule), id(topology), placement, protocol, lanes, dtype, redop)
+SweepKey = tuple[int, int, bytes, Protocol, float, str, str]
+# (end s, ops, busy per link, note) of one size of a sweep
+SweepOut = tuple[float, int, "LinkBusy | Floats", str]
+
+
+class _Sweep(TypedDict):
+    sizes: frozenset[int]
+    memo: dict[SweepKey, tuple[Schedule, Topology, dict[int, SimResult]]]
+
+
 MODELS = ("analytic", "flow")
-_PATHS: dict = {}
-_NODES: dict = {}
-_COSTERS: dict = {}
-_SWEEP: dict = {"sizes": (), "memo": {}}
+_PATHS: dict[PlacementKey, tuple[Topology, PathTable]] = {}
+_NODES: dict[PlacementKey, tuple[Topology, int]] = {}
+_COSTERS: dict[tuple[int, Protocol, float, int], tuple[PathTable, StepCoster]] = {}
+_SWEEP: _Sweep = {"sizes": frozenset(), "memo": {}}
 FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.py) is answered
 SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
 
 
 @contextmanager
-def size_sweep(sizes):
+def size_sweep(sizes: Iterable[int]) -> Iterator[None]:
     """Within this block the analytic model answers one schedule for every size of `sizes`
     at its first call: one pass over the schedule's steps with the sizes side by side (the
     same arithmetic, vectorised), remembered for the calls of the other sizes.
@@ -37,16 +62,18 @@ def size_sweep(sizes):
     >>> a == simulate(sched, topo, 1024).time_s
     True
     """
-    old = dict(_SWEEP)
-    _SWEEP.update(sizes=frozenset(int(x) for x in sizes), memo={})
+    old = _SWEEP.copy()
+    _SWEEP["sizes"], _SWEEP["memo"] = frozenset(int(x) for x in sizes), {}
     try:
         yield
     finally:
         _SWEEP.update(old)
 
 
-def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
-             protocol="auto", ranks=None, trace=False, lanes=1.0, redop="sum") -> SimResult:
+def simulate(schedule: Schedule, topology: Topology, nbytes: int | str, *,
+             dtype: DTypeLike = "float32", model: str = "analytic",
+             protocol: str | Protocol = "auto", ranks: Ranks | None = None,
+             trace: bool = False, lanes: float = 1.0, redop: str = "sum") -> SimResult:
     """Time `schedule` moving an nccl-tests size of `nbytes` on `topology`.
 
     `ranks[i]` is the topology rank that runs schedule rank i (default 0..P-1); a 2-D table
@@ -73,19 +100,15 @@ def simulate(schedule, topology, nbytes, *, dtype="float32", model="analytic",
         protos = [get_protocol(p, gen, nodes) for p in PROTOCOLS]
     else:
         protos = [get_protocol(protocol, gen, nodes)]
-    best = None
     swept = model == "analytic" and not trace and lay.size in _SWEEP["sizes"]
-    for proto in protos:
-        if swept:
-            res = _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay)
-        else:
-            res = _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop)
-        if best is None or res.time_s < best.time_s:
-            best = res
-    return best
+    results = (
+        _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) if swept
+        else _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop)
+        for proto in protos)
+    return min(results, key=lambda res: res.time_s)  # the first of the fastest
 
 
-def _placement(p, topology, ranks):
+def _placement(p: int, topology: Topology, ranks: Ranks | None) -> Ints:
     if ranks is None:
         if p > topology.nranks:
             raise ConfigError(f"the schedule has {p} ranks but topology {topology.name!r} has "
@@ -105,12 +128,13 @@ def _placement(p, topology, ranks):
     return arr
 
 
-def _node_count(topology, placement) -> int:
+def _node_count(topology: Topology, placement: Ints) -> int:
     nodes = np.sort(topology.router.rank_node[placement.reshape(-1)])
     return int((nodes[1:] != nodes[:-1]).sum()) + 1 if nodes.size else 0
 
 
-def per_placement(cache: dict, topology, placement, build):
+def per_placement(cache: dict[PlacementKey, tuple[Topology, T]], topology: Topology,
+                  placement: Ints, build: Callable[[Topology, Ints], T]) -> T:
     """`build(topology, placement)`, memoised per (topology object, placement) in `cache`."""
     key = (id(topology), placement.tobytes())
     hit = cache.get(key)
@@ -121,11 +145,11 @@ def per_placement(cache: dict, topology, placement, build):
     return hit[1]
 
 
-def path_table(topology, placement) -> PathTable:
+def path_table(topology: Topology, placement: Ints) -> PathTable:
     return per_placement(_PATHS, topology, placement, PathTable)
 
 
-def coster(paths, proto, lanes, channels) -> StepCoster:
+def coster(paths: PathTable, proto: Protocol, lanes: float, channels: int) -> StepCoster:
     key = (id(paths), proto, float(lanes), int(channels))
     hit = _COSTERS.get(key)
     if hit is None or hit[0] is not paths:
@@ -135,13 +159,16 @@ def coster(paths, proto, lanes, channels) -> StepCoster:
     return hit[1]
 
 
-def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) -> SimResult:
+def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: Ints,
+         proto: Protocol, model: str, trace: bool, lanes: float, redop: str) -> SimResult:
     paths = path_table(topology, placement)
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lay.dtype).itemsize
     bounds = schedule.chunk_bounds(lay.block_count)
-    timeline, events, ops, note = (), 0, 0, ""
-    end = None
+    timeline: Sequence[TimelineRecord] = ()
+    events, ops, note = 0, 0, ""
+    end: float | None = None
+    busy: LinkBusy | Floats
     if model == "analytic":
         if not trace and analytic.is_ring(schedule):
             out = analytic.ring_many(schedule, cst, [lay.block_count], itemsize)[0]
@@ -181,7 +208,9 @@ def _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop) 
     return _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note)
 
 
-def _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note=""):
+def _result(schedule: Schedule, lay: BufferLayout, proto: Protocol, model: str, end: float,
+            events: int, ops: int, busy: LinkBusy | Floats, timeline: Sequence[TimelineRecord],
+            redop: str, note: str = "") -> SimResult:
     t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0
     algbw, busbw = lay.busbw(t) if t > 0 else (0.0, 0.0)
     link_busy = busy if isinstance(busy, LinkBusy) else LinkBusy(busy)
@@ -191,10 +220,11 @@ def _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop
                      schedule.channels, note=note)
 
 
-def _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) -> SimResult:
+def _from_sweep(schedule: Schedule, topology: Topology, dtype: DTypeLike, placement: Ints,
+                proto: Protocol, lanes: float, redop: str, lay: BufferLayout) -> SimResult:
     """The analytic answer for `lay` from a pass over every size of the sweep (size_sweep)."""
-    key = (id(schedule), id(topology), placement.tobytes(), proto, float(lanes), str(dtype),
-           redop)
+    key: SweepKey = (id(schedule), id(topology), placement.tobytes(), proto, float(lanes),
+                     str(dtype), redop)
     hit = _SWEEP["memo"].get(key)
     if hit is None or hit[0] is not schedule or hit[1] is not topology:
         lays = []
@@ -211,21 +241,23 @@ def _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) 
     return res
 
 
-def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
+def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayout],
+                   placement: Ints, proto: Protocol, lanes: float,
+                   redop: str) -> list[SimResult]:
     """Results of the sizes the pass can answer (a size whose unequal chunks need the general
     engine beyond its cell limit is left out: asked for alone, it raises as it would alone)."""
     paths = path_table(topology, placement)
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
     scale = paths.capacity * paths.lane_scale  # busy seconds; lanes carry m/L of a link
-    outs = [None] * len(lays)
+    outs: list[SweepOut | None] = [None] * len(lays)
     note = ""
     if analytic.is_ring(schedule):
         note = analytic.ring_note(schedule, cst)
         counts = [lay.block_count for lay in lays]
         for i, out in enumerate(analytic.ring_many(schedule, cst, counts, itemsize)):
             if out is not None:
-                outs[i] = (out[0], out[1], LinkBusy(_ring_unit(paths, out[2]), out[3]))
+                outs[i] = (out[0], out[1], LinkBusy(_ring_unit(paths, out[2]), out[3]), note)
     rest = [i for i, o in enumerate(outs) if o is None]
     if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
         rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
@@ -237,23 +269,26 @@ def _analytic_many(schedule, topology, lays, placement, proto, lanes, redop):
         for j, i in enumerate(part):
             outs[i] = (float(ends[j]), ops, busy[:, j] / scale, "")
     return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop,
-                    out[3] if len(out) > 3 else note)
+                    out[3])
             for lay, out in zip(lays, outs) if out is not None]
 
 
-def _ring_unit(paths, unit_bytes):
+def _ring_unit(paths: PathTable, unit_bytes: Floats) -> Floats:
     """A ring's busy seconds per chunk byte, per link, from its busy bytes (memoised on the
     array: every size of a sweep scales the same one)."""
     key = ("ring_unit", id(unit_bytes))
     hit = paths._cache.get(key)
     if hit is None or hit[0] is not unit_bytes:
         hit = paths._cache[key] = (unit_bytes, unit_bytes / paths.capacity / paths.lane_scale)
-    return hit[1]
+    unit: Floats = hit[1]
+    return unit
 
 
-def _flow_timeline(schedule, times, bounds, itemsize):
+def _flow_timeline(schedule: Schedule, times: tuple[Floats, Floats], bounds: Ints,
+                   itemsize: int) -> list[TimelineRecord]:
     start, end = times
-    out, k = [], 0
+    out: list[TimelineRecord] = []
+    k = 0
     for si, st in enumerate(schedule.steps()):
         n = len(st)
         if n == 0:

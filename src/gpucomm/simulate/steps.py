@@ -16,11 +16,18 @@ Timing semantics shared by the engines (schedule.py gives the data flow):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .paths import PathTable
 from .protocol import Protocol
+
+if TYPE_CHECKING:
+    from ..schedule import Step
+
+# (routes, latency, class, even link share, bottleneck) of a step's ops
+Geometry = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -37,20 +44,21 @@ class Pattern:
 class StepCoster:
     def __init__(self, paths: PathTable, protocol: Protocol, lanes: float, channels: int):
         self.paths, self.proto, self.lanes, self.channels = paths, protocol, lanes, channels
-        self.memo: dict = {}
+        # Patterns by (src, dst, channel) bytes; analytic.py keeps its ring curves here too
+        self.memo: dict[tuple[Any, ...], Any] = {}
         # payload B/s per link; x lanes where a connection is split over paths (fabric.py)
         self.link_cap = paths.capacity * protocol.wire_efficiency * paths.lane_scale
 
-    def pattern(self, step) -> Pattern:
+    def pattern(self, step: Step) -> Pattern:
         key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
-        pat = self.memo.get(key)
+        pat: Pattern | None = self.memo.get(key)
         if pat is None:
             if len(self.memo) > 4096:  # schedules whose steps never repeat: bound the memory
                 self.memo.clear()
             pat = self.memo[key] = self._build(step)
         return pat
 
-    def _build(self, step) -> Pattern:
+    def _build(self, step: Step) -> Pattern:
         table, lat, cls, share, bottleneck = _geometry(self.paths, step)
         local = step.src == step.dst
         proto = self.proto
@@ -68,12 +76,12 @@ class StepCoster:
         return Pattern(table, alpha, cls, flow_cap, share_rate, local, alone)
 
 
-def _geometry(paths: PathTable, step):
+def _geometry(paths: PathTable, step: Step) -> Geometry:
     """(routes, latency, class, even link share, bottleneck) of a step's ops: what does not
     depend on the protocol, so the protocols' costers of one placement share it."""
     memo = paths._cache.setdefault("geometry", {})
     key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
-    hit = memo.get(key)
+    hit: Geometry | None = memo.get(key)
     if hit is not None:
         return hit
     table = paths.routes(step.src, step.dst, step.channel)
@@ -84,12 +92,15 @@ def _geometry(paths: PathTable, step):
     return hit
 
 
-def op_bytes(step, bounds: np.ndarray, itemsize: int) -> np.ndarray:
+def op_bytes(step: Step, bounds: np.ndarray, itemsize: int) -> np.ndarray:
     """Payload bytes of each op of a step."""
-    return (bounds[step.src_chunk + step.nchunks] - bounds[step.src_chunk]) * itemsize
+    nbytes: np.ndarray = (bounds[step.src_chunk + step.nchunks] - bounds[step.src_chunk]) \
+        * itemsize
+    return nbytes
 
 
-def expand(rank: np.ndarray, first: np.ndarray, n: np.ndarray, total_chunks: int):
+def expand(rank: np.ndarray, first: np.ndarray, n: np.ndarray, total_chunks: int
+           ) -> tuple[np.ndarray, np.ndarray | None]:
     """Flat (rank*T + chunk) indices of every chunk of every op, and the op each belongs to."""
     if n.size == 0 or int(n.max()) == 1:
         return rank * total_chunks + first, None
