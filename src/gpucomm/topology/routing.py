@@ -24,9 +24,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import TopologyError
 from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device
@@ -36,7 +37,12 @@ REF_BYTES = 1 << 20   # the reference message of the route metric
 _M64 = (1 << 64) - 1
 
 
-def mix(src, dst, channel):
+@overload
+def mix(src: int, dst: int, channel: int) -> int: ...
+@overload
+def mix(src: npt.NDArray[Any], dst: npt.NDArray[Any],
+        channel: npt.NDArray[Any]) -> npt.NDArray[np.uint64]: ...
+def mix(src: Any, dst: Any, channel: Any) -> Any:
     """A 64-bit hash of (src, dst, channel); works on Python ints and uint64 arrays alike."""
     if isinstance(src, np.ndarray):
         with np.errstate(over="ignore"):
@@ -61,7 +67,7 @@ def _pick(x, n, shift):
     return (x >> shift) % n
 
 
-def lane_key(j):
+def lane_key(j: Any) -> npt.NDArray[np.uint64]:
     """A hash value that picks alternative j (mod their number) of the switch-to-switch
     segment and the first alternative of the node segments (an even split over paths)."""
     return np.asarray(j, dtype=np.uint64) << np.uint64(20)
