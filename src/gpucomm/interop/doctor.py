@@ -136,7 +136,7 @@ def _frozen(d: dict) -> tuple:
 @lru_cache(maxsize=4096)
 def _predict(coll, size, topo, dtype, model, redop, root, options):
     """predict(), remembered: several logs of one machine share their sizes."""
-    kw = {k: list(v) if isinstance(v, tuple) else v for k, v in options}
+    kw: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in options}
     return predict(coll, size, topo, dtype=dtype, model=model, redop=redop, root=root, **kw)
 
 

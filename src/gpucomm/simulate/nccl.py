@@ -27,18 +27,26 @@ are closed forms here, costed from the topology's links and the same protocol mo
 """
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypedDict
 
-from ..collectives import layout
+import numpy as np
+import numpy.typing as npt
+
+from ..collectives import BufferLayout, Collective, layout
+from ..dtypes import DTypeLike
 from ..errors import ConfigError
 from . import constants as K
-from .core import per_placement
-from .paths import NET
-from .protocol import generation_of, get_protocol, net_stack_floor_s
+from .core import PlacementKey, per_placement
+from .paths import NET, PathTable
+from .protocol import Protocol, generation_of, get_protocol, net_stack_floor_s
 from .result import LinkBusy, RankTimeline, SimResult
 from .versions import value
 
-_GROUPS: dict = {}
+if TYPE_CHECKING:
+    from ..topology import Topology
+
+_GROUPS: dict[PlacementKey, tuple[Topology, dict[int, list[int]]]] = {}
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
 # NCCL_ALGO's spellings (any case, with or without underscores) -> the names above
@@ -60,7 +68,7 @@ def from_nccl_algo(value: str) -> str:
     return name
 
 
-def candidates(coll, topology, placement) -> list[str]:
+def candidates(coll: Collective, topology: Topology, placement: npt.ArrayLike) -> list[str]:
     """The algorithms NCCL's tuner may choose from for `coll` on these ranks."""
     name = coll.name
     nodes = len(node_groups(topology, placement))
@@ -79,7 +87,7 @@ def candidates(coll, topology, placement) -> list[str]:
     return []
 
 
-def check(name: str, coll, topology, placement) -> None:
+def check(name: str, coll: Collective, topology: Topology, placement: npt.ArrayLike) -> None:
     """Refuse an NCCL algorithm where NCCL itself would not run it, saying why."""
     nodes = len(node_groups(topology, placement))
     if name.startswith("collnet"):
@@ -110,21 +118,22 @@ def schedule_of(collective: str, algorithm: str) -> str | None:
     return PAT_SCHEDULES[collective] if algorithm == "pat" else algorithm
 
 
-def nvls_ok(coll, topology) -> bool:
+def nvls_ok(coll: Collective, topology: Topology) -> bool:
     gen = generation_of(topology)
     return (coll.name in NVLS_COLLECTIVES and bool(getattr(topology, "in_switch_reduction", False))
             and K.NVLS_EFFICIENCY.get(gen, 0) > 0)
 
 
-def node_groups(topology, placement) -> dict:
+def node_groups(topology: Topology, placement: npt.ArrayLike) -> dict[int, list[int]]:
     """Node -> the placed ranks on it, in placement order (nodes in order of first rank).
     Remembered per (topology, placement): the closed forms ask for it several times per
     prediction (a new dict each time; the rank lists are shared: read them, do not edit)."""
     placed = np.asarray(placement, dtype=np.int64).reshape(-1)
-    return dict(per_placement(_GROUPS, topology, placed, _node_groups))
+    groups = per_placement(_GROUPS, topology, placed, _node_groups)
+    return dict(groups)
 
 
-def _node_groups(topology, placed) -> dict:
+def _node_groups(topology: Topology, placed: npt.NDArray[np.int64]) -> dict[int, list[int]]:
     if not placed.size:
         return {}
     node = np.asarray(topology.router.rank_node)[placed]
@@ -138,7 +147,22 @@ def _node_groups(topology, placed) -> dict:
     return {k: groups[k] for k in ns[starts][first].tolist()}
 
 
-def _net(paths, placement, nodes):
+# (GPUs on the chain, capacity per transfer, path class, latency, transfers per link, links)
+_Chain = tuple[int, float, int, float, npt.NDArray[np.float64], npt.NDArray[np.int64]]
+
+
+class _Shape(TypedDict, total=False):
+    """_shape's answer; `pair` only where a node has 2 or more ranks."""
+    nodes: int
+    g: int  # ranks on the largest node
+    chain: _Chain | None
+    net: tuple[float, float] | None  # (latency, payload capacity) of a node's NICs; 1 node: None
+    pair: float  # capacity between the chain's first two ranks
+    ring_links: npt.NDArray[np.int64]
+
+
+def _net(paths: PathTable, placement: npt.ArrayLike,
+         nodes: dict[int, list[int]]) -> tuple[float, float]:
     """(latency, total payload capacity) of one node's NICs for this placement."""
     first = _index(placement, [v[0] for v in nodes.values()][:2])
     table = paths.routes(first[:1], first[1:2], 0)
@@ -146,27 +170,29 @@ def _net(paths, placement, nodes):
     return float(lat_s[0]), float(cap[0]) * paths.rails_per_node
 
 
-def _index(placement, ranks):
+def _index(placement: npt.ArrayLike, ranks: npt.ArrayLike) -> npt.NDArray[np.intp]:
     """Positions in the placement (schedule ranks) of topology ranks."""
     placed = np.asarray(placement, dtype=np.int64).reshape(-1)
     order = np.argsort(placed, kind="stable")
     return order[np.searchsorted(placed, np.asarray(ranks, dtype=np.int64), sorter=order)]
 
 
-def _rate(pr, capacity, cls, nch) -> float:
+def _rate(pr: Protocol, capacity: float, cls: int, nch: int) -> float:
     """Payload rate of `nch` channels sharing `capacity`, each under the protocol's per-channel
     limits (wire efficiency, caps, one message per overhead on network paths)."""
     return nch * float(pr.op_rate(capacity / nch, cls, lanes=1, channels=nch))
 
 
-def _result(coll, name, proto, model, lay, p, t, busy, nch):
+def _result(coll: Collective, name: str, proto: str, model: str, lay: BufferLayout, p: int,
+            t: float, busy: Mapping[int, float], nch: int) -> SimResult:
     algbw, busbw = lay.busbw(t)
     timeline = RankTimeline(p, t, int(lay.size // p))
     return SimResult(lay.collective.name, name, proto, model, p, lay.size, lay.count,
                      lay.dtype.name, t, algbw, busbw, busy, 1, p, timeline, nccl_channels=nch)
 
 
-def chain_link_load(paths, fwd, back):
+def chain_link_load(paths: PathTable, fwd: npt.NDArray[np.int64], back: npt.NDArray[np.int64]
+                    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], float]:
     """The links a tree's chain puts bytes on, how many of the chain's transfers cross each,
     and the chain's capacity: min over links of capacity / transfers.
 
@@ -184,16 +210,16 @@ def chain_link_load(paths, fwd, back):
     return links, count.astype(np.float64), share
 
 
-def _shape(paths, topology, placement) -> dict:
+def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _Shape:
     """What the closed forms need of a placement, whatever the size: node count, the longest
     node's chain (its capacity per transfer where its routes share links, class, latency,
     transfers per link, links; chain_link_load), the NICs, and the ring of neighbours' links
     (for NVLS's busy time). Cached on the placement's path table: a sweep's sizes share it."""
-    hit = paths._cache.get("nccl_shape")
+    hit: _Shape | None = paths._cache.get("nccl_shape")
     if hit is not None:
         return hit
     nodes = node_groups(topology, placement)
-    out = {"nodes": len(nodes), "g": max(len(v) for v in nodes.values()), "chain": None,
+    out: _Shape = {"nodes": len(nodes), "g": max(len(v) for v in nodes.values()), "chain": None,
            "net": _net(paths, placement, nodes) if len(nodes) > 1 else None}
     chain = max(nodes.values(), key=len)
     if len(chain) > 1:
@@ -212,7 +238,8 @@ def _shape(paths, topology, placement) -> dict:
     return out
 
 
-def net_hop_floor(topology, placement, proto, paths) -> float:
+def net_hop_floor(topology: Topology, placement: npt.ArrayLike, proto: str,
+                  paths: PathTable) -> float:
     """Least software latency of one network step here (protocol.net_stack_floor_s) less the
     links' own latency on the path between nodes, which the step already pays."""
     floor = net_stack_floor_s(topology, proto)
@@ -224,11 +251,13 @@ def net_hop_floor(topology, placement, proto, paths) -> float:
     return max(floor - _net(paths, placement, nodes)[0], 0.0)
 
 
-def _busy(links, carried, capacity, t) -> LinkBusy:
+def _busy(links: npt.NDArray[np.int64], carried: npt.NDArray[np.float64],
+          capacity: npt.NDArray[np.float64], t: float) -> LinkBusy:
     return LinkBusy(np.minimum(carried / capacity[links], t), links=links)
 
 
-def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
+def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArray[np.int64],
+         dtype: DTypeLike, proto: str, paths: PathTable, model: str) -> SimResult | None:
     """NCCL's tree all-reduce (chain in the node, double binary tree across nodes)."""
     p = len(placement)
     lay = layout(coll, nbytes, dtype, p)
@@ -251,8 +280,9 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
         t_intra = size / rate
         lat += 2 * (length - 1) * (hop[cls] + lat_s)
     t_net = 0.0
-    if n > 1:
-        lat_net, nic = shape["net"]
+    net = shape["net"]
+    if net is not None:  # 2 or more nodes
+        lat_net, nic = net
         f = 2.0  # tuning.cc: a tree's algBw is half its busBw at any node count
         rate = min(_rate(pr, nic, NET, nch), cap)
         t_net = size * f / rate
@@ -262,7 +292,7 @@ def tree(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
     t = lat + max(t_intra, t_net) / correction + _tree_fill(shape, proto, size, nch, t_intra,
                                                             t_net)
-    busy = {}
+    busy: Mapping[int, float] = {}
     if shape["chain"] is not None:
         count, links = shape["chain"][4], shape["chain"][5]
         busy = _busy(links, size * count / 2, paths.capacity, t)
@@ -280,7 +310,8 @@ def tree_chunk_bytes(proto: str, nbytes: float, nch: int, nodes: int, ppn: int) 
     return min(chunk, nbytes / nch)
 
 
-def _tree_fill(shape, proto, size, nch, t_intra, t_net) -> float:
+def _tree_fill(shape: _Shape, proto: str, size: float, nch: int, t_intra: float,
+               t_net: float) -> float:
     """The tree pipeline's fill: a chunk climbs (ppn-1) chain hops and log2(nodes) network
     hops and comes back down. A hop that forwards a chunk only once all of it has arrived
     adds that chunk's time at the hop's per-channel rate (every such hop but the slowest,
@@ -300,7 +331,8 @@ def _tree_fill(shape, proto, size, nch, t_intra, t_net) -> float:
     return float(sum(hops) - max(hops)) if hops else 0.0
 
 
-def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimResult | None:
+def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArray[np.int64],
+         dtype: DTypeLike, proto: str, paths: PathTable, model: str) -> SimResult | None:
     """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch.
 
     All-reduce with multimem loads/stores: a GPU's link to the switch carries S + S/g in each
@@ -325,8 +357,9 @@ def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     t_nvl = size * (1 + 1 / g) / (shape["pair"] * eff)
     lat = value("NVLS_LATENCY_S")
     t_net, f, fill = 0.0, 1.0, 0.0
-    if n > 1:
-        lat_net, nic = shape["net"]
+    net = shape["net"]
+    if net is not None and chunk is not None:  # 2 or more nodes
+        lat_net, nic = net
         f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node
         t_net = size * f / nic
         hop_net = max(K.NVLSTREE_NET_LATENCY_S, net_hop_floor(topology, placement, proto, paths))
@@ -346,7 +379,8 @@ def nvls(coll, nbytes, topology, placement, dtype, proto, paths, model) -> SimRe
     return _result(coll, name, "simple", model, lay, len(placement), t, busy, K.NVLS_CHANNELS)
 
 
-def nvls_efficiency(generation: str, nbytes: float, gpus: int, chunk=None) -> float:
+def nvls_efficiency(generation: str, nbytes: float, gpus: int,
+                    chunk: float | None = None) -> float:
     """Fraction of NVLink bandwidth NVLS reaches for a message (chunk size rules of NCCL;
     `chunk`: the chunk where the caller knows it, NVLSTree's)."""
     full = K.NVLS_EFFICIENCY.get(generation, 0.0)

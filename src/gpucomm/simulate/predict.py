@@ -21,29 +21,43 @@ graphs (`-G`); see constants.HOST_LAUNCH_S.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
-from ..algorithms import algorithms, get_algorithm
-from ..collectives import get_collective, layout
-from ..dtypes import parse_size
+from ..algorithms import Algorithm, algorithms, get_algorithm
+from ..collectives import Collective, get_collective, layout
+from ..dtypes import DTypeLike, parse_size
 from ..errors import ConfigError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
-from .protocol import PROTOCOLS, generation_of, get_protocol, ring_protocol
+from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol
 from . import nccl, p2p, ranking, versions
 from .paths import NVLINK
 from .result import SimResult
 from .rings import ring_orders
+
+if TYPE_CHECKING:
+    from ..schedule import Schedule
+    from ..topology import Topology
+
+ProtocolChoice = str | Collection[str]  # "auto", one name, or the names auto may pick
+Ranks = npt.NDArray[np.int64]  # schedule rank i runs on topology rank placement[i]
+_Memo = dict[tuple[int, bytes], tuple["Topology", Any]]  # core.per_placement's cache
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
 MAX_PIPELINE_CHUNKS = 64
 P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # NCCL runs them as grouped send/recv
 
 
-def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", model="analytic",
-            protocol="auto", ranks=None, root=0, redop="sum", exclude=(), gpus_per_thread=1,
-            cuda_graph=False, also=(), nccl_version=None, **params) -> SimResult:
+def predict(collective: Collective | str, nbytes: int | str, topology: Topology, *,
+            algorithm: str = "auto", dtype: DTypeLike = "float32", model: str = "analytic",
+            protocol: ProtocolChoice = "auto", ranks: Iterable[int] | None = None,
+            root: int = 0, redop: str = "sum", exclude: Iterable[str] = (),
+            gpus_per_thread: int = 1, cuda_graph: bool = False, also: Iterable[str] = (),
+            nccl_version: str | Sequence[int] | None = None, **params: Any) -> SimResult:
     """Predict one nccl-tests point: the time of `collective` on `nbytes` (size S).
 
     `algorithm`: "auto", an NCCL algorithm (ring, tree, nvls, nvls_tree, pat, ...) or a
@@ -71,13 +85,15 @@ def predict(collective, nbytes, topology, *, algorithm="auto", dtype="float32", 
                         root, redop, exclude, gpus_per_thread, cuda_graph, also, params)
 
 
-def _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ranks, root, redop,
-             exclude, gpus_per_thread, cuda_graph, also, params) -> SimResult:
+def _predict(collective: Collective | str, nbytes: int | str, topology: Topology, algorithm: str,
+             dtype: DTypeLike, model: str, protocol: ProtocolChoice, ranks: Iterable[int] | None,
+             root: int, redop: str, exclude: Iterable[str], gpus_per_thread: int,
+             cuda_graph: bool, also: Iterable[str], params: dict[str, Any]) -> SimResult:
     coll = get_collective(collective)
-    nbytes = parse_size(nbytes)
+    size = parse_size(nbytes)
     host_s = host_issue_s(gpus_per_thread, cuda_graph)
     p = len(list(ranks)) if ranks is not None else topology.nranks
-    placement = _placement(p, topology, ranks)
+    placement: Ranks = _placement(p, topology, ranks)
     names = _candidates(coll, algorithm, topology, placement, exclude)
     if algorithm == "auto":
         for extra in also:
@@ -96,15 +112,19 @@ def _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ra
     if generation_of(topology) not in versions.value("LL128_GENERATIONS") or \
             not _ll128_allowed_memo(topology, placement):
         protos = [pr for pr in protos if pr != "ll128"] or protos
-    tried, errors, skipped = _rank(coll, names, protos, nbytes, topology, placement, dtype, root,
+    tried, errors, skipped = _rank(coll, names, protos, size, topology, placement, dtype, root,
                                    redop, params)
     if not tried:
         detail = "; ".join(errors) or "none applies"
         raise ConfigError(f"no algorithm can run {coll.name} on {p} ranks ({detail})")
     best = min(tried, key=lambda r: r.time_s)
     if model != "analytic":
-        best = _time(coll, best.algorithm, nbytes, topology, placement, dtype, model,
-                     best.protocol, root, redop, params)
+        timed = _time(coll, best.algorithm, size, topology, placement, dtype, model,
+                      best.protocol, root, redop, params)
+        # the analytic pass timed this pair: closed forms and the p2p limit refuse a pair by
+        # protocol and size, never by model
+        assert timed is not None
+        best = timed
     best = _host_bound(best, host_s, coll, dtype)
     if skipped:
         best = dataclasses.replace(best, note="; ".join(filter(None, [best.note, (
@@ -114,16 +134,18 @@ def _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ra
                                                       for r in tried))
 
 
-def _rank(coll, names, protos, nbytes, topology, placement, dtype, root, redop, params):
+def _rank(coll: Collective, names: list[str], protos: list[str], nbytes: int, topology: Topology,
+          placement: Ranks, dtype: DTypeLike, root: int, redop: str, params: dict[str, Any]
+          ) -> tuple[list[SimResult], list[str], list[ranking.Pair]]:
     """auto's candidates: closed forms first, a simulation only where it can win (ranking.py).
     Returns (results, error lines, pairs not simulated)."""
     p = len(placement)
 
-    def time_fn(name, pr):
+    def time_fn(name: str, pr: str) -> SimResult | None:
         return _time(coll, name, nbytes, topology, placement, dtype, "analytic", pr, root,
                      redop, params)
 
-    def floor_fn(name, pr):
+    def floor_fn(name: str, pr: str) -> float | None:
         if len(names) * len(protos) < 3 or nccl.schedule_of(coll.name, name) != "ring":
             return None
         return ranking.ring_floor(coll.name, p, pr)
@@ -133,7 +155,7 @@ def _rank(coll, names, protos, nbytes, topology, placement, dtype, root, redop, 
     return tried, [f"{name}: {e}" for name, e in errors], skipped
 
 
-def host_issue_s(gpus_per_thread=1, cuda_graph=False) -> float:
+def host_issue_s(gpus_per_thread: int = 1, cuda_graph: bool = False) -> float:
     """Host seconds to issue one collective, the floor of nccl-tests' time per iteration:
     one NCCL launch per GPU the thread drives, none when replayed from a CUDA graph.
 
@@ -147,7 +169,7 @@ def host_issue_s(gpus_per_thread=1, cuda_graph=False) -> float:
     return 0.0 if cuda_graph else int(gpus_per_thread) * K.HOST_LAUNCH_S
 
 
-def _host_bound(res: SimResult, host_s: float, coll, dtype) -> SimResult:
+def _host_bound(res: SimResult, host_s: float, coll: Collective, dtype: DTypeLike) -> SimResult:
     """Back-to-back collectives run no faster than the host issues them."""
     if res.nranks < 2 or res.time_s >= host_s:
         return res
@@ -155,10 +177,11 @@ def _host_bound(res: SimResult, host_s: float, coll, dtype) -> SimResult:
     return dataclasses.replace(res, time_s=host_s, algbw_GBps=algbw, busbw_GBps=busbw)
 
 
-def _candidates(coll, algorithm, topology, placement, exclude):
+def _candidates(coll: Collective, algorithm: str, topology: Topology, placement: Ranks,
+                exclude: Iterable[str]) -> list[str]:
     """The algorithms to time: NCCL's tuner's choices for `auto` (nccl.candidates), else the
     one asked for (an NCCL_ALGO name or a registered schedule)."""
-    exclude = {e.lower() for e in exclude}
+    excluded = {e.lower() for e in exclude}
     if algorithm != "auto":
         name = str(algorithm).lower()
         if name in nccl.NCCL_ALGORITHMS and not versions.has_algorithm(name):
@@ -170,14 +193,14 @@ def _candidates(coll, algorithm, topology, placement, exclude):
             return [name]
         get_algorithm(coll, name)  # raises with the allowed names
         return [name]
-    if "nvls" in exclude:  # as NCCL_NVLS_ENABLE=0: no in-switch reduction, in or across nodes
-        exclude.add("nvls_tree")
+    if "nvls" in excluded:  # as NCCL_NVLS_ENABLE=0: no in-switch reduction, in or across nodes
+        excluded.add("nvls_tree")
     names = _nccl_candidates(coll, topology, placement) or \
         [a.name for a in algorithms(coll)]  # e.g. barrier: NCCL has none, every registered one
-    names = [a for a in names if a not in exclude and versions.has_algorithm(a)]
+    names = [a for a in names if a not in excluded and versions.has_algorithm(a)]
     if not names:
         raise ConfigError(f"no algorithm left for {coll.name} after excluding "
-                          f"{', '.join(sorted(exclude))}")
+                          f"{', '.join(sorted(excluded))}")
     return names
 
 
@@ -186,25 +209,26 @@ def _version_text() -> str:
     return f"{v[0]}.{v[1]}" if v else "(newest)"
 
 
-_LL128: dict = {}
+_LL128: _Memo = {}
 
 
-def _ll128_allowed_memo(topology, placement) -> bool:
+def _ll128_allowed_memo(topology: Topology, placement: Ranks) -> bool:
     """_ll128_allowed, once per (topology, placement): a sweep asks it for every size."""
-    return per_placement(_LL128, topology, placement, _ll128_allowed)
+    allowed: bool = per_placement(_LL128, topology, placement, _ll128_allowed)
+    return allowed
 
 
-_CANDIDATES: dict = {}
+_CANDIDATES: dict[str, _Memo] = {}
 
 
-def _nccl_candidates(coll, topology, placement) -> list:
+def _nccl_candidates(coll: Collective, topology: Topology, placement: Ranks) -> list[str]:
     """nccl.candidates, once per (collective, topology, placement): a sweep's sizes share it."""
     cache = _CANDIDATES.setdefault(coll.name, {})
     return list(per_placement(cache, topology, placement,
                               lambda t, pl: nccl.candidates(coll, t, pl)))
 
 
-def _ll128_allowed(topology, placement) -> bool:
+def _ll128_allowed(topology: Topology, placement: Ranks) -> bool:
     """NCCL enables LL128 by default only where GPUs of a node talk over NVLink (typeIntra <=
     NVB in tuning.cc), not over PCIe switches or through the host; and only on the GPU
     generations its version lists (versions.py LL128_GENERATIONS, checked by the caller)."""
@@ -223,13 +247,17 @@ def _ll128_allowed(topology, placement) -> bool:
     return bool((cls == NVLINK).all())
 
 
-def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, redop, params):
+def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placement: Ranks,
+          dtype: DTypeLike, model: str, proto: str, root: int, redop: str,
+          params: dict[str, Any]) -> SimResult | None:
     p = len(placement)
     paths = path_table(topology, placement)
     if name in nccl.CLOSED:
         res = nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
         return None if res is None else dataclasses.replace(res, redop=redop)
-    alg = get_algorithm(coll, nccl.schedule_of(coll.name, name))
+    schedule = nccl.schedule_of(coll.name, name)
+    assert schedule is not None  # None only for the closed forms, timed above
+    alg = get_algorithm(coll, schedule)
     kw = dict(params)
     accepted = {k for k, _ in alg.params}
     rails = paths.rails_per_node if _multi_node(topology, placement) else 1
@@ -254,22 +282,23 @@ def _time(coll, name, nbytes, topology, placement, dtype, model, proto, root, re
     kw = {k: v for k, v in kw.items() if k in accepted}
     sched = _build(alg, p, root, kw)
     lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
+    timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
-        proto = ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
-                              float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
-                              nccl.net_hop_floor(topology, placement, proto, paths))
-    res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=proto,
+        timing = ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
+                               float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
+                               nccl.net_hop_floor(topology, placement, proto, paths))
+    res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop)
     res = dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))
     return p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
 
 
-_ORDERS: dict = {}
-_BUILT: dict = {}
+_ORDERS: _Memo = {}
+_BUILT: dict[tuple[str, str, int, int, tuple[tuple[str, Any], ...]], Schedule] = {}
 
 
-def _build(alg, p, root, kw):
+def _build(alg: Algorithm, p: int, root: int, kw: dict[str, Any]) -> Schedule:
     """alg.build, memoised: the sizes of a sweep share one Schedule object (its patterns and
     a sweep's vectorised pass are keyed on it)."""
     key = (alg.collective, alg.name, p, root, tuple(sorted(kw.items())))
@@ -284,10 +313,11 @@ def _build(alg, p, root, kw):
     return hit
 
 
-def _ring_orders(topology, placement):
-    return per_placement(_ORDERS, topology, placement, ring_orders)
+def _ring_orders(topology: Topology, placement: Ranks) -> Ranks | None:
+    orders: Ranks | None = per_placement(_ORDERS, topology, placement, ring_orders)
+    return orders
 
 
-def _multi_node(topology, placement) -> bool:
+def _multi_node(topology: Topology, placement: npt.ArrayLike) -> bool:
     node = topology.router.rank_node[np.asarray(placement)]
     return bool(node.size) and bool((node != node.flat[0]).any())

@@ -23,13 +23,18 @@ schedule channel per NIC rail and lets it carry the rest), so the per-channel ca
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ConfigError
 from . import constants as K
 from .versions import value
 from .paths import CLASS_NAMES, NET
+
+if TYPE_CHECKING:
+    from ..topology import Topology
 
 PROTOCOLS = ("ll", "ll128", "simple")
 
@@ -38,14 +43,15 @@ PROTOCOLS = ("ll", "ll128", "simple")
 class Protocol:
     name: str
     wire_efficiency: float
-    hop_latency_s: tuple  # by path class (nvlink, pcie, net)
+    hop_latency_s: tuple[float, ...]  # by path class (nvlink, pcie, net)
     base_latency_s: float
     slice_bytes: int
     message_overhead_s: float  # per slice on network paths
     channel_cap_Bps: float  # payload rate one NCCL channel can reach (inf = none)
     total_cap_Bps: float  # payload rate of the whole collective per rank (inf = none)
 
-    def op_rate(self, share_Bps, cls, lanes: float = 1.0, channels: int = 1) -> np.ndarray:
+    def op_rate(self, share_Bps: npt.ArrayLike, cls: npt.ArrayLike, lanes: float = 1.0,
+                channels: int = 1) -> npt.NDArray[np.float64]:
         """Payload rate (B/s) of ops given their bottleneck share of link capacity."""
         rate = np.asarray(share_Bps, dtype=np.float64) * self.wire_efficiency
         rate = np.minimum(rate, self.channel_cap_Bps * lanes)
@@ -56,9 +62,10 @@ class Protocol:
             rate = np.where(np.asarray(cls) == NET, np.minimum(rate, msg), rate)
         return rate
 
-    def alpha(self, link_latency_s, cls) -> np.ndarray:
+    def alpha(self, link_latency_s: npt.ArrayLike, cls: npt.ArrayLike) -> npt.NDArray[np.float64]:
         hop = np.asarray(self.hop_latency_s)[np.asarray(cls, dtype=np.int64)]
-        return np.asarray(link_latency_s) + hop
+        out: npt.NDArray[np.float64] = np.asarray(link_latency_s) + hop
+        return out
 
 
 def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
@@ -106,7 +113,7 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
                                    int(np.ceil(message / proto.wire_efficiency))))
 
 
-def net_stack_floor_s(topology, proto_name: str) -> float:
+def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
     """Least latency of one network step (software stack and wire) on this topology's NICs,
     beyond NCCL's InfiniBand-measured one: the libfabric plugins' (constants.py), else 0."""
     model = _nic_model(topology)
@@ -123,12 +130,12 @@ def net_stack_floor_s(topology, proto_name: str) -> float:
     return floor
 
 
-def _nic_model(topology) -> str:
+def _nic_model(topology: Topology) -> str:
     """The model of the topology's first NIC with one (read by position: a cluster's devices
     are not all made)."""
     cache = getattr(topology, "_cache", None)
     if cache is not None and "sim_nic_model" in cache:
-        return cache["sim_nic_model"]
+        return str(cache["sim_nic_model"])
     from ..topology.elements import DEVICE_KINDS
     if hasattr(topology, "device_kind_codes"):
         nics = np.flatnonzero(topology.device_kind_codes() == DEVICE_KINDS.index("nic"))
@@ -147,18 +154,18 @@ def ideal_protocol() -> Protocol:
                     float("inf"))
 
 
-def generation_of(topology) -> str:
+def generation_of(topology: Topology) -> str:
     """The GPU generation of a topology's ranks (from the catalog's SM architecture)."""
     cache = getattr(topology, "_cache", None)
     if cache is not None and "sim_generation" in cache:
-        return cache["sim_generation"]
+        return str(cache["sim_generation"])
     gen = _generation_of_model(_gpu_model(topology))
     if cache is not None:
         cache["sim_generation"] = gen
     return gen
 
 
-def _gpu_model(topology) -> str:
+def _gpu_model(topology: Topology) -> str:
     """The model of the ranks' GPUs: rank 0's device (ranks are GPUs), else the first GPU
     device with a model; reading one device, not making all of a cluster's."""
     if getattr(topology, "ranks", None):

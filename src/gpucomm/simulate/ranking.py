@@ -34,8 +34,8 @@ def ring_floor(collective: str, nranks: int, protocol: str) -> float | None:
     steps = RING_STEPS.get(collective)
     if steps is None or nranks < 2 or protocol not in value("HOP_LATENCY_S"):
         return None
-    hop = min(value("HOP_LATENCY_S")[protocol].values())
-    return value("BASE_LATENCY_S")[protocol] + steps(nranks) * hop
+    hop = float(min(value("HOP_LATENCY_S")[protocol].values()))
+    return float(value("BASE_LATENCY_S")[protocol]) + steps(nranks) * hop
 
 
 def rank(pairs: Sequence[Pair], time_fn: Callable[[str, str], SimResult | None],

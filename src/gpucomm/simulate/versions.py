@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextvars
 import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
 from . import constants as K
@@ -28,8 +30,12 @@ US = K.US
 NEWEST = (2, 30)
 OLDEST = (2, 5)  # the first release with a tuning model (tuning.cc, LL128)
 
+Version = tuple[int, int]  # (major, minor)
+Triple = tuple[float, float, float]  # by path class or by node-count column
+_T = TypeVar("_T")
 
-def _lat(ll, ll128, simple):
+
+def _lat(ll: Triple, ll128: Triple, simple: Triple) -> dict[str, dict[str, float]]:
     """hwLat rows in us (NVLink, PCI, NET) -> the constants.py layout, seconds."""
     names = ("nvlink", "pcie", "net")
     return {"ll": dict(zip(names, (x * US for x in ll))),
@@ -37,16 +43,17 @@ def _lat(ll, ll128, simple):
             "simple": dict(zip(names, (x * US for x in simple)))}
 
 
-def _tree_lat(ll, ll128, simple):
+def _tree_lat(ll: Triple, ll128: Triple,
+              simple: Triple) -> dict[str, tuple[float, ...]]:
     return {"ll": tuple(x * US for x in ll), "ll128": tuple(x * US for x in ll128),
             "simple": tuple(x * US for x in simple)}
 
 
-def _base(ll, ll128, simple):
+def _base(ll: float, ll128: float, simple: float) -> dict[str, float]:
     return {"ll": ll * US, "ll128": ll128 * US, "simple": simple * US}
 
 
-def _gens(volta, ampere, hopper, blackwell):
+def _gens(volta: _T, ampere: _T, hopper: _T, blackwell: _T) -> dict[str, _T]:
     return {"volta": volta, "ampere": ampere, "hopper": hopper, "blackwell": blackwell}
 
 
@@ -69,7 +76,7 @@ _NO_TC = {p: (1.0,) for p in ("ll", "ll128", "simple")}
 
 # name -> [(first version, value, where it is read)], oldest first; the last entry of each is
 # today's (constants.py), which tests/test_nccl_versions.py checks.
-HISTORY = {
+HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
     # hwLat[hw][Ring][proto]
     "HOP_LATENCY_S": [
         ((2, 5), _lat((.4, 1.0, .9), (2.5, 2.5, 2.5), (5.7, 5.7, 6.6)), "v2.5.6-1"),
@@ -153,18 +160,19 @@ HISTORY = {
 }
 
 # The first release whose tuner has each algorithm (NCCL_ALGORITHMS in nccl.py)
-ALGORITHM_SINCE = {
+ALGORITHM_SINCE: dict[str, tuple[Version, str]] = {
     "ring": ((2, 5), "v2.5.6-1"), "tree": ((2, 5), "v2.5.6-1"),
     "collnet_direct": ((2, 6), "v2.6.4-1 (CollNet)"),
     "collnet_chain": ((2, 14), "v2.14.3-1"),
     "nvls": ((2, 17), "v2.17.1-1"), "nvls_tree": ((2, 18), "v2.18.1-1"),
     "pat": ((2, 23), "v2.23.4-1 (NCCL_PAT_ENABLE)")}
 
-_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("gpucomm_nccl_version", default=None)
+_ACTIVE: contextvars.ContextVar[Version | None] = contextvars.ContextVar("gpucomm_nccl_version",
+                                                                         default=None)
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 
-def parse_version(text, strict: bool = False):
+def parse_version(text: str | Sequence[int] | None, strict: bool = False) -> Version | None:
     """(major, minor) from text such as "2.18", "2.18.5-1", "~2.19 (pytorch:24.01)"; None
     (the newest) for None/"" or text without a version, or a ConfigError when `strict`."""
     if text is None:
@@ -182,7 +190,7 @@ def parse_version(text, strict: bool = False):
 
 
 @contextmanager
-def use(version):
+def use(version: str | Version | None) -> Iterator[None]:
     """Make `version` (text or (major, minor); None = the newest) the model's NCCL."""
     token = _ACTIVE.set(parse_version(version, strict=True) if isinstance(version, str)
                         else version)
@@ -192,12 +200,12 @@ def use(version):
         _ACTIVE.reset(token)
 
 
-def active():
+def active() -> Version | None:
     """The active NCCL version, (major, minor), or None for the newest."""
     return _ACTIVE.get()
 
 
-def value(name: str, version=None):
+def value(name: str, version: Version | None = None) -> Any:
     """Constant `name` as the active (or given) NCCL version had it."""
     version = version or _ACTIVE.get()
     history = HISTORY.get(name)
@@ -210,7 +218,7 @@ def value(name: str, version=None):
     return chosen
 
 
-def has_algorithm(name: str, version=None) -> bool:
+def has_algorithm(name: str, version: Version | None = None) -> bool:
     """Whether NCCL `version` (default: the active one) has algorithm `name`."""
     version = version or _ACTIVE.get()
     since = ALGORITHM_SINCE.get(name)
