@@ -20,19 +20,38 @@ and the closed form against the recurrence.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ConfigError
 from .steps import StepCoster, expand
 
+if TYPE_CHECKING:
+    from ..schedule import Schedule, Step
+    from .frontier import RingCurve
+    from .result import TimelineRecord
+    from .steps import Pattern
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Bytes = npt.NDArray[np.number[Any]]  # payload bytes per op (and per size of a sweep)
+# a ring's answer for one size: (end, ops, busy bytes per chunk byte per link, mean chunk bytes)
+RingOut = tuple[float, int, Floats, float]
+
 DENSE_LIMIT = 64_000_000  # (ranks x chunks) cells of per-chunk state the general engine accepts
 
 
-def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
+def run(sched: Schedule, coster: StepCoster, bounds: npt.ArrayLike, itemsize: int,
+        trace: bool = False) -> tuple[Any, int, Floats, list[TimelineRecord]]:
     """(end time, events, link busy seconds, timeline) of a schedule, general engine.
 
     `bounds` may be a 2-D table, one row of chunk bounds per size of a sweep: the sizes then
-    run side by side through one pass over the steps (ends (K,), busy (links, K))."""
+    run side by side through one pass over the steps (ends (K,), busy (links, K)). The end is
+    a float for 1-D bounds and a float64 array (K,) for a table, hence `Any` (which one is
+    decided by the argument's number of dimensions, not its type)."""
     p, t = sched.nranks, sched.total_chunks
     if p * t > DENSE_LIMIT:
         raise ConfigError(f"{sched.algorithm} {sched.collective.name} on {p} ranks has {p * t} "
@@ -45,8 +64,10 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
     nch = max(int(sched.channels), 1)
     send_free = np.zeros((p * nch, k))  # (rank, channel) flattened
     recv_free = np.zeros((p * nch, k))
-    carried: dict = {}  # pattern id -> (pattern, bytes its ops carried over all its steps)
-    events, end, timeline = 0, np.zeros(k), []
+    # pattern id -> (pattern, bytes its ops carried over all its steps)
+    carried: dict[int, tuple[Pattern, Floats]] = {}
+    events, end = 0, np.zeros(k)
+    timeline: list[TimelineRecord] = []
     for si, st in enumerate(sched.steps()):
         if len(st) == 0:
             continue
@@ -92,7 +113,7 @@ def run(sched, coster: StepCoster, bounds, itemsize: int, trace: bool = False):
     return float(end[0]), events, busy[:, 0], timeline
 
 
-def scatter_max(arr, idx, vals):
+def scatter_max(arr: Floats, idx: Ints, vals: Floats) -> None:
     """np.maximum.at(arr, idx, vals) along axis 0, without ufunc.at's per-element cost."""
     if len(idx) < 2:
         if len(idx):
@@ -111,12 +132,14 @@ def scatter_max(arr, idx, vals):
     arr[u] = np.maximum(arr[u], np.maximum.reduceat(vals[order], starts, axis=0))
 
 
-def sweep_bytes(st, bounds2, itemsize):
+def sweep_bytes(st: Step, bounds2: npt.NDArray[Any], itemsize: int) -> npt.NDArray[Any]:
     """(ops, sizes) payload bytes of a step's ops for each row of chunk bounds."""
-    return ((bounds2[:, st.src_chunk + st.nchunks] - bounds2[:, st.src_chunk]) * itemsize).T
+    out: npt.NDArray[Any] = (bounds2[:, st.src_chunk + st.nchunks]
+                             - bounds2[:, st.src_chunk]) * itemsize
+    return out.T
 
 
-def _gather_max(arr, idx, owner, nchunks):
+def _gather_max(arr: Floats, idx: Ints, owner: Ints | None, nchunks: Ints) -> Floats:
     """Per op, the max of arr over its chunks (owner: expand()'s op of each chunk, sorted)."""
     if owner is None:
         return arr[idx]
@@ -124,10 +147,11 @@ def _gather_max(arr, idx, owner, nchunks):
         out = np.zeros((len(nchunks),) + arr.shape[1:])
         np.maximum.at(out, owner, arr[idx])
         return out
-    return np.maximum.reduceat(arr[idx], np.cumsum(nchunks) - nchunks, axis=0)
+    red: Floats = np.maximum.reduceat(arr[idx], np.cumsum(nchunks) - nchunks, axis=0)
+    return red
 
 
-def _account(busy, pat, nbytes):
+def _account(busy: Floats, pat: Pattern, nbytes: Bytes) -> None:
     """Busy time of each link: bytes over its payload capacity (what utilisation reports)."""
     valid = pat.table >= 0
     if not valid.any():
@@ -144,17 +168,18 @@ def _account(busy, pat, nbytes):
     busy[s[starts]] += np.add.reduceat(nbytes[op[order]].astype(np.float64), starts, axis=0)
 
 
-def _records(si, st, start, fin, nbytes):
+def _records(si: int, st: Step, start: Floats, fin: Floats,
+             nbytes: npt.NDArray[Any]) -> list[TimelineRecord]:
     return [(si, int(s), int(d), int(c), int(ch), float(a), float(b), int(n))
             for s, d, c, ch, a, b, n in zip(st.src, st.dst, st.dst_chunk, st.channel, start,
                                             fin, nbytes)]
 
 
 # ---- the ring frontier -------------------------------------------------------------------
-_RINGS: dict = {}  # id(schedule) -> (schedule, is a ring)
+_RINGS: dict[int, tuple[Schedule, bool]] = {}  # id(schedule) -> (schedule, is a ring)
 
 
-def is_ring(sched) -> bool:
+def is_ring(sched: Schedule) -> bool:
     """Whether `sched` is a ring by its steps, whatever its name (frontier.is_ring_schedule);
     remembered per schedule object."""
     from .frontier import is_ring_schedule
@@ -166,14 +191,16 @@ def is_ring(sched) -> bool:
     return hit[1]
 
 
-def run_ring(sched, coster: StepCoster, block_count: int, itemsize: int):
+def run_ring(sched: Schedule, coster: StepCoster, block_count: int,
+             itemsize: int) -> tuple[float, int, Floats] | None:
     """The ring schedule's (end, ops, link busy bytes) from its per-rank frontier, without
     generating its steps; None where unequal chunks leave the end open by more than 0.1%."""
     out = ring_many(sched, coster, [block_count], itemsize)[0]
     return None if out is None else (out[0], out[1], out[2] * out[3])
 
 
-def ring_many(sched, coster: StepCoster, block_counts, itemsize: int) -> list:
+def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
+              itemsize: int) -> list[RingOut | None]:
     """Per block size (elements): (end, ops, busy bytes per chunk byte, mean chunk bytes), or
     None where the general engine must answer.
 
@@ -185,14 +212,15 @@ def ring_many(sched, coster: StepCoster, block_counts, itemsize: int) -> list:
     if p == 1:
         return [(0.0, 0, unit, 0.0) for _ in block_counts]
     cpb = sched.chunks_per_block
-    wanted, spans = [], []
+    wanted: list[float] = []
+    spans: list[tuple[float, float, float]] = []
     for count in block_counts:  # chunks of a block: np.array_split's q+1 (extra of them), q
         q, extra = divmod(int(count), cpb)
         lo, hi = float(q * itemsize), float((q + (extra > 0)) * itemsize)
         spans.append((lo, hi, float(count) * itemsize / cpb))
         wanted += [lo, hi]
     ends = curve.values(wanted)
-    out = []
+    out: list[RingOut | None] = []
     for lo, hi, mean in spans:
         e_lo, e_hi = ends[lo], ends[hi]
         # chunks differ by an element: every op moves between the smallest and the largest
@@ -206,7 +234,7 @@ def ring_many(sched, coster: StepCoster, block_counts, itemsize: int) -> list:
     return out
 
 
-def ring_note(sched, coster: StepCoster) -> str:
+def ring_note(sched: Schedule, coster: StepCoster) -> str:
     """How ring_many answered: what SimResult.note says."""
     curve = _ring_curve(sched, coster)[0]
     p, c = sched.nranks, max(int(sched.channels), 1)
@@ -219,13 +247,14 @@ def ring_note(sched, coster: StepCoster) -> str:
     return text
 
 
-def _ring_curve(sched, coster: StepCoster):
+def _ring_curve(sched: Schedule, coster: StepCoster) -> tuple[RingCurve, Floats, int]:
     """(RingCurve, busy bytes per chunk byte, ops) of a ring's shape, memoised on the coster."""
     p, c = sched.nranks, max(int(sched.channels), 1)
     key = ("ring", sched.collective.name, p, c)
     hit = coster.memo.get(key)
     if hit is not None:
-        return hit
+        memo_curve, memo_unit, memo_ops = hit
+        return memo_curve, memo_unit, memo_ops
     from ..schedule import step
     from .frontier import RingCurve
     r = np.arange(p)
@@ -242,17 +271,18 @@ def _ring_curve(sched, coster: StepCoster):
     pat = coster.pattern(probe)
     # rows: channels, columns: ranks (the all-reduce probe is channel-major, the others not)
     if sched.collective.name == "all_reduce":
-        def shape(v):
+        def shape(v: Floats) -> Floats:
             return v.reshape(c, p)
     else:
-        def shape(v):
+        def shape(v: Floats) -> Floats:
             return np.ascontiguousarray(v.reshape(p, c).T)
     x0 = shape(np.where(pat.local, 0.0, 1.0 / pat.share_rate))
     a = shape(np.asarray(pat.alpha, dtype=np.float64))
-    unit = coster.paths._cache.get(("ring_busy",) + key[1:])  # the protocols' costers share it
+    # the protocols' costers share it
+    unit: Floats | None = coster.paths._cache.get(("ring_busy",) + key[1:])
     if unit is None:
         unit = np.zeros(coster.paths.nlinks)
         _account(unit, pat, np.full(len(probe), float(nsteps)))
         coster.paths._cache[("ring_busy",) + key[1:]] = unit
-    hit = coster.memo[key] = (RingCurve(zip(x0, a), nsteps), unit, nsteps * len(probe))
-    return hit
+    made = coster.memo[key] = (RingCurve(zip(x0, a), nsteps), unit, nsteps * len(probe))
+    return made

@@ -13,24 +13,37 @@ without being solved.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ..schedule import Schedule, Step
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+# (src, dst, chunk, reduce, channel) of one ring step: ring_step
+RingStep = tuple[Ints, Ints, Ints, bool, Ints]
 
 LINE_REL = 1e-12  # a supporting line "passes through" a point within this relative gap
 
 
-def period(x0, a, limit: int = 512) -> int:
+def period(x0: npt.ArrayLike, a: npt.ArrayLike, limit: int = 512) -> int:
     """The smallest d <= limit dividing P with x0 and a repeating every d ranks (a ring over
     identical nodes repeats every node), else P."""
-    x0, a = np.asarray(x0), np.asarray(a)
-    p = len(x0)
+    xv, av = np.asarray(x0), np.asarray(a)
+    p = len(xv)
     for d in range(1, min(limit, p // 2) + 1):
-        if p % d == 0 and (x0.reshape(-1, d) == x0[:d]).all() and \
-                (a.reshape(-1, d) == a[:d]).all():
+        if p % d == 0 and (xv.reshape(-1, d) == xv[:d]).all() and \
+                (av.reshape(-1, d) == av[:d]).all():
             return d
     return p
 
 
-def ring_line(x0, a, nsteps: int, c: float = 1.0, d: int = 0) -> tuple[float, float]:
+def ring_line(x0: npt.ArrayLike, a: npt.ArrayLike, nsteps: int, c: float = 1.0,
+              d: int = 0) -> tuple[float, float]:
     """(end, slope) of `nsteps` ring steps whose op r takes c*x0[r] on the wire + a[r].
 
     With S_s[r] the start of rank r's op in step s (S_0 = 0) and w = x + a, a path of
@@ -46,15 +59,15 @@ def ring_line(x0, a, nsteps: int, c: float = 1.0, d: int = 0) -> tuple[float, fl
     d ranks are solved, and along each residue class mod d the maximised term changes by the
     same amount per period, so a range maximum is at one end of each class: O(P + d^2).
     """
-    x0 = np.asarray(x0, dtype=np.float64)
-    a = np.asarray(a, dtype=np.float64)
-    x = c * x0
+    xv = np.asarray(x0, dtype=np.float64)
+    av = np.asarray(a, dtype=np.float64)
+    x = c * xv
     p = len(x)
-    w = x + a
+    w = x + av
     k_max = nsteps - 1
     if k_max <= 0:
         r = int(np.argmax(w))
-        return float(w[r]), float(x0[r])
+        return float(w[r]), float(xv[r])
     n = p + k_max  # unrolled positions v; rank(v) = (v - K) mod P, rank r sits at u = r + K
     rank = (np.arange(n) - k_max) % p
     xu = x[rank]
@@ -87,19 +100,19 @@ def ring_line(x0, a, nsteps: int, c: float = 1.0, d: int = 0) -> tuple[float, fl
     total = best + w[:q]
     r = int(np.argmax(total))
     ur, vr = r + k_max, int(arg_v[r])
-    xs = float(x0[rank[vr:ur]].sum())
-    slope = xs + (k_max - ur + vr) * arg_m0[r] + x0[r]
+    xs = float(xv[rank[vr:ur]].sum())
+    slope = xs + (k_max - ur + vr) * arg_m0[r] + xv[r]
     return float(total[r]), float(slope)
 
 
-def distinct(a) -> np.ndarray:
+def distinct(a: npt.ArrayLike) -> npt.NDArray[Any]:
     """The distinct values of `a`, sorted (np.unique without its first call's import of
     numpy.ma, a noticeable share of a one-size prediction)."""
-    s = np.sort(np.asarray(a).reshape(-1))
+    s: npt.NDArray[Any] = np.sort(np.asarray(a).reshape(-1))
     return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
 
 
-def _periodic_argmax(g, lo, hi, d, rising):
+def _periodic_argmax(g: Floats, lo: Ints, hi: Ints, d: int, rising: bool) -> Ints:
     """argmax of g[lo_i..hi_i] where g changes by the same amount every d positions (up if
     `rising`): the best of each residue class's last (rising) or first member in range."""
     rho = np.arange(d)
@@ -107,12 +120,14 @@ def _periodic_argmax(g, lo, hi, d, rising):
     cand = hi[:, None] - (hi[:, None] - rho) % d if rising else first
     valid = first <= hi[:, None]
     vals = np.where(valid, g[np.where(valid, cand, 0)], -np.inf)
-    return cand[np.arange(len(lo)), vals.argmax(axis=1)]
+    out: Ints = cand[np.arange(len(lo)), vals.argmax(axis=1)]
+    return out
 
 
-def _range_argmax(values, lo, hi):
+def _range_argmax(values: Floats, lo: Ints, hi: Ints) -> Ints:
     """argmax of values[lo_i..hi_i] for each i (inclusive bounds), by a sparse table."""
-    vals, args = [values], [np.arange(len(values))]
+    vals: list[Floats] = [values]
+    args: list[Ints] = [np.arange(len(values), dtype=np.int64)]
     span = 1
     longest = int((hi - lo + 1).max())
     while 2 * span <= longest:
@@ -136,16 +151,18 @@ class RingCurve:
     solved points as the curve's pieces need; each row of `rows` is one channel's (x0, a)
     and f is the slowest channel's end (identical channels are solved once)."""
 
-    def __init__(self, rows, nsteps: int):
-        seen, self.rows = set(), []
+    def __init__(self, rows: Iterable[tuple[npt.ArrayLike, npt.ArrayLike]], nsteps: int) -> None:
+        seen: set[tuple[bytes, bytes]] = set()
+        self.rows: list[tuple[Floats, Floats, int]] = []
         for x0, a in rows:
             key = (np.asarray(x0).tobytes(), np.asarray(a).tobytes())
             if key not in seen:
                 seen.add(key)
-                x0, a = np.asarray(x0, dtype=np.float64), np.asarray(a, dtype=np.float64)
-                self.rows.append((x0, a, period(x0, a)))
+                xv, av = np.asarray(x0, dtype=np.float64), np.asarray(a, dtype=np.float64)
+                self.rows.append((xv, av, period(xv, av)))
         self.nsteps = nsteps
-        self.points: dict = {}  # c -> (f(c), slope of a supporting line at c)
+        # c -> (f(c), slope of a supporting line at c)
+        self.points: dict[float, tuple[float, float]] = {}
         self.solved = 0
 
     def line(self, c: float) -> tuple[float, float]:
@@ -157,12 +174,12 @@ class RingCurve:
             self.solved += 1
         return hit
 
-    def values(self, cs) -> dict:
+    def values(self, cs: Iterable[float]) -> dict[float, float]:
         """c -> f(c) for every c of `cs`: the ends of the range solved, then each interval
         whose left supporting line passes through its right end filled from that line,
         the others split at their middle point."""
         cs = sorted({float(c) for c in cs})
-        out: dict = {}
+        out: dict[float, float] = {}
         if not cs:
             return out
         stack = [(0, len(cs) - 1)]
@@ -188,12 +205,12 @@ RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 CHECK_OPS = 200_000  # ops of a generated schedule compared step by step (2 steps at least)
 
 
-def ring_step(collective: str, p: int, c: int, s: int) -> tuple:
+def ring_step(collective: str, p: int, c: int, s: int) -> RingStep:
     """(src, dst, chunk, reduce, channel) of step `s` of the C-channel ring on `p` ranks:
     every step sends r -> r+1 on each channel and forwards the chunk received the step
     before (all-reduce: reduce-scatter then all-gather over chunks ch*P + k; reduce-scatter
     and all-gather: block k's chunk ch)."""
-    r = np.arange(p)
+    r = np.arange(p, dtype=np.int64)
     if collective == "all_reduce":
         reduce = s < p - 1
         k = (r - s) % p if reduce else (r + 1 - (s - (p - 1))) % p
@@ -206,7 +223,7 @@ def ring_step(collective: str, p: int, c: int, s: int) -> tuple:
             np.tile(np.arange(c), p))
 
 
-def is_ring_schedule(sched) -> bool:
+def is_ring_schedule(sched: Schedule) -> bool:
     """Whether `sched`'s steps are exactly the ring's (ring_step), whatever it is called:
     the frontier is exact only for that structure. Steps held in memory (a schedule loaded
     from JSON) are all compared; a generated schedule's first CHECK_OPS ops are, and its
@@ -230,7 +247,7 @@ def is_ring_schedule(sched) -> bool:
     return seen == nsteps
 
 
-def _is_ring_step(st, coll, p, c, s) -> bool:
+def _is_ring_step(st: Step, coll: str, p: int, c: int, s: int) -> bool:
     if len(st) != p * c:
         return False
     src, dst, chunk, reduce, channel = ring_step(coll, p, c, s)

@@ -22,10 +22,27 @@ links of thousands of ops with one numpy fancy-index.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigError
 from ..topology.elements import DEVICE_KINDS
 from .frontier import distinct
+
+if TYPE_CHECKING:
+    from ..topology import Topology
+    from .fabric import FabricPolicy
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Classes = npt.NDArray[np.int8]  # path class per link or op
+Routes = npt.NDArray[np.signedinteger[Any]]  # padded link rows (ops, hops), -1: no link
+Rails = dict[int, Ints]  # node -> owner ranks of its rails, NIC order
+Home = dict[int, int]  # rank -> position of its own NIC in its node's rails
+# (GPUs per node, links per node, node 0's route table [i, j, hop]): _replica_routes
+Replica = tuple[int, int, Ints]
 
 # Path classes, for the protocol's per-hop software latency.
 NVLINK, PCIE, NET = 0, 1, 2
@@ -37,7 +54,7 @@ _PCIE_KINDS = {"cpu", "pcie_switch", "memory"}
 class PathTable:
     """Routes and their properties for one topology and one rank placement."""
 
-    def __init__(self, topology, ranks=None):
+    def __init__(self, topology: Topology, ranks: npt.ArrayLike | None = None) -> None:
         self.topo = topology
         capacity, self.latency, cls = _link_props(topology)
         self.capacity = capacity.copy()
@@ -49,26 +66,32 @@ class PathTable:
                                        np.asarray(ranks, dtype=np.int64))
         self.node = np.asarray(topology.router.rank_node, dtype=np.int64)
         self._rails, self._home = _placed_rails(topology, self.node, self.placement[0])
-        self._cache: dict = {}
+        self._cache: dict[Any, Any] = {}
         # a network (routing policy, loss) changes routes and payload capacity: fabric.py
-        self.fabric = None
-        self.lane_scale = np.ones(self.nlinks)  # capacity x lanes on links lanes split over
-        if getattr(topology, "network", None) is not None:
+        self.fabric: FabricPolicy | None = None
+        self.lane_scale: Floats = np.ones(self.nlinks)  # capacity x lanes on links lanes split
+        network = getattr(topology, "network", None)
+        if network is not None:
+            from ..topology.fabric import Network
             from .fabric import FabricPolicy
-            self.fabric = FabricPolicy(self, topology.network)
+            if not isinstance(network, Network):
+                raise ConfigError(f"topology {topology.name!r}: network is a "
+                                  f"{type(network).__name__}; allowed: a topology.fabric.Network "
+                                  "or None")
+            self.fabric = FabricPolicy(self, network)
             self.lane_scale = self.fabric.lane_scale
             self.capacity = self.fabric.capacity(self.capacity, cls, self.latency)
         self._local = _replica_routes(topology, self.node)
-        self._rail_tab = None
+        self._rail_tab: tuple[Ints, Ints, Ints] | None = None
 
     @property
     def rails_per_node(self) -> int:
         if "rails_per_node" not in self._cache:
             self._cache["rails_per_node"] = min((len(v) for v in self._rails.values()),
                                                 default=1) or 1
-        return self._cache["rails_per_node"]
+        return int(self._cache["rails_per_node"])
 
-    def routes(self, src, dst, channel) -> np.ndarray:
+    def routes(self, src: npt.ArrayLike, dst: npt.ArrayLike, channel: npt.ArrayLike) -> Routes:
         """Padded link table (ops, hops) for schedule ranks src -> dst on channels."""
         src = np.asarray(src, dtype=np.int64)
         c = np.broadcast_to(np.asarray(channel, dtype=np.int64), src.shape)
@@ -90,7 +113,7 @@ class PathTable:
             out = self.fabric.lane_routes(out, idx, gs, gd, c[idx])
         return out
 
-    def _rail_gpus(self, src, dst, channels):
+    def _rail_gpus(self, src: Ints, dst: Ints, channels: Ints) -> tuple[Ints, Ints]:
         """The GPUs owning the rail an inter-node op leaves by and the one it arrives at."""
         if self._rail_tab is None:
             nn = int(self.node.max()) + 1 if len(self.node) else 1
@@ -112,7 +135,7 @@ class PathTable:
         gd = np.where(ok, tab[nb, np.where(ok, i % np.maximum(n_in, 1), 0)], dst)
         return gs, gd
 
-    def properties(self, table: np.ndarray):
+    def properties(self, table: Routes) -> tuple[Floats, Classes, Floats]:
         """Per op: (latency sum, path class, bottleneck capacity) of padded route rows."""
         if self.fabric is not None and self.fabric.lanes > 1:  # lanes: weighted by 1/scale
             return self.fabric.properties(table, self.latency, self.link_class, self.capacity)
@@ -121,7 +144,7 @@ class PathTable:
             return np.zeros(n), np.zeros(n, dtype=np.int8), np.full(n, np.inf)
         return self._props(_sentinel(table, self.nlinks))
 
-    def _props(self, safe):
+    def _props(self, safe: Routes) -> tuple[Floats, Classes, Floats]:
         """properties() of route columns (hop, row) whose padding is the sentinel link
         `nlinks` (no latency, no class, no bottleneck), reduced hop by hop: no (rows x hops)
         temporaries (numpy reduces short rows one by one, slowly)."""
@@ -134,7 +157,7 @@ class PathTable:
             np.minimum(cap, cap_x[col], out=cap)
         return lat, cls, cap
 
-    def geometry(self, table: np.ndarray):
+    def geometry(self, table: Routes) -> tuple[Floats, Classes, Floats, Floats]:
         """(latency sum, path class, bottleneck capacity, even share) per route row, the
         share being the least over the row's links of capacity x lanes / the rows on it."""
         if not table.shape[1] or (self.fabric is not None and self.fabric.lanes > 1):
@@ -150,14 +173,14 @@ class PathTable:
         return lat, cls, cap, share
 
 
-def _sentinel(table, nlinks):
+def _sentinel(table: Routes, nlinks: int) -> Routes:
     """The route rows as columns (hop, row), the -1 padding replaced by the index `nlinks`
     (one past the links)."""
     cols = np.ascontiguousarray(table.T)
     return np.where(cols < 0, nlinks, cols)
 
 
-def _even_share(paths, table):
+def _even_share(paths: PathTable, table: Routes) -> Floats:
     """Per row, the least over its links of capacity x lanes / the rows crossing the link."""
     valid = table >= 0
     if not table.shape[1]:
@@ -167,10 +190,12 @@ def _even_share(paths, table):
     safe = np.where(valid, table, 0)
     share = np.where(valid, (paths.capacity * paths.lane_scale)[safe]
                      / np.maximum(counts[safe], 1), np.inf)
-    return share.min(axis=1)
+    least: Floats = share.min(axis=1)
+    return least
 
 
-def _matrix(topo, s, d, c, local=None) -> np.ndarray:
+def _matrix(topo: Topology, s: Ints, d: Ints, c: npt.ArrayLike,
+            local: Replica | None = None) -> Routes:
     if len(s) == 0:
         return np.full((0, 0), -1, dtype=np.int32)
     if local is not None:
@@ -194,7 +219,7 @@ def _matrix(topo, s, d, c, local=None) -> np.ndarray:
     return m.astype(np.int32, copy=True)
 
 
-def _replica_routes(topo, node_of_rank):
+def _replica_routes(topo: Topology, node_of_rank: Ints) -> Replica | None:
     """(GPUs per node, links per node, node 0's route table [i, j, hop]) when every node is a
     replica of node 0 laid out in the same order (build_topology's clusters) and each pair of
     a node's GPUs has one shortest route (no ECMP choice by channel), else None. Intra-node
@@ -227,14 +252,14 @@ def _widen(m: np.ndarray, width: int) -> np.ndarray:
     return np.concatenate([m, np.full((m.shape[0], width - m.shape[1]), -1, np.int32)], axis=1)
 
 
-def _join(parts) -> np.ndarray:
+def _join(parts: list[Routes]) -> Routes:
     """Concatenate padded route segments row by row, keeping the links left-aligned."""
     full = np.concatenate(parts, axis=1)
     order = np.argsort(full < 0, axis=1, kind="stable")
     return np.take_along_axis(full, order, axis=1)
 
 
-def _link_props(topology):
+def _link_props(topology: Topology) -> tuple[Floats, Floats, Classes]:
     """(payload capacity, latency, path class) per link, once per topology object (every
     placement's table shares them; a 100,000-GPU cluster has a million links)."""
     hit = topology._cache.get("sim_link_props")
@@ -257,20 +282,22 @@ def _link_props(topology):
             arr.flags.writeable = False
         hit = topology._cache["sim_link_props"] = (capacity, np.asarray(lat, dtype=np.float64),
                                                    cls)
-    return hit
+    capacity, lat, cls = hit
+    return capacity, lat, cls
 
 
-def _placed_rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
+def _placed_rails(topo: Topology, node_of_rank: Ints, placed: Ints) -> tuple[Rails, Home]:
     """_rails, once per topology and set of placed GPUs (the rails depend on the set, not on
     the order: the channels' ring orders of one group share them)."""
-    key = ("sim_rails", distinct(np.asarray(placed, dtype=np.int64)).tobytes())
+    key = "sim_rails:" + distinct(np.asarray(placed, dtype=np.int64)).tobytes().hex()
     hit = topo._cache.get(key)
     if hit is None:
         hit = topo._cache[key] = _rails(topo, node_of_rank, placed)
-    return hit
+    rails, home = hit
+    return rails, home
 
 
-def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
+def _rails(topo: Topology, node_of_rank: Ints, placed: Ints) -> tuple[Rails, Home]:
     """Rails of a placement: node -> owner ranks of the NICs next to its placed GPUs (NIC
     order), and rank -> position of its own NIC in its node's list."""
     affinity = tuple(getattr(topo, "nic_affinity", ()) or ())
@@ -306,7 +333,7 @@ def _rails(topo, node_of_rank, placed) -> tuple[dict, dict]:
     return rails, dict(zip(ranks.tolist(), home_pos.tolist()))
 
 
-def _closest_nic(topo, rank):
+def _closest_nic(topo: Topology, rank: int) -> str | None:
     """The NIC a rank's inter-node route leaves by (None on a single node)."""
     me = topo.node_of(rank)
     for other in range(topo.nranks):
