@@ -171,10 +171,10 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
     busy: LinkBusy | Floats
     if model == "analytic":
         if not trace and analytic.is_ring(schedule):
-            out = analytic.ring_many(schedule, cst, [lay.block_count], itemsize)[0]
-            if out is not None:
-                end, ops = out[0], out[1]
-                busy = LinkBusy(_ring_unit(paths, out[2]), out[3])
+            ring = analytic.ring_many(schedule, cst, [lay.block_count], itemsize)[0]
+            if ring is not None:
+                end, ops = ring[0], ring[1]
+                busy = LinkBusy(_ring_unit(paths, ring[2]), ring[3])
                 events = ops
                 note = analytic.ring_note(schedule, cst)
         if end is None:
@@ -205,6 +205,8 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
             busy = busy / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
             if trace and times is not None:
                 timeline = _flow_timeline(schedule, times, bounds, itemsize)
+    if end is None:  # every branch above sets it; say so rather than time a None
+        raise ConfigError(f"no time for {schedule.algorithm} {schedule.collective.name}")
     return _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note)
 
 

@@ -325,7 +325,7 @@ class Router:
             return [(sa[0],) + p + (sb[1],) for p in self._paths(x, y, False)]
         return self._paths(pa, pb, False)
 
-    def ports(self):
+    def ports(self) -> list[int]:
         """Per rank: the device where its inter-node traffic enters the fabric."""
         if self._port is None:
             if self.topo.nic_affinity:
@@ -459,7 +459,8 @@ class Router:
             self._tables, self._tables_built = self._build_tables(), True
         return self._tables
 
-    def route_matrix(self, src, dst, channel=0, key=None):
+    def route_matrix(self, src: Any, dst: Any, channel: Any = 0,
+                     key: Any = None) -> npt.NDArray[np.int64]:
         """Routes of many pairs; `key` (uint64 per pair) replaces the hash of (src, dst,
         channel) that picks among ECMP alternatives (fabric routing policies hash other
         fields)."""
