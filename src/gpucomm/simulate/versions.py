@@ -73,6 +73,12 @@ _TC_28 = {"ll": K.TREE_CORRECTION["ll"][:23],
                     .8, .9, .9, .92, .92),
           "simple": K.TREE_CORRECTION["simple"][:23]}
 _NO_TC = {p: (1.0,) for p in ("ll", "ll128", "simple")}
+# ll128MaxBwPerCh before perChMaxRingLL128Bws / perChMaxTreeLL128Bws (2.19): one cap that
+# rings and trees shared
+_LL128_PER_CH_BEFORE_2_19: list[tuple[Version, Any, str]] = [
+    ((2, 5), _gens(*[(16.7,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
+    ((2, 8), _gens(*[(16.9,) * 3] * 4), "v2.8.3-1 ll128MaxBwPerCh[AllReduce]"),
+    ((2, 10), _gens(*[(20.0,) * 3] * 4), "v2.10.3-1 ll128MaxBwPerCh")]
 
 # name -> [(first version, value, where it is read)], oldest first; the last entry of each is
 # today's (constants.py), which tests/test_nccl_versions.py checks.
@@ -118,9 +124,7 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
     # row from 2.19. Before 2.7 LL128 had a total cap (ll128MaxBw, 100 GB/s for all-reduce),
     # taken as the 2.7 per-channel one.
     "LL128_PER_CHANNEL_BW": [
-        ((2, 5), _gens(*[(16.7,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
-        ((2, 8), _gens(*[(16.9,) * 3] * 4), "v2.8.3-1 ll128MaxBwPerCh[AllReduce]"),
-        ((2, 10), _gens(*[(20.0,) * 3] * 4), "v2.10.3-1 ll128MaxBwPerCh"),
+        *_LL128_PER_CH_BEFORE_2_19,
         ((2, 19), K.LL128_PER_CHANNEL_BW, "v2.19.1-1 perChMaxRingLL128Bws")],
     # perChMaxTreeBws (none before 2.8); Hopper row from 2.17, changed in 2.19
     "TREE_PER_CHANNEL_BW": [
@@ -134,9 +138,7 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
         ((2, 19), K.TREE_PER_CHANNEL_BW, "v2.19.1-1")],
     # a tree's LL128 cap was the ring's per-channel one until perChMaxTreeLL128Bws (2.19)
     "TREE_LL128_PER_CHANNEL_BW": [
-        ((2, 5), _gens(*[(16.7,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
-        ((2, 8), _gens(*[(16.9,) * 3] * 4), "v2.8.3-1 ll128MaxBwPerCh[AllReduce]"),
-        ((2, 10), _gens(*[(20.0,) * 3] * 4), "v2.10.3-1 ll128MaxBwPerCh"),
+        *_LL128_PER_CH_BEFORE_2_19,
         ((2, 19), K.TREE_LL128_PER_CHANNEL_BW, "v2.19.1-1 perChMaxTreeLL128Bws")],
     # treeCorrectionFactor: none before 2.6
     "TREE_CORRECTION": [
