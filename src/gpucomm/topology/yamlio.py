@@ -34,6 +34,12 @@ def _unknown(obj: dict, allowed: Sequence[str], where: str) -> None:
         raise TopologyError(f"{where}: unknown field {extra[0]!r}; allowed: {', '.join(allowed)}")
 
 
+def _required(obj: dict, keys: Sequence[str], where: str, needs: str) -> None:
+    for key in keys:
+        if key not in obj:
+            raise TopologyError(f"{where}: missing field {key!r} ({needs})")
+
+
 def _number(obj: dict, key: str, where: str) -> float:
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -98,10 +104,8 @@ def parse_link(obj: object, where: str) -> list[Link]:
     """The link (and with `duplex: true` its reverse) of one YAML mapping."""
     link = _mapping(obj, where)
     _unknown(link, LINK_KEYS, where)
-    for key in ("src", "dst"):
-        if key not in link:
-            raise TopologyError(f"{where}: missing field {key!r} (a link needs src, dst, and "
-                                "a tech or a bandwidth and latency)")
+    _required(link, ("src", "dst"), where,
+              "a link needs src, dst, and a tech or a bandwidth and latency")
     tech = link.get("tech")
     count = _count(link, where)
     bw = _bandwidth(link, tech, count, where)
@@ -126,10 +130,7 @@ def _devices(items: list, where: str) -> list[Device]:
         w = f"{where}: device {i}"
         dev = _mapping(obj, w)
         _unknown(dev, DEVICE_KEYS, w)
-        for key in ("name", "kind"):
-            if key not in dev:
-                raise TopologyError(f"{w}: missing field {key!r} (a device needs name, kind, "
-                                    "node)")
+        _required(dev, ("name", "kind"), w, "a device needs name, kind, node")
         try:
             devices.append(Device(str(dev["name"]), dev["kind"], dev.get("node", 0),
                                   str(dev.get("model", ""))))
