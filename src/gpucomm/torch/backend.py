@@ -163,14 +163,20 @@ class GpucommProcessGroup(dist.ProcessGroup):
     # --- collectives ----------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         self._count("allreduce")
+        return self._reduce_each(tensors, opts, None)
+
+    def _reduce_each(self, tensors, opts, root: int | None):
+        """All-reduce (root None) or reduce to `root` of each tensor; bitwise ops as _bitwise."""
         st, works = _Staging(), list[Any]()
         for t in tensors:
             op = _op(opts, t.dtype)
             if op.startswith("bitwise"):
-                self._bitwise(st.flat(t), op, None)
+                self._bitwise(st.flat(t), op, root)
                 works.append(None)
-            else:
+            elif root is None:
                 works.append(self.comm.all_reduce(st.flat(t), op, async_op=True))
+            else:
+                works.append(self.comm.reduce(st.flat(t), root, op, async_op=True))
         return st.work(self.comm, _last(works), list(tensors))
 
     def _bitwise(self, flat: torch.Tensor, op: str, root) -> None:
@@ -314,15 +320,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
     # --- rooted ---------------------------------------------------------------------------
     def reduce(self, tensors, opts):
         self._count("reduce")
-        root, st, works = opts.rootRank, _Staging(), list[Any]()
-        for t in tensors:
-            op = _op(opts, t.dtype)
-            if op.startswith("bitwise"):
-                self._bitwise(st.flat(t), op, root)
-                works.append(None)
-            else:
-                works.append(self.comm.reduce(st.flat(t), root, op, async_op=True))
-        return st.work(self.comm, _last(works), list(tensors))
+        return self._reduce_each(tensors, opts, opts.rootRank)
 
     def gather(self, output_lists, inputs, opts):
         self._count("gather")
