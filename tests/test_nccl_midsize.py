@@ -64,20 +64,24 @@ def test_tree_fill_shows_at_mid_sizes_not_at_large_ones():
 def test_ring_across_nodes_carries_nccls_latency_refinements():
     simple = get_protocol("simple", "hopper", 2)
     r = ring_protocol(simple, "hopper", 2, "all_reduce", 16 * MIB, 16, 16)
-    # plateau effect of ring (ncclTopoGetAlgoTime): x1.4 from compute capability 8.0 on
-    assert r.hop_latency_s == pytest.approx(tuple(1.4 * h for h in simple.hop_latency_s))
+    # plateau effect of ring (ncclTopoGetAlgoTime): x1.4 from compute capability 8.0 on, on
+    # hops that each cost a network step (14 us for Simple)
+    assert r.hop_latency_s == pytest.approx((1.4 * 14e-6,) * 3)
     assert r.base_latency_s == pytest.approx(1.4 * simple.base_latency_s)
     volta = ring_protocol(get_protocol("simple", "volta", 2), "volta", 2, "all_reduce",
                           16 * MIB, 16, 16)
     assert volta.base_latency_s == pytest.approx(1.9 * simple.base_latency_s)
     # no plateau for all-gather; one message per slice: 16 MiB / (16 ch x 16 ranks) / 2
     ag = ring_protocol(simple, "hopper", 2, "all_gather", 16 * MIB, 16, 16)
-    assert ag.hop_latency_s == simple.hop_latency_s and ag.slice_bytes == 32 * 1024
-    # every step of a ring across nodes costs at least the network overhead: LL's NVLink hop
-    # (0.6 us) becomes 1 us; on one node nothing changes
+    assert ag.hop_latency_s == pytest.approx((14e-6,) * 3) and ag.slice_bytes == 32 * 1024
+    # every step of a ring across nodes costs at least a network step: LL's NVLink hop
+    # (0.6 us) becomes the network's 2.7 us, and an EFA stack's floor raises every hop alike;
+    # on one node nothing changes
     ll = get_protocol("ll", "hopper", 2)
-    assert ring_protocol(ll, "hopper", 2, "all_reduce", MIB, 16, 16).hop_latency_s[0] == \
-        pytest.approx(K.NET_MESSAGE_OVERHEAD_S["ll"])
+    assert ring_protocol(ll, "hopper", 2, "all_reduce", MIB, 16, 16).hop_latency_s == \
+        pytest.approx((2.7e-6,) * 3)
+    assert ring_protocol(ll, "hopper", 2, "all_reduce", MIB, 16, 16, 20e-6).hop_latency_s == \
+        pytest.approx((20e-6,) * 3)
     one = get_protocol("ll", "hopper", 1)
     assert ring_protocol(one, "hopper", 1, "all_reduce", MIB, 8, 16) is one
 

@@ -89,6 +89,17 @@ NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
 # per-message network overhead above. And ncclTopoGetAlgoTime's "plateau effect of ring": a
 # Simple all-reduce ring across nodes whose per-channel, per-rank share is at least 64 B has its
 # latency multiplied by 1.4 (compute capability >= 8.0) or 1.9 (older GPUs).
+#
+# Ours, beyond NCCL's tuner: every step of a ring across nodes costs at least a whole network
+# step (hwLatencies[NET][Ring][proto] above, or the NIC stack's floor), not just its overhead.
+# Not derived from NCCL's source (its data dependencies alone would add the hops' latencies
+# along the ring); it is what the published rings across nodes show, none of them fitted:
+# all-reduce rings on 2 x 8 H100 over NDR level off at ~155 us from 1 to 4 MiB (nccl-tests
+# #309, NCCL_ALGO=Ring), twice NCCL's own latency and 30 steps x 4 us + 14 us; all-gather and
+# reduce-scatter on 10 nodes x 4 and x 8 H100 (xxrjun) exceed the data term by ~2.5 and ~4 us a
+# step at 32-64 MiB, as 39 and 79 steps at the network's pace do. A consequence to keep in mind:
+# no step of a ring over 2+ nodes is faster than the network's, however fast NVLink is.
+RING_STEP_AT_NET_PACE = True
 RING_PLATEAU_FACTOR = {"volta": 1.9}
 RING_PLATEAU_FACTOR_DEFAULT = 1.4
 RING_PLATEAU_MIN_BYTES = 64

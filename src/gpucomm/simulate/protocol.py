@@ -92,13 +92,16 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
 def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
                   nbytes: float, nranks: int, channels: int, net_floor_s: float = 0.0) -> Protocol:
     """The protocol of an NCCL ring across nodes, with the latency refinements of NCCL's own
-    model (constants.py): each step costs at least the per-message network overhead, and a
-    Simple all-reduce ring's latency carries the plateau factor. `net_floor_s`: the least
-    software latency of a network step on these NICs (net_stack_floor_s less the link's)."""
+    model (constants.py) and one of ours: every step, NVLink ones included, costs at least a
+    network step (constants.RING_STEP_AT_NET_PACE), and a Simple all-reduce ring's latency
+    carries the plateau factor. `net_floor_s`: the least software latency of a network step on
+    these NICs (net_stack_floor_s less the link's)."""
     if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
         return proto
-    floor = K.NET_MESSAGE_OVERHEAD_S[proto.name]
-    hop = tuple(max(h, net_floor_s) if c == "net" else max(h, floor)
+    net = CLASS_NAMES.index("net")
+    step = max(proto.hop_latency_s[net], net_floor_s)  # one network step's software latency
+    floor = step if K.RING_STEP_AT_NET_PACE else K.NET_MESSAGE_OVERHEAD_S[proto.name]
+    hop = tuple(step if c == "net" else max(h, floor)
                 for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
     factor = 1.0
     per_step = nbytes / max(channels * nranks, 1)  # one channel's chunk of one ring step
