@@ -79,7 +79,7 @@ def test_ring_across_nodes_carries_nccls_latency_refinements():
     # on one node nothing changes
     ll = get_protocol("ll", "hopper", 2)
     assert ring_protocol(ll, "hopper", 2, "all_reduce", MIB, 16, 16).hop_latency_s == \
-        pytest.approx((2.7e-6,) * 3)
+        pytest.approx((K.HOP_LATENCY_S["ll"]["net"],) * 3)
     assert ring_protocol(ll, "hopper", 2, "all_reduce", MIB, 16, 16, 20e-6).hop_latency_s == \
         pytest.approx((20e-6,) * 3)
     one = get_protocol("ll", "hopper", 1)
