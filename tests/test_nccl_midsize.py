@@ -105,3 +105,16 @@ def test_efa_network_step_costs_aws_tuner_latency():
     gap = (predict("all_reduce", 8, efa, algorithm="tree", protocol="ll").time_s
            - predict("all_reduce", 8, ib, algorithm="tree", protocol="ll").time_s)
     assert 2 * (20 - 5 - 2) * 1e-6 < gap < 2 * (20 - 5) * 1e-6
+
+
+@pytest.mark.parametrize("mib, measured_us", [(1, 156.9), (2, 156.6), (4, 178.1)])
+def test_ring_across_nodes_steps_at_network_pace(monkeypatch, mib, measured_us):
+    """A ring all-reduce on 2 x 8 H100 over NDR (nccl-tests #309, NCCL_ALGO=Ring) levels off at
+    ~155 us from 1 to 4 MiB: 30 steps at the network step's 4 us, where NCCL's own latency
+    (NVLink steps at 1.9 us) would give ~110 us. Without the rule the model is 25-30% fast."""
+    t = build_topology("dgx-h100", nodes=2)
+    paced = predict("all_reduce", mib * MIB, t, algorithm="ring").time_us
+    assert paced == pytest.approx(measured_us, rel=0.12)
+    monkeypatch.setattr(K, "RING_STEP_AT_NET_PACE", False)
+    nccl_floor = predict("all_reduce", mib * MIB, t, algorithm="ring").time_us
+    assert nccl_floor < 0.8 * measured_us
