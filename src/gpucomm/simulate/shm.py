@@ -1,0 +1,227 @@
+"""NCCL's SHM transport: collectives between GPUs that cannot reach each other (p2p off).
+
+When two GPUs of a node have no peer-to-peer access (consumer cards such as the RTX 4090,
+NCCL_P2P_DISABLE=1), NCCL routes them through the host (graph/paths.cc: `p2p == 0` ->
+addInterStep through the local CPU) and connects them with the SHM transport
+(transport/shm.cc): each connection's buffers live in host memory on the receiver's side
+(NCCL_SHM_LOCALITY default SHM_RECV_SIDE), the sending GPU's SMs store into them across PCIe
+and the receiving GPU's SMs load from them across PCIe (NCCL_SHM_USE_CUDA_MEMCPY is off by
+default, so no copy engine or CPU thread moves data). The topology already routes such a hop
+GPU -> ... -> host memory -> ... -> GPU (topology/routing.py), so a ring's hops share the
+PCIe switch uplinks and root ports they cross. This module adds what NCCL does on top:
+
+- NCCL's search charges GPU traffic that turns around in an Intel root complex 6/5 of its rate
+  on every PCIe link of the path (search.cc followPath: a PATH_PHB path from a GPU through an
+  x86 Intel CPU costs INTEL_P2P_OVERHEAD(bw) = bw * 6 / 5, topo.h): a through-CPU transfer
+  gets 5/6 of what the PCIe link carries. Paths across the inter-socket link are PATH_SYS and
+  not charged (they are bounded by the socket link, topo.h SKL_QPI_BW etc.). The CPU vendor is
+  read from the node's inter-socket link (qpi/upi: Intel; epyc-xgmi: AMD); a one-socket node
+  says nothing, so nothing is charged.
+- The rate, in closed form: one ring channel moves the same bytes over every hop, so a ring
+  whose hops cross link l `n_l` times (each at overhead `o_l`) runs at most
+
+      busbw_shm = min over links l of  capacity_l / (n_l x o_l)
+
+  (`capacity` the catalog's achievable rate per direction; memory links included).
+- The channels NCCL runs (reported, `nccl_channels`): the ring search keeps the largest speed
+  of search.cc speedArrayIntra at which a ring fits NCCL's own link figures (with the 6/5
+  charge), as many rings as fit at it; ncclTopoDupChannels doubles them only at >= 25 GB/s,
+  and connect.cc doubles the rings once more. GPUs under one switch of an Intel host get 1
+  ring, so 2 channels; tuning.cc gives a Simple block 256 threads when ring bw x rings <=
+  PCI_BW (12), else 512.
+
+The bound is NCCL's own accounting applied to the catalog's achievable link rates; send/recv
+and all-to-all over SHM stay with simulate/p2p.py (NCCL's p2p channels, not the ring search).
+What it does not explain: the published 4090 boxes (kalavai-net/kalavai-client
+scripts/README.md) reach 2.2-2.6 GB/s busbw, about 4x below it. With NCCL's 2 channels that is
+1.1-1.3 GB/s per channel, far below what a Little's-law estimate of one 256-thread block
+loading host memory gives (16 KiB in flight over a ~1-2 us PCIe read is ~8-16 GB/s), so no
+per-channel figure is taken here; the platform's PCIe generation is not stated by the tables.
+
+    >>> from gpucomm.topology import build_topology
+    >>> from gpucomm.simulate.core import path_table
+    >>> import numpy as np
+    >>> t = build_topology("pcie", gpus_per_node=2, pcie_gen=4, p2p=False)
+    >>> p = plan(t, np.arange(2), path_table(t, np.arange(2)))
+    >>> round(p.busbw_GBps, 2), p.channels, p.threads
+    (11.33, 2, 256)
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from ..collectives import Collective, layout
+from ..dtypes import DTypeLike
+from ..errors import GpucommError
+from ..hardware import get_gpu, get_link_tech
+from ..topology.elements import DEVICE_KINDS
+from . import constants as K
+from .paths import PathTable
+from .result import SimResult
+
+if TYPE_CHECKING:
+    from ..topology import Topology
+
+# topo.h: #define INTEL_P2P_OVERHEAD(bw) (bw * 6 / 5)
+INTEL_P2P_OVERHEAD = 6.0 / 5.0
+# search.cc speedArrayIntra (SM < 90) and sm90SpeedArrayIntra (SM >= 90), GB/s per ring
+SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+SPEEDS_INTRA_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+DUP_MIN_GBPS = 25.0  # search.cc ncclTopoDupChannels: no duplication below bwIntra 25
+PCI_BW = 12.0  # topo.h PCI_BW; tuning.cc: Simple threads 256 where bwIntra x rings <= PCI_BW
+SIMPLE_THREADS, SIMPLE_THREADS_PCI = 512, 256  # NCCL_SIMPLE_MAX_NTHREADS; the PCI default
+RING_MAX_CHANNELS = K.MAX_CHANNELS // 2  # init.cc: the ring search's maxChannels = MAXCHANNELS/2
+P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # timed by p2p.py, not as a ring
+
+_INTEL_CPU_LINKS = ("qpi", "upi")
+_AMD_CPU_LINKS = ("epyc",)
+
+
+@dataclass(frozen=True)
+class ShmPlan:
+    """How NCCL runs a ring whose hops go through host memory, and how fast it can go."""
+    busbw_GBps: float  # closed-form bound on the ring's bus bandwidth (module docstring)
+    bw_intra: float  # NCCL's search: GB/s per ring (graph->bwIntra, after duplication)
+    rings: int  # rings the search keeps (graph->nChannels, after duplication)
+    channels: int  # channels the communicator runs (connect.cc: 2 x rings, <= 32)
+    threads: int  # threads of a Simple block (tuning.cc)
+    intel: bool  # the hops turn around in an Intel root complex (6/5 charged)
+
+
+def cpu_vendor(topology: Topology) -> str | None:
+    """'intel' or 'amd' from the inter-socket link's technology; None if the node has none."""
+    for ln in topology.links:
+        tech = str(ln.tech).lower()
+        if tech.startswith(_INTEL_CPU_LINKS):
+            return "intel"
+        if tech.startswith(_AMD_CPU_LINKS):
+            return "amd"
+    return None
+
+
+def _hops(topology: Topology, placement: npt.NDArray[np.int64], paths: PathTable
+          ) -> list[list[int]] | None:
+    """The link lists of the ring's hops inside one node that bounce through host memory
+    (the ring in placement order, as NCCL orders GPUs of a PCIe node); None if no hop does."""
+    p = len(placement)
+    if topology.p2p or p < 2:
+        return None
+    node = np.asarray(topology.router.rank_node)[placement]
+    src = np.arange(p)
+    dst = np.roll(src, -1)
+    same = node[src] == node[dst]
+    if not same.any():
+        return None
+    table = paths.routes(src[same], dst[same], 0)
+    kinds = topology.device_kind_codes()
+    memory = DEVICE_KINDS.index("memory")
+    lsrc, ldst = topology.router.lsrc, topology.router.ldst
+    hops = []
+    for row in np.asarray(table):
+        links = [int(x) for x in row if x >= 0]
+        if any(kinds[lsrc[i]] == memory or kinds[ldst[i]] == memory for i in links):
+            hops.append(links)
+    return hops or None
+
+
+def _loads(topology: Topology, hops: list[list[int]], intel: bool) -> dict[int, float]:
+    """Link -> how many ring-rates it carries, each PCIe link of a path through exactly one
+    Intel CPU charged 6/5 (search.cc followPath on a PATH_PHB path)."""
+    cpu = DEVICE_KINDS.index("cpu")
+    kinds = topology.device_kind_codes()
+    lsrc, ldst = topology.router.lsrc, topology.router.ldst
+    load: dict[int, float] = {}
+    for links in hops:
+        cpus = {int(e) for i in links for e in (lsrc[i], ldst[i]) if kinds[e] == cpu}
+        phb = intel and len(cpus) == 1
+        for i in links:
+            pcie = get_link_tech(topology.links[i].tech).kind == "pcie"
+            load[i] = load.get(i, 0.0) + (INTEL_P2P_OVERHEAD if phb and pcie else 1.0)
+    return load
+
+
+def _nccl_link_GBps(topology: Topology, link: int) -> float:
+    """The bandwidth NCCL's topology gives a link (catalog nccl_GBps; else the achievable)."""
+    tech = get_link_tech(topology.links[link].tech)
+    bps = tech.nccl_Bps if tech.nccl_Bps else tech.achievable_Bps
+    return float(bps) / K.GB
+
+
+def search(caps_GBps: dict[int, float], load: dict[int, float], sm90: bool = False
+           ) -> tuple[float, int]:
+    """NCCL's ring search reduced to one ring pattern: (bw per ring, rings). Speeds from the
+    highest that fits, as many rings as fit at each; a lower speed is tried while it is more
+    than .49 of the best so far and kept only if rings x speed grows (search.cc
+    ncclTopoCompute, pass 1); nothing fits at the lowest speed: one ring at the bound."""
+    speeds = SPEEDS_INTRA_SM90 if sm90 else SPEEDS_INTRA
+    bound = min(caps_GBps[i] / load[i] for i in load)
+    best: tuple[float, int] | None = None
+    for s in speeds:
+        if best is not None and s / best[0] <= 0.49:
+            break
+        rings = min(int(math.floor(bound / s + 1e-9)), RING_MAX_CHANNELS)
+        if rings >= 1 and (best is None or rings * s > best[1] * best[0]):
+            best = (s, rings)
+    return best if best is not None else (bound, 1)
+
+
+def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> ShmPlan | None:
+    """NCCL's SHM ring on these ranks, or None where no ring hop goes through host memory
+    (p2p on, one rank, or every hop across nodes). Cached on `paths`."""
+    if "shm_plan" in paths._cache:
+        hit: ShmPlan | None = paths._cache["shm_plan"]
+        return hit
+    place = np.asarray(placement, dtype=np.int64).reshape(-1)
+    hops = _hops(topology, place, paths)
+    out = None
+    if hops is not None:
+        intel = cpu_vendor(topology) == "intel"
+        load = _loads(topology, hops, intel)
+        bound = min(float(paths.capacity[i]) / load[i] for i in load) / K.GB
+        sm90 = _sm(topology) >= 90
+        bw, rings = search({i: _nccl_link_GBps(topology, i) for i in load}, load, sm90)
+        if bw >= DUP_MIN_GBPS:  # ncclTopoDupChannels: twice the rings at half the speed
+            dup = min(2 * rings, RING_MAX_CHANNELS)
+            bw, rings = bw * rings / dup, dup
+        threads = SIMPLE_THREADS_PCI if bw * rings <= PCI_BW else SIMPLE_THREADS
+        out = ShmPlan(bound, bw, rings, min(2 * rings, K.MAX_CHANNELS), threads, intel)
+    paths._cache["shm_plan"] = out
+    return out
+
+
+def _sm(topology: Topology) -> int:
+    """The SM version of the ranks' GPUs (NCCL's ccMin; 0 if the catalog does not know)."""
+    model = topology.rank_device(0).model if topology.nranks else ""
+    try:
+        sm = get_gpu(model).sm if model else ""
+    except GpucommError:  # not a catalog GPU
+        return 0
+    return int(sm[2:]) if sm.startswith("sm") and sm[2:].isdigit() else 0
+
+
+def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
+          placement: npt.NDArray[np.int64], paths: PathTable, dtype: DTypeLike,
+          proto: str) -> SimResult:
+    """`res` slowed to the SHM ring's closed-form rate where its hops go through host
+    memory; the channels NCCL would run are reported either way."""
+    if coll.name in P2P_COLLECTIVES or nbytes <= 0:
+        return res
+    shm = plan(topology, placement, paths)
+    if shm is None:
+        return res
+    res = dataclasses.replace(res, nccl_channels=shm.channels)
+    lay = layout(coll, nbytes, dtype, len(placement))
+    _, bus_bytes = lay.busbw(1.0)  # bus bytes moved per rank, GB (busbw at t = 1 s)
+    t = K.BASE_LATENCY_S[proto] + bus_bytes / shm.busbw_GBps
+    if t <= res.time_s:
+        return res
+    algbw, busbw = lay.busbw(t)
+    return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
+                               note=f"shm: ring through host memory at {shm.busbw_GBps:.1f} GB/s"
+                                    f" ({shm.channels} channels)")
