@@ -19,23 +19,41 @@ def _plan(topo, ranks):
 def test_pair_under_one_switch_shares_the_uplink_at_intel_overhead():
     """2 RTX 4090s on one PCIe switch, P2P off: both hops of the ring cross the switch's
     uplink each way and turn around in an Intel root complex (6/5 charged on PCIe links), so
-    busbw = 27.2 / (2 x 1.2) GB/s; NCCL runs 2 channels of 256 threads."""
+    the links allow 27.2 / (2 x 1.2) GB/s; NCCL runs 2 channels of 256 threads."""
     topo = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=2)
     p = _plan(topo, [0, 1])
-    assert p.busbw_GBps == pytest.approx(GEN4 / (2 * 1.2), rel=1e-9)
+    assert p.link_GBps == pytest.approx(GEN4 / (2 * 1.2), rel=1e-9)
     assert (p.bw_intra, p.rings, p.channels, p.threads, p.intel) == (10.0, 1, 2, 256, True)
+
+
+def test_ring_runs_at_what_a_gpu_receives_through_host_memory():
+    """Closed form: busbw = min(links, SHM_RECV_GBPS x wire efficiency) = 2.29 GB/s (Simple),
+    half that for LL (16 B lines carry 8 B), at every large size; NCCL's 2 channels reported."""
+    topo = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=2)
+    for size in (64 << 20, 1 << 30):
+        res = predict("all_reduce", size, topo, gpus_per_thread=2)
+        assert res.busbw_GBps == pytest.approx(shm.SHM_RECV_GBPS, rel=0.01)
+        assert res.nccl_channels == 2 and "shm" in res.note
+    ll = predict("all_reduce", 1 << 30, topo, protocol="ll")
+    assert ll.busbw_GBps == pytest.approx(shm.SHM_RECV_GBPS * 0.5, rel=0.01)
+
+
+def test_links_bound_when_they_are_slower(monkeypatch):
+    """With no receive ceiling the links' closed form is what the ring gets."""
+    monkeypatch.setattr(shm, "SHM_RECV_GBPS", 1e6)
+    topo = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=2)
     res = predict("all_reduce", 1 << 30, topo, gpus_per_thread=2)
     assert res.busbw_GBps == pytest.approx(GEN4 / 2.4, rel=0.01)
-    assert res.nccl_channels == 2 and "shm" in res.note
 
 
-@pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter"])
-def test_four_gpus_on_two_switches_are_bounded_by_each_uplink(coll):
-    """A 4-GPU ring over two switches: each uplink carries two hops each way (hand count)."""
+@pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+def test_four_gpus_on_two_switches(coll):
+    """A 4-GPU ring over two switches: each uplink carries two hops each way (hand count);
+    every GPU still receives at the SHM ceiling, so that bounds every ring collective."""
     topo = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=4)
-    assert _plan(topo, range(4)).busbw_GBps == pytest.approx(GEN4 / 2.4, rel=1e-9)
+    assert _plan(topo, range(4)).link_GBps == pytest.approx(GEN4 / 2.4, rel=1e-9)
     res = predict(coll, 1 << 30, topo)
-    assert res.busbw_GBps == pytest.approx(GEN4 / 2.4, rel=0.02)
+    assert res.busbw_GBps == pytest.approx(shm.SHM_RECV_GBPS, rel=0.02)
 
 
 def test_pair_across_sockets_is_not_charged_and_the_socket_link_bounds():
@@ -44,10 +62,10 @@ def test_pair_across_sockets_is_not_charged_and_the_socket_link_bounds():
     above PCI_BW, so Simple gets 512 threads."""
     topo = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False)
     p = _plan(topo, [0, 4])
-    assert p.busbw_GBps == pytest.approx(min(GEN4, UPI_SPR), rel=1e-9)
+    assert p.link_GBps == pytest.approx(min(GEN4, UPI_SPR), rel=1e-9)
     assert (p.bw_intra, p.rings, p.channels, p.threads) == (20.0, 1, 2, 512)
     res = predict("all_reduce", 1 << 30, topo, ranks=[0, 4])
-    assert res.busbw_GBps <= p.busbw_GBps * 1.001
+    assert res.busbw_GBps == pytest.approx(shm.SHM_RECV_GBPS, rel=0.01)
 
 
 def test_fast_links_are_duplicated_as_nccl_does():
@@ -79,3 +97,12 @@ def test_p2p_on_has_no_shm_plan_and_send_recv_is_left_to_p2p():
 def test_cpu_vendor_from_the_socket_link():
     assert shm.cpu_vendor(build_topology("pcie")) == "intel"
     assert shm.cpu_vendor(build_topology("dgx-h100")) in ("intel", "amd", None)
+
+
+def test_tree_gets_the_same_ceiling_and_auto_keeps_the_ring():
+    """A tree's chain receives through host memory too, so it gets the same ceiling (no
+    algorithm escapes SHM), and auto still runs the ring, as NCCL's tuner does on PCIe."""
+    topo = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=2)
+    tree = predict("all_reduce", 1 << 30, topo, algorithm="tree", protocol="simple")
+    assert tree.busbw_GBps <= shm.SHM_RECV_GBPS * 1.001
+    assert predict("all_reduce", 1 << 30, topo).algorithm == "ring"

@@ -17,10 +17,10 @@ PCIe switch uplinks and root ports they cross. This module adds what NCCL does o
   not charged (they are bounded by the socket link, topo.h SKL_QPI_BW etc.). The CPU vendor is
   read from the node's inter-socket link (qpi/upi: Intel; epyc-xgmi: AMD); a one-socket node
   says nothing, so nothing is charged.
-- The rate, in closed form: one ring channel moves the same bytes over every hop, so a ring
+- The links' bound, in closed form: one ring moves the same bytes over every hop, so a ring
   whose hops cross link l `n_l` times (each at overhead `o_l`) runs at most
 
-      busbw_shm = min over links l of  capacity_l / (n_l x o_l)
+      link_GBps = min over links l of  capacity_l / (n_l x o_l)
 
   (`capacity` the catalog's achievable rate per direction; memory links included).
 - The channels NCCL runs (reported, `nccl_channels`): the ring search keeps the largest speed
@@ -29,22 +29,33 @@ PCIe switch uplinks and root ports they cross. This module adds what NCCL does o
   and connect.cc doubles the rings once more. GPUs under one switch of an Intel host get 1
   ring, so 2 channels; tuning.cc gives a Simple block 256 threads when ring bw x rings <=
   PCI_BW (12), else 512.
+- What a GPU can receive through host memory: every byte a GPU receives over SHM is loaded by
+  its SMs from host memory across PCIe (NCCL_SHM_USE_CUDA_MEMCPY off), and that, not the
+  links, is what published runs show as the ceiling: nccl-tests all_reduce_perf on 2 x RTX 3090
+  without P2P (dual-socket host, `SYS`, `via SHM/direct/direct`) measured 2.29 GB/s busbw flat
+  from 8 MiB to 512 MiB, and 2 x A100 80GB PCIe whose host refuses P2P (`PHB`, `CNS`) measured
+  2.29 GB/s too (github.com/adamdivak/distrain, docs/sessions/2026-08-09-runpod-2x3090.md
+  section 9 and docs/sessions/2026-08-22-pcie-hunt.md section 5): two GPU generations, two
+  hosts, PCIe Gen4 x16 links (27 GB/s achievable), one figure. So a GPU receives at most
+  SHM_RECV_GBPS = 2.29 GB/s of loads through SHM, chosen once for this class (GPUs reading
+  host memory with SM loads across PCIe) from those runs; a ring's busbw equals what each GPU
+  receives per second, so the ring runs at min(links, SHM_RECV_GBPS x the protocol's wire
+  efficiency) (LL loads 16 B lines carrying 8 B). A Little's-law reading of one NCCL block
+  (256 threads x 8 x 16 B in flight over a ~1-2 us PCIe read: 8-16 GB/s) does not explain
+  the figure, so it is taken as measured, per GPU rather than per channel (the runs do not
+  state NCCL's channel count; per GPU is the reading that needs none). It is a ceiling seen
+  on several hosts, not a law: kalavai-net/kalavai-client's 4090 box measured 3.85 GB/s on a
+  pair under different sockets (the same box's pair under one switch: 2.24).
 
-The bound is NCCL's own accounting applied to the catalog's achievable link rates; send/recv
-and all-to-all over SHM stay with simulate/p2p.py (NCCL's p2p channels, not the ring search).
-What it does not explain: the published 4090 boxes (kalavai-net/kalavai-client
-scripts/README.md) reach 2.2-2.6 GB/s busbw, about 4x below it. With NCCL's 2 channels that is
-1.1-1.3 GB/s per channel, far below what a Little's-law estimate of one 256-thread block
-loading host memory gives (16 KiB in flight over a ~1-2 us PCIe read is ~8-16 GB/s), so no
-per-channel figure is taken here; the platform's PCIe generation is not stated by the tables.
+send/recv and all-to-all over SHM stay with simulate/p2p.py (NCCL's p2p channels).
 
     >>> from gpucomm.topology import build_topology
     >>> from gpucomm.simulate.core import path_table
     >>> import numpy as np
     >>> t = build_topology("pcie", gpus_per_node=2, pcie_gen=4, p2p=False)
     >>> p = plan(t, np.arange(2), path_table(t, np.arange(2)))
-    >>> round(p.busbw_GBps, 2), p.channels, p.threads
-    (11.33, 2, 256)
+    >>> round(p.link_GBps, 2), p.recv_GBps, p.channels, p.threads
+    (11.33, 2.29, 2, 256)
 """
 from __future__ import annotations
 
@@ -76,6 +87,10 @@ SPEEDS_INTRA_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 
 DUP_MIN_GBPS = 25.0  # search.cc ncclTopoDupChannels: no duplication below bwIntra 25
 PCI_BW = 12.0  # topo.h PCI_BW; tuning.cc: Simple threads 256 where bwIntra x rings <= PCI_BW
 SIMPLE_THREADS, SIMPLE_THREADS_PCI = 512, 256  # NCCL_SIMPLE_MAX_NTHREADS; the PCI default
+# What one GPU receives through NCCL's SHM transport, GB/s of loads from host memory: nccl-tests
+# on 2 x RTX 3090 (SYS) and 2 x A100 PCIe (PHB) without P2P, github.com/adamdivak/distrain
+# docs/sessions/2026-08-09-runpod-2x3090.md s9, 2026-08-22-pcie-hunt.md s5 (module docstring)
+SHM_RECV_GBPS = 2.29
 RING_MAX_CHANNELS = K.MAX_CHANNELS // 2  # init.cc: the ring search's maxChannels = MAXCHANNELS/2
 P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # timed by p2p.py, not as a ring
 
@@ -86,7 +101,8 @@ _AMD_CPU_LINKS = ("epyc",)
 @dataclass(frozen=True)
 class ShmPlan:
     """How NCCL runs a ring whose hops go through host memory, and how fast it can go."""
-    busbw_GBps: float  # closed-form bound on the ring's bus bandwidth (module docstring)
+    link_GBps: float  # the links' closed-form bound on the ring's busbw (module docstring)
+    recv_GBps: float  # what a GPU receives through host memory (SHM_RECV_GBPS)
     bw_intra: float  # NCCL's search: GB/s per ring (graph->bwIntra, after duplication)
     rings: int  # rings the search keeps (graph->nChannels, after duplication)
     channels: int  # channels the communicator runs (connect.cc: 2 x rings, <= 32)
@@ -190,7 +206,8 @@ def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> ShmP
             dup = min(2 * rings, RING_MAX_CHANNELS)
             bw, rings = bw * rings / dup, dup
         threads = SIMPLE_THREADS_PCI if bw * rings <= PCI_BW else SIMPLE_THREADS
-        out = ShmPlan(bound, bw, rings, min(2 * rings, K.MAX_CHANNELS), threads, intel)
+        out = ShmPlan(bound, SHM_RECV_GBPS, bw, rings, min(2 * rings, K.MAX_CHANNELS), threads,
+                      intel)
     paths._cache["shm_plan"] = out
     return out
 
@@ -209,7 +226,7 @@ def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
           placement: npt.NDArray[np.int64], paths: PathTable, dtype: DTypeLike,
           proto: str) -> SimResult:
     """`res` slowed to the SHM ring's closed-form rate where its hops go through host
-    memory; the channels NCCL would run are reported either way."""
+    memory, min(links, SHM_RECV_GBPS x wire efficiency); NCCL's channels reported."""
     if coll.name in P2P_COLLECTIVES or nbytes <= 0:
         return res
     shm = plan(topology, placement, paths)
@@ -218,10 +235,11 @@ def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
     res = dataclasses.replace(res, nccl_channels=shm.channels)
     lay = layout(coll, nbytes, dtype, len(placement))
     _, bus_bytes = lay.busbw(1.0)  # bus bytes moved per rank, GB (busbw at t = 1 s)
-    t = K.BASE_LATENCY_S[proto] + bus_bytes / shm.busbw_GBps
+    rate = min(shm.link_GBps, shm.recv_GBps * K.WIRE_EFFICIENCY[proto])
+    t = K.BASE_LATENCY_S[proto] + bus_bytes / rate
     if t <= res.time_s:
         return res
     algbw, busbw = lay.busbw(t)
     return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
-                               note=f"shm: ring through host memory at {shm.busbw_GBps:.1f} GB/s"
+                               note=f"shm: ring through host memory at {rate:.2f} GB/s"
                                     f" ({shm.channels} channels)")
