@@ -86,12 +86,26 @@ def test_search_keeps_the_fastest_ring_that_fits():
     assert shm.search({0: 100.0}, {0: 1.0}, sm90=True) == (50.0, 2)
 
 
-def test_p2p_on_has_no_shm_plan_and_send_recv_is_left_to_p2p():
+def test_p2p_on_has_no_shm_plan():
     on = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=True, gpus_per_node=2)
     assert _plan(on, [0, 1]) is None
-    off = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=2)
-    res = predict("sendrecv", 1 << 30, off)
-    assert "shm" not in res.note  # NCCL's p2p channels, simulate/p2p.py
+    assert "shm" not in predict("all_reduce", 1 << 30, on).note
+
+
+@pytest.mark.parametrize("coll", ["sendrecv", "all_to_all"])
+def test_point_to_point_inside_a_node_meets_the_same_ceiling(coll):
+    """send/recv and all-to-all through SHM: each GPU receives busbw per second (nccl-tests'
+    factors), so the same 2.29 GB/s bounds them; their channels stay p2p.py's."""
+    off = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=4)
+    res = predict(coll, 1 << 30, off)
+    assert res.busbw_GBps == pytest.approx(shm.SHM_RECV_GBPS, rel=0.01)
+    assert "shm" in res.note
+
+
+def test_across_nodes_point_to_point_is_left_to_the_network():
+    topo = build_topology("pcie", gpu="rtx4090", pcie_gen=4, p2p=False, gpus_per_node=2,
+                          nodes=2)
+    assert "shm" not in predict("sendrecv", 1 << 30, topo).note
 
 
 def test_cpu_vendor_from_the_socket_link():

@@ -47,7 +47,8 @@ PCIe switch uplinks and root ports they cross. This module adds what NCCL does o
   on several hosts, not a law: kalavai-net/kalavai-client's 4090 box measured 3.85 GB/s on a
   pair under different sockets (the same box's pair under one switch: 2.24).
 
-send/recv and all-to-all over SHM stay with simulate/p2p.py (NCCL's p2p channels).
+send/recv and all-to-all inside one node meet the same receive ceiling; their links and
+channels stay with simulate/p2p.py.
 
     >>> from gpucomm.topology import build_topology
     >>> from gpucomm.simulate.core import path_table
@@ -92,7 +93,7 @@ SIMPLE_THREADS, SIMPLE_THREADS_PCI = 512, 256  # NCCL_SIMPLE_MAX_NTHREADS; the P
 # docs/sessions/2026-08-09-runpod-2x3090.md s9, 2026-08-22-pcie-hunt.md s5 (module docstring)
 SHM_RECV_GBPS = 2.29
 RING_MAX_CHANNELS = K.MAX_CHANNELS // 2  # init.cc: the ring search's maxChannels = MAXCHANNELS/2
-P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # timed by p2p.py, not as a ring
+P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # links and channels timed by p2p.py
 
 _INTEL_CPU_LINKS = ("qpi", "upi")
 _AMD_CPU_LINKS = ("epyc",)
@@ -225,21 +226,31 @@ def _sm(topology: Topology) -> int:
 def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
           placement: npt.NDArray[np.int64], paths: PathTable, dtype: DTypeLike,
           proto: str) -> SimResult:
-    """`res` slowed to the SHM ring's closed-form rate where its hops go through host
-    memory, min(links, SHM_RECV_GBPS x wire efficiency); NCCL's channels reported."""
-    if coll.name in P2P_COLLECTIVES or nbytes <= 0:
+    """`res` slowed to what SHM allows where the ranks' hops go through host memory: a ring
+    (or tree) collective to min(links, SHM_RECV_GBPS x wire efficiency), NCCL's channels
+    reported; send/recv and all-to-all inside one node to the receive ceiling alone (their
+    links and channels are p2p.py's). A collective's busbw is what each GPU receives per
+    second (nccl-tests' factors), so one formula times both."""
+    if nbytes <= 0:
         return res
     shm = plan(topology, placement, paths)
     if shm is None:
         return res
-    res = dataclasses.replace(res, nccl_channels=shm.channels)
+    rate = shm.recv_GBps * K.WIRE_EFFICIENCY[proto]
+    if coll.name in P2P_COLLECTIVES:
+        node = np.asarray(topology.router.rank_node)[np.asarray(placement)]
+        if (node != node.flat[0]).any():
+            return res  # across nodes the network, not SHM, moves most of it
+    else:
+        res = dataclasses.replace(res, nccl_channels=shm.channels)
+        rate = min(shm.link_GBps, rate)
     lay = layout(coll, nbytes, dtype, len(placement))
-    _, bus_bytes = lay.busbw(1.0)  # bus bytes moved per rank, GB (busbw at t = 1 s)
-    rate = min(shm.link_GBps, shm.recv_GBps * K.WIRE_EFFICIENCY[proto])
+    _, bus_bytes = lay.busbw(1.0)  # GB each rank receives (busbw at t = 1 s)
     t = K.BASE_LATENCY_S[proto] + bus_bytes / rate
     if t <= res.time_s:
         return res
     algbw, busbw = lay.busbw(t)
-    return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
-                               note=f"shm: ring through host memory at {rate:.2f} GB/s"
-                                    f" ({shm.channels} channels)")
+    note = "; ".join(filter(None, [res.note if coll.name in P2P_COLLECTIVES else "",
+                                   f"shm: through host memory at {rate:.2f} GB/s"
+                                   f" ({res.nccl_channels or shm.channels} channels)"]))
+    return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw, note=note)
