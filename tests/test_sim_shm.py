@@ -108,9 +108,16 @@ def test_across_nodes_point_to_point_is_left_to_the_network():
     assert "shm" not in predict("sendrecv", 1 << 30, topo).note
 
 
-def test_cpu_vendor_from_the_socket_link():
+def test_cpu_vendor_from_the_socket_link_and_amd_is_not_charged():
+    """qpi/upi: Intel (6/5 charged on PCIe links of a one-CPU path); epyc-xgmi: AMD (never)."""
     assert shm.cpu_vendor(build_topology("pcie")) == "intel"
-    assert shm.cpu_vendor(build_topology("dgx-h100")) in ("intel", "amd", None)
+    assert shm.cpu_vendor(build_topology("dgx-h100")) == "intel"
+    a100 = build_topology("dgx-a100", p2p=False, gpus_per_node=2)
+    assert shm.cpu_vendor(a100) == "amd"
+    p = _plan(a100, [0, 1])
+    assert p is not None and p.intel is False
+    hops = shm._hops(a100, np.arange(2), path_table(a100, np.arange(2)))
+    assert all(float(v).is_integer() for v in shm._loads(a100, hops, p.intel).values())
 
 
 def test_tree_gets_the_same_ceiling_and_auto_keeps_the_ring():

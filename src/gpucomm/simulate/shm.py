@@ -111,10 +111,24 @@ class ShmPlan:
     intel: bool  # the hops turn around in an Intel root complex (6/5 charged)
 
 
+def _link_ends(topology: Topology) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(source, destination) device index of every link, from the router where it has them."""
+    router = topology.router
+    src = getattr(router, "lsrc", None)
+    if src is not None and len(src) == len(topology.links):
+        return np.asarray(src, dtype=np.int64), np.asarray(router.ldst, dtype=np.int64)
+    ends = [(topology.index_of(ln.src), topology.index_of(ln.dst)) for ln in topology.links]
+    arr = np.asarray(ends, dtype=np.int64).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1]
+
+
 def cpu_vendor(topology: Topology) -> str | None:
     """'intel' or 'amd' from the inter-socket link's technology; None if the node has none."""
-    for ln in topology.links:
-        tech = str(ln.tech).lower()
+    kinds = topology.device_kind_codes()
+    cpu = DEVICE_KINDS.index("cpu")
+    src, dst = _link_ends(topology)
+    for i in np.flatnonzero((kinds[src] == cpu) & (kinds[dst] == cpu))[:8]:
+        tech = str(topology.links[int(i)].tech).lower()
         if tech.startswith(_INTEL_CPU_LINKS):
             return "intel"
         if tech.startswith(_AMD_CPU_LINKS):
@@ -138,7 +152,7 @@ def _hops(topology: Topology, placement: npt.NDArray[np.int64], paths: PathTable
     table = paths.routes(src[same], dst[same], 0)
     kinds = topology.device_kind_codes()
     memory = DEVICE_KINDS.index("memory")
-    lsrc, ldst = topology.router.lsrc, topology.router.ldst
+    lsrc, ldst = _link_ends(topology)
     hops = []
     for row in np.asarray(table):
         links = [int(x) for x in row if x >= 0]
@@ -152,7 +166,7 @@ def _loads(topology: Topology, hops: list[list[int]], intel: bool) -> dict[int, 
     Intel CPU charged 6/5 (search.cc followPath on a PATH_PHB path)."""
     cpu = DEVICE_KINDS.index("cpu")
     kinds = topology.device_kind_codes()
-    lsrc, ldst = topology.router.lsrc, topology.router.ldst
+    lsrc, ldst = _link_ends(topology)
     load: dict[int, float] = {}
     for links in hops:
         cpus = {int(e) for i in links for e in (lsrc[i], ldst[i]) if kinds[e] == cpu}
