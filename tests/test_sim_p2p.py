@@ -77,10 +77,13 @@ def test_all_to_all_not_capped_by_per_peer_channels():
     assert res.busbw_GBps > 80
 
 
-def test_no_p2p_pcie_box_goes_through_host_memory_on_two_channels():
+def test_no_p2p_pcie_box_goes_through_host_memory_on_two_channels(monkeypatch):
     """RTX 4090s without P2P (NCCL's SHM transport): a PCIe peer gets 2 channels, 128 KiB
     chunks; the data is written to host memory and read back, so both GPUs' writes share the
-    switch's uplink: 2 S over 32 GB/s x 0.85 -> 13.6 GB/s per GPU (hand formula)."""
+    switch's uplink: 2 S over 32 GB/s x 0.85 -> 13.6 GB/s per GPU (hand formula). The links'
+    model alone: SHM's receive ceiling (simulate/shm.py, tests/test_sim_shm.py) is lifted."""
+    from gpucomm.simulate import shm
+    monkeypatch.setattr(shm, "SHM_RECV_GBPS", float("inf"))
     topo = build_topology("pcie", gpus_per_node=2, gpu="rtx4090", pcie_gen=4, p2p=False)
     p = _plan(topo)
     assert (p["p2p_channels"], p["cmax"], p["chunk"]) == (4, 2, 128 * 1024)

@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol
-from . import nccl, p2p, ranking, versions
+from . import nccl, p2p, ranking, shm, versions
 from .paths import NVLINK
 from .result import SimResult
 from .rings import ring_orders
@@ -254,7 +254,9 @@ def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placemen
     paths = path_table(topology, placement)
     if name in nccl.CLOSED:
         res = nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
-        return None if res is None else dataclasses.replace(res, redop=redop)
+        return None if res is None else shm.limit(dataclasses.replace(res, redop=redop), coll,
+                                                  res.size, topology, placement, paths, dtype,
+                                                  proto)
     schedule = nccl.schedule_of(coll.name, name)
     assert schedule is not None  # None only for the closed forms, timed above
     alg = get_algorithm(coll, schedule)
@@ -291,7 +293,9 @@ def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placemen
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop)
     res = dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))
-    return p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
+    res = p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
+    return None if res is None else shm.limit(res, coll, res.size, topology, placement, paths,
+                                              dtype, proto)
 
 
 _ORDERS: _Memo = {}
