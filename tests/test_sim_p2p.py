@@ -38,11 +38,13 @@ def test_one_nvswitch_node_op_channels_double_with_size():
 
 
 def test_sendrecv_one_node_is_channel_bound_at_mid_sizes():
-    """32 MiB on 4 channels of SM90_NVLINK_BW (20.6 GB/s) each: 82.4 GB/s, not the link."""
+    """32 MiB on 4 channels of SM90_NVLINK_BW (20.6 GB/s) each: 82.4 GB/s, not the link; plus
+    the fill: the receiver's copy of one 512 KiB NVLink chunk at 20.6 GB/s and one NVLink hop."""
     topo = build_topology("dgx-h100")
     size = 32 << 20
     res = predict("sendrecv", size, topo, protocol="simple")
-    expect = K.BASE_LATENCY_S["simple"] + size / (4 * 20.6 * GB)
+    fill = (512 << 10) / (20.6 * GB) + K.HOP_LATENCY_S["simple"]["nvlink"]
+    expect = K.BASE_LATENCY_S["simple"] + size / (4 * 20.6 * GB) + fill
     assert res.time_s == pytest.approx(expect, rel=1e-9)
     assert res.nccl_channels == 4
     big = predict("sendrecv", 1 << 30, topo, protocol="simple")  # 32 channels: the link bounds
@@ -54,7 +56,11 @@ def test_sendrecv_across_ten_nodes_one_channel_of_14_gbps():
     size = 1 << 30
     res = predict("sendrecv", size, topo)
     assert res.protocol == "simple"
-    assert res.time_s == pytest.approx(K.BASE_LATENCY_S["simple"] + size / (14 * GB), rel=1e-9)
+    # fill: a 128 KiB chunk copied into the send FIFO and out of the receive FIFO at 14 GB/s,
+    # and one network hop
+    fill = 2 * (128 << 10) / (14 * GB) + K.HOP_LATENCY_S["simple"]["net"]
+    expect = K.BASE_LATENCY_S["simple"] + size / (14 * GB) + fill
+    assert res.time_s == pytest.approx(expect, rel=1e-9)
     two = predict("sendrecv", size, build_topology("dgx-h100", nodes=2, nic="ib-ndr"))
     assert two.busbw_GBps > 2.5 * res.busbw_GBps  # 4 channels per peer: the NIC bounds
 
@@ -90,3 +96,82 @@ def test_no_p2p_pcie_box_goes_through_host_memory_on_two_channels(monkeypatch):
     res = predict("sendrecv", 1 << 30, topo)
     assert res.busbw_GBps == pytest.approx(32 * 0.85 / 2, rel=0.01)
     assert res.nccl_channels == 2
+
+
+# --- the pipeline fill of p2p batches (constants.py P2P_FILL_STAGES) -------------------------
+
+def test_network_chunk_shrinks_for_small_operations():
+    """enqueue.cc addP2pToPlan: over the network a quarter chunk below one chunk, half below 8."""
+    p = _plan(build_topology("dgx-h100", nodes=10, gpus_per_node=8))
+    kib = 1 << 10
+    assert [p2p.op_chunk(s, p, net=True) for s in (100 * kib, 419 * kib, 1023 * kib, 1 << 20)] \
+        == [32 * kib, 64 * kib, 64 * kib, 128 * kib]
+    assert p2p.op_chunk(100 * kib, p, net=False) == 128 * kib  # NVLink/PCIe peers: no cut
+
+
+def test_round_peers_follow_ncclp2pschedule():
+    """init.cc's own example: 16 ranks, groups of 1 (one GPU per node)."""
+    peers, group = p2p.round_peers(np.arange(16))
+    assert group == 1
+    assert peers.tolist() == [0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]
+    peers, group = p2p.round_peers(np.repeat(np.arange(10), 4))  # groups are the nodes
+    assert group == 4 and peers[:8].tolist() == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert sorted(peers.tolist()) == list(range(40))
+
+
+def test_channel_batches_one_group_of_eight_rounds_per_batch():
+    # 10 nodes x 8: one channel per operation, each group of 8 rounds on its own channel
+    chans = p2p.channel_batches(10, 8, 80, 1, 16)
+    assert sorted(len(b[0]) for b in chans if b) == [8] * 10
+    assert all(len(b) <= 1 for b in chans)
+    # 10 nodes x 4: 2 channels per operation; channels 1, 2, 9, 10 also take the second part
+    # of a group of another 8 rounds, so they run two batches of 4 one after the other
+    chans = p2p.channel_batches(10, 4, 40, 2, 16)
+    assert {c for c, b in enumerate(chans) if len(b) == 2} == {1, 2, 9, 10}
+    assert all(len(x) == 4 for b in chans for x in b)
+
+
+def _fill(nodes, gpn, per_op):
+    topo = build_topology("dgx-h100", nodes=nodes, gpus_per_node=gpn, nic="ib-ndr")
+    placement = np.arange(topo.nranks)
+    paths = path_table(topo, placement)
+    info = p2p.plan(topo, placement, paths)
+    n = p2p.op_channels(per_op, info)
+    node = np.asarray(topo.router.rank_node)[placement]
+    return p2p.fill_s(per_op, n, info, paths, node), n
+
+
+def test_fill_grows_by_one_batch_per_extra_group_of_eight_rounds_on_a_channel():
+    """8 operations of a batch share the block: 8 chunks copied in and 8 out at 14 GB/s, and a
+    network hop. 16 nodes: every group of 8 rounds on its own channel (one batch); 20 nodes:
+    groups g and g + 16 share channel bitrev(g), two batches one after the other."""
+    per_op = 419 << 10  # below 8 chunks: 64 KiB chunks
+    net_batch = 8 * 2 * (64 << 10) / (14 * GB) + K.HOP_LATENCY_S["simple"]["net"]
+    (one, first), n = _fill(16, 8, per_op)
+    assert n == 1
+    assert one == pytest.approx(net_batch, rel=1e-12)
+    assert first == K.HOP_LATENCY_S["simple"]["net"]
+    (two, _), _ = _fill(20, 8, per_op)
+    assert two == pytest.approx(2 * net_batch, rel=1e-12)
+
+
+def test_all_to_all_pays_the_fill_on_top_of_its_bandwidth(monkeypatch):
+    """The fill adds to the flow bound less the hop that bound already counts."""
+    size = 32 << 20
+    one = build_topology("dgx-h100")
+    ten = build_topology("dgx-h100", nodes=10, nic="ib-ndr")
+    with_fill = [predict("all_to_all", size, t, protocol="simple").time_s for t in (one, ten)]
+    monkeypatch.setattr(p2p, "fill_s", lambda *a: (0.0, 0.0))
+    without = [predict("all_to_all", size, t, protocol="simple").time_s for t in (one, ten)]
+    # one node: 4 channels per operation, one operation per channel: one 512 KiB chunk out of
+    # the receive FIFO at 20.6 GB/s
+    assert with_fill[0] - without[0] == pytest.approx((512 << 10) / (20.6 * GB), rel=1e-9)
+    # 10 x 8: 419 KB per peer on one channel, 8 per batch: 8 x 2 x 64 KiB at 14 GB/s
+    assert with_fill[1] - without[1] == pytest.approx(8 * 2 * (64 << 10) / (14 * GB), rel=1e-9)
+
+
+def test_fill_is_a_mid_size_effect():
+    """The fill is a fixed cost per batch: it shrinks relative to the bandwidth term."""
+    topo = build_topology("dgx-h100", nodes=10, nic="ib-ndr")
+    small, big = (predict("all_to_all", s, topo, protocol="simple") for s in (32 << 20, 8 << 30))
+    assert big.busbw_GBps > 1.1 * small.busbw_GBps

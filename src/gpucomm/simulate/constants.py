@@ -203,3 +203,24 @@ P2P_CHANNELS_MULTI_NODE_MAX = 16
 # enqueue.cc addP2pToPlan: p2p runs LL or Simple only (no LL128), LL while an operation is at
 # most nChannels x NCCL_P2P_LL_THRESHOLD bytes.
 P2P_LL_THRESHOLD = 16384
+# enqueue.cc addP2pToPlan, over the network with Simple: the chunk is p2pChunkSize, a quarter of
+# it for an operation smaller than one chunk, half of it for one smaller than 8 chunks.
+P2P_NET_SMALL_CHUNK_DIV = ((1, 4), (8, 2))
+# init.cc ncclP2pSchedule: across nodes the p2p rounds come in groups of
+# NCCL_P2P_SCHEDULE_GROUP_SIZE (default NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8) ranks, cut to the
+# gcd with the GPUs of each node; inside one node a group is the node's ranks. channel.h
+# ncclP2pChannelBaseForRound gives every group (across nodes) or round (one node) one base
+# channel, bit-reversed over the p2p channels.
+P2P_SCHEDULE_GROUP_SIZE = 8
+# The pipeline fill of a batch (ours, assembled from NCCL's structure, not a fitted number):
+# a p2p chunk passes through the connection's staging FIFO, so besides the link stage that the
+# bandwidth term counts, the first chunk's copy into the FIFO (over the network: the sender's
+# copy into its send buffer, prims directSend) and the last chunk's copy out of it (the
+# receiver's, directRecv) are not overlapped with anything; over NVLink or PCIe the sender's
+# write is the link stage and only the receiver's copy is extra. A channel (one CUDA block)
+# runs its batches one after another (device/common.h ncclKernelMain, a __syncthreads between
+# batches) and splits its warps evenly over the k operations of a batch (sendrecv.h
+# nWarpPerWork = nWarps / nWorks), so a batch's fill is k chunks through each extra stage at
+# the channel's rate (P2P_NET_CHANNEL_GBPS, P2P_NVLINK_CHANNEL_GBPS) plus one hop latency of
+# the path (HOP_LATENCY_S simple); the busiest channel pays the fill of each of its batches.
+P2P_FILL_STAGES = {"net": 2, "nvlink": 1, "pcie": 1}

@@ -17,10 +17,16 @@ below the links when those channels are few. The rules, all NCCL's own (constant
 - what one channel carries: NCCL_P2P_PER_CHANNEL_NET_BW (14 GB/s) over the network, the SM's
   NVLink channel bandwidth (topo.h SMxx_NVLINK_BW) over NVLink; over PCIe the links bound it.
 
+- the pipeline fill (constants.py P2P_FILL_STAGES): a chunk is copied into the connection's
+  FIFO and out of it besides crossing the link; the busiest channel runs its batches (up to 8
+  operations of one group of 8 rounds, enqueue.cc ncclAddWorkBatchToPlan) one after another,
+  each paying k chunks through those copies and a hop. Chunks over the network shrink for
+  small operations (a half below 8 chunks, a quarter below one).
+
 `limit` applies the cap to a simulated send/recv or all-to-all: the collective takes at least
-as long as its slowest peer pair needs on its channels. Protocols as addP2pToPlan picks them:
-LL while an operation is at most channels x NCCL_P2P_LL_THRESHOLD (16 KiB), else Simple;
-never LL128 (`limit` returns None for a protocol NCCL would not run).
+as long as its slowest peer pair needs on its channels, plus the fill. Protocols as
+addP2pToPlan picks them: LL while an operation is at most channels x NCCL_P2P_LL_THRESHOLD
+(16 KiB), else Simple; never LL128 (`limit` returns None for a protocol NCCL would not run).
 
     >>> op_channels(32 << 20, {"nodes": 1, "chunk": 512 << 10, "cmin": 4, "cmax": 32})
     4
@@ -150,6 +156,108 @@ def op_channels(nbytes: float, p: P2PPlan) -> int:
     return n
 
 
+def op_chunk(nbytes: float, p: P2PPlan, net: bool) -> int:
+    """The Simple chunk one operation of `nbytes` moves in (enqueue.cc addP2pToPlan)."""
+    if net:
+        for mult, div in K.P2P_NET_SMALL_CHUNK_DIV:
+            if nbytes < mult * p["chunk"]:
+                return p["chunk"] // div
+    return p["chunk"]
+
+
+def round_peers(node: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], int]:
+    """Rank 0's send peer in each p2p round and the schedule's group size (init.cc
+    ncclP2pSchedule: groups of ranks, group deltas in the quadratic order (x*x+x)/2)."""
+    node = np.asarray(node).reshape(-1)
+    order = list(dict.fromkeys(node.tolist()))  # rank 0's node first, rank 0 its local 0
+    members = [np.flatnonzero(node == n) for n in order]
+    if len(order) > 1:
+        group = K.P2P_SCHEDULE_GROUP_SIZE
+        for m in members:
+            if len(m) % group or len(m) < group:
+                group = math.gcd(group, len(m))
+    else:
+        group = len(node)
+    groups = [m[g:g + group] for m in members for g in range(0, len(m), group)]
+    pow2, delta, turn, out = _pow2_up(len(groups)), 0, 0, []
+    while True:
+        if delta < len(groups):
+            out.append(groups[delta])
+        turn += 1
+        delta = (delta + turn) & (pow2 - 1)
+        if turn == pow2:
+            return np.concatenate(out).astype(np.int64), group
+
+
+def _bit_reverse(x: int, bits: int) -> int:
+    return int(format(x & ((1 << bits) - 1), f"0{bits}b")[::-1], 2) if bits else 0
+
+
+def channel_batches(nodes: int, group: int, nrounds: int, n: int,
+                    p2p_channels: int) -> list[list[list[int]]]:
+    """Per channel, its batches of rounds for operations on `n` channels each: a part goes to
+    channel (base + part) mod p2p channels (channel.h, device.h ncclP2pChannelForPart) and
+    joins the channel's last batch unless that holds 8 operations, this round, or a round of
+    another group of 8 (enqueue.cc ncclAddWorkBatchToPlan)."""
+    per = K.P2P_PER_BATCH
+    bits = max(p2p_channels.bit_length() - 1, 0)
+    chans: list[list[list[int]]] = [[] for _ in range(p2p_channels)]
+    for r in range(nrounds):
+        base = (r // group) * -(-group // per) + (r % group) // per if nodes > 1 else r
+        base = _bit_reverse(base, bits)
+        for part in range(n):
+            batches = chans[(base + part) & (p2p_channels - 1)]
+            last = batches[-1] if batches else None
+            if last and len(last) < per and all(q != r and q // per == r // per for q in last):
+                last.append(r)
+            else:
+                batches.append([r])
+    return chans
+
+
+def _stage_s(cls: int, chunk: float, p: P2PPlan) -> tuple[float, float]:
+    """(one chunk through the extra FIFO stages, the hop latency) on a path of class `cls`."""
+    name = {NET: "net", NVLINK: "nvlink", PCIE: "pcie"}.get(int(cls))
+    if name is None:  # a copy to self: no FIFO, no hop
+        return 0.0, 0.0
+    rate = float(channel_Bps(np.asarray([cls]), p)[0])
+    return (K.P2P_FILL_STAGES[name] * chunk / rate, K.HOP_LATENCY_S["simple"][name])
+
+
+def fill_s(per_op: float, n: int, info: P2PPlan, paths: PathTable,
+           node: npt.NDArray[np.int64]) -> tuple[float, float]:
+    """The pipeline fill an all-to-all pays on its busiest channel (constants.py
+    P2P_FILL_STAGES): per batch of k operations, k chunks through the extra stages at the
+    channel's rate plus one hop, summed over the channel's batches; also the hop of that
+    channel's first batch (the one a flow bound already counts)."""
+    key = ("p2p_rounds", n)
+    hit = paths._cache.get(key)
+    if hit is None:
+        peers, group = round_peers(node)
+        cls = np.full(len(peers), -1, dtype=np.int64)  # -1: the copy to self
+        other = peers != 0
+        _, cls[other], _ = paths.properties(paths.routes(np.zeros(int(other.sum()), np.int64),
+                                                         peers[other], 0))
+        hit = (cls, channel_batches(info["nodes"], group, len(peers), n, info["p2p_channels"]))
+        paths._cache[key] = hit
+    cls, chans = cast(tuple[npt.NDArray[np.int64], list[list[list[int]]]], hit)
+    part = per_op / n
+    stage = {}
+    for c in {int(x) for x in cls}:
+        chunk = min(op_chunk(per_op, info, c == NET), part)
+        stage[c] = _stage_s(c, chunk, info)
+    worst = (0.0, 0.0)
+    for batches in chans:
+        t, first = 0.0, 0.0
+        for i, b in enumerate(batches):
+            s = [stage[int(cls[r])] for r in b]
+            hop = max(x[1] for x in s)
+            t += len(b) * max(x[0] for x in s) + hop
+            first = hop if i == 0 else first
+        worst = max(worst, (t, first))
+    return worst
+
+
 def channel_Bps(cls: npt.ArrayLike, p: P2PPlan) -> npt.NDArray[np.float64]:
     """Payload rate one p2p channel reaches on a path of class `cls` (inf: the links bound)."""
     c = np.asarray(cls)
@@ -180,8 +288,19 @@ def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
     t = K.BASE_LATENCY_S[proto] + t_bw
     res = dataclasses.replace(res, nccl_channels=n if coll.name == "sendrecv" else
                               res.nccl_channels)
-    if t <= res.time_s:
+    fill, first = 0.0, 0.0  # the pipeline fill; the hop of it a flow bound already counts
+    if proto == "simple":  # LL operations are one step: their hop is the base latency's
+        if coll.name == "sendrecv":  # one operation per direction: one batch of one
+            worst = int(NET) if (np.asarray(cls) == NET).any() else int(np.asarray(cls).max())
+            chunk = min(op_chunk(per_pair, info, worst == NET), per_pair / n)
+            data, first = _stage_s(worst, chunk, info)
+            fill = data + first
+        else:
+            node = np.asarray(topology.router.rank_node)[placement]
+            fill, first = fill_s(per_pair, n, info, paths, node)
+    if t <= res.time_s and fill == 0.0:
         return res
+    note = f"p2p: {n} channel(s) per peer" if t > res.time_s else res.note
+    t = max(t + fill, res.time_s + fill - first)
     algbw, busbw = layout(coll, nbytes, dtype, p).busbw(t)
-    return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
-                               note=f"p2p: {n} channel(s) per peer")
+    return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw, note=note)
