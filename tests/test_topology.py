@@ -124,6 +124,15 @@ def test_pcie_box_other_gpu_model():
         build_topology("dgx-h100", gpu="a100")
 
 
+def test_peer_access_follows_the_gpus_driver_unless_asked():
+    """GeForce cards get no peer access from NVIDIA's driver (catalog peer_to_peer), so a 4090
+    box bounces through host memory by default; p2p=True/False still decides when given."""
+    assert not build_topology("pcie", gpu="rtx4090", gpus_per_node=2).p2p
+    assert build_topology("pcie", gpu="rtx4090", gpus_per_node=2, p2p=True).p2p
+    assert build_topology("pcie", gpu="l40s", gpus_per_node=2).p2p
+    assert build_topology("dgx-h100").p2p and not build_topology("dgx-h100", p2p=False).p2p
+
+
 # ---- clusters --------------------------------------------------------------------------------
 def test_gpus_per_node_and_node_major_ranks():
     t = build_topology("dgx-h100", nodes=3, gpus_per_node=4)

@@ -32,9 +32,9 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
     g.add_argument("--nic", help=f"NIC technology: {', '.join(nic_names())}")
     g.add_argument("--nics-per-node", type=positive_int, help="NICs per node")
     g.add_argument("--pcie-gen", type=int_arg, help="PCIe generation of every PCIe link: 3|4|5|6")
-    g.add_argument("--p2p", action=argparse.BooleanOptionalAction, default=True,
+    g.add_argument("--p2p", action=argparse.BooleanOptionalAction, default=None,
                    help="GPU peer-to-peer over PCIe/NVLink (--no-p2p: bounce through host "
-                   "memory)")
+                   "memory; default: on, off where the GPUs' driver grants none, e.g. rtx4090)")
     g.add_argument("--gpu", help="GPU model for the pcie preset (e.g. l40s, rtx4090)")
     g.add_argument("--fabric", choices=FABRICS, default="rail",
                    help="rail-optimised (NIC i on rail switch i) or fat-tree (default rail)")

@@ -71,6 +71,7 @@ class GPU:
     sm: str                        # SM architecture (sm90, ...), or the AMD target (gfx942)
     source: str
     fp8_flops: float = 0.0         # dense; 0 where the GPU has no fp8 tensor cores
+    peer_to_peer: bool = True      # the driver grants peer access between two of them
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,15 @@ def _gpu(name, e) -> GPU:
     where = f"gpu {name}"
     if not e.get("source"):
         raise ConfigError(f"hardware catalog: {where} has no source")
+    p2p = e.get("peer_to_peer", True)
+    if not isinstance(p2p, bool):
+        raise ConfigError(f"hardware catalog: {where}: peer_to_peer {p2p!r} must be true or "
+                          "false")
     return GPU(name, _num(e, "hbm_bandwidth_GBps", where) * 1e9,
                int(_num(e, "hbm_GB", where) * 1e9), _num(e, "bf16_tflops", where) * 1e12,
                _num(e, "fp16_tflops", where) * 1e12, e.get("nvlink"),
                int(e.get("nvlink_links", 0)), e["pcie"], e["sm"], e["source"],
-               _num(e, "fp8_tflops", where) * 1e12 if "fp8_tflops" in e else 0.0)
+               _num(e, "fp8_tflops", where) * 1e12 if "fp8_tflops" in e else 0.0, p2p)
 
 
 CACHE_ENV = "GPUCOMM_CACHE_DIR"   # where parsed data files are kept; "off": nowhere

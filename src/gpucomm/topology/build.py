@@ -85,7 +85,7 @@ def _parent(node: Topology, gpu: str) -> tuple[str, str]:
 
 def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int | None = None,
                    nic: str | None = None, nics_per_node: int | None = None,
-                   pcie_gen: int | None = None, p2p: bool = True, fabric: str = "rail",
+                   pcie_gen: int | None = None, p2p: bool | None = None, fabric: str = "rail",
                    oversubscription: float = 1.0, *, gpu: str | None = None,
                    leaf_ports: int = 32, node_topology: Topology | None = None,
                    nvlink_partition: int | None = None,
@@ -95,7 +95,8 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
 
     gpus_per_node: use the first K GPUs of each node. nic / nics_per_node: replace the
     preset's NICs (catalog names: ib-ndr, roce-400g, efa-100g, ...). pcie_gen: set every PCIe
-    link to that generation. p2p=False: GPU traffic bounces through host memory.
+    link to that generation. p2p=False: GPU traffic bounces through host memory; None: as
+    the node allows and the GPUs' driver grants (catalog peer_to_peer: off for GeForce cards).
     gpu: another GPU model with the same NVLink generation (or none, e.g. pcie + rtx4090).
     nvlink_partition: split each node's NVLink switch domain into partitions of that many GPUs
     (NCCL's MNNVL cliques on a GB200 NVL72 rack); each partition is a node of the result, its
@@ -140,6 +141,10 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
                 for i in range(G)} if M else {}
     if pcie_gen is not None:
         devices, links = _with_pcie_gen(devices, links, pcie_gen)
+
+    if p2p is None:
+        p2p = base.p2p and all(get_gpu(d.model).peer_to_peer
+                               for d in devices if d.kind == "gpu" and d.model)
 
     # --- trim GPUs ------------------------------------------------------------------------
     dropped = set(ranks_all[K:])
