@@ -52,7 +52,6 @@ CLASSES = ("1 node NVSwitch", "1 node NVLink mesh", "1 node PCIe", "multi-node",
 def system_of(t: dict) -> dict:
     """A table's description -> build_topology arguments (by rule, from the stated hardware)."""
     hw = (t["hardware"] + " " + (t.get("intra") or "")).lower()
-    inter = (t.get("inter") or "").lower()
     kw = {"nodes": int(t["nodes"]), "gpus_per_node": int(t["gpus_per_node"])}
     if "4090" in hw or ("pcie" in hw and "nvlink" not in hw):
         kw.update(system="pcie", gpu="rtx4090" if "4090" in hw else None, pcie_gen=4,
@@ -72,21 +71,30 @@ def system_of(t: dict) -> dict:
     else:
         raise ValueError(f"no preset for hardware {t['hardware']!r}")
     if kw["nodes"] > 1:
-        speed = re.search(r"(\d+)\s*x\s*(?:connectx-\d+\s*)?(\d+)\s*gb/s", inter)
-        gbps = int(speed.group(2)) if speed else None
-        if "slingshot" in inter:
-            kw["nic"] = "slingshot-200g"
-        elif "efa" in inter:
-            kw["nic"] = "efa-400g" if gbps == 400 else "efa-100g"
-        elif "ndr" in inter or "400 gb/s" in inter or gbps == 400:
-            kw["nic"] = "ib-ndr"
-        elif "hdr" in inter:
-            kw["nic"] = "ib-hdr"
-        if speed:
-            kw["nics_per_node"] = int(speed.group(1))
-        elif "8 nics" in inter:
-            kw["nics_per_node"] = 8
+        kw.update(network_of((t.get("inter") or "").lower()))
     return {k: v for k, v in kw.items() if v is not None}
+
+
+def network_of(inter: str) -> dict:
+    """A table's stated network (lower case) -> the NIC and NICs per node (catalog names)."""
+    kw: dict = {}
+    speed = re.search(r"(\d+)\s*x\s*(?:connectx-\d+\s*)?(\d+)\s*gb/s", inter)
+    gbps = int(speed.group(2)) if speed else None
+    if "slingshot" in inter:
+        kw["nic"] = "slingshot-200g"
+    elif "roce" in inter and gbps in (100, 200, 400, 800):
+        kw["nic"] = f"roce-{gbps}g"
+    elif "efa" in inter:
+        kw["nic"] = "efa-400g" if gbps == 400 else "efa-100g"
+    elif "ndr" in inter or "400 gb/s" in inter or gbps == 400:
+        kw["nic"] = "ib-ndr"
+    elif "hdr" in inter:
+        kw["nic"] = "ib-hdr"
+    if speed:
+        kw["nics_per_node"] = int(speed.group(1))
+    elif "8 nics" in inter:
+        kw["nics_per_node"] = 8
+    return kw
 
 
 def class_of(t: dict) -> str:

@@ -183,9 +183,10 @@ def test_fewer_gpus_with_fewer_nics_spread_over_all_nics():
     # the preset's own NICs keep their slots: GPU i of a DGX A100 uses nic i
     own = build_topology("dgx-a100", nodes=2, gpus_per_node=4)
     assert own.nic_affinity[:4] == tuple(f"n0.nic{i}" for i in range(4))
-    # more NICs than GPUs in use: each GPU gets the first NIC of its share
+    # more NICs than GPUs in use: each GPU's share fused into one NIC (NCCL NIC fusion)
     wide = build_topology("dgx-h100", nodes=2, gpus_per_node=2, nics_per_node=4)
-    assert wide.nic_affinity[:2] == ("n0.nic0", "n0.nic2")
+    assert wide.nic_affinity[:2] == ("n0.nic0", "n0.nic1")
+    assert wide.device("n0.nic0").model == "ib-ndr*2"
 
 
 def test_fat_tree_oversubscription_reduces_bisection():
@@ -447,3 +448,24 @@ def test_docs_example_loads():
     assert t.nranks == 2 and t.links[0].bandwidth_Bps == 100e9
     assert kinds_on(t, t.route(0, 1)) == ["gpu"]
     assert t.router.ports()[0] == t.index_of("nic0")
+
+
+def test_several_nics_per_gpu_are_fused_as_nccl_runs_them():
+    """16 x 100G RoCE for 8 GPUs (OCI BM.GPU4.8) or 32 x 100G EFA (AWS p5): NCCL fuses the
+    ports next to a GPU into one virtual NIC (aws-ofi-nccl stripes them), so each GPU gets
+    M/K times a port, not one port with the others idle."""
+    from gpucomm.hardware import get_nic
+    from gpucomm.simulate import predict
+    t = build_topology("dgx-a100", nodes=2, nic="roce-100g", nics_per_node=16)
+    nics = [d for d in t.devices if d.kind == "nic"]
+    assert len(nics) == 16 and {d.model for d in nics} == {"roce-100g*2"}  # 8 per node
+    fused = get_nic("roce-100g*2")
+    assert fused.bandwidth_Bps == 2 * get_nic("roce-100g").bandwidth_Bps and fused.is_nic
+    one = build_topology("dgx-a100", nodes=2, nic="roce-200g", nics_per_node=8)
+    ring = {n: predict("all_reduce", 8 << 30, topo, algorithm="ring").busbw_GBps
+            for n, topo in (("2x100", t), ("1x200", one))}
+    assert ring["2x100"] == pytest.approx(ring["1x200"], rel=0.02)
+    with pytest.raises(ConfigError, match="N >= 2"):
+        get_nic("roce-100g*1")
+    with pytest.raises(ConfigError, match="unknown NIC"):
+        get_nic("nvlink4*2")

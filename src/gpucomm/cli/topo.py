@@ -30,7 +30,9 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
                    help="nodes (default 1); racks for a rack preset such as gb200-nvl72")
     g.add_argument("--gpus-per-node", type=positive_int, help="use the first K GPUs per node")
     g.add_argument("--nic", help=f"NIC technology: {', '.join(nic_names())}")
-    g.add_argument("--nics-per-node", type=positive_int, help="NICs per node")
+    g.add_argument("--nics-per-node", type=positive_int,
+                   help="NICs per node (a multiple of the GPUs: each GPU's ports fused into one "
+                   "NIC, as NCCL does)")
     g.add_argument("--pcie-gen", type=int_arg, help="PCIe generation of every PCIe link: 3|4|5|6")
     g.add_argument("--p2p", action=argparse.BooleanOptionalAction, default=None,
                    help="GPU peer-to-peer over PCIe/NVLink (--no-p2p: bounce through host "

@@ -10,6 +10,7 @@ units (bytes/s per direction, seconds, bytes, FLOP/s).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -208,8 +209,28 @@ def _lookup(table: str, what: str, name):
 
 
 def get_link_tech(name: str) -> LinkTech:
-    """A link technology by name, e.g. "nvlink4", "pcie5", "ib-ndr", "roce-400g"."""
+    """A link technology by name, e.g. "nvlink4", "pcie5", "ib-ndr", "roce-400g"; a NIC name
+    with "*N" is N such ports fused into one (fused_nic)."""
+    if "*" in str(name):
+        return fused_nic(name)
     return _lookup("links", "link technology", name)
+
+
+def fused_nic(name: str) -> LinkTech:
+    """"NAME*N": N ports of NIC NAME fused into one virtual NIC of N times the bandwidth, as
+    NCCL fuses the NICs that share a GPU's PCIe switch (graph/topo.cc, NIC fusion since 2.21:
+    NCCL_NET_MERGE_LEVEL) and aws-ofi-nccl stripes one NCCL device over several EFA ports
+    (multi-rail). Latency and efficiency are the port's."""
+    base_name, _, count = _norm(name).partition("*")
+    if not count.isdigit() or int(count) < 2:
+        raise ConfigError(f"fused NIC {name!r}: write NAME*N with N >= 2 ports of NIC NAME")
+    base = get_nic(base_name)
+    n = int(count)
+    return dataclasses.replace(
+        base, name=f"{base.name}*{n}", bandwidth_Bps=base.bandwidth_Bps * n, links=n,
+        unit_Bps=base.bandwidth_Bps,
+        nccl_Bps=None if base.nccl_Bps is None else base.nccl_Bps * n,
+        source=f"{base.source}; {n} ports fused into one virtual NIC (NCCL NIC fusion)")
 
 
 def get_gpu(name: str) -> GPU:
@@ -222,6 +243,8 @@ def get_nvswitch(name: str) -> NVSwitch:
 
 def get_nic(name: str) -> LinkTech:
     """A network port technology (ib-*, roce-*, efa-*, tcp-*, slingshot-*)."""
+    if "*" in str(name):
+        return fused_nic(name)
     names = nic_names()
     if _norm(name) not in names:
         _fail("NIC", name, names)

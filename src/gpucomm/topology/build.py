@@ -225,7 +225,8 @@ def _with_nics(base: Topology, name: str, devices: list[Device], links: list[Lin
     """The node with its NICs replaced: `nics_per_node` of them (default: as many as
     before) of technology `nic` (default: the node's). Returns the devices, the links, the
     new NICs and how many GPUs they are laid out for (all the node's when the count is
-    unchanged: same slots; else the K in use: NIC j next to GPU j*K/M)."""
+    unchanged: same slots; else the K in use: NIC j next to GPU j*K/M). A multiple of K NICs
+    becomes K fused NICs, one per GPU ("ib-hdr*2": hardware.fused_nic), as NCCL runs them."""
     nic_devs = [d for d in devices if d.kind == "nic"]
     served = len(ranks_all)
     M = nics_per_node if nics_per_node is not None else max(len(nic_devs), 1)
@@ -243,6 +244,8 @@ def _with_nics(base: Topology, name: str, devices: list[Device], links: list[Lin
         slots = [attach.get(d.name) or _parent(base, ranks_all[0]) for d in nic_devs]
     else:   # M NICs for the K GPUs in use: NIC j next to GPU j*K/M (same PCIe switch)
         served = K
+        if M > K and M % K == 0:   # M/K ports next to each GPU: NCCL fuses them into one
+            tech, M = get_nic(f"{tech}*{M // K}").name, K   # virtual NIC (fused_nic)
         slots = [_parent(base, ranks_all[j * K // M]) for j in range(M)]
     links = [ln for ln in links if ln.src not in old and ln.dst not in old]
     first = next((i for i, d in enumerate(devices) if d.kind == "nic"), len(devices))
