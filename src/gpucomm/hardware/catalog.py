@@ -243,12 +243,10 @@ def get_nvswitch(name: str) -> NVSwitch:
 
 def get_nic(name: str) -> LinkTech:
     """A network port technology (ib-*, roce-*, efa-*, tcp-*, slingshot-*)."""
-    if "*" in str(name):
-        return fused_nic(name)
     names = nic_names()
-    if _norm(name) not in names:
+    if "*" not in str(name) and _norm(name) not in names:
         _fail("NIC", name, names)
-    return get_link_tech(name)
+    return get_link_tech(name)  # a fused "NAME*N" checks NAME itself (fused_nic)
 
 
 def link_techs() -> tuple[LinkTech, ...]:

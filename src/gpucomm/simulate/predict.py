@@ -35,7 +35,7 @@ from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol
 from . import nccl, p2p, ranking, shm, versions
-from .paths import NVLINK
+from .paths import NVLINK, PathTable
 from .result import SimResult
 from .rings import ring_orders
 
@@ -250,13 +250,22 @@ def _ll128_allowed(topology: Topology, placement: Ranks) -> bool:
 def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placement: Ranks,
           dtype: DTypeLike, model: str, proto: str, root: int, redop: str,
           params: dict[str, Any]) -> SimResult | None:
-    p = len(placement)
+    """One (algorithm, protocol) timed on the links, then held to what NCCL's SHM transport
+    allows where the ranks' hops go through host memory (shm.py); None: NCCL would not run it."""
     paths = path_table(topology, placement)
+    res = _time_on_links(coll, name, nbytes, topology, placement, dtype, model, proto, root,
+                         redop, params, paths)
+    return None if res is None else shm.limit(res, coll, res.size, topology, placement, paths,
+                                              dtype, proto)
+
+
+def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
+                   placement: Ranks, dtype: DTypeLike, model: str, proto: str, root: int,
+                   redop: str, params: dict[str, Any], paths: PathTable) -> SimResult | None:
+    p = len(placement)
     if name in nccl.CLOSED:
         res = nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
-        return None if res is None else shm.limit(dataclasses.replace(res, redop=redop), coll,
-                                                  res.size, topology, placement, paths, dtype,
-                                                  proto)
+        return None if res is None else dataclasses.replace(res, redop=redop)
     schedule = nccl.schedule_of(coll.name, name)
     assert schedule is not None  # None only for the closed forms, timed above
     alg = get_algorithm(coll, schedule)
@@ -293,9 +302,7 @@ def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placemen
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop)
     res = dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))
-    res = p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
-    return None if res is None else shm.limit(res, coll, res.size, topology, placement, paths,
-                                              dtype, proto)
+    return p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
 
 
 _ORDERS: _Memo = {}
