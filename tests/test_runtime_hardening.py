@@ -21,7 +21,8 @@ import pytest
 
 from gpucomm.errors import CommTimeout, ConfigError, TransportError
 from gpucomm.runtime.launch import free_port, rank_env
-from gpucomm.runtime.segment import Segment, leftovers, new_name
+from gpucomm.bench.backends import mapped_shm
+from gpucomm.runtime.segment import PREFIX, Segment, leftovers, new_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -51,12 +52,14 @@ def _ranks(n, mode, session, timeout=120, extra=None):
 
 
 def _new_segments(before) -> set:
-    """gpucomm segments that appeared since `before` and stay (other jobs on the machine
-    create and unlink theirs within milliseconds)."""
+    """gpucomm segments that appeared since `before` and stay with no live process mapping
+    them (other jobs on the machine, such as another test worker's ranks, create theirs and
+    map them while they run; a segment the dead ranks left behind is mapped by no one)."""
     new = set(leftovers()) - before
     if new:
         time.sleep(2)
         new &= set(leftovers())
+        new -= mapped_shm(PREFIX)
     return new
 
 
