@@ -44,5 +44,5 @@ SLOW_TESTS = frozenset({
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SLOW_FILES or item.originalname in SLOW_TESTS:
+        if item.path.name in SLOW_FILES or getattr(item, "originalname", None) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)

@@ -109,17 +109,22 @@ def cmd_sim(args) -> int:
     if args.plot:
         from ..report.plot import plot_sweep
         plot_sweep(rows, args.plot, title=f"{coll.name} on {topo.name}")
+    if args.trace or args.html:
+        _write_views(args, doc, topo, results)
+    return 0
+
+
+def _write_views(args, doc, topo, results) -> None:
+    """--trace and --html of the largest size's run, as it was timed (simulate.timed)."""
+    from ..simulate.timed import traced
+    run = traced(results[-1])
     if args.trace:
         from ..report.trace import write_trace
-        sched, traced = _traced(coll, sizes[-1], topo, args, results[-1])
-        write_trace(traced, args.trace, topo, schedule=sched)
+        write_trace(run, args.trace, topo)
     if args.html:
         from ..report.html import write_html
-        sched, traced = _traced(coll, sizes[-1], topo, args, results[-1])
-        path = write_html(args.html, doc, args=args, topology=topo, sims=results,
-                          traced=traced, schedule=sched)
+        path = write_html(args.html, doc, args=args, topology=topo, sims=results, traced=run)
         print(f"wrote {path}", file=sys.stderr)
-    return 0
 
 
 def _predict(args, coll, size, topo, params):
@@ -177,28 +182,6 @@ def _builder_params(args, coll) -> dict:
             raise ConfigError(f"{coll.name} {args.algorithm} has no parameter {k!r}: allowed "
                               f"are {', '.join(accepted) or 'none'}")
     return params
-
-
-def _traced(coll, size, topo, args, res):
-    """(schedule, traced SimResult) of the chosen algorithm at `size` (no schedule: NVLS)."""
-    from ..algorithms import build
-    from ..simulate import simulate
-    from ..simulate.nccl import schedule_of
-    name = schedule_of(coll.name, res.algorithm)
-    if name is None:  # a closed form: no schedule to trace
-        return None, res
-    from ..algorithms import get_algorithm
-    kw = _builder_params(args, coll) if res.algorithm == args.algorithm else {}
-    accepted = [k for k, _ in get_algorithm(coll, name).params]
-    if "channels" in accepted and "channels" not in kw:
-        kw["channels"] = max(res.channels, 1)
-    g = topo.gpus_per_node
-    if "group_size" in accepted and "group_size" not in kw and 1 <= g < topo.nranks \
-            and topo.nranks % g == 0:
-        kw["group_size"] = g  # as predict() builds it
-    sched = build(coll, name, topo.nranks, root=args.root if coll.rooted else 0, **kw)
-    return sched, simulate(sched, topo, size, dtype=args.datatype, model=args.model,
-                           protocol=res.protocol, trace=True)
 
 
 def _table(rows) -> str:

@@ -117,7 +117,8 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
         out.update(predicted_time_us=round(res.time_us, 3),
                    predicted_busbw=round(res.busbw_GBps, 3),
                    ratio=round(row["busbw"] / res.busbw_GBps, 4) if res.busbw_GBps > 0 else None,
-                   algorithm=res.algorithm, protocol=res.protocol, channels=res.channels)
+                   algorithm=res.algorithm, protocol=res.protocol,
+                   channels=res.timed.channels if res.timed else res.channels)
         rows.append(out)
     nics = _nics_of(topo)
     lab = label(kw, nics, kw.get("nic") or _nic_model(topo))

@@ -142,6 +142,7 @@ def topology_drawing(topo) -> dict:
 def trace_data(result, topo, schedule=None) -> dict:
     """A traced simulation as JSON: its ops (the Chrome trace's "X" events, whole ranks up to
     MAX_TIMELINE_OPS) and each link's utilisation in HEATMAP_BINS time bins."""
+    from ..simulate.timed import phases, printed_s
     from .links import NVLS_ALGORITHMS, link_usage
     from .trace import nvls_ops, trace_events
     if result.algorithm in NVLS_ALGORITHMS:  # every rank streams the same chunks
@@ -162,7 +163,10 @@ def trace_data(result, topo, schedule=None) -> dict:
            for e in events if e["pid"] in keep]
     out = {"collective": result.collective, "algorithm": result.algorithm,
            "protocol": result.protocol, "model": result.model, "size": result.size,
-           "nranks": result.nranks, "time_us": result.time_s * 1e6, "ops": ops,
+           "nranks": result.nranks, "time_us": printed_s(result) * 1e6, "ops": ops,
+           # what the printed time adds after the ops (fixed latency, bounds), as ops are
+           "after_ops": [[what, "beyond the ops", -1, 0, round(a * 1e6, 6),
+                          round((b - a) * 1e6, 6)] for what, a, b in phases(result)],
            "ops_total": int(counts.sum()), "ranks_shown": len(shown)}
     usage = link_usage(result, topo, schedule) if topo is not None else None
     if usage is not None:

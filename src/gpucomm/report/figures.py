@@ -157,9 +157,10 @@ def link_heatmap(links: dict, title: str) -> list:
 
 def timeline(trace: dict, title: str) -> list:
     """The schedule's ops as bars on one row per rank and channel (the Chrome trace's events)."""
-    ops = trace["ops"]  # [name, group, rank, channel, start_us, dur_us]
+    # [name, group, rank, channel, start_us, dur_us]; rank -1: what the time adds after them
+    ops = trace["ops"] + trace.get("after_ops", [])
     rows = sorted({(o[2], o[3]) for o in ops})
-    label = {rc: f"rank {rc[0]} ch {rc[1]}" for rc in rows}
+    label = {rc: f"rank {rc[0]} ch {rc[1]}" if rc[0] >= 0 else "beyond the ops" for rc in rows}
     groups = []
     for o in ops:
         if o[1] not in groups:

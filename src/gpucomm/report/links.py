@@ -63,7 +63,12 @@ class LinkUsage:
 
 def link_usage(result, topology, schedule=None) -> LinkUsage | None:
     """The utilisation of every link the traced `result` used; None if it has no timeline.
-    Exact rates for a flow-model result when its `schedule` is given (flow_link_usage)."""
+    Exact rates for a flow-model result when its `schedule` is given (a prediction's timed
+    schedule by default: flow_link_usage). A prediction (`result.timed`, simulate.timed) is
+    drawn on its own placement, up to the time it printed."""
+    timed = result.timed
+    if schedule is None and timed is not None:
+        schedule = timed.schedule
     if schedule is not None and result.model == "flow" and result.algorithm not in NVLS_ALGORITHMS:
         usage = flow_link_usage(schedule, topology, result)
         if usage is not None:
@@ -73,52 +78,73 @@ def link_usage(result, topology, schedule=None) -> LinkUsage | None:
     tl = result.timeline
     if not tl:
         return None
-    from ..simulate.core import path_table
     arr = np.asarray([rec[1:8] for rec in tl], dtype=np.float64)
     src, dst = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64)
     ch = arr[:, 3].astype(np.int64)
     start, end, nbytes = arr[:, 4], arr[:, 5], arr[:, 6]
-    paths = path_table(topology, np.arange(result.nranks, dtype=np.int64))
+    paths = _paths(result, topology)
     routes = paths.routes(src, dst, ch)
     moving = (end > start) & (nbytes > 0)
     ops, hops = np.nonzero((routes >= 0) & moving[:, None])
+    if not len(ops):  # nothing crossed a link (a closed form's per-rank records)
+        return _usage(topology, paths.capacity, {}, _end_s(result))
     link = routes[ops, hops]
     cap = paths.capacity[link]
     rate = nbytes[ops] / (end[ops] - start[ops]) / np.where(cap > 0, cap, 1.0)
     # a +rate step at each op's start and a -rate step at its end, summed per link in time
     per_link = _steps(np.concatenate([start[ops], end[ops]]), np.concatenate([rate, -rate]),
                       np.concatenate([link, link]))
-    return _usage(topology, paths.capacity, per_link, result.time_s)
+    return _usage(topology, paths.capacity, per_link, _end_s(result))
+
+
+def _paths(result, topology):
+    """The simulator's path table for `result`'s placement (a prediction's own; else GPUs
+    0..P-1, as simulate() places a schedule by default)."""
+    from ..simulate.core import path_table
+    timed = result.timed
+    placement = timed.placement if timed is not None else \
+        np.arange(result.nranks, dtype=np.int64)
+    return path_table(topology, placement)
+
+
+def _end_s(result) -> float:
+    """Where the time axis ends: the printed time of a prediction, else the result's."""
+    from ..simulate.timed import printed_s
+    return printed_s(result)
 
 
 MAX_RECORDED_OPS = 200_000  # above this the flow model is not re-run to record rates
 
 
 def flow_link_usage(schedule, topology, result) -> LinkUsage | None:
-    """Re-run the flow model on `schedule` as simulate() ran it for `result` (default
-    placement, result's protocol), recording every flow's rate; None if the re-run does not
-    reproduce `result` (then the caller falls back to even spreading)."""
+    """Re-run the flow model on `schedule` as simulate() ran it for `result` (a prediction's
+    placement, protocol and lanes; else the default placement and `result`'s protocol),
+    watching every flow's rate; None if the re-run does not reproduce `result` (then the
+    caller falls back to even spreading)."""
     from ..collectives import layout
     from ..dtypes import get_dtype
     from ..simulate import flow
-    from ..simulate.core import coster, path_table
+    from ..simulate.core import coster
     from ..simulate.protocol import generation_of, get_protocol
     p = schedule.nranks
-    placement = np.arange(p, dtype=np.int64)
     lay = layout(schedule.collective, result.size, result.dtype, p)
-    nodes = len({topology.node_of(r) for r in range(p)})
-    proto = get_protocol(result.protocol, generation_of(topology), nodes)
-    paths = path_table(topology, placement)
-    cst = coster(paths, proto, 1.0, schedule.channels)
+    timed = result.timed
+    if timed is not None:
+        proto, lanes = timed.protocol, timed.lanes
+    else:
+        nodes = len({topology.node_of(r) for r in range(p)})
+        proto, lanes = get_protocol(result.protocol, generation_of(topology), nodes), 1.0
+    paths = _paths(result, topology)
+    cst = coster(paths, proto, lanes, schedule.channels)
     g = flow.build(schedule, cst, schedule.chunk_bounds(lay.block_count),
                    get_dtype(lay.dtype).itemsize)
     if g is None or g["nops"] > MAX_RECORDED_OPS:
         return None
-    rec = _Recorder(g, cst.link_cap)
-    rec.run()
+    rec = RateRecorder()
+    sim = flow.simulate_graph(g, cst.link_cap, getattr(paths.fabric, "recovery_s", 0.0), rec)
     n = g["nops"]
-    end = float(rec.time[:n].max()) + proto.base_latency_s
-    if abs(end - result.time_s) > 1e-9 * max(result.time_s, 1e-12):
+    end = float(sim.time[:n].max()) + proto.base_latency_s
+    if abs(end - result.time_s) > 1e-9 * max(result.time_s, 1e-12) or not rec.changes:
         return None
     t = np.concatenate([c[0] for c in rec.changes])
     op = np.concatenate([c[1] for c in rec.changes])
@@ -135,7 +161,7 @@ def flow_link_usage(schedule, topology, result) -> LinkUsage | None:
     link = route[rows, hops]
     cap = cst.link_cap[link]
     per_link = _steps(t[rows], delta[rows] / np.where(cap > 0, cap, 1.0), link)
-    return _usage(topology, cst.link_cap, per_link, result.time_s, "flow rates")
+    return _usage(topology, cst.link_cap, per_link, _end_s(result), "flow rates")
 
 
 def _steps(t, d, ln) -> dict:
@@ -152,38 +178,20 @@ def _steps(t, d, ln) -> dict:
     return {int(ln[a]): (t[a:b], util[a:b]) for a, b in zip(bounds[:-1], bounds[1:])}
 
 
-def _recorder_class():
-    from ..simulate.flow import _Sim
+class RateRecorder:
+    """A flow-model observer (simulate.flow.FlowObserver) that notes (times, flows, rates)
+    whenever rates are set (a flow starts, or one ends while links are shared) and
+    (time, flows, 0) when flows have sent their bytes."""
 
-    class Recorder(_Sim):
-        """The flow model's event loop, noting (time, flows, rates) whenever rates are set
-        (a flow starts, or one ends while links are shared) and (time, flows, 0) when flows
-        have sent their bytes."""
+    def __init__(self) -> None:
+        self.changes: list = []
 
-        def __init__(self, g, link_cap):
-            super().__init__(g, link_cap)
-            self.changes, self.now = [], 0.0
+    def rates(self, now, ops, rates) -> None:
+        self.changes.append((np.full(len(ops), now), ops.copy(), rates.copy()))
 
-        def _rates(self, act, rate, was_contended):
-            fresh = rate <= 0
-            if fresh.any():  # new flows start now
-                self.now = float(self.start[act[fresh]].max())
-            out = super()._rates(act, rate, was_contended)
-            self.changes.append((np.full(len(act), self.now), act.copy(), out.copy()))
-            return out
-
-        def _sent(self, ids, when):
-            super()._sent(ids, when)
-            if len(ids):
-                self.now = float(np.max(when))
-                self.changes.append((np.asarray(when, dtype=np.float64).copy(), ids.copy(),
-                                     np.zeros(len(ids))))
-
-    return Recorder
-
-
-def _Recorder(g, link_cap):
-    return _recorder_class()(g, link_cap)
+    def sent(self, when, ops) -> None:
+        self.changes.append((np.asarray(when, dtype=np.float64).copy(), ops.copy(),
+                             np.zeros(len(ops))))
 
 
 def _nvls_usage(result, topology) -> LinkUsage | None:
@@ -192,13 +200,12 @@ def _nvls_usage(result, topology) -> LinkUsage | None:
     busy = result.link_busy_s
     if not busy:
         return None
-    from ..simulate.core import path_table
-    paths = path_table(topology, np.arange(result.nranks, dtype=np.int64))
+    paths = _paths(result, topology)
     body = max(busy.values())
     t0 = result.time_s - body
     per_link = {int(ln): (np.array([t0, result.time_s]), np.array([b / body, 0.0]))
                 for ln, b in busy.items() if b > 0}
-    return _usage(topology, paths.capacity, per_link, result.time_s, "steady stream")
+    return _usage(topology, paths.capacity, per_link, _end_s(result), "steady stream")
 
 
 def _usage(topology, capacity, per_link, end_s, method="op averages") -> LinkUsage:

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from .links import NVLS_ALGORITHMS, link_usage
 
 LINKS_PID = 1_000_000  # the process that holds the link counter tracks
+PHASES_PID = 999_999  # the process that holds what the time adds beyond the ops
 MAX_NVLS_ROUNDS = 32  # chunk rounds per channel drawn one by one; more are drawn in groups
 MAX_COUNTER_POINTS = 200_000  # above this, link counters are sampled on a grid
 
@@ -48,9 +49,23 @@ def trace_events(result, topology=None, counters=True, ranks=None, schedule=None
     for name, cat, pid, tid, start, end, args in ops:
         events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
                        "ts": start * 1e6, "dur": (end - start) * 1e6, "args": args})
+    events += phase_events(result)
     if topology is not None and counters:
         events += counter_events(result, topology, schedule)
     return events
+
+
+def phase_events(result) -> list:
+    """What the printed time adds after the ops (the protocol's fixed latency, a bound that
+    held it higher: simulate.timed.phases), on a track of its own."""
+    from ..simulate.timed import phases
+    spans = phases(result)
+    if not spans:
+        return []
+    return [{"ph": "M", "name": "process_name", "pid": PHASES_PID, "tid": 0,
+             "args": {"name": "the time beyond the ops"}}] + [
+        {"ph": "X", "name": what, "cat": "model", "pid": PHASES_PID, "tid": 0, "ts": a * 1e6,
+         "dur": (b - a) * 1e6, "args": {"what": what}} for what, a, b in spans]
 
 
 def counter_events(result, topology, schedule=None) -> list:
@@ -136,16 +151,18 @@ def nvls_chunk_bytes(nbytes: float, gpus: int) -> int:
 
 
 def trace_doc(result, topology=None, schedule=None) -> dict:
+    from ..simulate.timed import printed_s
     return {"traceEvents": trace_events(result, topology, schedule=schedule),
             "displayTimeUnit": "ns",
             "otherData": {"collective": result.collective, "algorithm": result.algorithm,
                           "protocol": result.protocol, "model": result.model,
-                          "size": result.size, "time_us": result.time_s * 1e6}}
+                          "size": result.size, "time_us": printed_s(result) * 1e6}}
 
 
 def write_trace(result, path, topology=None, schedule=None) -> None:
-    """Write `result.timeline` (simulate(..., trace=True)) as Chrome-trace JSON; `schedule`
-    (what was simulated) makes a flow-model run's link counters exact (links.py)."""
+    """Write `result.timeline` (simulate(..., trace=True), or simulate.timed.traced of a
+    prediction) as Chrome-trace JSON; `schedule` (what was simulated; a prediction's
+    `timed.schedule` by default) makes a flow-model run's link counters exact (links.py)."""
     try:
         Path(path).write_text(json.dumps(trace_doc(result, topology, schedule)))
     except OSError as e:

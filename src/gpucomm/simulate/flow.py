@@ -19,7 +19,7 @@ the first step with an op not yet started); below `EXACT_OPS` ops every op is ch
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,18 @@ Bools = npt.NDArray[np.bool_]
 Links = npt.NDArray[np.signedinteger[Any]]  # link indices per row, -1 padded
 # a step with engine barriers: (first op, ops, send and receive barrier per op or None)
 Group = tuple[int, int, Ints | None, Ints | None]
+
+
+class FlowObserver(Protocol):
+    """Watches the event loop (simulate_graph's `observer`): every rate it gives the flows
+    whenever the set of flows changes, and every transfer's end. Arrays are the loop's own:
+    copy what you keep."""
+
+    def rates(self, now: float, ops: Ints, rates: Floats) -> None:
+        """At `now`, the moving flows `ops` (op indices) run at `rates` bytes/s."""
+
+    def sent(self, when: Floats, ops: Ints) -> None:
+        """Ops `ops` finished sending their bytes at `when`."""
 
 
 class OpGraph(TypedDict):
@@ -271,12 +283,13 @@ def run(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int, trace:
     return float(sim.time[:n].max()), sim.events, n, busy, times
 
 
-def simulate_graph(g: FlowGraph, link_cap: Floats, recovery_s: float = 0.0) -> _Sim:
+def simulate_graph(g: FlowGraph, link_cap: Floats, recovery_s: float = 0.0,
+                   observer: FlowObserver | None = None) -> _Sim:
     """Run the event loop over a graph in build()'s format (symmetry.py builds reduced ones;
     g["windowed"], if given, says whether the window of steps applies, as for the whole
     schedule); the returned state holds each op's times. `recovery_s`: congestion control's
-    ramp (fabric.py), 0 without one."""
-    sim = _Sim(g, link_cap, recovery_s)
+    ramp (fabric.py), 0 without one. `observer` sees every rate and transfer end."""
+    sim = _Sim(g, link_cap, recovery_s, observer)
     sim.run()
     return sim
 
@@ -285,8 +298,10 @@ class _Sim:
     """The event loop. An op starts when its predecessors allow, transfers its bytes as a flow
     (its engines are busy meanwhile), and its data lands `alpha` later (when readers may go)."""
 
-    def __init__(self, g: FlowGraph, link_cap: Floats, recovery_s: float = 0.0) -> None:
+    def __init__(self, g: FlowGraph, link_cap: Floats, recovery_s: float = 0.0,
+                 observer: FlowObserver | None = None) -> None:
         self.g = g
+        self.observer = observer
         # congestion control's ramp: a flow whose rate rises by dR owes dR * recovery_s bytes
         self.recovery_s = recovery_s
         n = g["nops"]
@@ -370,10 +385,8 @@ class _Sim:
                             rem = np.concatenate([rem, g["bytes"][flows]])
                             rate = np.concatenate([rate, np.zeros(len(flows))])
                             self._load(fm)
-                            old = rate.copy() if self.recovery_s else None
-                            self.changed = fm
-                            rate = self._rates(act, rate, contended)
-                            rem = self._ramp(rem, old, rate)
+                            rate, rem = self._rerate(act, rate, rem, contended, fm,
+                                                     float(self.start[flows].max()))
                             contended = self.shared > 0
                     if check:
                         continue  # zero-byte ops may free engines for more ops at this time
@@ -401,10 +414,7 @@ class _Sim:
                     land_t = np.concatenate([land_t, t_next + g["alpha_row"][g["row"][ids]]])
                     check = True
                     if len(act) and contended:
-                        old = rate.copy() if self.recovery_s else None
-                        self.changed = freed
-                        rate = self._rates(act, rate, contended)
-                        rem = self._ramp(rem, old, rate)
+                        rate, rem = self._rerate(act, rate, rem, contended, freed, t_next)
                     contended = self.shared > 0
             t = t_next
             land, land_t, landed = self._land(land, land_t, t + tol)
@@ -421,6 +431,17 @@ class _Sim:
         self.time[land[due]] = land_t[due]
         return land[~due], land_t[~due], int(due.sum())
 
+    def _rerate(self, act: Ints, rate: Floats, rem: Floats, contended: bool, changed: Links,
+                now: float) -> tuple[Floats, Floats]:
+        """(rates, bytes left) of the moving flows `act` after those on `changed` links
+        started or ended at `now` (told to the observer)."""
+        old = rate.copy() if self.recovery_s else None
+        self.changed = changed
+        rate = self._rates(act, rate, contended)
+        if self.observer is not None:
+            self.observer.rates(now, act, rate)
+        return rate, self._ramp(rem, old, rate)
+
     def _ramp(self, rem: Floats, old: Floats | None, rate: Floats) -> Floats:
         """Bytes a running flow's congestion control loses climbing to a higher rate (`old`:
         the rates before, None without congestion control)."""
@@ -432,6 +453,8 @@ class _Sim:
         """Record transfer ends; close engine barriers whose last member just finished."""
         g, n = self.g, self.n
         self.time[n + ids] = when
+        if self.observer is not None and len(ids):
+            self.observer.sent(when, ids)
         if not g["ngroups"]:
             return
         for groups in (g["gsend"], g["grecv"]):

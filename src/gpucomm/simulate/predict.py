@@ -38,6 +38,7 @@ from . import nccl, p2p, ranking, shm, versions
 from .paths import NVLINK, PathTable
 from .result import SimResult
 from .rings import ring_orders
+from .timed import Timed
 
 if TYPE_CHECKING:
     from ..schedule import Schedule
@@ -174,7 +175,10 @@ def _host_bound(res: SimResult, host_s: float, coll: Collective, dtype: DTypeLik
     if res.nranks < 2 or res.time_s >= host_s:
         return res
     algbw, busbw = layout(coll, res.size, dtype, res.nranks).busbw(host_s)
-    return dataclasses.replace(res, time_s=host_s, algbw_GBps=algbw, busbw_GBps=busbw)
+    timed = None if res.timed is None else res.timed.bounded(
+        f"host: {host_s * 1e6:.1f} us to issue the launches", host_s)
+    return dataclasses.replace(res, time_s=host_s, algbw_GBps=algbw, busbw_GBps=busbw,
+                               timed=timed)
 
 
 def _candidates(coll: Collective, algorithm: str, topology: Topology, placement: Ranks,
@@ -255,8 +259,24 @@ def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placemen
     paths = path_table(topology, placement)
     res = _time_on_links(coll, name, nbytes, topology, placement, dtype, model, proto, root,
                          redop, params, paths)
-    return None if res is None else shm.limit(res, coll, res.size, topology, placement, paths,
-                                              dtype, proto)
+    if res is None:
+        return None
+    limited = p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
+    if limited is None:
+        return None
+    res = _bound(limited, res, "p2p: NCCL's channels per peer")
+    return _bound(shm.limit(res, coll, res.size, topology, placement, paths, dtype, proto), res,
+                  "shm: through host memory")
+
+
+def _bound(res: SimResult, before: SimResult, why: str) -> SimResult:
+    """`res` (a limit applied to `before`) with its timed run saying what the limit did."""
+    assert before.timed is not None  # _time_on_links attaches it
+    timed = before.timed.bounded(why, res.time_s)
+    channels = res.nccl_channels or res.channels
+    if channels != timed.channels:
+        timed = dataclasses.replace(timed, channels=channels)
+    return dataclasses.replace(res, timed=timed)
 
 
 def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
@@ -265,7 +285,14 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     p = len(placement)
     if name in nccl.CLOSED:
         res = nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
-        return None if res is None else dataclasses.replace(res, redop=redop)
+        if res is None:
+            return None
+        timed = Timed(algorithm=name, schedule=None, closed_form=name, topology=topology,
+                      placement=placement, protocol=get_protocol(proto, generation_of(topology)),
+                      channels=res.nccl_channels or res.channels, lanes=1.0,
+                      nics=_rails(topology, placement, paths), fabric=paths.fabric, model=model,
+                      nbytes=res.size, dtype=res.dtype, redop=redop, simulated_s=res.time_s)
+        return dataclasses.replace(res, redop=redop, timed=timed)
     schedule = nccl.schedule_of(coll.name, name)
     assert schedule is not None  # None only for the closed forms, timed above
     alg = get_algorithm(coll, schedule)
@@ -301,8 +328,14 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
                                nccl.net_hop_floor(topology, placement, proto, paths))
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop)
-    res = dataclasses.replace(res, algorithm=name, nccl_channels=int(sched.channels * lanes))
-    return p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
+    channels = int(sched.channels * lanes)
+    timed = Timed(algorithm=name, schedule=sched, topology=topology,
+                  placement=np.asarray(ranks, dtype=np.int64),
+                  protocol=timing if isinstance(timing, Protocol) else
+                  get_protocol(timing, generation_of(topology), _nodes(topology, placement)),
+                  channels=channels, lanes=lanes, nics=rails, fabric=paths.fabric, model=model,
+                  nbytes=res.size, dtype=res.dtype, redop=redop, simulated_s=res.time_s)
+    return dataclasses.replace(res, algorithm=name, nccl_channels=channels, timed=timed)
 
 
 _ORDERS: _Memo = {}
@@ -327,6 +360,14 @@ def _build(alg: Algorithm, p: int, root: int, kw: dict[str, Any]) -> Schedule:
 def _ring_orders(topology: Topology, placement: Ranks) -> Ranks | None:
     orders: Ranks | None = per_placement(_ORDERS, topology, placement, ring_orders)
     return orders
+
+
+def _rails(topology: Topology, placement: Ranks, paths: PathTable) -> int:
+    return int(paths.rails_per_node) if _multi_node(topology, placement) else 1
+
+
+def _nodes(topology: Topology, placement: Ranks) -> int:
+    return len(np.unique(np.asarray(topology.router.rank_node)[placement]))
 
 
 def _multi_node(topology: Topology, placement: npt.ArrayLike) -> bool:

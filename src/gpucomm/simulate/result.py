@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, overload
+from typing import TYPE_CHECKING, TypedDict, overload
 
 import numpy as np
 import numpy.typing as npt
 
+if TYPE_CHECKING:
+    from .timed import Timed
+
 # one op of a timeline: (step, src, dst, chunk, channel, start s, end s, bytes)
 TimelineRecord = tuple[int, int, int, int, int, float, float, int]
-
 
 
 class SimRow(TypedDict):
@@ -134,6 +136,8 @@ class SimResult:
     candidates: tuple[tuple[str, str, float], ...] = field(default=(), repr=False)
     nccl_channels: int = 0  # NCCL channels the schedule's channels stand for (0: as channels)
     note: str = ""  # how the answer was reached when not op by op (symmetry, closed form)
+    # what was timed (predict): the views (trace, HTML, tuner file, planner) read it
+    timed: Timed | None = field(default=None, repr=False, compare=False)
 
     @property
     def time_us(self) -> float:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms import get_algorithm
 from ..collectives import get_collective
 from ..schedule import FIELDS, Schedule, concat, step
 
@@ -48,24 +47,32 @@ def union_nbytes(collective, nbytes: int, n: int, copies: int) -> int:
 
 def time_together(collective, nbytes: int, topology, groups: list, single, *,
                   dtype="bfloat16", model="flow") -> float | None:
-    """Seconds until all `groups` (lists of topology ranks) finish, each running the
-    algorithm/protocol of `single` (a SimResult of one group). None where the algorithm is not
-    a schedule (in-switch reduction) and cannot be composed. Each group's inter-node traffic
-    leaves by its own GPUs' NICs (the simulator's rail rule), so groups contend exactly where
-    they share a NIC.
+    """Seconds until all `groups` (lists of topology ranks) finish, each running what was
+    timed for `single` (a prediction for one group: its schedule, protocol, lanes and, where
+    its placement is on `groups[0]`, its ring orders, moved to each group). None where the
+    algorithm is not a schedule (in-switch reduction) and cannot be composed. Each group's
+    inter-node traffic leaves by its own GPUs' NICs (the simulator's rail rule), so groups
+    contend exactly where they share a NIC.
     """
     from ..simulate import simulate
-    from ..simulate.predict import CHANNELS
-    from ..simulate.nccl import schedule_of
-    name = schedule_of(get_collective(collective).name, single.algorithm)
-    if name is None or not groups:
+    timed = single.timed
+    if timed is None or timed.schedule is None or not groups:
         return None
-    n = len(groups[0])
-    alg = get_algorithm(collective, name)
-    kw = {"channels": single.channels} if "channels" in {k for k, _ in alg.params} else {}
-    sched = union_schedule(alg.build(n, **kw), len(groups))
-    placement = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
-    res = simulate(sched, topology, union_nbytes(collective, nbytes, n, len(groups)),
-                   dtype=dtype, model=model, protocol=single.protocol, ranks=placement,
-                   lanes=CHANNELS / max(sched.channels, 1))
+    sched = union_schedule(timed.schedule, len(groups))
+    res = simulate(sched, topology, union_nbytes(collective, nbytes, timed.schedule.nranks,
+                                                 len(groups)),
+                   dtype=dtype, model=model, protocol=timed.protocol,
+                   ranks=union_placement(timed.placement, groups), lanes=timed.lanes)
     return float(res.time_s)
+
+
+def union_placement(placement, groups: list) -> np.ndarray:
+    """The union's placement: the timed `placement` of one group (schedule rank -> GPU, or a
+    row per channel) moved from groups[0]'s GPUs to each group's, side by side; where it does
+    not lie on groups[0], each group's GPUs in order."""
+    first = {int(r): i for i, r in enumerate(groups[0])}
+    pl = np.asarray(placement, dtype=np.int64)
+    if not all(int(r) in first for r in pl.flat):
+        return np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
+    pos = np.vectorize(first.__getitem__, otypes=[np.int64])(pl)
+    return np.concatenate([np.asarray(g, dtype=np.int64)[pos] for g in groups], axis=-1)
