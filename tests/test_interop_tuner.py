@@ -4,7 +4,7 @@ import pytest
 from gpucomm.cli import main
 from gpucomm.errors import ConfigError
 from gpucomm.interop.tuner import (MAX_BYTES, NCCL_ALGORITHMS, NCCL_COLLECTIVES, NCCL_PROTOCOLS,
-                                   parse_csv)
+                                   parse_csv, to_csv)
 
 
 @pytest.mark.parametrize("argv,nodes,nranks", [
@@ -15,19 +15,62 @@ def test_tuner_file_parses_back_contiguous_with_nccl_names(tmp_path, capsys, arg
     out = tmp_path / "nccl_tuner.conf"
     assert main(["tune", *argv, "-e", "1G", "-o", str(out)]) == 0
     rules = parse_csv(out.read_text())
-    by_coll = {}
+    by_shape = {}
     for r in rules:
-        by_coll.setdefault(r["collective"], []).append(r)
+        by_shape.setdefault((r["nNodes"], r["nRanks"], r["collective"]), []).append(r)
         assert r["algorithm"] in NCCL_ALGORITHMS and r["protocol"] in NCCL_PROTOCOLS
-        assert (r["nNodes"], r["nRanks"], r["channels"]) == (nodes, nranks, -1)
-    assert set(by_coll) == set(NCCL_COLLECTIVES.values())
-    for coll, rs in by_coll.items():
+        assert r["channels"] >= 1  # explicit: the plugin turns -1 into 1 channel
+    assert {c for n, p, c in by_shape if (n, p) == (nodes, nranks)} == \
+        set(NCCL_COLLECTIVES.values())
+    # the communicators a job splits the cluster into: 2..all GPUs of one node, and across
+    # nodes 1..all GPUs of each
+    assert {(n, p) for n, p, _ in by_shape} >= {(1, 2), (1, 4), (nodes, nranks)}
+    if nodes > 1:
+        assert (2, 2) in {(n, p) for n, p, _ in by_shape}  # one GPU per node (a DP group)
+    for key, rs in by_shape.items():
         assert rs[0]["min_bytes"] == 0 and rs[-1]["max_bytes"] == MAX_BYTES
         for a, b in zip(rs, rs[1:]):
-            assert b["min_bytes"] == a["max_bytes"] + 1, coll
-            assert (a["algorithm"], a["protocol"]) != (b["algorithm"], b["protocol"])
+            assert b["min_bytes"] == a["max_bytes"] + 1, key
+            assert (a["algorithm"], a["protocol"], a["channels"]) != \
+                (b["algorithm"], b["protocol"], b["channels"])
     if nodes > 1:
-        assert "nvls" not in {r["algorithm"] for r in rules}  # multi-node NVLS is NVLS_TREE
+        full = [r for r in rules if r["nNodes"] == nodes]
+        assert "nvls" not in {r["algorithm"] for r in full}  # multi-node NVLS is NVLS_TREE
+
+
+def test_tuner_channels_are_what_sim_reports(capsys):
+    """Issue 24: on dgx-h100 x 2 the file said 1 channel for an all-reduce that `sim` runs on
+    16; each rule's channels now equal sim's at the sizes the rule covers."""
+    import json
+    import re
+    assert main(["tune", "--system", "dgx-h100", "--nodes", "2", "-c", "all_reduce",
+                 "-c", "all_gather", "-e", "256M", "--no-sub-communicators",
+                 "--format", "json"]) == 0
+    rules = json.loads(capsys.readouterr().out)["rules"]
+    names = {"allreduce": "all_reduce", "allgather": "all_gather"}
+    for coll in names:
+        assert main(["sim", "-c", names[coll], "--system", "dgx-h100", "--nodes", "2", "-b",
+                     "1K", "-e", "256M", "-f", "4", "--format", "json"]) == 0
+        for row in json.loads(capsys.readouterr().out)["rows"]:
+            rule = next(r for r in rules if r["collective"] == coll and
+                        r["min_bytes"] <= row["size"] <= r["max_bytes"])
+            ch = int(re.search(r"(\d+)ch", row["reason"]).group(1))
+            assert (rule["algorithm"], rule["protocol"], rule["channels"]) == \
+                (row["algorithm"], row["protocol"], ch), row["size"]
+
+
+def test_a_name_cannot_inject_a_rule_and_every_line_fits_the_plugin_buffer():
+    rules = [{"collective": "allreduce", "min_bytes": 0, "max_bytes": MAX_BYTES,
+              "algorithm": "ring", "protocol": "simple", "channels": 4, "nNodes": 1,
+              "nRanks": 8, "numPipeOps": -1, "regBuff": -1}]
+    evil = ("box,0,9,tree,ll,1,1,8\nallreduce,0,99,tree,ll,1,1,8\r\x00" + "é,x" * 400)
+    text = to_csv(rules, f"rules for {evil}")
+    lines = text.splitlines()
+    assert all(len(line.encode()) + 1 < 256 for line in lines)  # fgets(line, 256): whole
+    data = [line for line in lines if not line.startswith("#")]
+    assert data == ["allreduce,0,9223372036854775807,ring,simple,4,1,8,-1,-1"]
+    assert all("," not in line for line in lines if line.startswith("#"))
+    assert len(parse_csv(text)) == 1
 
 
 def test_json_and_one_collective(capsys):

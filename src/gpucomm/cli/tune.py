@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+import argparse
+
 from .common import add_format, print_json, size_arg, write_text
 from .topo import add_topology_args, topology_from_args
 
@@ -19,7 +21,10 @@ def register(sub) -> None:
     p.add_argument("-d", "--datatype", default="float32")
     p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
     p.add_argument("--channels", action="store_true",
-                   help="write the model's channel count (default -1: keep NCCL's)")
+                   help="(always on: every rule holds the channels the timed run used)")
+    p.add_argument("--sub-communicators", action=argparse.BooleanOptionalAction, default=True,
+                   help="also rules for 1, 2, 4, ... nodes x 1, 2, 4, ... GPUs per node (the "
+                        "plugin matches node and rank counts exactly; default: on)")
     p.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
     add_format(p)
     p.set_defaults(func=cmd_tune)
@@ -29,15 +34,17 @@ def cmd_tune(args) -> int:
     from ..interop.tuner import NCCL_COLLECTIVES, TuneRequest, to_csv, tune
     topo = topology_from_args(args)
     nodes = len({topo.node_of(r) for r in range(topo.nranks)})
-    req = TuneRequest(topo, nodes, tuple(args.collective or NCCL_COLLECTIVES), args.minbytes,
-                      args.maxbytes, args.datatype, args.model, args.channels)
+    req = TuneRequest(topology=topo, collectives=tuple(args.collective or NCCL_COLLECTIVES),
+                      min_bytes=args.minbytes, max_bytes=args.maxbytes, dtype=args.datatype,
+                      model=args.model, sub_communicators=args.sub_communicators)
     rules = tune(req)
     if args.format == "json":
         print_json({"topology": topo.name, "nodes": nodes, "nranks": topo.nranks,
                     "rules": rules})
         return 0
-    text = to_csv(rules, f"NCCL example tuner rules written by gpucomm tune for {topo}\n"
-                         f"(gpucomm's {args.model} model; -1 = any / NCCL's default)")
+    text = to_csv(rules, f"NCCL example tuner rules by gpucomm tune for {topo.name}: "
+                         f"{topo.nranks} ranks on {nodes} node(s)\n"
+                         f"gpucomm {args.model} model; channels as timed; -1 = any")
     if args.output:
         write_text(args.output, text)
         print(f"wrote {args.output}: {len(rules)} rules for {topo.nranks} ranks on {nodes} "

@@ -4,14 +4,19 @@ NCCL's `ext-tuner/example` plugin reads a CSV (path in NCCL_TUNER_CONFIG_FILE), 
 `collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff`
 with collectives broadcast/reduce/allgather/reducescatter/allreduce, algorithms
 tree/ring/collnet_direct/collnet_chain/nvls/nvls_tree/pat, protocols ll/ll128/simple, and -1
-for "keep NCCL's default" (channels) or "any" (the rest). Facts from its README; no code.
+for "keep NCCL's default" (channels) or "any" (the rest). Facts from its README and
+plugins/tuner/example/plugin.c (NCCL 2.29): lines are read with fgets into MAX_LINE_LENGTH
+(256) bytes, '#' in the first column marks a comment, the first rule that matches applies,
+nNodes and nRanks match exactly (or -1: any), and the channel count is set to 1 before
+matching, so a -1 channel field leaves 1 channel, not NCCL's default.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..collectives import get_collective
+from ..collectives import Collective, get_collective
 from ..dtypes import get_dtype
 from ..errors import ConfigError
 from ..simulate import predict
@@ -31,63 +36,117 @@ NCCL_PROTOCOLS = ("ll", "ll128", "simple")
 MAX_BYTES = (1 << 63) - 1  # the last rule covers every larger size (fits signed parsers)
 
 
-@dataclass(frozen=True)
+MAX_LINE_BYTES = 200  # the plugin reads lines with fgets into 256 bytes (MAX_LINE_LENGTH)
+_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:/()+=x*-]")  # no comma, '#', newline or control
+
+
+@dataclass(frozen=True, kw_only=True)
 class TuneRequest:
     topology: Topology
-    nodes: int
     collectives: tuple = tuple(NCCL_COLLECTIVES)
     min_bytes: int = 1
     max_bytes: int = 16 << 30
     dtype: str = "float32"
     model: str = "analytic"
-    channels: bool = False  # write the model's channel count (default -1: NCCL's own)
+    # also rules for the communicators a job splits the cluster into (nNodes x GPUs per node)
+    sub_communicators: bool = True
+
+
+def shapes(topology: Topology, sub_communicators: bool = True) -> list[tuple[int, list[int]]]:
+    """(nodes, ranks) of the communicators to write rules for: the whole cluster first, then
+    (with `sub_communicators`) 1, 2, 4, ... nodes times 1, 2, 4, ... GPUs of each (the first
+    GPUs of the first nodes: NCCL's plugin tells communicators apart only by their node and
+    rank counts)."""
+    per_node: dict[int, list[int]] = {}
+    for r in range(topology.nranks):
+        per_node.setdefault(topology.node_of(r), []).append(r)
+    nodes = [per_node[k] for k in sorted(per_node)]
+    gpus = min(len(g) for g in nodes)
+    out = [(len(nodes), list(range(topology.nranks)))]
+    if not sub_communicators:
+        return out
+    for n in sorted({*_powers(len(nodes)), len(nodes)}):
+        for g in sorted({*_powers(gpus), gpus}):
+            ranks = [r for node in nodes[:n] for r in node[:g]]
+            if len(ranks) >= 2 and (n, len(ranks)) not in {(m, len(rs)) for m, rs in out}:
+                out.append((n, ranks))
+    return out
+
+
+def _powers(n: int) -> list[int]:
+    return [1 << k for k in range(n.bit_length()) if 1 << k <= n]
 
 
 def tune(req: TuneRequest) -> list[dict]:
-    """Rules, contiguous per collective from 0 to MAX_BYTES: sizes are probed at powers of
-    two, and each probe's choice covers the sizes from halfway below it (log scale) on."""
-    nranks = req.topology.nranks
-    itemsize = get_dtype(req.dtype).itemsize
-    rules = []
+    """Rules, contiguous per communicator shape and collective from 0 to MAX_BYTES: sizes are
+    probed at powers of two, and each probe's choice covers the sizes from halfway below it
+    (log scale) on. The channels are those of the run that was timed (simulate.timed), so the
+    plugin sets what `gpucomm sim` reports; never -1, which that plugin turns into 1."""
     for name in req.collectives:
         coll = get_collective(name)
         if coll.name not in NCCL_COLLECTIVES:
             raise ConfigError(f"NCCL's tuner has no {coll.name}: allowed are "
                               f"{', '.join(NCCL_COLLECTIVES)}")
-        unit = itemsize * coll.size_blocks(nranks)  # the smallest size every rank gets data of
-        probes, s = [], 1
-        while s <= req.max_bytes:
-            if s >= req.min_bytes:
-                probes.append(-(-s // unit) * unit)
-            s *= 2
-        probes = sorted(set(probes))
-        if not probes:
-            raise ConfigError(f"no sizes between {req.min_bytes} and {req.max_bytes}")
-        choices = []
-        for size in probes:
-            res = predict(coll, size, req.topology, dtype=req.dtype, model=req.model)
-            algo = NCCL_ALGORITHM.get(res.algorithm)
-            if algo is None:
-                raise ConfigError(f"{coll.name} at {size} B: the model chose {res.algorithm}, "
-                                  "which NCCL does not have")
-            choices.append((algo, res.protocol, res.channels if req.channels else -1))
-        start = 0
-        for i, (size, choice) in enumerate(zip(probes, choices)):
-            last = i == len(probes) - 1
-            if last or choices[i + 1] != choice:
-                end = MAX_BYTES if last else (size + probes[i + 1]) // 2 - 1
-                algo, proto, ch = choice
-                rules.append({"collective": NCCL_COLLECTIVES[coll.name], "min_bytes": start,
-                              "max_bytes": end, "algorithm": algo, "protocol": proto,
-                              "channels": ch, "nNodes": req.nodes, "nRanks": nranks,
-                              "numPipeOps": -1, "regBuff": -1})
-                start = end + 1
+    rules = []
+    for nodes, ranks in shapes(req.topology, req.sub_communicators):
+        for name in req.collectives:
+            rules += _rules(req, get_collective(name), nodes, ranks)
     return rules
 
 
+def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int]) -> list[dict]:
+    from ..simulate.core import size_sweep
+    unit = get_dtype(req.dtype).itemsize * coll.size_blocks(len(ranks))
+    probes, s = [], 1  # the smallest size every rank gets data of, and its multiples
+    while s <= req.max_bytes:
+        if s >= req.min_bytes:
+            probes.append(-(-s // unit) * unit)
+        s *= 2
+    probes = sorted(set(probes))
+    if not probes:
+        raise ConfigError(f"no sizes between {req.min_bytes} and {req.max_bytes}")
+    choices = []
+    with size_sweep(probes):
+        for size in probes:
+            res = predict(coll, size, req.topology, ranks=ranks, dtype=req.dtype,
+                          model=req.model)
+            algo = NCCL_ALGORITHM.get(res.algorithm)
+            if algo is None or res.timed is None:
+                raise ConfigError(f"{coll.name} at {size} B: the model chose {res.algorithm}, "
+                                  "which NCCL does not have")
+            choices.append((algo, res.protocol, res.timed.channels))
+    rules, start = [], 0
+    for i, (size, choice) in enumerate(zip(probes, choices)):
+        last = i == len(probes) - 1
+        if last or choices[i + 1] != choice:
+            end = MAX_BYTES if last else (size + probes[i + 1]) // 2 - 1
+            algo, proto, ch = choice
+            rules.append({"collective": NCCL_COLLECTIVES[coll.name], "min_bytes": start,
+                          "max_bytes": end, "algorithm": algo, "protocol": proto,
+                          "channels": ch, "nNodes": nodes, "nRanks": len(ranks),
+                          "numPipeOps": -1, "regBuff": -1})
+            start = end + 1
+    return rules
+
+
+def comment_lines(text: str) -> list[str]:
+    """`text` as comment lines the plugin skips whole: each starts with '#', holds no comma,
+    control character or non-ASCII (a name cannot add a line or a field), and fits its
+    256-byte line buffer (longer lines are cut, the rest on lines of their own)."""
+    out = []
+    for raw in text.splitlines():
+        line = _UNSAFE.sub("_", raw)
+        while True:
+            out.append(("# " + line[:MAX_LINE_BYTES - 2]).rstrip())
+            line = line[MAX_LINE_BYTES - 2:]
+            if not line:
+                break
+    return out
+
+
 def to_csv(rules: list[dict], comment: str = "") -> str:
-    lines = [f"# {c}" for c in comment.splitlines()]
-    lines.append("# " + ",".join(HEADER))
+    lines = comment_lines(comment)
+    lines.append("# " + " ".join(HEADER))
     lines += [",".join(str(r[k]) for k in HEADER) for r in rules]
     return "\n".join(lines) + "\n"
 
