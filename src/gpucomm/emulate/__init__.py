@@ -1,8 +1,9 @@
 """A multi-host cluster emulated on one machine with network namespaces and tc-shaped veths.
 
     >>> from gpucomm.emulate import ClusterSpec, EmulatedCluster, available
-    >>> ok, why = available()          # needs root, `ip` and `tc`
-    >>> with EmulatedCluster(ClusterSpec(hosts=2, ranks_per_host=2, rate_bps=1e9)) as c:
+    >>> ok, why = available()  # needs root, `ip` and `tc`  # doctest: +SKIP
+    >>> with EmulatedCluster(ClusterSpec(hosts=2, ranks_per_host=2,  # doctest: +SKIP
+    ...                                  rate_bps=1e9)) as c:
     ...     c.write_topology("emulated.yaml", c.measure())
 
 See cluster.py for the layout and docs/multihost.md for running on a real cluster.

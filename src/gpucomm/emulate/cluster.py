@@ -1,6 +1,7 @@
 """An emulated cluster on one machine: hosts are network namespaces, links are shaped veths.
 
-    >>> with EmulatedCluster(ClusterSpec(hosts=2, ranks_per_host=2, rate_bps=1e9)) as c:
+    >>> with EmulatedCluster(ClusterSpec(hosts=2, ranks_per_host=2,  # doctest: +SKIP
+    ...                                  rate_bps=1e9)) as c:
     ...     m = c.measure()                       # latency and goodput the harness sees
     ...     c.write_topology("emulated.yaml", m)  # for `gpucomm sim --topology emulated.yaml`
     ...     procs = c.launch([sys.executable, "train.py"])   # RANK/WORLD_SIZE/MASTER_* set

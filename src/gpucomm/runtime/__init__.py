@@ -39,7 +39,7 @@ def init(timeout: float | None = None, transport: str = "shm",
     >>> comm = init()  # doctest: +SKIP
     >>> comm.rank, comm.world_size  # doctest: +SKIP
     (0, 2)
-    >>> comm = init(transport="torch")  # doctest: +SKIP  (under torchrun, on any host)
+    >>> comm = init(transport="torch")  # under torchrun, on any host  # doctest: +SKIP
     """
     timeout = resolve_timeout(timeout)
     use_options(options)

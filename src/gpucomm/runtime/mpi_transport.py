@@ -5,11 +5,12 @@ answers gives a CommTimeout naming it instead of a hang (MPI_Wait has no timeout
 sizes are checked, so a peer passing a buffer of another size is an error, never a silently
 short message.
 
-    # mpiexec -n 4 python3 script.py
-    >>> from mpi4py import MPI
-    >>> t = MPITransport(MPI.COMM_WORLD)
-    >>> x = np.full(1024, float(MPI.COMM_WORLD.rank), np.float32)
-    >>> t.execute(build("all_reduce", "ring", 4), x, x)   # every rank: 6.0
+    # mpiexec -n 4 python3 script.py (doctests skip it: it needs 4 MPI ranks)
+    >>> from mpi4py import MPI  # doctest: +SKIP
+    >>> from gpucomm.algorithms import build
+    >>> t = MPITransport(MPI.COMM_WORLD)  # doctest: +SKIP
+    >>> x = np.full(1024, float(MPI.COMM_WORLD.rank), np.float32)  # doctest: +SKIP
+    >>> t.execute(build("all_reduce", "ring", 4), x, x)  # every rank: 6.0  # doctest: +SKIP
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def plan_rank(schedule: Schedule, rank: int, block_count: int) -> tuple[StepPlan
 
     >>> from gpucomm.algorithms import build
     >>> plan_rank(build("all_reduce", "ring", 2), 0, 4)[0].sends[0]
-    Message(peer=1, ranges=((0, 2, False),), nelems=2)
+    Message(peer=1, ranges=((0, 2, True),), nelems=2)
     """
     bounds = schedule.chunk_bounds(block_count)
     plan = []
