@@ -78,3 +78,103 @@ def test_the_architecture_document_states_these_rules():
             if layer in FORBIDDEN:
                 stated[layer] = {x.strip() for x in cells[3].split(",")}
     assert stated == FORBIDDEN
+
+
+# ---- the allow-list: each layer names every gpucomm module it may import; anything else fails
+# (a new runtime -> emulate or simulate -> report import included), and so does a private name
+# (`_x`, or a module `_x`) imported from another layer. `python tests/test_layering.py` prints
+# this table as docs/architecture.md should state it.
+ALLOWED = {
+    "errors": set(),
+    "dtypes": {"errors"},
+    "limits": {"errors"},
+    "hardware": {"errors"},
+    "collectives": {"dtypes", "errors"},
+    "schedule": {"collectives", "errors"},
+    "execute": {"dtypes", "errors", "schedule"},
+    "verify": {"collectives", "errors", "schedule"},
+    "algorithms": {"collectives", "errors", "schedule"},
+    "topology": {"errors", "hardware", "limits"},
+    "simulate": {"algorithms", "collectives", "dtypes", "errors", "hardware", "schedule",
+                 "topology"},
+    "runtime": {"algorithms", "collectives", "dtypes", "errors", "schedule"},
+    "torch": {"errors", "runtime"},
+    "emulate": {"algorithms", "collectives", "dtypes", "errors", "execute", "runtime",
+                "topology"},
+    "bench": {"algorithms", "collectives", "dtypes", "errors", "limits", "runtime", "schedule",
+              "simulate", "topology"},
+    "interop": {"collectives", "dtypes", "errors", "hardware", "schedule", "simulate",
+                "topology"},
+    "workloads": {"collectives", "errors", "hardware", "limits", "schedule", "simulate",
+                  "topology"},
+    "report": {"collectives", "dtypes", "errors", "simulate", "topology", "__version__"},
+    "cli": {"algorithms", "bench", "collectives", "dtypes", "errors", "execute", "hardware",
+            "interop", "limits", "report", "runtime", "simulate", "topology", "verify",
+            "workloads"},
+    "__init__": {"collectives", "dtypes", "errors", "runtime", "schedule", "verify"},
+    "__main__": {"cli"},
+}
+
+
+def gpucomm_imports(path: pathlib.Path) -> list[tuple[str, str]]:
+    """(the gpucomm module a statement imports from, the name it takes) for every gpucomm
+    import in `path`, relative imports resolved; `import gpucomm.x.y` gives ("gpucomm.x.y", "")."""
+    pkg = ("gpucomm",) + path.relative_to(SRC).parts[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            mod = ".".join(pkg[:len(pkg) - node.level + 1] + ((node.module,) if node.module
+                                                                else ())) \
+                if node.level else node.module or ""
+            if mod == "gpucomm" or mod.startswith("gpucomm."):
+                out += [(f"{mod}.{a.name}" if mod == "gpucomm" else mod, a.name)
+                        for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names if a.name.startswith("gpucomm.")]
+    return out
+
+
+def _layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _all_modules():
+    for path in sorted(SRC.rglob("*.py")):
+        yield path.relative_to(SRC).parts[0].removesuffix(".py"), path
+
+
+@pytest.mark.parametrize("layer, path", list(_all_modules()), ids=lambda x: str(x)[-40:])
+def test_imports_are_on_the_allow_list(layer, path):
+    assert layer in ALLOWED, f"{layer} is a new layer: give it a row of ALLOWED"
+    used = {_layer_of(m) for m, _ in gpucomm_imports(path)} - {layer}
+    bad = used - ALLOWED[layer]
+    assert not bad, f"{path.relative_to(SRC)} ({layer}) imports {sorted(bad)}, not allowed"
+
+
+def test_no_private_name_is_imported_across_layers():
+    found = []
+    for layer, path in _all_modules():
+        for module, name in gpucomm_imports(path):
+            parts = module.split(".")[1:] + ([name] if name else [])
+            private = [p for p in parts if p.startswith("_") and not p.startswith("__")]
+            if private and _layer_of(module) != layer:
+                found.append(f"{path.relative_to(SRC)}: {module} {name}")
+    assert not found, "private names imported from another layer:\n" + "\n".join(found)
+
+
+def test_the_allow_list_and_the_deny_list_agree():
+    for layer, forbidden in FORBIDDEN.items():
+        assert not ALLOWED[layer] & forbidden, layer
+
+
+def allow_table() -> str:
+    """The allow-list as the Markdown table docs/architecture.md should hold."""
+    rows = ["| layer | may import |", "|---|---|"]
+    rows += [f"| `{layer}` | {', '.join(sorted(ALLOWED[layer])) or '(nothing)'} |"
+             for layer in ALLOWED]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(allow_table())

@@ -37,7 +37,7 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
     1 mean, 2 min, 3 max over ranks) and `-z blocking` (3: a barrier after every iteration;
     our calls return when done, so 1 and 2 change nothing). `schedule`: run this Schedule
     (an imported MSCCL file) instead of a registered algorithm."""
-    coll, d = _bench_collective(collective), get_dtype(dtype)
+    coll, d = bench_collective(collective), get_dtype(dtype)
     if schedule is not None:
         from .sweep import register_fixed
         if schedule.collective != coll or schedule.nranks != nranks:
@@ -109,7 +109,7 @@ BENCH_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", 
                      "all_to_all", "gather", "scatter")
 
 
-def _bench_collective(name):
+def bench_collective(name):
     try:
         coll = get_collective(name)
     except ConfigError:

@@ -62,7 +62,7 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from ..bench import _bench_collective, run_bench
+    from ..bench import bench_collective, run_bench
     from ..bench.table import total_wrong
     from ..bench.plancost import add_predictions, calibrate
     if args.calibrate:
@@ -73,7 +73,7 @@ def cmd_bench(args) -> int:
     if args.plot:
         output_file(args.plot, "--plot", PLOT_SUFFIXES)
     nranks = _nranks(args)
-    coll = _bench_collective(args.collective)
+    coll = bench_collective(args.collective)
     schedule = _xml_schedule(args, coll, nranks)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     runs = _runs(args, coll, nranks)

@@ -120,10 +120,10 @@ def _title(kind: str, r, inputs: dict) -> str:
 def topology_drawing(topo) -> dict:
     """Positions of the devices of the first nodes and the fabric, and the links between them
     (a duplex pair once), with each link's technology family and GB/s per direction."""
-    from ..topology.analysis import _tech_kind
-    from ..topology.plot import MAX_NODES_DRAWN, _positions
+    from ..topology.analysis import tech_kind
+    from ..topology.plot import MAX_NODES_DRAWN, drawing_positions
     drawn = min(topo.nodes, MAX_NODES_DRAWN)
-    pos, _ = _positions(topo, drawn)
+    pos, _ = drawing_positions(topo, drawn)
     devices = [[d.name, d.kind, round(pos[d.name][0], 4), round(pos[d.name][1], 4)]
                for d in topo.devices if d.name in pos]
     links: list = []
@@ -133,7 +133,7 @@ def topology_drawing(topo) -> dict:
         if ln.src not in pos or ln.dst not in pos or (ln.dst, ln.src) in seen:
             continue
         seen.add((ln.src, ln.dst))
-        kind = kinds.setdefault(ln.tech, _tech_kind(ln.tech))
+        kind = kinds.setdefault(ln.tech, tech_kind(ln.tech))
         links.append([ln.src, ln.dst, ln.tech, kind, ln.bandwidth_Bps / 1e9])
     return {"name": topo.name, "nodes": topo.nodes, "nranks": topo.nranks, "nodes_drawn": drawn,
             "devices": devices, "links": links}

@@ -10,7 +10,7 @@ from ..errors import TopologyError
 from ..hardware import GPU_FABRIC_KINDS
 
 
-def _tech_kind(tech: str) -> str:
+def tech_kind(tech: str) -> str:
     from ..hardware import get_link_tech
     try:
         return get_link_tech(tech).kind
@@ -54,7 +54,7 @@ def gpu_bandwidths(topo) -> list[dict]:
     kinds: dict[str, str] = {}       # link tech -> catalog kind
     for ln in topo.links:
         if ln.tech not in kinds:
-            kinds[ln.tech] = _tech_kind(ln.tech)
+            kinds[ln.tech] = tech_kind(ln.tech)
         if kinds[ln.tech] in GPU_FABRIC_KINDS:   # NVLink, or xGMI between MI300X
             nvlink[ln.src] = nvlink.get(ln.src, 0.0) + ln.bandwidth_Bps
         if router.node[router.index[ln.src]] != router.node[router.index[ln.dst]]:

@@ -19,7 +19,7 @@ COLOURS = {"nvlink": "#2e8b57", "xgmi": "#b22222", "c2c": "#17becf", "pcie": "#1
 MAX_NODES_DRAWN = 8
 
 
-def _positions(topo, nodes_drawn):
+def drawing_positions(topo, nodes_drawn):
     """GPUs evenly spaced per node; every other device over the mean x of its neighbours
     one level closer to the GPUs (PCIe switch over its GPUs, NIC over its switch, ...)."""
     nbrs: dict[str, set[str]] = {}
@@ -69,9 +69,9 @@ def plot_topology(topo, path: str) -> str:
     except ImportError:
         raise ConfigError("--plot needs matplotlib, which is not installed: "
                           "pip install 'gpucomm[plot]' (or pip install matplotlib)") from None
-    from .analysis import _tech_kind
+    from .analysis import tech_kind
     nodes_drawn = min(topo.nodes, MAX_NODES_DRAWN)
-    pos, width = _positions(topo, nodes_drawn)
+    pos, width = drawing_positions(topo, nodes_drawn)
     # wide enough for a 72-GPU NVLink domain (GB200 NVL72) to keep its GPUs apart
     fig, ax = plt.subplots(figsize=(min(max(4 + 3 * nodes_drawn, 0.2 * width * nodes_drawn),
                                         40), 7))
@@ -82,7 +82,7 @@ def plot_topology(topo, path: str) -> str:
         if ln.src not in pos or ln.dst not in pos or (ln.dst, ln.src) in seen:
             continue
         seen.add((ln.src, ln.dst))
-        kind = _tech_kind(ln.tech)
+        kind = tech_kind(ln.tech)
         kinds.add(kind)
         (x0, y0), (x1, y1) = pos[ln.src], pos[ln.dst]
         lw = 0.5 + 3.0 * math.log1p(ln.bandwidth_Bps / 1e9) / math.log1p(maxbw / 1e9)
