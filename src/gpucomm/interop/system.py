@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..hardware import get_gpu
 from .nccltests import NcclTestsLog
 
 # Device names as CUDA reports them -> catalog GPU. Order matters (GH200 before H100 ...).
@@ -22,19 +23,33 @@ GPU_PATTERNS = (
     (r"\bH200\b", "h200"),
     (r"\bH100\b|\bH800\b|\bGH200\b", "h100"),  # GH200: a Hopper GPU with NVLink4
     (r"\bA100\b|\bA800\b", "a100"),
+    (r"\bMI300X\b|\bMI325X\b", "mi300x"),
+    (r"\bMI355X\b|\bMI350X\b", "mi355x"),
     (r"\bV100\b", "v100"),
     (r"\bL40S\b", "l40s"),
     (r"RTX\s*4090", "rtx4090"),
+    (r"\bT4\b", "t4"),
 )
 # Catalog GPU -> the node preset it ships in (NVSwitch baseboards; PCIe cards in a PCIe box).
-PRESET_OF_GPU = {"b200": "dgx-b200", "h200": "hgx-h200", "h100": "dgx-h100",
-                 "a100": "dgx-a100", "v100": "dgx-v100", "l40s": "pcie", "rtx4090": "pcie"}
+PRESET_OF_GPU = {"mi300x": "mi300x", "mi355x": "mi355x",
+                 "b200": "dgx-b200", "h200": "hgx-h200", "h100": "dgx-h100",
+                 "a100": "dgx-a100", "v100": "dgx-v100", "l40s": "pcie", "rtx4090": "pcie",
+                 "t4": "pcie"}
+# Node preset -> the GPU model it ships with.
+PRESET_GPU = {v: k for k, v in PRESET_OF_GPU.items() if v != "pcie"}
 LABEL = {"dgx-b200": "DGX B200", "hgx-h200": "HGX H200", "dgx-h100": "DGX H100",
          "dgx-a100": "DGX A100", "dgx-v100": "DGX-1 V100", "polaris": "Polaris node",
-         "pcie": "PCIe host"}
+         "pcie": "PCIe host", "mi300x": "MI300X platform", "mi355x": "MI355X platform"}
 # Per-GPU-generation NIC of the same family when the log names only the family.
 _ROCE = {"b200": "roce-400g", "h200": "roce-400g", "h100": "roce-400g", "a100": "roce-200g"}
 _EFA = {"b200": "efa-400g", "h200": "efa-400g", "h100": "efa-400g", "a100": "efa-100g"}
+# InfiniBand by GPU generation when NCCL prints no port speed (what those nodes shipped with).
+_IB = {"b200": "ib-ndr", "h200": "ib-ndr", "h100": "ib-ndr", "a100": "ib-hdr", "v100": "ib-edr",
+       "mi300x": "ib-ndr", "mi355x": "ib-ndr"}
+# NIC port speed (Mb/s, as NCCL prints it) -> catalog NIC of each kind.
+_BY_SPEED = {"ib": {100000: "ib-edr", 200000: "ib-hdr", 400000: "ib-ndr", 800000: "ib-xdr"},
+             "roce": {100000: "roce-100g", 200000: "roce-200g", 400000: "roce-400g",
+                      800000: "roce-800g"}}
 
 
 def gpu_of(name: str) -> str | None:
@@ -66,13 +81,22 @@ class SystemGuess:
         kw = {"system": self.system, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node}
         if self.system == "pcie":
             kw["gpu"] = self.gpu
-            kw["pcie_gen"] = 5 if self.gpu in ("h100", "h200", "b200") else 4
-            kw["p2p"] = bool(self.p2p)
+            kw["pcie_gen"] = pcie_gen_of(self.gpu)
+            if self.p2p is not None:
+                kw["p2p"] = bool(self.p2p)
         if self.nodes > 1 and self.nic:
             kw["nic"] = self.nic
         if self.nodes > 1 and self.nics_per_node:
             kw["nics_per_node"] = self.nics_per_node
         return kw
+
+
+def pcie_gen_of(gpu: str | None) -> int:
+    """The PCIe generation a GPU model's host link has (catalog `pcie`), 4 when unknown."""
+    try:
+        return int(str(get_gpu(gpu).pcie).removeprefix("pcie")) if gpu else 4
+    except (ConfigError, ValueError):
+        return 4
 
 
 def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
@@ -135,19 +159,20 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
 
 
 def _nic(log: NcclTestsLog, gpu, ev):
+    """Catalog NIC and NICs per node from NCCL's `NET/... : Using` line, port speeds and the
+    channels' NET devices; (None, None) keeps the preset's."""
     info = log.info
-    nics = len(info.nics) or None
     names = " ".join(info.nics).lower()
     net = (info.net or "").lower()
-    nic = None
+    nic, nics = None, len(info.nics) or None
     if info.provider == "cxi" or "cxi" in names:
         nic = "slingshot-200g"
-    elif info.provider == "efa" or "efa" in names or "efa" in net:
+    elif info.provider == "efa" or "efa" in names or "efa" in net or "rdmap" in names:
         nic = _EFA.get(gpu, "efa-100g")
-    elif info.roce:
-        nic = _ROCE.get(gpu, "roce-100g")
     elif net.startswith("socket"):
         nic = "tcp-100g"
+    elif info.nics:
+        nic, nics = _ib_or_roce(info, gpu, ev)
     if info.net or info.provider:
         ev.append(f"network: {info.net or info.provider}"
                   + (f", {nics} NIC(s) ({', '.join(info.nics[:4])})" if nics else "")
@@ -155,3 +180,26 @@ def _nic(log: NcclTestsLog, gpu, ev):
     else:
         ev.append("no NCCL INFO network lines: assuming the preset's NICs")
     return nic, nics
+
+
+def _ib_or_roce(info, gpu, ev):
+    """The data NICs of a `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_4:1/RoCE` line: the kind
+    most ports are (a lone port of the other kind is a management or storage port), at the
+    speed NCCL printed for them, else what the GPU's generation shipped with."""
+    kinds = {d: ("roce" if d.lower().endswith("/roce") else "ib") for d in info.nics}
+    count = {k: sum(1 for v in kinds.values() if v == k) for k in ("ib", "roce")}
+    kind = max(count, key=lambda k: (count[k], k == "ib"))
+    data = [d for d, k in kinds.items() if k == kind]
+    other = [d for d, k in kinds.items() if k != kind]
+    if other:
+        minority = "/".join(sorted({kinds[o] for o in other}))
+        ev.append(f"{', '.join(other)} not counted: {minority} beside {len(data)} {kind} "
+                  "ports (a management or storage port)")
+    speeds = {v for d, v in info.nic_speeds.items() if any(x.startswith(d + ":") or x == d
+                                                           for x in data)}
+    nic = None
+    if len(speeds) == 1:
+        nic = _BY_SPEED[kind].get(speeds.pop())
+    if nic is None:
+        nic = (_IB if kind == "ib" else _ROCE).get(gpu, "ib-hdr" if kind == "ib" else "roce-100g")
+    return nic, len(data)
