@@ -95,7 +95,7 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     if req.topology is not None:
         topo = _given_topology(req, guess)
         kw: dict[str, Any] = {"system": topo.name,
-                              "nodes": len({d.node for d in topo.devices}),
+                              "nodes": len({topo.node_of(r) for r in range(topo.nranks)}),
                               "gpus_per_node": topo.gpus_per_node}
     else:
         kw = _system(guess, req, warnings)

@@ -23,6 +23,7 @@ _TEST = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|broadcast|reduce|al
                    r"sendrecv|gather|scatter|hypercube)_perf(?:_mpi)?\b")
 # What launchers and log collectors put before each line: mpirun --tag-output "[1,0]<stdout>:",
 # srun -l "0: ", kubectl --prefix "[pod/x/c] ", timestamps (ISO 8601, syslog-like, bracketed).
+_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")  # anywhere: printf flushed mid-line
 _PREFIXES = (re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
              re.compile(r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
                         r"(?:Z|[+-]\d{2}:?\d{2})?\]?\s?"),
@@ -136,6 +137,8 @@ def collective_of_test(test: str) -> str:
 
 def strip_prefix(line: str) -> str:
     """A line as nccl-tests printed it, without what launchers and collectors put before it."""
+    if "]<std" in line:
+        line = _TAG.sub("", line)
     for _ in range(3):  # a timestamp before a rank tag, a tag before a timestamp
         before = line
         for pattern in _PREFIXES:
@@ -292,6 +295,8 @@ def _row(line: str):
         return None
     size, count, typ, redop = int(parts[0]), int(parts[1]), parts[2], parts[3]
     rest = parts[4:]
+    if re.fullmatch(r"[\d.]+", redop):  # the first releases printed no redop where none applies
+        redop, rest = "none", parts[3:]
     root, root_column = -1, False
     # releases since 2.10 print a root column (-1 when the collective has none): 1 + 4 + 4
     if len(rest) % 2 == 1 and re.fullmatch(r"-?\d+", rest[0]):
@@ -361,8 +366,7 @@ def _info_plugins(info: NcclInfo, msg: str) -> None:
         info.tuner_plugin = m.group(1).strip()
     elif "TUNER/Plugin" in msg:
         info.tuner_plugin = info.tuner_plugin or "internal"
-    if re.search(r"Loaded collnet plugin|CollNet.*(?:enabled|channels)\b|collNetSupport 1", msg,
-                 re.I):
+    if re.search(r"Loaded collnet plugin|collNetSupport 1", msg, re.I):
         info.collnet = True
     elif re.search(r"collNetSupport 0", msg):
         info.collnet = info.collnet or False

@@ -129,6 +129,11 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
     if hosts:
         nodes = len(hosts)
         per_host = max(sum(1 for d in log.devices if d.host == h) for h in hosts)
+        last = max(d.rank for d in log.devices) + 1
+        if last > len(log.devices) and last % nodes == 0:  # device lines trimmed by hand
+            nranks, per_host = last, last // nodes
+            ev.append(f"device lines for {len(log.devices)} of {last} ranks (the rest cut): "
+                      f"{per_host} per host")
         ev.append(f"{nranks} ranks on {nodes} host(s): {', '.join(hosts[:4])}"
                   + (" …" if nodes > 4 else ""))
     else:
@@ -145,6 +150,11 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
                                                               for n in info.nics)):
         system = "polaris"  # A100 nodes on Slingshot: HPE's 4-GPU NVLink node
         ev.append("libfabric cxi provider: HPE Slingshot node (polaris preset)")
+    elif system == "dgx-a100" and per_host == 4 and len(hosts) > 1 \
+            and all(d.device < 4 for d in log.devices):
+        system = "polaris"  # a 4-GPU A100 board joins its GPUs directly, no NVSwitch
+        ev.append("4 A100 SXM per host on every host: a 4-GPU board, NVLink between every "
+                  "pair and no NVSwitch (the polaris preset's node)")
     nic, nics = _nic(log, gpu, ev) if nodes > 1 else (None, None)
     p2p = None
     if system == "pcie":
