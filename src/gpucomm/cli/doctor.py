@@ -27,6 +27,8 @@ def register(sub) -> None:
     p.add_argument("--gpu", help="override the GPU model the device lines name (catalog name)")
     p.add_argument("--topology", metavar="FILE", help="a topology YAML file to model instead of "
                    "a preset (a one-node file is replicated to the log's node count)")
+    p.add_argument("--profile", metavar="PROFILE.yaml", help="judge against a calibrated "
+                   "cluster (gpucomm calibrate): its fitted NIC, latency and NVLink figures")
     p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
                    "else auto)")
     p.add_argument("--protocol", choices=("auto", "ll", "ll128", "simple"))
@@ -49,6 +51,9 @@ def requests_of(args, path: str, **extra) -> list:
     if getattr(args, "topology", None) and "topology" not in extra:
         from ..topology import Topology
         extra["topology"] = Topology.load(args.topology)
+    if getattr(args, "profile", None) and "profile" not in extra:
+        from ..topology.profile import load_profile
+        extra["profile"] = load_profile(args.profile)
     out = []
     for i, log in enumerate(logs):
         name = path if len(logs) == 1 else f"{path} [test {i + 1}: {log.test or 'unnamed'}]"

@@ -55,6 +55,7 @@ class DoctorRequest:
     algorithm: str | None = None  # None: what the log's NCCL_ALGO says, else auto
     protocol: str | None = None
     topology: Topology | None = None  # a Topology to use as it is (sim --compare --topology FILE)
+    profile: Any = None  # a topology.profile.Profile: the fitted parameters applied
     gpus_per_thread: int | None = None  # override the log's nGpus (nccl-tests -g)
     cuda_graph: bool | None = None  # override the log's graph: (nccl-tests -G)
 
@@ -100,6 +101,8 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     else:
         kw = _system(guess, req, warnings)
         topo = build_topology(**kw)
+    if req.profile is not None:
+        topo = _profiled(topo, req.profile, kw, warnings)
     if guess.nranks and topo.nranks != guess.nranks:
         warnings.append(f"the log has {guess.nranks} ranks, the modelled system {topo.nranks}")
     choice = _choice(log, coll, req, topo)
@@ -141,6 +144,17 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     info["net_devices"] = sorted(info["net_devices"])
     return Diagnosis(req.name, coll.name, guess, kw, lab, rows, verdict, ratio, tuple(causes),
                      tuple(notes), tuple(warnings), info)
+
+
+def _profiled(topo, profile, kw, warnings) -> Topology:
+    """topo with the profile's fitted parameters; a warning when it was fitted elsewhere."""
+    from ..topology.profile import apply_profile
+    for key in ("system", "gpu", "nic"):
+        fitted = profile.machine.get(key)
+        if fitted is not None and kw.get(key) is not None and fitted != kw.get(key):
+            warnings.append(f"the profile was fitted on {key}={fitted}, the log ran on "
+                            f"{key}={kw[key]}")
+    return apply_profile(topo, profile)
 
 
 def _given_topology(req, guess) -> Topology:
