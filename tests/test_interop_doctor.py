@@ -132,6 +132,7 @@ def test_json_shape_matches_sim_and_bench(capsys):
                              "nic": "ib-ndr", "nics_per_node": 8}
 
 
+@pytest.mark.skipif(not TABLES, reason="published data not present")
 def test_sim_compare_takes_the_collective_from_the_log_not_the_file_name(tmp_path, capsys):
     table = next(t for t in TABLES if t["collective"] == "all_gather" and t["nodes"] == 1)
     log = tmp_path / "ar.log"  # named like an all-reduce log

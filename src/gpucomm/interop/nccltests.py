@@ -31,11 +31,11 @@ _PREFIXES = (re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
              re.compile(r"^\[pod/[^\]]*\]\s?"),
              re.compile(r"^\s{0,4}\d{1,6}:\s"))
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+"
-                   r"(\d+)\s+\[([^\]]*)\]\s+(.+?)\s*$")
+                   r"(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$")  # rccl-tests may print no name
 _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
                      r".*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)(?:\s+agg iters:\s*(\d+))?"
                      r"(?:\s+validation:\s*(\d+))?(?:\s+graph:\s*(\d+))?")
-_NCCL_VERSION = re.compile(r"^R?CCL version\s+(\S+)")
+_NCCL_VERSION = re.compile(r"^R?CCL version\s*:?\s*(\S+)")
 _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
 _VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?via\s+(\S+)")
 
@@ -106,6 +106,7 @@ class NcclTestsLog:
     command: str | None = None  # the command line that ran the test, when the log echoes it
     root_column: bool = False  # nccl-tests 2.10 and later print one
     inherited: tuple = ()  # what this test shares with the one before it in the file
+    rccl: bool = False  # rccl-tests / RCCL (AMD GPUs)
 
     @property
     def good_rows(self) -> list:
@@ -201,6 +202,7 @@ def _starts_test(line: str) -> bool:
 
 def _inherit(log: NcclTestsLog, before: NcclTestsLog) -> None:
     """A test without device lines or NCCL INFO lines ran in the job of the test before it."""
+    log.rccl = log.rccl or before.rccl
     if not log.devices and before.devices:
         log.devices = before.devices
         log.inherited = log.inherited + ("devices",)
@@ -226,6 +228,8 @@ def _parse_chunk(lines: list[str]) -> NcclTestsLog:
             t = _TEST.search(line)
             if t:
                 log.test = t.group(0).replace("_mpi", "")
+        if "rccl-tests" in line or line.startswith("RCCL version"):
+            log.rccl = True
         if log.command is None and _TEST.search(line) and not line.lstrip().startswith("#"):
             log.command = line.strip()
         if line.lstrip().startswith("#"):

@@ -91,6 +91,18 @@ class SystemGuess:
         return kw
 
 
+def _amd_gpu_of_hosts(hosts, ev) -> str | None:
+    """rccl-tests releases print no device name: an AMD model a host name spells out."""
+    for host in hosts:
+        m = re.search(r"mi\s*-?(300x?|325x?|350x?|355x?)", host, re.I)
+        if m:
+            model = "MI" + m.group(1).upper().rstrip("X") + "X"
+            ev.append(f"rccl-tests printed no device names; host {host!r} names {model}")
+            return f"AMD Instinct {model}"
+    ev.append("rccl-tests printed no device names and no host name names the GPU: give --gpu")
+    return None
+
+
 def pcie_gen_of(gpu: str | None) -> int:
     """The PCIe generation a GPU model's host link has (catalog `pcie`), 4 when unknown."""
     try:
@@ -114,8 +126,10 @@ def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
 def infer_system(log: NcclTestsLog) -> SystemGuess:
     """The machine of a log: ConfigError if it has neither device lines nor NCCL's rank counts."""
     info, ev = log.info, []
-    names = log.gpu_names
+    names = tuple(n for n in log.gpu_names if n)
     gpu_name = names[0] if names else None
+    if gpu_name is None and log.rccl:
+        gpu_name = _amd_gpu_of_hosts(log.hosts, ev)
     if len(names) > 1:
         ev.append(f"mixed GPUs in the log: {', '.join(names)}; using {gpu_name}")
     gpu = gpu_of(gpu_name) if gpu_name else None
