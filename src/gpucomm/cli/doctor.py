@@ -24,6 +24,11 @@ def register(sub) -> None:
     p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
     p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
     p.add_argument("--nics-per-node", type=positive_int, help="override NICs per node")
+    p.add_argument("--gpu", help="override the GPU model the device lines name (catalog name)")
+    p.add_argument("--topology", metavar="FILE", help="a topology YAML file to model instead of "
+                   "a preset (a one-node file is replicated to the log's node count)")
+    p.add_argument("--profile", metavar="PROFILE.yaml", help="judge against a calibrated "
+                   "cluster (gpucomm calibrate): its fitted NIC, latency and NVLink figures")
     p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
                    "else auto)")
     p.add_argument("--protocol", choices=("auto", "ll", "ll128", "simple"))
@@ -32,27 +37,55 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_doctor)
 
 
-def request_of(args, path: str, **extra):
-    """The DoctorRequest for one log file and the command line's overrides."""
+def requests_of(args, path: str, **extra) -> list:
+    """One DoctorRequest per test in a log file (a file may hold several back to back), with
+    the command line's overrides."""
     from ..interop.doctor import DoctorRequest
-    from ..interop.nccltests import parse_log
+    from ..interop.nccltests import parse_logs
     from ..limits import read_text
     text = read_text(path, "nccl-tests log")
     try:
-        log = parse_log(text)
+        logs = parse_logs(text)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
-    return DoctorRequest(log, name=path, collective=args.collective, system=args.system,
-                         nodes=args.nodes, gpus_per_node=args.gpus_per_node, nic=args.nic,
-                         nics_per_node=args.nics_per_node, model=args.model,
-                         algorithm=args.algorithm,
-                         protocol=None if args.protocol in (None, "auto") else args.protocol,
-                         **extra)
+    if getattr(args, "topology", None) and "topology" not in extra:
+        from ..topology import Topology
+        extra["topology"] = Topology.load(args.topology)
+    if getattr(args, "profile", None) and "profile" not in extra:
+        from ..topology.profile import load_profile
+        extra["profile"] = load_profile(args.profile)
+    out = []
+    for i, log in enumerate(logs):
+        name = path if len(logs) == 1 else f"{path} [test {i + 1}: {log.test or 'unnamed'}]"
+        out.append(DoctorRequest(log, name=name, collective=args.collective, system=args.system,
+                                 nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                                 nic=args.nic, nics_per_node=args.nics_per_node,
+                                 gpu=getattr(args, "gpu", None), model=args.model,
+                                 algorithm=args.algorithm,
+                                 protocol=None if args.protocol in (None, "auto")
+                                 else args.protocol, **extra))
+    return out
+
+
+def request_of(args, path: str, **extra):
+    """The DoctorRequest of a log file's one test: with several, the one of --collective."""
+    reqs = requests_of(args, path, **extra)
+    if len(reqs) == 1:
+        return reqs[0]
+    from ..collectives import get_collective
+    want = get_collective(args.collective).name if args.collective else None
+    match = [r for r in reqs if want and r.log.collective == want]
+    if len(match) == 1:
+        return match[0]
+    tests = ", ".join(r.log.test or "unnamed" for r in reqs)
+    raise ConfigError(f"{path} holds {len(reqs)} tests ({tests}): give -c/--collective to pick "
+                      "one" + (" that occurs once" if match else "") + ", or run gpucomm doctor, "
+                      "which diagnoses each")
 
 
 def cmd_doctor(args) -> int:
     from ..interop.doctor import diagnose
-    results = [diagnose(request_of(args, path)) for path in args.logs]
+    results = [diagnose(req) for path in args.logs for req in requests_of(args, path)]
     if args.format == "json":
         dicts = [d.to_dict() for d in results]
         print_json(dicts[0] if len(dicts) == 1 else {"logs": dicts})
@@ -76,6 +109,9 @@ def render(d) -> str:
     lines.append(f"#{'size':>12} {'meas us':>10} {'pred us':>10} {'meas busbw':>11} "
                  f"{'pred busbw':>11} {'of pred':>8}  model's choice")
     for r in d.rows:
+        if r.get("flag"):
+            lines.append(f" {r['size']:>12} {'row not judged: ' + r['flag']}")
+            continue
         pct = "-" if r["ratio"] is None else f"{100 * r['ratio']:.0f}%"
         lines.append(f" {r['size']:>12} {r['time_us']:>10.2f} {r['predicted_time_us']:>10.2f} "
                      f"{r['busbw']:>11.2f} {r['predicted_busbw']:>11.2f} {pct:>8}  "

@@ -27,7 +27,9 @@ HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "a
 
 def register(sub) -> None:
     p = sub.add_parser("sim", help="simulate a collective sweep on a modelled cluster")
-    p.add_argument("-c", "--collective", default="all_reduce")
+    p.add_argument("-c", "--collective", default=None,
+                   help="default all_reduce; with --compare: the log's (needed only when the "
+                   "log cannot say)")
     add_topology_args(p)
     p.add_argument("--algorithm", default="auto")
     p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
@@ -78,7 +80,7 @@ def cmd_sim(args) -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     topo = topology_from_args(args)
     t1, c1 = time.perf_counter(), time.process_time()
-    coll = get_collective(args.collective)
+    coll = get_collective(args.collective or "all_reduce")
     if coll.reduces:
         check_op(args.op, get_dtype(args.datatype))  # as bench and algo: no avg on integers
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
@@ -254,7 +256,7 @@ class _DoctorArgs:
     """sim's flags seen as doctor's: only what the user typed overrides the log."""
 
     def __init__(self, a):
-        self.collective = a.collective if a.collective != "all_reduce" else None
+        self.collective = a.collective
         self.system, self.nodes, self.gpus_per_node = a.system, a.nodes, a.gpus_per_node
         self.nic, self.nics_per_node, self.model = a.nic, a.nics_per_node, a.model
         self.algorithm = None if a.algorithm == "auto" else a.algorithm

@@ -26,6 +26,9 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
     g.add_argument("--topology", metavar="FILE",
                    help="a topology YAML file (docs/topology-yaml.md) instead of a preset; "
                    "a one-node file is replicated by --nodes")
+    g.add_argument("--profile", metavar="PROFILE.yaml", help="a calibration profile (gpucomm "
+                   "calibrate): its machine and fitted NIC/latency/NVLink parameters; the other "
+                   "cluster flags override it")
     g.add_argument("--nodes", "-N", type=positive_int, default=None,
                    help="nodes (default 1); racks for a rack preset such as gb200-nvl72")
     g.add_argument("--gpus-per-node", type=positive_int, help="use the first K GPUs per node")
@@ -95,7 +98,18 @@ def network_from_args(args):
 
 
 def topology_from_args(args) -> Topology:
-    """The Topology the cluster flags describe (ConfigError/TopologyError on bad input)."""
+    """The Topology the cluster flags describe (ConfigError/TopologyError on bad input); with
+    --profile, the profile's machine where a flag is not given, and its fitted parameters."""
+    if getattr(args, "profile", None):
+        from ..topology.profile import apply_profile, load_profile
+        prof = load_profile(args.profile)
+        given = argparse.Namespace(**vars(args))
+        given.profile = None
+        if not args.topology:
+            for key, value in prof.machine.items():
+                if getattr(given, key, None) is None:
+                    setattr(given, key, value)
+        return apply_profile(topology_from_args(given), prof)
     opts = dict(gpus_per_node=args.gpus_per_node, nic=args.nic, nics_per_node=args.nics_per_node,
                 pcie_gen=args.pcie_gen, p2p=args.p2p, fabric=args.fabric,
                 oversubscription=args.oversubscription, gpu=args.gpu,

@@ -10,6 +10,7 @@ NCCL INFO lines point at.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -21,8 +22,10 @@ from ..hardware import get_nic
 from ..simulate import nccl, predict
 from ..simulate.versions import parse_version
 from ..topology import Topology, build_topology
+from ..limits import MAX_SWEEP_POINTS
+from .columns import infer_collective
 from .nccltests import NcclTestsLog
-from .system import SystemGuess, infer_system, label
+from .system import PRESET_GPU, PRESET_OF_GPU, SystemGuess, infer_system, label
 
 # nccl-tests' type names -> gpucomm dtypes
 DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
@@ -47,10 +50,12 @@ class DoctorRequest:
     gpus_per_node: int | None = None
     nic: str | None = None
     nics_per_node: int | None = None
+    gpu: str | None = None  # catalog GPU model, overriding the log's device names
     model: str = "analytic"
     algorithm: str | None = None  # None: what the log's NCCL_ALGO says, else auto
     protocol: str | None = None
     topology: Topology | None = None  # a Topology to use as it is (sim --compare --topology FILE)
+    profile: Any = None  # a topology.profile.Profile: the fitted parameters applied
     gpus_per_thread: int | None = None  # override the log's nGpus (nccl-tests -g)
     cuda_graph: bool | None = None  # override the log's graph: (nccl-tests -G)
 
@@ -82,24 +87,22 @@ class Diagnosis:
 
 def diagnose(req: DoctorRequest) -> Diagnosis:
     log = req.log
-    coll_name = log.collective or req.collective
-    if coll_name is None:
-        raise ConfigError(f"{req.name}: the log does not say which collective it ran (no "
-                          "'# Collective test starting: X_perf' line): give --collective")
-    coll = get_collective(coll_name)
-    warnings = []
+    warnings: list[str] = []
+    coll = get_collective(_collective(log, req, warnings))
     if log.collective and req.collective and get_collective(req.collective) != coll:
         warnings.append(f"--collective {req.collective} contradicts the log, which ran "
                         f"{log.test}; using {coll.name}")
     guess = _guess(log, req, warnings)
     if req.topology is not None:
-        topo = req.topology
+        topo = _given_topology(req, guess)
         kw: dict[str, Any] = {"system": topo.name,
-                              "nodes": len({d.node for d in topo.devices}),
+                              "nodes": len({topo.node_of(r) for r in range(topo.nranks)}),
                               "gpus_per_node": topo.gpus_per_node}
     else:
         kw = _system(guess, req, warnings)
         topo = build_topology(**kw)
+    if req.profile is not None:
+        topo = _profiled(topo, req.profile, kw, warnings)
     if guess.nranks and topo.nranks != guess.nranks:
         warnings.append(f"the log has {guess.nranks} ranks, the modelled system {topo.nranks}")
     choice = _choice(log, coll, req, topo)
@@ -109,7 +112,15 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     if req.cuda_graph is not None:
         launch["cuda_graph"] = req.cuda_graph
     rows = []
+    if len({r["size"] for r in log.rows}) > MAX_SWEEP_POINTS:
+        raise ConfigError(f"{req.name}: {len({r['size'] for r in log.rows})} distinct sizes in "
+                          f"one test, more than the {MAX_SWEEP_POINTS} an nccl-tests sweep can "
+                          "print: split the file")
     for row in log.rows:
+        if row.get("flag"):
+            rows.append({**row, "predicted_time_us": None, "predicted_busbw": None,
+                         "ratio": None, "algorithm": "-", "protocol": "-"})
+            continue
         res = _predict(coll.name, row["size"], topo, DTYPES.get(row["type"], row["type"]),
                        req.model, row["redop"] if coll.reduces else "sum",
                        max(row["root"], 0) if coll.rooted else 0, _frozen({**launch, **choice}))
@@ -122,12 +133,56 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
         rows.append(out)
     nics = _nics_of(topo)
     lab = label(kw, nics, kw.get("nic") or _nic_model(topo))
-    verdict, ratio = _verdict(rows, lab)
-    causes, notes = _causes(log, coll, kw, topo, rows, nics, ratio)
+    flagged = [r for r in rows if r.get("flag")]
+    if flagged:
+        warnings.append(f"{len(flagged)} row(s) not judged: " + "; ".join(
+            f"{r['size']} B: {r['flag']}" for r in flagged[:3]) + (" …" if len(flagged) > 3
+                                                                    else ""))
+    verdict, ratio = _verdict([r for r in rows if not r.get("flag")], lab)
+    good = [r for r in rows if not r.get("flag")]
+    causes, notes = _causes(log, coll, kw, topo, good, nics, ratio) if good else ([], [])
     info = {k: v for k, v in vars(log.info).items() if k != "warnings"}
     info["net_devices"] = sorted(info["net_devices"])
     return Diagnosis(req.name, coll.name, guess, kw, lab, rows, verdict, ratio, tuple(causes),
                      tuple(notes), tuple(warnings), info)
+
+
+def _profiled(topo, profile, kw, warnings) -> Topology:
+    """topo with the profile's fitted parameters; a warning when it was fitted elsewhere."""
+    from ..topology.profile import apply_profile
+    for key in ("system", "gpu", "nic"):
+        fitted = profile.machine.get(key)
+        if fitted is not None and kw.get(key) is not None and fitted != kw.get(key):
+            warnings.append(f"the profile was fitted on {key}={fitted}, the log ran on "
+                            f"{key}={kw[key]}")
+    return apply_profile(topo, profile)
+
+
+def _given_topology(req, guess) -> Topology:
+    """req.topology as given, or a one-node file replicated to the log's nodes."""
+    topo = req.topology
+    nodes = req.nodes or guess.nodes
+    if len({d.node for d in topo.devices}) == 1 and nodes > 1:
+        opts = {k: v for k, v in (("gpus_per_node", req.gpus_per_node),
+                                  ("nic", req.nic or guess.nic),
+                                  ("nics_per_node", req.nics_per_node or guess.nics_per_node))
+                if v is not None}
+        return build_topology(nodes=nodes, node_topology=topo, **opts)
+    return topo
+
+
+def _collective(log, req, warnings) -> str:
+    """The log's collective: its test name, else --collective, else its columns, command line
+    and file name (interop.columns); ConfigError only when they leave several."""
+    if log.collective or req.collective:
+        return log.collective or req.collective
+    inf = infer_collective(log, " ".join(filter(None, (log.command, req.name))))
+    if inf.collective is None:
+        raise ConfigError(f"{req.name}: the log does not name its test and its columns "
+                          f"({inf.evidence or 'none readable'}) allow "
+                          f"{' or '.join(inf.candidates) or 'no collective'}: give --collective")
+    warnings.append(f"no test name in the log: {inf.collective} from {inf.evidence}")
+    return inf.collective
 
 
 def _frozen(d: dict) -> tuple:
@@ -153,18 +208,25 @@ def _guess(log, req, warnings) -> SystemGuess:
 
 
 def _system(g: SystemGuess, req, warnings) -> dict:
-    """build_topology arguments: the inferred ones, with the user's overrides and a warning
-    wherever an override contradicts the log."""
-    if req.system is None and g.system is None:
+    """build_topology arguments: the inferred ones, each override replacing only what it names,
+    with a warning wherever it contradicts the log."""
+    gpu = g.gpu
+    if req.gpu is not None:
+        if g.gpu and req.gpu != g.gpu:
+            warnings.append(f"--gpu {req.gpu} contradicts the log: its GPUs are {g.gpu_name}")
+        gpu = req.gpu
+    system = req.system or (PRESET_OF_GPU.get(gpu or "") if req.gpu else g.system)
+    if system is None:
         raise ConfigError(f"no preset for GPU {g.gpu_name or 'unknown'!r}: give --system "
-                          "(a preset name) to say which machine the log ran on")
-    kw = g.build_kwargs() if g.system is not None else {"system": req.system, "nodes": g.nodes}
-    if req.system is not None and req.system != kw["system"]:
-        if g.system is not None:
-            warnings.append(f"--system {req.system} contradicts the log: its GPUs are "
-                            f"{g.gpu_name} ({g.gpu} -> {g.system})")
-        kw = {"system": req.system, "nodes": kw["nodes"],
-              "gpus_per_node": kw.get("gpus_per_node")}
+                          "(a preset name) or --gpu (a catalog GPU) to say which machine the "
+                          "log ran on")
+    if req.system is not None and g.system is not None and req.system != g.system:
+        warnings.append(f"--system {req.system} contradicts the log: its GPUs are "
+                        f"{g.gpu_name} ({g.gpu} -> {g.system})")
+    guess = dataclasses.replace(g, system=system, gpu=gpu)
+    kw = guess.build_kwargs()
+    if system != "pcie" and req.gpu is not None and gpu != PRESET_GPU.get(system):
+        kw["gpu"] = gpu
     for key, given, seen in (("nodes", req.nodes, g.nodes),
                              ("gpus_per_node", req.gpus_per_node, g.gpus_per_node)):
         if given is not None:
@@ -181,6 +243,9 @@ def _system(g: SystemGuess, req, warnings) -> dict:
             warnings.append(f"--nics-per-node {req.nics_per_node} contradicts the log "
                             f"({g.nics_per_node} NICs listed by NCCL)")
         kw["nics_per_node"] = req.nics_per_node
+    if kw.get("nodes", 1) <= 1:
+        kw.pop("nic", None)
+        kw.pop("nics_per_node", None)
     return {k: v for k, v in kw.items() if v is not None}
 
 
@@ -198,8 +263,10 @@ def _choice(log, coll, req, topo) -> dict:
             out["algorithm"] = name
         except ConfigError:
             pass
-    if "algorithm" not in out and env.get("NCCL_NVLS_ENABLE") == "0":
-        out["exclude"] = ["nvls"]  # auto already chooses among NCCL's own algorithms only
+    if "algorithm" not in out and (env.get("NCCL_NVLS_ENABLE") == "0" or log.info.nvls is False
+                                   or (log.info.nvls_channels == 0
+                                       and log.info.coll_channels is not None)):
+        out["exclude"] = ["nvls"]  # what the log says NCCL could not use is not predicted
     version = parse_version(log.info.version)  # the NCCL the log ran (NCCL_DEBUG=INFO)
     if version is not None:
         out["nccl_version"] = version
@@ -208,6 +275,24 @@ def _choice(log, coll, req, topo) -> dict:
     elif env.get("NCCL_PROTO") and "^" not in env["NCCL_PROTO"]:
         out["protocol"] = [p.strip().lower() for p in env["NCCL_PROTO"].split(",")]
     return out
+
+
+def _full_nvswitch_node(kw, topo) -> bool:
+    """Whether the log's nodes surely have NVSwitch: a switched preset with all its GPUs in
+    use (4-GPU H100 boards join their GPUs directly; a part of a node says nothing)."""
+    if not any(d.kind == "nvswitch" for d in topo.devices) or "gpus_per_node" not in kw:
+        return False
+    try:
+        full = build_topology(kw["system"]).nranks
+    except ConfigError:
+        return False
+    return kw["gpus_per_node"] == full
+
+
+def _has_nvls(log) -> bool:
+    """Whether the NCCL the log ran has NVLS at all (2.17 and later; unknown: assume so)."""
+    version = parse_version(log.info.version)
+    return version is None or version >= (2, 17)
 
 
 def _nics_of(topo) -> int:
@@ -219,6 +304,9 @@ def _nic_model(topo):
 
 
 def _verdict(rows, lab):
+    if not rows:
+        return "no row to judge: every row has nan, inf, negative values or a size beyond " \
+               "the limit", None
     big = max(rows, key=lambda r: r["size"])
     ratio = big["ratio"]
     if ratio is None:
@@ -266,7 +354,8 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
     if multi and used and nics and used < nics:
         causes.append(f"{'one NIC' if used == 1 else f'{used} NICs'} in use of the {nics} per "
                       "node the system has (NCCL_IB_HCA, NIC/GPU affinity, a NIC down)")
-    nvls_capable = bool(getattr(topo, "in_switch_reduction", False)) and coll.name == "all_reduce"
+    full_node = _full_nvswitch_node(kw, topo)
+    nvls_capable = full_node and coll.name == "all_reduce" and _has_nvls(log)
     nvls_off = info.env.get("NCCL_NVLS_ENABLE") == "0" or info.nvls is False \
         or (info.nvls_channels == 0 and info.coll_channels is not None)
     if nvls_capable and nvls_off:
@@ -274,7 +363,7 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
                       "not use it (NCCL_NVLS_ENABLE=0, no multicast support: driver, fabric "
                       "manager or IMEX)")
     big = max(rows, key=lambda r: r["size"])
-    want = NVSWITCH_CHANNELS if any(d.kind == "nvswitch" for d in topo.devices) else None
+    want = NVSWITCH_CHANNELS if full_node else None
     if info.coll_channels and want and info.coll_channels < want:
         causes.append(f"fewer channels than expected: NCCL ran {info.coll_channels}, NVSwitch "
                       f"systems get {want} or more (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, "

@@ -11,19 +11,31 @@ halves of `time algbw busbw #wrong` after `size count type redop root`; releases
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from ..collectives import get_collective
 from ..errors import ConfigError
+from ..limits import MAX_SIZE_BYTES
 
 _TEST = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|"
                    r"sendrecv|gather|scatter|hypercube)_perf(?:_mpi)?\b")
+# What launchers and log collectors put before each line: mpirun --tag-output "[1,0]<stdout>:",
+# srun -l "0: ", kubectl --prefix "[pod/x/c] ", timestamps (ISO 8601, syslog-like, bracketed).
+_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")  # anywhere: printf flushed mid-line
+_PREFIXES = (re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
+             re.compile(r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+                        r"(?:Z|[+-]\d{2}:?\d{2})?\]?\s?"),
+             re.compile(r"^\[\d{2}:\d{2}:\d{2}(?:\.\d+)?\]\s?"),
+             re.compile(r"^\[pod/[^\]]*\]\s?"),
+             re.compile(r"^\s{0,4}\d{1,6}:\s"))
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+"
-                   r"(\d+)\s+\[([^\]]*)\]\s+(.+?)\s*$")
+                   r"(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$")  # rccl-tests may print no name
 _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
                      r".*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)(?:\s+agg iters:\s*(\d+))?"
                      r"(?:\s+validation:\s*(\d+))?(?:\s+graph:\s*(\d+))?")
+_NCCL_VERSION = re.compile(r"^R?CCL version\s*:?\s*(\S+)")
 _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
 _VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?via\s+(\S+)")
 
@@ -61,6 +73,12 @@ class NcclInfo:
     gdr: bool | None = None  # GPUDirect RDMA on the network connections
     env: dict = field(default_factory=dict)  # NCCL_X set by environment to Y
     provider: str | None = None  # libfabric provider (efa, cxi)
+    nic_speeds: dict = field(default_factory=dict)  # NIC name -> Mb/s, where NCCL prints it
+    collnet: bool | None = None  # CollNet (SHARP) plugin loaded / channels set up
+    collnet_channels: int | None = None
+    pxn: bool | None = None  # a proxy rank relays NIC traffic (via NET/IB/0(5))
+    net_plugin: str | None = None  # "internal" or the plugin's name
+    tuner_plugin: str | None = None
     warnings: list = field(default_factory=list)
 
     @property
@@ -85,6 +103,15 @@ class NcclTestsLog:
     avg_busbw: float | None = None
     info: NcclInfo = field(default_factory=NcclInfo)
     version_line: str | None = None
+    command: str | None = None  # the command line that ran the test, when the log echoes it
+    root_column: bool = False  # nccl-tests 2.10 and later print one
+    inherited: tuple = ()  # what this test shares with the one before it in the file
+    rccl: bool = False  # rccl-tests / RCCL (AMD GPUs)
+
+    @property
+    def good_rows(self) -> list:
+        """The rows to judge: none with nan, inf, negative values or beyond the size limit."""
+        return [r for r in self.rows if not r.get("flag")]
 
     @property
     def hosts(self) -> tuple:
@@ -109,30 +136,114 @@ def collective_of_test(test: str) -> str:
     return get_collective(TEST_COLLECTIVE.get(name, name)).name
 
 
+def strip_prefix(line: str) -> str:
+    """A line as nccl-tests printed it, without what launchers and collectors put before it."""
+    if "]<std" in line:
+        line = _TAG.sub("", line)
+    for _ in range(3):  # a timestamp before a rank tag, a tag before a timestamp
+        before = line
+        for pattern in _PREFIXES:
+            line = pattern.sub("", line, count=1)
+        if line == before:
+            break
+    return line
+
+
 def parse_log(text: str) -> NcclTestsLog:
-    """Parse nccl-tests output (any release since 2019); ConfigError when no table row is found."""
+    """The one test of an nccl-tests log; ConfigError when it has no row or several tests."""
+    logs = parse_logs(text)
+    if len(logs) > 1:
+        raise ConfigError(f"the log holds {len(logs)} tests ("
+                          + ", ".join(g.test or "unnamed" for g in logs)
+                          + "): give one test, or diagnose each (gpucomm doctor splits them)")
+    return logs[0]
+
+
+def parse_logs(text: str) -> list[NcclTestsLog]:
+    """Every test of an nccl-tests output file (any release since 2019), in order. A file
+    holding several tests back to back, as cluster scripts write them, gives one log each; a
+    test without its own device or INFO lines shares those of the test before it. ConfigError
+    when no table row is found."""
+    chunks: list[list[str]] = [[]]
+    has_rows = False
+    for raw in text.splitlines():
+        line = strip_prefix(raw.rstrip())
+        if has_rows and _starts_test(line):
+            chunks.append([])
+            has_rows = False
+        chunks[-1].append(line)
+        has_rows = has_rows or (not line.lstrip().startswith("#") and _row(line) is not None)
+    logs: list[NcclTestsLog] = []
+    pending: list[str] = []
+    for chunk in chunks:
+        log = _parse_chunk(pending + chunk)
+        if not log.rows:  # a preamble (or trailer): part of the test next to it
+            pending = pending + chunk
+            continue
+        pending = []
+        if logs:
+            _inherit(log, logs[-1])
+        logs.append(log)
+    if not logs:
+        raise ConfigError("no nccl-tests result rows found in the log (expected lines like "
+                          "'  1048576  262144  float  sum  -1  12.3  85.2  149.1  0 ...')")
+    return logs
+
+
+def _starts_test(line: str) -> bool:
+    """Whether a line opens a new test: its banner, its header, or the command that runs it."""
+    s = line.strip()
+    if "Collective test starting" in s or (s.startswith("#") and _HEADER.search(s)):
+        return True
+    if s.startswith("#") or _INFO.match(s) or "NCCL INFO" in s or "NCCL WARN" in s:
+        return False
+    return bool(_TEST.search(s))
+
+
+def _inherit(log: NcclTestsLog, before: NcclTestsLog) -> None:
+    """A test without device lines or NCCL INFO lines ran in the job of the test before it."""
+    log.rccl = log.rccl or before.rccl
+    if not log.devices and before.devices:
+        log.devices = before.devices
+        log.inherited = log.inherited + ("devices",)
+    if not log.info.present and before.info.present:
+        log.info = before.info
+        log.inherited = log.inherited + ("NCCL INFO",)
+    if log.ngpus is None:
+        log.nthread, log.ngpus, log.graph = before.nthread, before.ngpus, before.graph
+
+
+def _parse_chunk(lines: list[str]) -> NcclTestsLog:
     log = NcclTestsLog(None, None, [])
     devices: list = []
     info = NcclInfo()
-    for raw in text.splitlines():
-        line = raw.rstrip()
+    for line in lines:
         m = _INFO.match(line.strip())
         if m:
             _info_line(info, m.group(6), m.group(1), m.group(5))
             continue
+        if "NCCL INFO" in line or "NCCL WARN" in line:
+            continue  # an INFO line broken by another rank's output
         if log.test is None:
             t = _TEST.search(line)
-            if t and ("Collective test" in line or "_perf" in line):
+            if t:
                 log.test = t.group(0).replace("_mpi", "")
+        if "rccl-tests" in line or line.startswith("RCCL version"):
+            log.rccl = True
+        if log.command is None and _TEST.search(line) and not line.lstrip().startswith("#"):
+            log.command = line.strip()
         if line.lstrip().startswith("#"):
             _comment(log, devices, line)
+            continue
+        m = _NCCL_VERSION.match(line.strip())
+        if m:
+            info.version = info.version or m.group(1)
             continue
         row = _row(line)
         if row is not None:
             log.rows.append(row)
-    if not log.rows:
-        raise ConfigError("no nccl-tests result rows found in the log (expected lines like "
-                          "'  1048576  262144  float  sum  -1  12.3  85.2  149.1  0 ...')")
+            log.root_column = log.root_column or row.pop("_root_column")
+            row.pop("_root_column", None)
     log.devices = tuple(devices)
     log.info = info
     if log.test:
@@ -175,6 +286,8 @@ def _wrong(tok):
     if tok in ("N/A", "n/c", "-"):
         return None
     v = float(tok)
+    if not math.isfinite(v):
+        return v
     return int(v) if v == int(v) else v
 
 
@@ -182,12 +295,16 @@ def _row(line: str):
     parts = line.split()
     if len(parts) < 7 or not parts[0].isdigit() or not parts[1].isdigit():
         return None
+    if len(parts[0]) > 20 or len(parts[1]) > 20:
+        return None
     size, count, typ, redop = int(parts[0]), int(parts[1]), parts[2], parts[3]
     rest = parts[4:]
-    root = -1
+    if re.fullmatch(r"[\d.]+", redop):  # the first releases printed no redop where none applies
+        redop, rest = "none", parts[3:]
+    root, root_column = -1, False
     # releases since 2.10 print a root column (-1 when the collective has none): 1 + 4 + 4
     if len(rest) % 2 == 1 and re.fullmatch(r"-?\d+", rest[0]):
-        root, rest = int(rest[0]), rest[1:]
+        root, rest, root_column = int(rest[0]), rest[1:], True
     try:
         row = {"size": size, "count": count, "type": typ, "redop": redop, "root": root,
                "time_us": _num(rest[0]), "algbw": _num(rest[1]), "busbw": _num(rest[2]),
@@ -199,7 +316,27 @@ def _row(line: str):
         return None
     if row["time_us"] is None or row["busbw"] is None:
         return None
+    flag = row_problem(row)
+    if flag:
+        row["flag"] = flag
+    row["_root_column"] = root_column
     return row
+
+
+def row_problem(row: dict) -> str | None:
+    """Why a row cannot be believed (nan, inf, negative, beyond the size limit), else None."""
+    if row["size"] > MAX_SIZE_BYTES:
+        return f"size {row['size']} is above the {MAX_SIZE_BYTES >> 40} TiB limit"
+    for key in ("time_us", "algbw", "busbw", "wrong", "ip_time_us", "ip_algbw", "ip_busbw",
+                "ip_wrong"):
+        v = row.get(key)
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{key} is {v}"
+        if isinstance(v, (int, float)) and v < 0:
+            return f"{key} is negative ({v})"
+    if row["time_us"] == 0 and row["size"] > 0:
+        return "time is 0 for a non-empty size"
+    return None
 
 
 def _info_line(info: NcclInfo, msg: str, host: str, level: str) -> None:
@@ -214,6 +351,32 @@ def _info_line(info: NcclInfo, msg: str, host: str, level: str) -> None:
         info.nvls = False
     if re.search(r"GPU Direct RDMA Disabled", msg):
         info.gdr = False
+    elif re.search(r"GPU Direct RDMA Enabled", msg) and info.gdr is None:
+        info.gdr = True
+    _info_plugins(info, msg)
+
+
+def _info_plugins(info: NcclInfo, msg: str) -> None:
+    """Net, tuner and CollNet plugins, NIC speeds."""
+    m = re.search(r"NET/Plugin\s*:?\s*(?:Loaded net plugin|Using)\s+(.+?)(?:\s*\(v\d+\))?$",
+                  msg)
+    if m:
+        info.net_plugin = m.group(1).strip()
+    elif re.search(r"NET/Plugin\s*:?.*(?:No plugin found|Could not find|using internal)", msg,
+                   re.I):
+        info.net_plugin = info.net_plugin or "internal"
+    m = re.search(r"TUNER/Plugin\s*:?\s*(?:Using|Loaded)\s+(?:tuner plugin\s+)?(.+)$", msg)
+    if m and "internal" not in m.group(1).lower():
+        info.tuner_plugin = m.group(1).strip()
+    elif "TUNER/Plugin" in msg:
+        info.tuner_plugin = info.tuner_plugin or "internal"
+    if re.search(r"Loaded collnet plugin|collNetSupport 1", msg, re.I):
+        info.collnet = True
+    elif re.search(r"collNetSupport 0", msg):
+        info.collnet = info.collnet or False
+    m = re.search(r"NET/IB\s*:?\s*\[\d+\]\s*([\w.-]+)(?::[\w.-]+)?:\d+/\w+.*?speed=(\d+)", msg)
+    if m:
+        info.nic_speeds[m.group(1)] = int(m.group(2))
 
 
 def _info_topology(info: NcclInfo, msg: str) -> bool:
@@ -230,6 +393,10 @@ def _info_topology(info: NcclInfo, msg: str) -> bool:
     if m and "coll channels" in msg:
         # one line per rank: the fewest is what limits the collective
         info.coll_channels = min(int(m.group(1)), info.coll_channels or 1 << 30)
+        c = re.search(r"(\d+)\s+collnet channels", msg)
+        if c:
+            info.collnet_channels = min(int(c.group(1)), 1 << 30 if info.collnet_channels
+                                        is None else info.collnet_channels)
         n = re.search(r"(\d+)\s+nvls channels", msg)
         if n:
             info.nvls_channels = min(int(n.group(1)), 1 << 30 if info.nvls_channels is None
@@ -254,8 +421,11 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
         info.transports[kind] = info.transports.get(kind, 0) + 1
         if kind == "NET":
             bits = via.split("/")
-            if len(bits) > 2 and bits[2].isdigit():
-                info.net_devices.add(int(bits[2]))
+            dev = re.match(r"\d+", bits[2]) if len(bits) > 2 else None
+            if dev:
+                info.net_devices.add(int(dev.group(0)))
+            if re.match(r"NET/\w+/\d+\(\d+\)", via):
+                info.pxn = True
             gdr = "GDRDMA" in via
             info.gdr = gdr if info.gdr is None else (info.gdr and gdr)
         return True
@@ -266,7 +436,7 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
     m = re.match(r"NET/(\w+)\s*:\s*Using\s+(.*)", msg)
     if m and "[" in m.group(2):
         info.net = {"OFI": "OFI"}.get(m.group(1), m.group(1))
-        devs = re.findall(r"\[\d+\]([^\s;]+)", m.group(2))
+        devs = re.findall(r"\[\d+\]([^\s;]+)", m.group(2).split(";")[0])
         info.nics = tuple(devs)
         info.roce = any(d.endswith("/RoCE") for d in devs)
         return True

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..hardware import get_gpu
 from .nccltests import NcclTestsLog
 
 # Device names as CUDA reports them -> catalog GPU. Order matters (GH200 before H100 ...).
@@ -22,19 +23,33 @@ GPU_PATTERNS = (
     (r"\bH200\b", "h200"),
     (r"\bH100\b|\bH800\b|\bGH200\b", "h100"),  # GH200: a Hopper GPU with NVLink4
     (r"\bA100\b|\bA800\b", "a100"),
+    (r"\bMI300X\b|\bMI325X\b", "mi300x"),
+    (r"\bMI355X\b|\bMI350X\b", "mi355x"),
     (r"\bV100\b", "v100"),
     (r"\bL40S\b", "l40s"),
     (r"RTX\s*4090", "rtx4090"),
+    (r"\bT4\b", "t4"),
 )
 # Catalog GPU -> the node preset it ships in (NVSwitch baseboards; PCIe cards in a PCIe box).
-PRESET_OF_GPU = {"b200": "dgx-b200", "h200": "hgx-h200", "h100": "dgx-h100",
-                 "a100": "dgx-a100", "v100": "dgx-v100", "l40s": "pcie", "rtx4090": "pcie"}
+PRESET_OF_GPU = {"mi300x": "mi300x", "mi355x": "mi355x",
+                 "b200": "dgx-b200", "h200": "hgx-h200", "h100": "dgx-h100",
+                 "a100": "dgx-a100", "v100": "dgx-v100", "l40s": "pcie", "rtx4090": "pcie",
+                 "t4": "pcie"}
+# Node preset -> the GPU model it ships with.
+PRESET_GPU = {v: k for k, v in PRESET_OF_GPU.items() if v != "pcie"}
 LABEL = {"dgx-b200": "DGX B200", "hgx-h200": "HGX H200", "dgx-h100": "DGX H100",
          "dgx-a100": "DGX A100", "dgx-v100": "DGX-1 V100", "polaris": "Polaris node",
-         "pcie": "PCIe host"}
+         "pcie": "PCIe host", "mi300x": "MI300X platform", "mi355x": "MI355X platform"}
 # Per-GPU-generation NIC of the same family when the log names only the family.
 _ROCE = {"b200": "roce-400g", "h200": "roce-400g", "h100": "roce-400g", "a100": "roce-200g"}
 _EFA = {"b200": "efa-400g", "h200": "efa-400g", "h100": "efa-400g", "a100": "efa-100g"}
+# InfiniBand by GPU generation when NCCL prints no port speed (what those nodes shipped with).
+_IB = {"b200": "ib-ndr", "h200": "ib-ndr", "h100": "ib-ndr", "a100": "ib-hdr", "v100": "ib-edr",
+       "mi300x": "ib-ndr", "mi355x": "ib-ndr"}
+# NIC port speed (Mb/s, as NCCL prints it) -> catalog NIC of each kind.
+_BY_SPEED = {"ib": {100000: "ib-edr", 200000: "ib-hdr", 400000: "ib-ndr", 800000: "ib-xdr"},
+             "roce": {100000: "roce-100g", 200000: "roce-200g", 400000: "roce-400g",
+                      800000: "roce-800g"}}
 
 
 def gpu_of(name: str) -> str | None:
@@ -66,13 +81,34 @@ class SystemGuess:
         kw = {"system": self.system, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node}
         if self.system == "pcie":
             kw["gpu"] = self.gpu
-            kw["pcie_gen"] = 5 if self.gpu in ("h100", "h200", "b200") else 4
-            kw["p2p"] = bool(self.p2p)
+            kw["pcie_gen"] = pcie_gen_of(self.gpu)
+            if self.p2p is not None:
+                kw["p2p"] = bool(self.p2p)
         if self.nodes > 1 and self.nic:
             kw["nic"] = self.nic
         if self.nodes > 1 and self.nics_per_node:
             kw["nics_per_node"] = self.nics_per_node
         return kw
+
+
+def _amd_gpu_of_hosts(hosts, ev) -> str | None:
+    """rccl-tests releases print no device name: an AMD model a host name spells out."""
+    for host in hosts:
+        m = re.search(r"mi\s*-?(300x?|325x?|350x?|355x?)", host, re.I)
+        if m:
+            model = "MI" + m.group(1).upper().rstrip("X") + "X"
+            ev.append(f"rccl-tests printed no device names; host {host!r} names {model}")
+            return f"AMD Instinct {model}"
+    ev.append("rccl-tests printed no device names and no host name names the GPU: give --gpu")
+    return None
+
+
+def pcie_gen_of(gpu: str | None) -> int:
+    """The PCIe generation a GPU model's host link has (catalog `pcie`), 4 when unknown."""
+    try:
+        return int(str(get_gpu(gpu).pcie).removeprefix("pcie")) if gpu else 4
+    except (ConfigError, ValueError):
+        return 4
 
 
 def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
@@ -90,8 +126,10 @@ def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
 def infer_system(log: NcclTestsLog) -> SystemGuess:
     """The machine of a log: ConfigError if it has neither device lines nor NCCL's rank counts."""
     info, ev = log.info, []
-    names = log.gpu_names
+    names = tuple(n for n in log.gpu_names if n)
     gpu_name = names[0] if names else None
+    if gpu_name is None and log.rccl:
+        gpu_name = _amd_gpu_of_hosts(log.hosts, ev)
     if len(names) > 1:
         ev.append(f"mixed GPUs in the log: {', '.join(names)}; using {gpu_name}")
     gpu = gpu_of(gpu_name) if gpu_name else None
@@ -105,6 +143,11 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
     if hosts:
         nodes = len(hosts)
         per_host = max(sum(1 for d in log.devices if d.host == h) for h in hosts)
+        last = max(d.rank for d in log.devices) + 1
+        if last > len(log.devices) and last % nodes == 0:  # device lines trimmed by hand
+            nranks, per_host = last, last // nodes
+            ev.append(f"device lines for {len(log.devices)} of {last} ranks (the rest cut): "
+                      f"{per_host} per host")
         ev.append(f"{nranks} ranks on {nodes} host(s): {', '.join(hosts[:4])}"
                   + (" …" if nodes > 4 else ""))
     else:
@@ -121,6 +164,11 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
                                                               for n in info.nics)):
         system = "polaris"  # A100 nodes on Slingshot: HPE's 4-GPU NVLink node
         ev.append("libfabric cxi provider: HPE Slingshot node (polaris preset)")
+    elif system == "dgx-a100" and per_host == 4 and len(hosts) > 1 \
+            and all(d.device < 4 for d in log.devices):
+        system = "polaris"  # a 4-GPU A100 board joins its GPUs directly, no NVSwitch
+        ev.append("4 A100 SXM per host on every host: a 4-GPU board, NVLink between every "
+                  "pair and no NVSwitch (the polaris preset's node)")
     nic, nics = _nic(log, gpu, ev) if nodes > 1 else (None, None)
     p2p = None
     if system == "pcie":
@@ -135,19 +183,20 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
 
 
 def _nic(log: NcclTestsLog, gpu, ev):
+    """Catalog NIC and NICs per node from NCCL's `NET/... : Using` line, port speeds and the
+    channels' NET devices; (None, None) keeps the preset's."""
     info = log.info
-    nics = len(info.nics) or None
     names = " ".join(info.nics).lower()
     net = (info.net or "").lower()
-    nic = None
+    nic, nics = None, len(info.nics) or None
     if info.provider == "cxi" or "cxi" in names:
         nic = "slingshot-200g"
-    elif info.provider == "efa" or "efa" in names or "efa" in net:
+    elif info.provider == "efa" or "efa" in names or "efa" in net or "rdmap" in names:
         nic = _EFA.get(gpu, "efa-100g")
-    elif info.roce:
-        nic = _ROCE.get(gpu, "roce-100g")
     elif net.startswith("socket"):
         nic = "tcp-100g"
+    elif info.nics:
+        nic, nics = _ib_or_roce(info, gpu, ev)
     if info.net or info.provider:
         ev.append(f"network: {info.net or info.provider}"
                   + (f", {nics} NIC(s) ({', '.join(info.nics[:4])})" if nics else "")
@@ -155,3 +204,26 @@ def _nic(log: NcclTestsLog, gpu, ev):
     else:
         ev.append("no NCCL INFO network lines: assuming the preset's NICs")
     return nic, nics
+
+
+def _ib_or_roce(info, gpu, ev):
+    """The data NICs of a `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_4:1/RoCE` line: the kind
+    most ports are (a lone port of the other kind is a management or storage port), at the
+    speed NCCL printed for them, else what the GPU's generation shipped with."""
+    kinds = {d: ("roce" if d.lower().endswith("/roce") else "ib") for d in info.nics}
+    count = {k: sum(1 for v in kinds.values() if v == k) for k in ("ib", "roce")}
+    kind = max(count, key=lambda k: (count[k], k == "ib"))
+    data = [d for d, k in kinds.items() if k == kind]
+    other = [d for d, k in kinds.items() if k != kind]
+    if other:
+        minority = "/".join(sorted({kinds[o] for o in other}))
+        ev.append(f"{', '.join(other)} not counted: {minority} beside {len(data)} {kind} "
+                  "ports (a management or storage port)")
+    speeds = {v for d, v in info.nic_speeds.items() if any(x.startswith(d + ":") or x == d
+                                                           for x in data)}
+    nic = None
+    if len(speeds) == 1:
+        nic = _BY_SPEED[kind].get(speeds.pop())
+    if nic is None:
+        nic = (_IB if kind == "ib" else _ROCE).get(gpu, "ib-hdr" if kind == "ib" else "roce-100g")
+    return nic, len(data)

@@ -1,0 +1,117 @@
+"""Calibrate on one run of a cluster, predict its other runs: uncalibrated vs calibrated error.
+
+    PYTHONPATH=src python3 benchmarks/calibration.py [--cluster NAME] [-v]
+
+For every cluster of data/logs/index.json with several runs (other node counts, GPUs per node
+or collectives), `gpucomm calibrate`'s library call fits a profile on the run marked
+`calibrate_on`; every other run of that cluster is then predicted by `doctor`'s code on its own
+machine (nodes, GPUs per node as its log says), without and with the profile. Printed: median
+|busbw error| of the held-out rows per size class, side by side, and the bars of issue 23:
+median within 10% at >= 64 MiB and within 20% at 1-64 MiB, calibrated, on held-out runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpucomm.errors import GpucommError  # noqa: E402
+from gpucomm.interop.calibrate import CalibrateRequest, calibrate  # noqa: E402
+from gpucomm.interop.doctor import DoctorRequest, diagnose  # noqa: E402
+from gpucomm.interop.nccltests import parse_logs  # noqa: E402
+
+LOGS = ROOT / "data" / "logs"
+CLASSES = ((">=64MiB", lambda s: s >= 64 << 20, 0.10),
+           ("1-64MiB", lambda s: (1 << 20) <= s < 64 << 20, 0.20),
+           ("<=64KiB", lambda s: s <= 64 << 10, None))
+
+
+def requests(entry) -> list:
+    path = LOGS / entry["file"]
+    return [DoctorRequest(log, name=entry["file"]) for log in parse_logs(path.read_text())]
+
+
+def errors(reqs, profile) -> dict:
+    """class -> list of |predicted/measured - 1| busbw over the requests' rows."""
+    out: dict = defaultdict(list)
+    for req in reqs:
+        if profile is not None:
+            req = DoctorRequest(**{**req.__dict__, "profile": profile})
+        for r in diagnose(req).rows:
+            if not r.get("ratio"):
+                continue
+            for name, keep, _ in CLASSES:
+                if keep(r["size"]):
+                    out[name].append(abs(1 / r["ratio"] - 1))
+    return out
+
+
+def med(xs) -> str:
+    return f"{100 * statistics.median(xs):6.1f}%" if xs else "     -"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", help="only this cluster of data/logs/index.json")
+    ap.add_argument("-v", action="store_true", help="print every held-out run")
+    args = ap.parse_args(argv)
+    index = json.loads((LOGS / "index.json").read_text())
+    clusters: dict = defaultdict(list)
+    for e in index:
+        clusters[e["cluster"]].append(e)
+    pooled = {"uncal": defaultdict(list), "cal": defaultdict(list)}
+    head = "  ".join(f"{n:>8s} {'':8s}" for n, _, _ in CLASSES)
+    print(f"{'cluster (calibrated on -> held-out runs)':58s} {head}")
+    print(f"{'':58s} " + "  ".join(f"{'uncal':>8s} {'calib':>8s}" for _ in CLASSES))
+    for name, entries in clusters.items():
+        train = [e for e in entries if e.get("calibrate_on")]
+        held = [e for e in entries if not e.get("calibrate_on")]
+        if args.cluster and name != args.cluster or not train or not held:
+            continue
+        t0 = time.perf_counter()
+        try:
+            prof = calibrate(CalibrateRequest(tuple(r for e in train for r in requests(e))))
+        except GpucommError as e:
+            print(f"{name}: calibration refused: {e}")
+            continue
+        un, ca = defaultdict(list), defaultdict(list)
+        for e in held:
+            reqs = requests(e)
+            u, c = errors(reqs, None), errors(reqs, prof)
+            for k in u:
+                un[k] += u[k]
+                ca[k] += c.get(k, [])
+            if args.v:
+                print(f"    {e['file']:54s} " + "  ".join(
+                    f"{med(u.get(n, []))} {med(c.get(n, []))}" for n, _, _ in CLASSES))
+        for k in un:
+            pooled["uncal"][k] += un[k]
+            pooled["cal"][k] += ca[k]
+        label = f"{name} ({train[0]['file'][:24]} -> {len(held)} run(s))"
+        print(f"{label:58s} " + "  ".join(f"{med(un.get(n, []))} {med(ca.get(n, []))}"
+                                          for n, _, _ in CLASSES)
+              + f"   [{', '.join(f'{k}={v:.3g}' for k, v in prof.parameters.items())}; "
+                f"{time.perf_counter() - t0:.0f} s]")
+    print(f"{'all held-out rows':58s} " + "  ".join(
+        f"{med(pooled['uncal'].get(n, []))} {med(pooled['cal'].get(n, []))}"
+        for n, _, _ in CLASSES))
+    ok = True
+    for n, _, bar in CLASSES:
+        if bar is None or not pooled["cal"].get(n):
+            continue
+        m = statistics.median(pooled["cal"][n])
+        ok &= m <= bar
+        print(f"bar {n}: calibrated median {100 * m:.1f}% <= {100 * bar:.0f}%: "
+              f"{'PASS' if m <= bar else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`gpucomm calibrate LOG… --output PROFILE.yaml`: a cluster's physical parameters from its logs.
+
+    gpucomm calibrate run_2n.log run_8n.log --output cluster.yaml
+    gpucomm sim --profile cluster.yaml --nodes 540 -c all_gather
+
+Reads each test of each nccl-tests log as `gpucomm doctor` does (machine flags override what
+the logs say), fits the NICs' delivered fraction of line rate, the per-message network hop
+latency and the intra-node NVLink/xGMI efficiency, and writes them with the machine and the
+logs they came from as a YAML profile that sim, doctor and tune take with --profile.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .common import add_format, output_file, positive_int, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a cluster's NIC, latency and NVLink parameters "
+                       "from its nccl-tests logs into a profile",
+                       description=__doc__.split("\n\n")[2] if __doc__ else None)
+    p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
+    p.add_argument("--output", "-o", required=True, metavar="PROFILE.yaml")
+    p.add_argument("-c", "--collective", help="when a log does not name its test")
+    p.add_argument("--system", "-s", metavar="PRESET", help="override the inferred node preset")
+    p.add_argument("--nodes", "-N", type=positive_int, help="override the inferred node count")
+    p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
+    p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
+    p.add_argument("--nics-per-node", type=positive_int, help="override NICs per node")
+    p.add_argument("--gpu", help="override the GPU model the device lines name")
+    p.add_argument("--topology", metavar="FILE", help="a topology YAML file instead of a preset")
+    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    add_format(p)
+    p.set_defaults(func=cmd_calibrate, algorithm=None, protocol=None)
+
+
+def cmd_calibrate(args) -> int:
+    from ..interop.calibrate import CalibrateRequest, calibrate
+    from .doctor import requests_of
+    output_file(args.output, "--output", (".yaml", ".yml"))
+    reqs = tuple(r for path in args.logs for r in requests_of(args, path))
+    prof = calibrate(CalibrateRequest(reqs))
+    _write_whole(args.output, prof.to_yaml())
+    if args.format == "json":
+        print_json({"output": args.output, "machine": prof.machine,
+                    "parameters": prof.parameters, "details": prof.details, "fit": prof.fit,
+                    "sources": list(prof.sources)})
+        return 0
+    print(f"wrote {args.output}: {len(prof.sources)} test(s) on "
+          + ", ".join(f"{k}={v}" for k, v in prof.machine.items()))
+    for name, value in prof.parameters.items():
+        d = prof.details[name]
+        print(f"  {name:20s} {value:8.4g}  (catalog {d['catalog']}): {d['note']}")
+    for when in ("before", "after"):
+        errs = ", ".join(f"{k} {100 * v:.1f}%" for k, v in prof.fit[when].items())
+        print(f"  median |busbw error| {when:6s} calibration: {errs}")
+    return 0
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Write `path` all at once (a temporary file renamed over it): never half a profile."""
+    from ..errors import ConfigError
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".gpucomm-", suffix=".yaml", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp) if os.path.exists(tmp) else None
+        raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None

@@ -1,0 +1,198 @@
+"""`calibrate`: fit a cluster's physical parameters from its own nccl-tests logs.
+
+    >>> prof = calibrate(CalibrateRequest(tuple(requests)))          # doctest: +SKIP
+    >>> prof.parameters                                              # doctest: +SKIP
+    {'nic_efficiency': 0.68, 'network_latency_us': 6.1, 'intra_efficiency': 0.79}
+
+Each test of each log is read as `doctor` reads it (the machine inferred, flags override).
+Three parameters are fitted, each on the rows it governs, by re-predicting those rows on a
+Topology built with the candidate value (topology.profile.apply_profile):
+- intra_efficiency on single-node tests' rows of 64 MiB and more (NVLink / xGMI bound);
+- nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound);
+- network_latency_us on multi-node tests' rows of 64 KiB and less (latency bound), by
+  bisection on the median predicted/measured time.
+A value outside what physics allows (a NIC above its line rate) is an error, not a profile.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..topology import Topology, build_topology
+from ..topology.profile import Profile, apply_profile, catalog_values
+from .doctor import DoctorRequest, diagnose
+
+BIG = 64 << 20
+SMALL = 64 << 10
+MIN_ROWS = 2
+MEANING = {
+    "nic_efficiency": "fraction of the NICs' line rate the network delivers to NCCL",
+    "network_latency_us": "one-way latency of a network hop per message, NIC + proxy + plugin",
+    "intra_efficiency": "fraction of NVLink/xGMI nominal bandwidth GPUs reach inside a node",
+}
+
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    requests: tuple  # DoctorRequest per test (machine flags already in them)
+
+
+@dataclass
+class _Test:
+    req: DoctorRequest
+    kw: dict  # build_topology arguments doctor inferred
+    topo: Topology
+    multi: bool
+
+
+def calibrate(creq: CalibrateRequest) -> Profile:
+    tests = [_test(r) for r in creq.requests]
+    machine = _one_machine(tests)
+    single = [t for t in tests if not t.multi]
+    multi = [t for t in tests if t.multi]
+    params: dict[str, float] = {}
+    details: dict[str, dict] = {}
+    catalog = catalog_values(tests[0].topo)
+    big_single = _rows(single, lambda r: r["size"] >= BIG)
+    if len(big_single) >= MIN_ROWS and "intra_efficiency" in catalog:
+        params["intra_efficiency"] = _fit_scale(single, params, "intra_efficiency",
+                                                catalog["intra_efficiency"], _big)
+    big_multi = _rows(multi, lambda r: r["size"] >= BIG)
+    if len(big_multi) >= MIN_ROWS and "nic_efficiency" in catalog:
+        params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
+                                              catalog["nic_efficiency"], _big)
+    small_multi = _rows(multi, lambda r: r["size"] <= SMALL)
+    if len(small_multi) >= MIN_ROWS and "network_latency_us" in catalog:
+        params["network_latency_us"] = _fit_latency(multi, params)
+    if not params:
+        raise ConfigError(
+            f"too few rows to fit: {len(big_single)} single-node and {len(big_multi)} multi-node "
+            f"rows of >= 64 MiB, {len(small_multi)} multi-node rows of <= 64 KiB; need "
+            f"{MIN_ROWS} of one kind (run nccl-tests with -e 1G or more, or -b 8 for latency)")
+    params = {k: float(v) for k, v in params.items()}
+    for name, value in params.items():
+        details[name] = _detail(name, value, catalog.get(name))
+    fit = {"before": _errors(tests, {}), "after": _errors(tests, params)}
+    sources = tuple({"log": t.req.name, "test": t.req.log.test or "unnamed",
+                     "rows": len(t.req.log.good_rows)} for t in tests)
+    return Profile(machine=machine, parameters=params, details=details, sources=sources,
+                   fit=fit)
+
+
+def _test(req: DoctorRequest) -> _Test:
+    d = diagnose(req)
+    kw = dict(d.system)
+    topo = req.topology if req.topology is not None else build_topology(**kw)
+    return _Test(req, kw, topo, kw.get("nodes", 1) > 1)
+
+
+def _one_machine(tests: list[_Test]) -> dict:
+    """The machine all tests share (node count and GPUs per node may differ); ConfigError
+    naming two that differ otherwise."""
+    keys = ("system", "gpu", "nic", "nics_per_node")
+    first = tests[0]
+    for t in tests[1:]:
+        for k in keys:
+            a, b = first.kw.get(k), t.kw.get(k)
+            if a != b and not (k in ("nic", "nics_per_node") and (not first.multi or not t.multi)):
+                raise ConfigError(f"the logs ran on two different machines: {first.req.name} "
+                                  f"has {k}={a}, {t.req.name} has {k}={b}; calibrate one "
+                                  "cluster at a time")
+    best = max(tests, key=lambda t: (t.multi, t.kw.get("nodes", 1)))
+    return {k: v for k, v in best.kw.items() if k in ("system", "nodes", "gpus_per_node", "nic",
+                                                        "nics_per_node", "gpu")}
+
+
+def _rows(tests, keep) -> list:
+    return [r for t in tests for r in t.req.log.good_rows if keep(r)]
+
+
+def _big(row) -> bool:
+    return row["size"] >= BIG
+
+
+def _diagnose_on(t: _Test, params: dict, keep):
+    """doctor's rows of test t (only those `keep` selects) predicted with `params` applied."""
+    log = dataclasses.replace(t.req.log, rows=[r for r in t.req.log.good_rows if keep(r)])
+    topo = apply_profile(t.topo, params) if params else t.topo
+    return diagnose(dataclasses.replace(t.req, log=log, topology=topo)).rows
+
+
+def _ratios(tests, params, keep) -> list:
+    return [r["ratio"] for t in tests for r in _diagnose_on(t, params, keep)
+            if r.get("ratio")]
+
+
+def _fit_scale(tests, params, name, start, keep) -> float:
+    """A bandwidth fraction: value × median(measured/predicted busbw), three times over (the
+    bottleneck can move as the value changes)."""
+    value = start
+    for _ in range(3):
+        ratios = _ratios(tests, {**params, name: value}, keep)
+        if not ratios:
+            break
+        value *= statistics.median(ratios)
+        if value > 1.0:
+            what = "NICs" if name == "nic_efficiency" else "NVLink/xGMI links"
+            raise ConfigError(
+                f"unphysical fit: the logs need {what} at {100 * value:.0f}% of line rate; the "
+                "modelled machine is slower than the one that ran them (check --nic, "
+                "--nics-per-node, --system or --gpu)")
+    return max(value, 0.01)
+
+
+def _fit_latency(tests, params) -> float:
+    """network_latency_us where the median predicted/measured time of small rows is 1."""
+    def median_ratio(lat):
+        rows = [r for t in tests for r in _diagnose_on(
+            t, {**params, "network_latency_us": lat}, lambda r: r["size"] <= SMALL)]
+        return statistics.median(r["predicted_time_us"] / r["time_us"] for r in rows
+                                 if r["time_us"] > 0)
+    lo, hi = 0.0, 1000.0
+    if median_ratio(lo) >= 1.0:
+        return lo
+    if median_ratio(hi) <= 1.0:
+        raise ConfigError("unphysical fit: small messages take longer than a 1 ms network hop "
+                          "would explain; the log's machine is not the one modelled")
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        if median_ratio(mid) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _detail(name, value, catalog) -> dict:
+    out = {"meaning": MEANING[name], "catalog": None if catalog is None else
+           float(f"{float(catalog):.4g}")}
+    if name == "nic_efficiency":
+        out["note"] = f"NICs deliver {100 * value:.0f}% of line rate" + (
+            ": check GPUDirect RDMA, PCIe placement of GPU and NIC, and the NIC's link "
+            "speed (ibstat)" if catalog and value < 0.85 * catalog else "")
+    elif name == "intra_efficiency":
+        out["note"] = f"GPUs reach {100 * value:.0f}% of NVLink/xGMI nominal inside a node" + (
+            ": check nvidia-smi nvlink -s, clocks, and NCCL_P2P settings"
+            if catalog and value < 0.85 * catalog else "")
+    else:
+        out["note"] = f"{value:.2f} us per network hop per message" + (
+            f" against the catalog's {catalog:.2f}: proxy threads, the net plugin and the "
+            "switch fabric add to each message" if catalog is not None and value > 2 * catalog
+            else "")
+    return out
+
+
+def _errors(tests, params) -> dict:
+    """Median |busbw error| of the tests' rows by size class with `params` applied."""
+    classes = {">=64MiB": lambda r: r["size"] >= BIG,
+               "1-64MiB": lambda r: (1 << 20) <= r["size"] < BIG,
+               "<=64KiB": lambda r: r["size"] <= SMALL}
+    out = {}
+    for name, keep in classes.items():
+        errs = [abs(1 / r["ratio"] - 1) for t in tests for r in _diagnose_on(t, params, keep)
+                if r.get("ratio")]
+        if errs:
+            out[name] = round(float(statistics.median(errs)), 4)
+    return out

@@ -1,0 +1,97 @@
+"""`gpucomm calibrate`: a cluster's parameters from its own logs, a profile that builds a new
+Topology, and `--profile` on sim / doctor / tune (issue 23)."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucomm.cli import main
+from gpucomm.errors import ConfigError
+from gpucomm.topology import build_topology
+from gpucomm.topology.profile import Profile, apply_profile, load_profile
+
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+POLARIS_2N = LOGS / "polaris-nccl221-2n-all_reduce.log"
+
+
+@pytest.fixture(scope="module")
+def polaris_profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("prof") / "polaris.yaml"
+    assert main(["calibrate", str(POLARIS_2N), "--output", str(out)]) == 0
+    return out
+
+
+def test_the_profile_is_readable_yaml_with_machine_parameters_and_sources(polaris_profile):
+    doc = yaml.safe_load(polaris_profile.read_text())
+    assert doc["machine"] == {"system": "polaris", "nodes": 2, "gpus_per_node": 4}
+    p = doc["parameters"]
+    assert 0.5 < p["nic_efficiency"] < doc["details"]["nic_efficiency"]["catalog"]
+    assert p["network_latency_us"] > 0
+    assert "of line rate" in doc["details"]["nic_efficiency"]["note"]
+    assert doc["sources"][0]["log"].endswith("polaris-nccl221-2n-all_reduce.log")
+    assert doc["fit"]["after"][">=64MiB"] < doc["fit"]["before"][">=64MiB"]
+    assert polaris_profile.read_text().startswith("# gpucomm calibration profile")
+
+
+def test_a_profile_builds_a_new_topology_and_leaves_the_preset_alone():
+    base = build_topology("polaris", nodes=2)
+    prof = Profile(machine={"system": "polaris"}, parameters={"nic_efficiency": 0.5,
+                                                              "network_latency_us": 7.0})
+    new = apply_profile(base, prof)
+    nets = [ln for ln in new.links if ln.tech.startswith("slingshot")]
+    assert nets and all(ln.efficiency == 0.5 and ln.latency_s == 7e-6 for ln in nets)
+    assert all(ln.efficiency != 0.5 for ln in base.links if ln.tech.startswith("slingshot"))
+
+
+def test_sim_with_a_profile_predicts_the_cluster_at_another_scale(polaris_profile, capsys):
+    """Fitted on 2 nodes, the 8-node log's 1 GiB all-reduce is predicted within 10%."""
+    assert main(["sim", "--profile", str(polaris_profile), "--nodes", "8", "-b", "1G", "-e",
+                 "1G", "--format", "json"]) == 0
+    pred = json.loads(capsys.readouterr().out)["rows"][-1]["busbw"]
+    measured = 18.77 * 2 * 31 / 32  # the 8-node log's 1 GiB row: algbw 18.77 GB/s
+    assert pred == pytest.approx(measured, rel=0.10)
+    assert main(["sim", "--system", "polaris", "--nodes", "8", "-b", "1G", "-e", "1G",
+                 "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][-1]["busbw"] > 1.2 * measured
+
+
+def test_doctor_and_tune_take_the_profile(polaris_profile, capsys):
+    log = LOGS / "polaris-nccl221-8n-all_reduce.log"
+    assert main(["doctor", str(log), "--format", "json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["ratio"]
+    assert main(["doctor", str(log), "--profile", str(polaris_profile), "--format",
+                 "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ratio"] > plain + 0.15
+    assert main(["tune", "--profile", str(polaris_profile), "-c", "all_reduce"]) == 0
+    assert "polaris" in capsys.readouterr().out
+
+
+def test_too_few_rows_two_machines_and_unphysical_fits_are_one_line_errors(tmp_path, capsys):
+    out = tmp_path / "p.yaml"
+    short = tmp_path / "short.log"
+    lines = POLARIS_2N.read_text().splitlines()
+    short.write_text("\n".join(x for x in lines if not x.strip()[:1].isdigit()
+                               or int(x.split()[0]) in (1 << 20, 1 << 21)))
+    assert main(["calibrate", str(short), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "too few rows to fit" in err and len(err.strip().splitlines()) == 1
+    assert main(["calibrate", str(POLARIS_2N), str(LOGS / "snellius-h100-2n-all_reduce.log"),
+                 "-o", str(out)]) == 2
+    assert "two different machines" in capsys.readouterr().err
+    assert main(["calibrate", str(POLARIS_2N), "--nic", "tcp-10g", "-o", str(out)]) == 2
+    assert "unphysical fit" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob(".gpucomm-*"))
+
+
+def test_bad_profiles_are_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profile: 1\nmachine: {system: polaris}\nparameters: {nic_efficiency: 1.7}\n")
+    with pytest.raises(ConfigError, match=r"nic_efficiency = 1.7 must be a number in \["):
+        load_profile(str(bad))
+    bad.write_text("profile: 1\nparameters: {speed: 3}\n")
+    with pytest.raises(ConfigError, match="unknown parameter 'speed'"):
+        load_profile(str(bad))
+    bad.write_text("nodes: 2\n")
+    with pytest.raises(ConfigError, match="not a gpucomm profile"):
+        load_profile(str(bad))

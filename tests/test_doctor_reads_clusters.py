@@ -1,0 +1,150 @@
+"""doctor reads what clusters print (issue 23): launcher prefixes, several tests per file,
+unnamed tests, NCCL INFO network lines, overrides that change only what they name, rows that
+cannot be believed. Built on raw public logs of data/logs, changed only as a launcher would."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpucomm.cli import main
+from gpucomm.errors import ConfigError
+from gpucomm.interop.columns import infer_collective
+from gpucomm.interop.doctor import DoctorRequest, diagnose
+from gpucomm.interop.nccltests import parse_log, parse_logs, strip_prefix
+
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+SNELLIUS = (LOGS / "snellius-h100-2n-all_reduce.log").read_text()
+XXRJUN = (LOGS / "xxrjun-h100-10n-2g.log").read_text()
+POLARIS = (LOGS / "polaris-nccl221-2n-all_reduce.log").read_text()
+
+
+def _diag(text, **kw):
+    return diagnose(DoctorRequest(parse_log(text), name=kw.pop("name", "log"), **kw))
+
+
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: ", "2024-05-06T10:11:12.345Z ",
+                                    "[2024-05-06 10:11:12] ", "[pod/launcher-x/mpi] ",
+                                    "2024-05-06T10:11:12Z [1,0]<stdout>:"])
+def test_launcher_prefixes_are_read_through(prefix):
+    plain = parse_log(POLARIS)
+    tagged = parse_log("\n".join(prefix + line for line in POLARIS.splitlines()))
+    assert tagged.rows == plain.rows and tagged.devices == plain.devices
+
+
+def test_a_tag_flushed_mid_line_is_removed():
+    assert strip_prefix("[1,0]<stdout>:     8   2   float   sum   -1[1,0]<stdout>:   85.14") \
+        == "     8   2   float   sum   -1   85.14"
+
+
+def test_several_tests_in_a_file_are_one_diagnosis_each():
+    logs = parse_logs(XXRJUN)
+    assert [g.collective for g in logs] == ["all_reduce", "all_gather", "reduce_scatter",
+                                            "all_to_all", "sendrecv"]
+    assert all(len(g.devices) == 20 and len({d.host for d in g.devices}) == 10 for g in logs)
+    with pytest.raises(ConfigError, match="holds 5 tests"):
+        parse_log(XXRJUN)
+
+
+def test_a_test_without_its_own_device_lines_shares_the_one_before():
+    second = "\n".join(x for x in POLARIS.splitlines() if "Rank" not in x)
+    logs = parse_logs(POLARIS + "\n" + second)
+    assert len(logs) == 2 and logs[1].devices == logs[0].devices
+    assert logs[1].inherited == ("devices",)
+
+
+@pytest.mark.parametrize("name,expect", [
+    ("superbench-a100-nccl_allreduce.log", "all_reduce"),
+    ("superbench-a100-nccl_broadcast.log", "broadcast"),
+    ("superbench-a100-nccl_reduce.log", "reduce"),
+    ("superbench-a100-nccl_reducescatter.log", "reduce_scatter"),
+    ("polaris-nccl221-2n-all_gather.log", None),  # all_gather or all_to_all: the columns agree
+])
+def test_the_columns_say_which_collective_an_unnamed_log_ran(name, expect):
+    log = parse_log((LOGS / name).read_text())
+    assert log.test is None
+    inf = infer_collective(log)
+    assert inf.collective == expect
+    if expect is None:
+        assert set(inf.candidates) == {"all_gather", "all_to_all"}
+        assert infer_collective(log, name).collective == "all_gather"  # the file name decides
+
+
+def test_truly_ambiguous_logs_ask_and_name_the_candidates(tmp_path, capsys):
+    path = tmp_path / "run1.log"
+    path.write_text((LOGS / "polaris-nccl221-2n-alltoall.log").read_text())
+    assert main(["doctor", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "all_gather or all_to_all: give --collective" in err
+    assert main(["doctor", str(path), "-c", "all_to_all"]) == 0
+
+
+def test_nics_come_from_the_log_and_a_lone_management_port_is_not_counted():
+    d = _diag(SNELLIUS)  # NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_2:1/IB ... [4]mlx5_5:1/IB
+    assert (d.system["nic"], d.system["nics_per_node"]) == ("ib-ndr", 4)
+    assert any("mlx5_0:1/RoCE not counted" in e for e in d.guess.evidence)
+    speeds = re.sub(r"(NCCL INFO NET/IB : Using.*)", r"\1", SNELLIUS).replace(
+        "NCCL INFO NCCL version", "NCCL INFO NET/IB: [1] mlx5_2:uverbs2:1/IB provider=Mlx5 "
+        "speed=200000 context=0x1\ngcn151:1:1 [0] NCCL INFO NCCL version", 1)
+    assert _diag(speeds).system["nic"] == "ib-hdr"  # 200 Gb/s ports, as NCCL printed them
+
+
+def test_no_nvls_blame_on_4_gpu_nodes_nor_when_the_log_says_it_is_unavailable():
+    d = _diag(SNELLIUS)  # 4 H100 per node, 'NVLS multicast support is not available'
+    assert not any("NVLS" in c for c in d.causes)
+    assert not any(r["algorithm"].startswith("nvls") for r in d.rows)
+    assert not any("fewer channels" in c for c in d.causes)
+
+
+def test_overrides_change_only_what_they_name():
+    d = _diag(SNELLIUS, system="dgx-h100")
+    assert (d.system["nodes"], d.system["gpus_per_node"], d.system["nic"],
+            d.system["nics_per_node"]) == (2, 4, "ib-ndr", 4)
+    d = _diag(SNELLIUS, nic="roce-400g")
+    assert (d.system["nic"], d.system["nics_per_node"], d.system["gpus_per_node"]) == \
+        ("roce-400g", 4, 4)
+    assert any("--nic roce-400g contradicts" in w for w in d.warnings)
+    d = _diag(POLARIS, gpu="h100")
+    assert d.system["system"] == "dgx-h100" and d.system["gpus_per_node"] == 4
+
+
+def test_topology_file_is_replicated_to_the_logs_nodes(tmp_path, capsys):
+    from gpucomm.topology import build_topology
+    node = tmp_path / "node.yaml"
+    build_topology("polaris").save(str(node))
+    log = tmp_path / "ar.log"
+    log.write_text(POLARIS)
+    assert main(["doctor", str(log), "--topology", str(node), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["system"]["nodes"] == 2 and doc["nranks"] == 8
+
+
+@pytest.mark.parametrize("bad,why", [("nan", "busbw is nan"), ("inf", "busbw is inf"),
+                                     ("-3.5", "busbw is negative")])
+def test_rows_that_cannot_be_believed_are_flagged_not_judged(bad, why):
+    lines = POLARIS.splitlines()
+    i = max(k for k, x in enumerate(lines) if x.strip().startswith("1073741824"))
+    parts = lines[i].split()
+    parts[7] = bad
+    lines[i] = "  ".join(parts)
+    d = _diag("\n".join(lines))
+    flagged = [r for r in d.rows if r.get("flag")]
+    assert len(flagged) == 1 and why in flagged[0]["flag"]
+    assert d.verdict.startswith("512 MiB")  # judged on the largest believable row
+    assert any("not judged" in w for w in d.warnings)
+
+
+def test_a_row_beyond_the_size_limit_is_flagged():
+    text = POLARIS.replace("  1073741824     268435456", "2199023255552 549755813888", 1)
+    d = _diag(text)
+    assert any("above the 1 TiB limit" in (r.get("flag") or "") for r in d.rows)
+
+
+def test_sim_compare_with_collective_all_reduce_reads_an_unnamed_log(tmp_path, capsys):
+    path = tmp_path / "run.log"  # no test name, no hint in the file name
+    path.write_text((LOGS / "polaris-nccl221-2n-all_gather.log").read_text())
+    assert main(["sim", "--compare", str(path), "-c", "all_gather", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["collective"] == "all_gather"
+    path.write_text(POLARIS)
+    assert main(["sim", "--compare", str(path), "-c", "all_reduce", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["collective"] == "all_reduce"
