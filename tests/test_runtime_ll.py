@@ -119,6 +119,10 @@ def rank_main(mode, out_dir):
             comm.all_reduce(np.ones(2 if comm.rank == 0 else 3, np.float32))
         elif mode == "mismatch_general":  # float32 (the path) against float16 (general)
             comm.all_reduce(np.ones(2, np.float32 if comm.rank == 0 else np.float16))
+        elif mode == "mismatch_settings":  # the path off on rank 1 only: one_shot, general
+            if comm.rank == 1:
+                comm.transport._ll_close()
+            comm.all_reduce(np.ones(2, np.float32))
         elif mode == "dead":  # rank 1 leaves without calling
             if comm.rank == 1:
                 os._exit(0)
@@ -188,7 +192,7 @@ def test_small_calls_mix_with_general_ones(tmp_path):
 
 
 @ll_built
-@pytest.mark.parametrize("mode", ["mismatch", "mismatch_general"])
+@pytest.mark.parametrize("mode", ["mismatch", "mismatch_general", "mismatch_settings"])
 def test_mismatched_small_calls_fail_on_every_rank(mode, tmp_path):
     results, log, elapsed = run(2, mode, tmp_path)
     assert len(results) == 2, log[-3000:]
