@@ -321,15 +321,13 @@ static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
     uint64_t flag = seq << 32 | tag;
     Py_ssize_t parity = (Py_ssize_t)(seq & 1) * self->half;
     if (self->posted != seq) {
+        /* The descriptor's first word first (a peer checking the previous call's descriptor
+         * re-reads it and so sees that this rank has moved on), the rest after it. */
         int64_t *w = self->words, *d = w + self->desc;
-        d[0] = (int64_t)seq;
-        d[1] = self->coll_id;
-        d[2] = self->algo_id;
-        d[3] = p;
-        d[4] = 0;
-        d[5] = n / isz;
-        d[6] = self->dtype_ids[type];
-        d[7] = self->op_ids[op];
+        const int64_t v[8] = {(int64_t)seq, self->coll_id, self->algo_id, p, 0, n / isz,
+                              self->dtype_ids[type], self->op_ids[op]};
+        for (int i = 0; i < 8; i++)
+            __atomic_store_n(&d[i], v[i], __ATOMIC_RELEASE);
         __atomic_store_n(&w[self->prog], (int64_t)(seq << 32), __ATOMIC_RELEASE);
         char *mine = self->area[me] + parity;
         for (Py_ssize_t L = 0; L < lines; L++) {

@@ -139,8 +139,9 @@ class SmallMessages:
             self._me[WAITING] = 0
 
     def _ll_check(self, q: int, seq: int, deadline: float, now: float) -> None:
-        theirs = self._progs[q]
-        if theirs[DESC] == seq and theirs[DESC + 2] != LL_ALGO and theirs[PROG] >> 32 == seq:
+        theirs = self._progs[q]  # its counter, then its descriptor, then the first word again
+        if theirs[PROG] >> 32 == seq and theirs[DESC] == seq and \
+                theirs[DESC + 2] != LL_ALGO and theirs[DESC] == seq:
             self._ll_mismatch(q, seq)  # q runs this call on the general path
         self._check_alive(q, (seq << 32) | DONE, PROG)
         if now >= deadline:
