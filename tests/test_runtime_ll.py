@@ -228,5 +228,36 @@ def test_the_option_is_checked_and_read_from_the_environment():
     assert LL_LINES * 56 >= 32768  # the area holds the largest payload the option allows
 
 
+HOST = """format: 2
+cma: true
+bandwidth_Bps: 10.0e9
+latency_s: 1.0e-5
+ll_latency_s: 2.0e-6
+ll_Bps: 1.0e9
+cores: 2
+cache_bytes: 1048576
+rates:
+  2: {copy_Bps: 10.0e9, reduce_Bps: 5.0e9, copy_cache_Bps: 40.0e9, reduce_cache_Bps: 20.0e9,
+      stream_Bps: 16.0e9}
+"""
+
+
+@ll_built
+def test_the_predictor_times_the_path_up_to_its_size(tmp_path, monkeypatch):
+    from gpucomm.bench.plancost import add_predictions
+    from gpucomm.runtime import options
+    path = tmp_path / "host.yaml"
+    path.write_text(HOST)
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    monkeypatch.setattr(options, "_active", RuntimeOptions(ll_max_bytes=4096))
+    rows = [{"size": s, "count": s // 4, "type": t, "root": -1, "algorithm": "auto"}
+            for s, t in ((8, "float32"), (4096, "float32"), (8192, "float32"), (8, "float16"))]
+    add_predictions(rows, "all_reduce", 3)
+    got = [r["predicted_time_us"] * 1e-6 for r in rows]
+    assert got[0] == pytest.approx(2e-6)
+    assert got[1] == pytest.approx(2e-6 + 2 * (4096 - 8) / 1e9)  # two peers' lines
+    assert got[2] > 1e-5 and got[3] > 1e-5  # beyond the path's size, or float16: the plan
+
+
 if __name__ == "__main__":
     rank_main(sys.argv[1], sys.argv[2])
