@@ -13,7 +13,7 @@ ranks bound to cores for every engine). The machine is shared (2 cores, other jo
 Prints the ratios and whether each bar is met (on the best-of ratio):
 - all-reduce >= 1 MiB: shm busbw >= 1.5x MPICH's and >= 3x gloo's
 - all-gather, reduce-scatter, broadcast, all-to-all at 16 MiB: >= 1.0x MPICH's
-- 8-byte all-reduce: <= 30 us (and the ratio to MPICH's)
+- 8-byte all-reduce: <= 2x MPICH's time (the small-message path; <= 30 us without MPI)
 - 4 ranks (more than the cores here) complete every collective; their busbw is reported
 `--old-src DIR` (another checkout's `src`, e.g. before a refactoring) adds its shm runtime as
 one more engine, `shm-old`, interleaved in the same rounds: each table shows its times next to
@@ -87,8 +87,13 @@ def measure(backends, plan, rounds, nranks=2):
                     for r in bench(b, nranks, coll, group, iters=n, warmup=max(3, n // 10),
                                    check=0):
                         times.setdefault((coll, r["size"]), {}).setdefault(b, []).append(r[key])
-        print(f"  round {rnd + 1}/{rounds} done", file=sys.stderr, flush=True)
+        print(f"  round {rnd + 1}/{rounds} done (load average {_load()})", file=sys.stderr,
+              flush=True)
     return times
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def _handoff_worker(name, n, iters, side, out):
@@ -173,6 +178,18 @@ def print_old_vs_new(times) -> None:
         print(f"{key[0]:>15} {key[1]:>10} B: {ratio_text(ts['shm-old'], ts['shm'])[1]}")
 
 
+def small_verdict(t8, backends):
+    """The 8-byte all-reduce's bar: <= 2x MPICH's time, or <= 30 us where MPI is absent."""
+    if "mpi" not in backends:
+        return ("all_reduce 8 B <= 30 us", min(t8["shm"]) <= 30,
+                f"{min(t8['shm']):.1f} us (median {statistics.median(t8['shm']):.1f})")
+    x8 = min(t8["shm"]) / min(t8["mpi"])
+    per = sorted(s / m for s, m in zip(t8["shm"], t8["mpi"]))
+    return ("all_reduce 8 B time <= 2x mpi", x8 <= 2.0,
+            f"{min(t8['shm']):.2f} us vs MPICH {min(t8['mpi']):.2f} us: x{x8:.2f} "
+            f"(rounds {per[0]:.2f}/{statistics.median(per):.2f}/{per[-1]:.2f})")
+
+
 def parse_args():
     global _OLD_SRC
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -230,11 +247,7 @@ def main() -> int:
                     verdicts.append((f"all_reduce {s >> 20} MiB busbw >= {bar}x {peer}",
                                      ratio >= bar, text))
         print(f"{s:>10} " + " ".join(cols) + "   " + ", ".join(ratios))
-    t8 = times[("all_reduce", 8)]
-    mpi8 = f", {min(t8['shm']) / min(t8['mpi']):.2f}x MPICH's {min(t8['mpi']):.1f} us" \
-        if "mpi" in backends else ""
-    verdicts.append(("all_reduce 8 B <= 30 us", min(t8["shm"]) <= 30,
-                     f"{min(t8['shm']):.1f} us (median {statistics.median(t8['shm']):.1f}){mpi8}"))
+    verdicts.append(small_verdict(times[("all_reduce", 8)], backends))
 
     print(f"\n== 16 MiB, 2 ranks, {rounds} interleaved rounds: best (median) us, busbw of the "
           f"best")
@@ -249,7 +262,7 @@ def main() -> int:
             line += f"   {text} vs mpi"
             if "shm-old" in backends:
                 line += f", shm-old {ratio_text(ts['mpi'], ts['shm-old'])[1]} vs mpi"
-            verdicts.append((f"{coll} 16 MiB >= 1.0x mpi", ratio >= 1.0, text))
+            verdicts.append((f"{coll} 16 MiB time <= mpi's", ratio >= 1.0, text))
         print(line)
 
     if "shm-old" in backends:
@@ -268,9 +281,9 @@ def main() -> int:
             print(f"{coll:>15}: FAILED {e}")
         verdicts.append((f"4 ranks {coll} completes correctly", ok, ""))
 
-    print("\n== bars")
+    print(f"\n== bars (load average now {_load()}; 2 cores shared with other jobs)")
     for what, ok, detail in verdicts:
-        print(f"  [{'met' if ok else 'MISSED'}] {what}" + (f"  ({detail})" if detail else ""))
+        print(f"  [{'PASS' if ok else 'FAIL'}] {what}" + (f"  ({detail})" if detail else ""))
     met = sum(ok for _, ok, _ in verdicts)
     print(f"{met}/{len(verdicts)} bars met")
     return 0 if met == len(verdicts) else 1

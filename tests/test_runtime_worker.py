@@ -230,6 +230,8 @@ def mode_timeout(comm, res):
 def mode_mismatch(comm, res):
     kinds = os.environ.get("MISMATCH", "size")
     x = np.ones(64 if comm.rank == 0 or kinds != "size" else 128, np.float32)
+    if kinds == "plan":  # large enough for a staged plan (smaller ones: the LL path, no plan)
+        x = np.ones(16384, np.float32)
     try:
         if kinds == "size":
             comm.all_reduce(x)

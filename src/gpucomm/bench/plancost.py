@@ -89,6 +89,11 @@ def load_host(path=None) -> dict | None:
         if not data[key] > 0:
             raise ConfigError(f"{path}: {key} must be a number > 0 (run `gpucomm bench "
                               f"--calibrate` again)")
+    try:  # the small-message path's (absent: calibrated before it, or without it)
+        ll = (float(data["ll_latency_s"]), float(data["ll_Bps"]))
+        data["ll_latency_s"], data["ll_Bps"] = ll if min(ll) > 0 else (None, None)
+    except (KeyError, TypeError, ValueError):
+        data["ll_latency_s"] = data["ll_Bps"] = None
     if data.get("format") == FORMAT:
         try:
             data["rates"] = {int(p): {k: float(v) for k, v in r.items()}
@@ -183,6 +188,25 @@ def measure_latency(iters: int = 2000) -> float:
     return min(rows[0]["time_us"], rows[0]["ip_time_us"]) * 1e-6
 
 
+def measure_ll(iters: int = 2000) -> tuple[float, float] | None:
+    """(seconds of an 8-byte all-reduce on the small-message path between 2 shm ranks,
+    bytes per second it moves beyond that, from a 4 KiB one), or None without the path."""
+    from ..runtime.shm_ll import LLRunner
+    from . import run_bench
+    if LLRunner is None or current().ll_max_bytes < 4096:
+        return None
+    rows = run_bench("shm", 2, "all_reduce", [8, 4096], iters=iters,
+                     warmup=max(10, iters // 10), check=0)
+    t8, t4k = rows[0]["time_us"] * 1e-6, rows[1]["time_us"] * 1e-6
+    return t8, (4096 - 8) / max(t4k - t8, 1e-9)
+
+
+def ll_time(host: dict, nbytes: int, nranks: int) -> float:
+    """Seconds of an all-reduce on the small-message path: the calibrated 8-byte call, plus
+    the bytes of every peer's lines at the calibrated rate."""
+    return host["ll_latency_s"] + max(nbytes - 8, 0) * (nranks - 1) / host["ll_Bps"]
+
+
 def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
     """Measure this host and save it. `quick`: fewer repeats and iterations (about a second),
     what a first prediction uses when nothing is saved yet."""
@@ -199,9 +223,11 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
         rates[p] = {"copy_Bps": copy, "reduce_Bps": red, "copy_cache_Bps": max(copy, copy_c),
                     "reduce_cache_Bps": max(red, red_c), "stream_Bps": stream}
     lat = measure_latency(200 if quick else 2000)
+    ll = measure_ll(200 if quick else 2000)
     host = {"format": FORMAT, "cma": cma_allowed(),
             "bandwidth_Bps": rates[cores]["copy_Bps"], "latency_s": float(lat),
             "cores": cores, "cache_bytes": llc, "rates": rates,
+            **({"ll_latency_s": ll[0], "ll_Bps": ll[1]} if ll else {}),
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "method": (f"{'quick' if quick else 'full'}: P = 1..{cores} processes at once, "
                        f"np.copyto, np.add(out=) and the streaming copy of {big >> 20} MiB "
@@ -351,14 +377,22 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
     from ..collectives import get_collective, layout
     from ..dtypes import get_dtype
     from ..runtime.communicator import choose_algorithm
+    from ..runtime.shm_ll import LL_DTYPES, LLRunner
     coll = get_collective(collective).name
     modern = host.get("format") == FORMAT
+    options = current() if options is None else options
     for r in rows:
         lay = layout(coll, r["size"], r["type"], nranks)
         isz = get_dtype(r["type"]).itemsize
         name = r["algorithm"] if (coll, r["algorithm"]) in REGISTRY else \
             choose_algorithm(coll, r["size"], nranks)
         sched = build(coll, name, nranks, root=max(r.get("root", 0), 0))
+        if coll == "all_reduce" and name == "one_shot" and LLRunner is not None and \
+                r["size"] <= options.ll_max_bytes and host["ll_latency_s"] and \
+                r["type"] in LL_DTYPES:  # the runtime takes its small-message path
+            r["predicted_time_us"] = ll_time(host, r["size"], nranks) * 1e6
+            r["predicted_algorithm"] = name
+            continue
         if modern:
             bw = effective_bandwidth(host, sched.materialize(), lay.block_count, isz, options)
             topo = host_topology(nranks, bw, host["latency_s"], UNLIMITED_Bps)

@@ -111,6 +111,9 @@ class Communicator:
         self._schedules: dict[tuple[Any, ...], Schedule] = {}
         self._pending: list[Future[Any]] = []
         self._lock = threading.Lock()
+        # the transport's small-message all-reduce (shm): tried first by a blocking `auto`
+        # all_reduce of a numpy array from the owner thread; it declines what it cannot take
+        self._ll = None if any_thread else getattr(transport, "ll_all_reduce", None)
         atexit.register(self.close)
 
     @property
@@ -124,6 +127,11 @@ class Communicator:
         >>> # Rank 0: x = [1, 2]   Rank 1: x = [10, 20]
         >>> # comm.all_reduce(x)   both ranks: x = [11, 22]
         """
+        if self._ll is not None and buf.__class__ is np.ndarray and dtype is None and \
+                algorithm == "auto" and not async_op and not self._pending and \
+                not self._closed and threading.get_ident() == self._owner and \
+                self._ll(buf, buf, op):
+            return None
         a, d = _array(buf, "buf", dtype)
         return self._call("all_reduce", a, a, op, d, algorithm, 0, async_op)
 

@@ -45,6 +45,12 @@ class RuntimeOptions:
     stream_min_bytes: int = 256 << 10
     # Cross-memory attach (process_vm_readv/writev) where the kernel allows it.
     cma: bool = True
+    # All-reduces up to this size take the small-message path (`shm_ll`: one-shot through
+    # self-flagged cache lines, polled and reduced in C) where the C extension is built; 0 turns
+    # it off. At most 32 KiB: `auto` runs one-shot up to there (`communicator.SMALL_BYTES`),
+    # and each rank's area holds that much. Crossover measured on this project's hosts by
+    # `benchmarks/allreduce_breakdown.py --crossover`.
+    ll_max_bytes: int = 16 << 10
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -54,10 +60,13 @@ class RuntimeOptions:
                     raise ConfigError(f"RuntimeOptions.{f.name} must be True or False, "
                                       f"got {value!r}")
                 continue
-            low = 0 if f.name.endswith("min_bytes") else 1
+            low = 0 if f.name.endswith(("min_bytes", "max_bytes")) else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"RuntimeOptions.{f.name} must be an integer >= {low} "
                                   f"(bytes), got {value!r}")
+        if self.ll_max_bytes > LL_MAX_BYTES:
+            raise ConfigError(f"RuntimeOptions.ll_max_bytes must be at most {LL_MAX_BYTES} "
+                              f"(the small-message area), got {self.ll_max_bytes}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "RuntimeOptions":
@@ -94,7 +103,8 @@ class RuntimeOptions:
         return (f"slice {_size(self.slice_bytes)}, direct from {_size(self.direct_min_bytes)} "
                 f"in {_size(self.direct_slice_bytes)} slices, piece {_size(self.piece_bytes)}, "
                 f"push {on[self.push]}, stream {on[self.stream]} from "
-                f"{_size(self.stream_min_bytes)}, cma {on[self.cma]}")
+                f"{_size(self.stream_min_bytes)}, cma {on[self.cma]}, small-message path "
+                f"{'to ' + _size(self.ll_max_bytes) if self.ll_max_bytes else 'off'}")
 
 
 # RuntimeOptions field -> the environment variable that sets it
@@ -102,7 +112,8 @@ ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_
              "direct_slice_bytes": "GPUCOMM_DIRECT_SLICE_BYTES",
              "piece_bytes": "GPUCOMM_PIECE_BYTES", "push": "GPUCOMM_PUSH",
              "stream": "GPUCOMM_STREAM", "stream_min_bytes": "GPUCOMM_STREAM_MIN_BYTES",
-             "cma": "GPUCOMM_CMA"}
+             "cma": "GPUCOMM_CMA", "ll_max_bytes": "GPUCOMM_LL_MAX_BYTES"}
+LL_MAX_BYTES = 32 << 10  # see ll_max_bytes
 
 _active: RuntimeOptions | None = None
 

@@ -42,6 +42,7 @@ from .shm_control import (ACK, CAP, COLL_IDS, CTRL_BYTES, DESC, DONE, DTYPE_IDS,
                           IN_ADDR, IN_PLACE, MAX_RANKS, MSG_OFF, NAME_OFF, OP_IDS, OUT_ADDR,
                           PID, PROG, RUNNING, STATE, CLOSED, block_count, pid_alive,
                           unalias)
+from .shm_ll import SmallMessages
 from .shm_p2p import PointToPoint
 from .shm_wait import PeerWaits
 from .signals import exiting_on_signals
@@ -49,7 +50,7 @@ from .signals import exiting_on_signals
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
 
 
-class ShmTransport(PeerWaits, PointToPoint):
+class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
     """Executes schedules for one rank. Built by `gpucomm.init()`; see `execute`.
 
     `options`: how plans cut and move data (default: `options.current()`, the environment's
@@ -100,6 +101,7 @@ class ShmTransport(PeerWaits, PointToPoint):
         ctrl.unlink()
         for name in names:  # every rank mapped every one: a rank that died just now leaks none
             unlink_name(name)
+        self._ll_connect()
         self._me[STATE] = RUNNING
 
     def _create_ctrl(self, name: str | None = None) -> Segment:
@@ -264,6 +266,9 @@ class ShmTransport(PeerWaits, PointToPoint):
                                  f"error: {self.broken}")
         if not isinstance(dtype, dt.DType):
             dtype = dt.get_dtype(dtype)
+        if self._ll is not None and inp is not None and out is not None and \
+                self._ll_serves(schedule) and self.ll_all_reduce(inp, out, op):
+            return
         coll, p = schedule.collective, self.nranks
         if schedule.nranks != p:
             raise ConfigError(f"schedule is for {schedule.nranks} ranks, the job has {p}")
@@ -382,6 +387,7 @@ class ShmTransport(PeerWaits, PointToPoint):
         except ValueError:
             return
         self._data_views, self._peer_views = {}, {}
+        self._ll_close()
         for seg in [self._data, *self._p2p_out.values()]:
             if seg is not None:
                 seg.close()

@@ -5,6 +5,7 @@ encode a call's descriptor in it, and the checks of a call's buffers before it r
 from __future__ import annotations
 
 import os
+import zlib
 
 import numpy as np
 
@@ -27,10 +28,18 @@ WORDS = P2P_ACK + 64
 NAME_OFF = WORDS * 8  # 64 bytes: data segment name
 P2P_NAME_OFF = NAME_OFF + 64  # + 64j: name of the segment for messages to j
 MSG_OFF = P2P_NAME_OFF + 64 * 64  # 512 bytes: why this rank failed
-CTRL_BYTES = MSG_OFF + 512
+# The small-message path's area (`shm_ll`, `_stream.LL`): two halves (odd and even calls) of
+# 64-byte lines, each carrying 56 bytes of data and its own sequence word.
+LL_OFF = (MSG_OFF + 512 + 4095) & ~4095
+LL_LINES = 586  # 586 x 56 B >= 32 KiB of payload (RuntimeOptions.ll_max_bytes' limit)
+LL_HALF = LL_LINES * 64
+CTRL_BYTES = LL_OFF + 2 * LL_HALF
 MAX_RANKS = 64
 
 INIT, RUNNING, CLOSED, FAILED = 0, 1, 2, 3
+# the descriptor's algorithm hash of a call on the small-message path: a peer on the general
+# path (another size, dtype or algorithm) fails the descriptor check instead of waiting
+LL_ALGO = zlib.crc32(b"all_reduce one_shot ll")
 DTYPE_IDS = {name: i for i, name in enumerate(dt.DTYPES)}
 OP_IDS = {name: i for i, name in enumerate(dt.REDUCE_OPS)}
 COLL_IDS = {name: i for i, name in enumerate(COLLECTIVES)}
@@ -100,6 +109,8 @@ def describe_call(desc, schedule=None) -> str:
         text += f", root {root}"
     if schedule is not None:
         text += f", algorithm {schedule.algorithm}"
+    elif algo == LL_ALGO:
+        text += ", algorithm one_shot on the small-message path"
     else:
         text += f", algorithm hash {algo:08x}"
     return text + ")"

@@ -1,0 +1,263 @@
+"""The shm runtime's small-message path (`runtime.shm_ll`, `_stream.LL`) on real processes:
+bit-for-bit against numpy's rank-order reduction on every rank, calls mixed with the general
+path, the fallbacks (path off, no C extension), mismatched calls, a dead or stuck peer.
+
+
+Ranks run this file as a script (`python test_runtime_ll.py MODE OUT_DIR`) under the launcher;
+each writes OUT_DIR/rank<k>.json with its digests and failures.
+"""
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+import pytest
+
+from gpucomm.errors import ConfigError
+from gpucomm.runtime.options import RuntimeOptions
+
+HERE = os.path.abspath(__file__)
+SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
+ll_built = pytest.mark.skipif(
+    __import__("gpucomm.runtime.shm_ll", fromlist=["LLRunner"]).LLRunner is None,
+    reason="the C extension (gpucomm.runtime._stream) is not built")
+
+UFUNC = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
+         "max": np.maximum}
+DTYPES = ["float32", "float64", "int8", "uint8", "int32", "int64"]
+COUNTS = [0, 1, 2, 13, 14, 15, 29, 100, 1000]  # lines of 56 B: partial, whole, several
+
+
+def data(seed, n, dtype, op):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "f":
+        lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)
+        return rng.uniform(lo, hi, n).astype(dtype)
+    return rng.integers(-100 if dtype.startswith("int") else 0, 100, n).astype(dtype)
+
+
+def reference(p, n, dtype, op, seed):
+    """numpy, reducing rank 0's array with rank 1's, then rank 2's ...: what every rank of
+    the path must return, bit for bit."""
+    acc = data(seed, n, dtype, op)
+    for q in range(1, p):
+        acc = UFUNC[op](acc, data(seed + q, n, dtype, op)).astype(dtype)
+    if op == "avg":
+        acc = acc / np.dtype(dtype).type(p)
+    return acc
+
+
+# --- rank side ----------------------------------------------------------------------------
+def _cases(comm, mode):
+    """Every dtype x op x count, in place through the API and out of place through the
+    transport; returns the digest of every result."""
+    tr, p, r = comm.transport, comm.world_size, comm.rank
+    h, wrong = hashlib.sha256(), []
+    seed = 0
+    for dtype in DTYPES:
+        ops = ["sum", "prod", "min", "max"] + (["avg"] if dtype.startswith("float") else [])
+        for op in ops:
+            for n in COUNTS:
+                seed += 100
+                want = reference(p, n, dtype, op, seed)
+                x = data(seed + r, n, dtype, op)
+                comm.all_reduce(x, op)
+                out = np.empty_like(x)
+                sched = comm.schedule("all_reduce", x.nbytes)
+                tr.execute(sched, data(seed + r, n, dtype, op), out, op, dtype)
+                for got, how in ((x, "api"), (out, "execute")):
+                    if got.tobytes() != want.tobytes():
+                        wrong.append(f"{how} {dtype} {op} n={n}: {got[:4]} != {want[:4]}")
+                    h.update(got.tobytes())
+    return h.hexdigest(), wrong
+
+
+def _mixed(comm):
+    """Small calls of the path between general-path calls (large, float16, other
+    collectives), many times: counters and halves stay consistent."""
+    p, r, wrong = comm.world_size, comm.rank, []
+    for i in range(60):
+        small = data(i * 10 + r, 3, "float32", "sum")
+        comm.all_reduce(small)
+        if small.tobytes() != reference(p, 3, "float32", "sum", i * 10).tobytes():
+            wrong.append(f"small call {i}")
+        if i % 3 == 0:
+            big = np.full(20000, r + 1, np.float32)  # 80 KB: the general path
+            comm.all_reduce(big)
+            if not np.all(big == p * (p + 1) / 2):
+                wrong.append(f"large call {i}")
+        if i % 5 == 0:
+            h = np.full(4, r + 1, np.float16)  # float16: the general path at any size
+            comm.all_reduce(h)
+            if not np.all(h == p * (p + 1) / 2):
+                wrong.append(f"float16 call {i}")
+            g = np.empty(p, np.int32)
+            comm.all_gather(g, np.array([r], np.int32))
+            if g.tolist() != list(range(p)):
+                wrong.append(f"all_gather {i}")
+    return wrong
+
+
+def rank_main(mode, out_dir):
+    import gpucomm.runtime as rt
+    if mode == "noext":  # as if built without a compiler
+        import gpucomm.runtime.shm_ll as shm_ll
+        shm_ll.LLRunner = None
+    comm = rt.init()
+    res = {"rank": comm.rank}
+    try:
+        if mode in ("cases", "off", "noext"):
+            res["digest"], res["wrong"] = _cases(comm, mode)
+            res["general_used"] = comm.transport._data is not None
+        elif mode == "mixed":
+            res["wrong"] = _mixed(comm)
+        elif mode == "mismatch":  # rank 0 reduces 2 elements, the others 3
+            comm.all_reduce(np.ones(2 if comm.rank == 0 else 3, np.float32))
+        elif mode == "mismatch_general":  # float32 (the path) against float16 (general)
+            comm.all_reduce(np.ones(2, np.float32 if comm.rank == 0 else np.float16))
+        elif mode == "mismatch_settings":  # the path off on rank 1 only: one_shot, general
+            if comm.rank == 1:
+                comm.transport._ll_close()
+            comm.all_reduce(np.ones(2, np.float32))
+        elif mode == "dead":  # rank 1 leaves without calling
+            if comm.rank == 1:
+                os._exit(0)
+            comm.all_reduce(np.ones(2, np.float32))
+        elif mode == "stuck":  # rank 1 lives on but never calls
+            if comm.rank == 1:
+                time.sleep(8)
+                os._exit(0)
+            comm.all_reduce(np.ones(2, np.float32))
+    except Exception as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+        res["trace"] = traceback.format_exc()
+    with open(os.path.join(out_dir, f"rank{comm.rank}.json"), "w") as f:
+        json.dump(res, f)
+    if "error" not in res:
+        comm.close()
+    os._exit(0)
+
+
+# --- test side ----------------------------------------------------------------------------
+def run(nranks, mode, tmp_path, env=None, timeout=240):
+    from gpucomm.runtime.launch import launch
+    out = io.StringIO()
+    base = dict(os.environ, PYTHONPATH=SRC, GPUCOMM_TIMEOUT="60")
+    base.update(env or {})
+    t0 = time.monotonic()
+    launch([sys.executable, HERE, mode, str(tmp_path)], nranks, out=out, env=base,
+           timeout=timeout)
+    elapsed = time.monotonic() - t0
+    results = []
+    for r in range(nranks):
+        path = tmp_path / f"rank{r}.json"
+        if path.exists():
+            results.append(json.loads(path.read_text()))
+    return results, out.getvalue(), elapsed
+
+
+@ll_built
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_small_all_reduce_is_bitwise_the_rank_order_reduction_on_every_rank(nranks, tmp_path):
+    results, log, _ = run(nranks, "cases", tmp_path)
+    assert len(results) == nranks, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+        assert not res["general_used"], "a call took the general path"
+    assert len({res["digest"] for res in results}) == 1  # the same bits on every rank
+
+
+@pytest.mark.parametrize("mode,env", [("off", {"GPUCOMM_LL_MAX_BYTES": "0"}), ("noext", {})])
+def test_without_the_path_the_general_one_gives_the_same_bits(mode, env, tmp_path):
+    results, log, _ = run(2, mode, tmp_path, env)
+    assert len(results) == 2, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+        assert res["general_used"]
+
+
+@ll_built
+def test_small_calls_mix_with_general_ones(tmp_path):
+    results, log, _ = run(3, "mixed", tmp_path)
+    assert len(results) == 3, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == []
+
+
+@ll_built
+@pytest.mark.parametrize("mode", ["mismatch", "mismatch_general", "mismatch_settings"])
+def test_mismatched_small_calls_fail_on_every_rank(mode, tmp_path):
+    results, log, elapsed = run(2, mode, tmp_path)
+    assert len(results) == 2, log[-3000:]
+    for res in results:
+        assert "collective mismatch" in res.get("error", ""), res
+    assert elapsed < 50  # found at once, not at the 60 s timeout
+
+
+@ll_built
+def test_a_dead_peer_is_named(tmp_path):
+    results, log, elapsed = run(2, "dead", tmp_path, {"GPUCOMM_TIMEOUT": "20"})
+    err = results[0].get("error", "")
+    assert "rank 1" in err and ("died" in err or "shut down" in err), results[0]
+    assert elapsed < 15
+
+
+@ll_built
+def test_a_stuck_peer_times_out_naming_it(tmp_path):
+    results, log, elapsed = run(2, "stuck", tmp_path, {"GPUCOMM_TIMEOUT": "2"})
+    err = results[0].get("error", "")
+    assert err.startswith("CommTimeout") and "rank 1" in err, results[0]
+    assert elapsed < 40
+
+
+def test_the_option_is_checked_and_read_from_the_environment():
+    assert RuntimeOptions().ll_max_bytes > 0
+    assert RuntimeOptions.from_env({"GPUCOMM_LL_MAX_BYTES": "0"}).ll_max_bytes == 0
+    with pytest.raises(ConfigError, match="ll_max_bytes must be at most 32768"):
+        RuntimeOptions(ll_max_bytes=40000)
+    with pytest.raises(ConfigError, match="GPUCOMM_LL_MAX_BYTES"):
+        RuntimeOptions.from_env({"GPUCOMM_LL_MAX_BYTES": "-1"})
+    from gpucomm.runtime.shm_control import LL_LINES
+    assert LL_LINES * 56 >= 32768  # the area holds the largest payload the option allows
+
+
+HOST = """format: 2
+cma: true
+bandwidth_Bps: 10.0e9
+latency_s: 1.0e-5
+ll_latency_s: 2.0e-6
+ll_Bps: 1.0e9
+cores: 2
+cache_bytes: 1048576
+rates:
+  2: {copy_Bps: 10.0e9, reduce_Bps: 5.0e9, copy_cache_Bps: 40.0e9, reduce_cache_Bps: 20.0e9,
+      stream_Bps: 16.0e9}
+"""
+
+
+@ll_built
+def test_the_predictor_times_the_path_up_to_its_size(tmp_path, monkeypatch):
+    from gpucomm.bench.plancost import add_predictions
+    from gpucomm.runtime import options
+    path = tmp_path / "host.yaml"
+    path.write_text(HOST)
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    monkeypatch.setattr(options, "_active", RuntimeOptions(ll_max_bytes=4096))
+    rows = [{"size": s, "count": s // 4, "type": t, "root": -1, "algorithm": "auto"}
+            for s, t in ((8, "float32"), (4096, "float32"), (8192, "float32"), (8, "float16"))]
+    add_predictions(rows, "all_reduce", 3)
+    got = [r["predicted_time_us"] * 1e-6 for r in rows]
+    assert got[0] == pytest.approx(2e-6)
+    assert got[1] == pytest.approx(2e-6 + 2 * (4096 - 8) / 1e9)  # two peers' lines
+    assert got[2] > 1e-5 and got[3] > 1e-5  # beyond the path's size, or float16: the plan
+
+
+if __name__ == "__main__":
+    rank_main(sys.argv[1], sys.argv[2])
