@@ -29,7 +29,7 @@ test-fast: $(STAMP)
 
 # ruff (pyproject [tool.ruff]) and mypy (pyproject [tool.mypy]: strict on the IR's packages)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 	$(VENV)/bin/mypy
 
 # what CI runs (.ci/run) and the README's test command
