@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         print(f"gpucomm {args.command}: error: {e}", file=sys.stderr)
         return 2
     except MemoryError:
-        print(f"gpucomm {args.command}: error: out of memory (see the limits in the README)",
+        print(f"gpucomm {args.command}: error: out of memory (see docs/limits.md)",
               file=sys.stderr)
         return 2
     except OSError as e:
