@@ -1,4 +1,5 @@
-"""Docs that cannot rot: every ```sh block of README.md, CONTRIBUTING.md and docs/*.md runs, in
+"""Docs that cannot rot: every ```sh and ```python block of README.md, CONTRIBUTING.md and
+docs/*.md runs, in
 order, in a scratch directory, and prints the ```text block shown after it (tools/docblocks.py;
 conventions in CONTRIBUTING.md; `python3 tools/regen_docs.py` rewrites the outputs)."""
 from __future__ import annotations
@@ -33,7 +34,7 @@ def test_every_skipped_block_says_why_and_every_shown_output_has_a_command():
         for b in docblocks.blocks(text):
             if b.lang == "text":
                 assert b.line in shown, f"{path.name}:{b.line}: a ```text block with no ```sh " \
-                    "block right before it (show the command that prints it)"
+                    "or ```python block right before it (show the command that prints it)"
 
 
 SAMPLE = """Intro.
@@ -54,8 +55,8 @@ one
 10.0 ms
 ```
 
-```sh
-seq 5
+```python
+for k in range(1, 6): print(k)
 ```
 
 ```text
@@ -82,7 +83,7 @@ def test_the_block_conventions(tmp_path):
     assert not docblocks.matches(exs[2].output.text, "1\n2\n3\n4\n6\n")
     assert docblocks.rewritten(exs[2].output.text, "0\n1\n2\n3\n") == "0\n...\n3\n"
     doc = tmp_path / "x.md"
-    doc.write_text(SAMPLE.replace("seq 5", "seq 0 5"))
+    doc.write_text(SAMPLE.replace("range(1, 6)", "range(6)"))
     assert docblocks.regenerate(doc) == 1
     assert "0\n...\n5\n" in doc.read_text()
     with pytest.raises(ValueError, match="needs a reason"):

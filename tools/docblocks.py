@@ -3,7 +3,8 @@
 Conventions (CONTRIBUTING.md, "Docs that run"):
 
 - A ```sh block is a shell script. It runs with bash (`set -e`, `pipefail`) in a scratch
-  directory that the blocks of one Markdown file share, in order. `gpucomm`, `python` and
+  directory that the blocks of one Markdown file share, in order. A ```python block runs the
+  same way, as a script of this Python. `gpucomm`, `python` and
   `python3` there are this environment's Python and the gpucomm package it imports; the
   repository's `examples/`, `benchmarks/` and `data/` are linked into the scratch directory.
 - A ```text block right after a ```sh block (blank lines and markers between are allowed) is
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LINKED = ("examples", "benchmarks", "data")  # what the docs' commands read from the repository
 TIMING_FACTOR = 100.0  # a loaded 2-core CI machine; still catches a unit off by 1000
 BLOCK_TIMEOUT_S = 120
+RUNNABLE = ("sh", "python")
 MARKER = re.compile(r"<!--\s*doc:\s*(skip|timing)\b:?\s*(.*?)\s*-->")
 FENCE = re.compile(r"^```(\S*)\s*$")
 NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
@@ -51,7 +53,7 @@ class Block:
 
 @dataclass(kw_only=True)
 class Example:
-    """A ```sh block and the ```text block that shows its output (None: none shown)."""
+    """A ```sh or ```python block and the ```text block that shows its output (None: none)."""
     command: Block
     output: Block | None
 
@@ -87,12 +89,13 @@ def blocks(text: str) -> list[Block]:
 
 
 def examples(text: str) -> list[Example]:
-    """The ```sh blocks of a Markdown text, in order, each with the ```text block after it."""
+    """The ```sh and ```python blocks of a Markdown text, in order, each with the ```text
+    block after it."""
     bs = blocks(text)
     lines = text.splitlines()
     out = []
     for k, b in enumerate(bs):
-        if b.lang != "sh":
+        if b.lang not in RUNNABLE:
             continue
         if "skip" in b.markers and not b.markers["skip"]:
             raise ValueError(f"line {b.line}: `doc: skip` needs a reason (`doc: skip: WHY`)")
@@ -127,7 +130,10 @@ def scratch_env(scratch: Path) -> dict[str, str]:
 
 def run(example: Example, scratch: Path, env: dict[str, str]) -> str:
     """stdout of the example's script; RuntimeError (with its stderr) if it fails."""
-    proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", example.command.text],
+    script = example.command.text
+    argv = ([sys.executable, "-c", script] if example.command.lang == "python"
+            else ["bash", "-e", "-o", "pipefail", "-c", script])
+    proc = subprocess.run(argv,
                           cwd=scratch, env=env, capture_output=True, text=True,
                           timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
