@@ -8,9 +8,12 @@ STAMP := $(VENV)/.installed-$(shell cat $(BUILD) | cksum | cut -d' ' -f1)
 .PHONY: demo test lint check test-fast clean
 
 $(STAMP): $(BUILD)
+	@echo "make: installing gpucomm and its extras (numpy, matplotlib, plotly, torch CPU, MPICH," \
+	  "pytest, ruff, mypy) into $(VENV): about 1-2 minutes the first time, then cached"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,lint,plot,html,mpi,torch,cluster]'
+	@# pip's download bars on a terminal (they need its default verbosity); quiet in CI logs
+	$(PY) -m pip install $$([ -t 1 ] || echo -q) -e '.[test,lint,plot,html,mpi,torch,cluster]'
 	rm -f $(VENV)/.installed-*; touch $@
 
 demo: $(STAMP)
@@ -26,7 +29,7 @@ test-fast: $(STAMP)
 
 # ruff (pyproject [tool.ruff]) and mypy (pyproject [tool.mypy]: strict on the IR's packages)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 	$(VENV)/bin/mypy
 
 # what CI runs (.ci/run) and the README's test command

@@ -2,9 +2,9 @@
 
     python3 benchmarks/accuracy.py [--data FILE ...] [--model analytic|flow] [-v]
 
-Data: ../shared/data/nccl-tests-published.json (beside the repository, as the team and CI lay
-it out) and every JSON table file under data/measurements/ in the repository (public
-measurements the project added, sources in data/measurements/README.md).
+Data: data/published/nccl-tests-published.json (50 published tables, sources in its README)
+and every JSON table file under data/measurements/ (public measurements the project added,
+sources in data/measurements/README.md).
 
 Each table's description (hardware, GPUs per node, nodes, interconnects, NCCL settings) is
 mapped by rule to a topology preset and to NCCL's choice (`NCCL_ALGO` forces one of NCCL's
@@ -41,7 +41,7 @@ from gpucomm.simulate.nccl import from_nccl_algo  # noqa: E402
 from gpucomm.simulate.versions import parse_version  # noqa: E402
 from gpucomm.topology import build_topology  # noqa: E402
 
-DATA = [ROOT.parent / "shared" / "data" / "nccl-tests-published.json",
+DATA = [ROOT / "data" / "published" / "nccl-tests-published.json",
         *sorted((ROOT / "data" / "measurements").glob("*.json"))]
 MIB = 1 << 20
 KIB = 1 << 10
@@ -248,8 +248,8 @@ def main(argv=None) -> int:
     data = []
     for path in args.data:
         if not Path(path).is_file():
-            print(f"no data file {path}: give --data FILE (the published tables live in "
-                  "../shared/data beside the repository)", file=sys.stderr)
+            print(f"no data file {path}: give --data FILE (the published tables are in "
+                  "data/published/, the project's own in data/measurements/)", file=sys.stderr)
             return 2
         data += json.loads(Path(path).read_text())
     rows = evaluate(data, args.model, args.verbose)

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/doctor_published.py [--data FILE] [--keep DIR]
 
-Each table of the published data (../shared/data) becomes an nccl-tests log (header, one
+Each table of the published data (data/published/) becomes an nccl-tests log (header, one
 `# Rank` line per GPU with a host per node, the table, the footer: tests/nccl_logs.py); the
 logs go to `gpucomm doctor --format json` in one subprocess, as a user would run it. Printed:
 per table whether doctor inferred the collective, GPU model, node count and GPUs per node the

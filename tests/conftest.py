@@ -26,7 +26,7 @@ def inputs_for():
 # scripts that ranks run (they read sys.argv when imported): not modules to collect doctests from
 collect_ignore = ["fault_worker.py", "hardening_worker.py"]
 
-# The multi-process tier (README, "Tests"): these files spawn ranks, launchers, MPI or the CLI
+# The multi-process tier (CONTRIBUTING.md): these files spawn ranks, launchers, MPI or the CLI
 # as child processes (or drive a browser). `pytest -m "not slow"` leaves them out, so the pure
 # and in-process tiers run alone in seconds; `make test` runs everything.
 SLOW_FILES = frozenset({

@@ -1,4 +1,4 @@
-"""Render the published nccl-tests tables (../shared/data beside the repository) as the logs
+"""Render the published nccl-tests tables (data/published/, sources in its README) as the logs
 nccl-tests prints."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from gpucomm.bench.table import format_log
 from gpucomm.collectives import get_collective, layout
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nccl-tests-published.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "published" / "nccl-tests-published.json"
 # How CUDA names the boards the tables describe.
 DEVICE_NAMES = (("4090", "NVIDIA GeForce RTX 4090", "rtx4090"),
                 ("H200", "NVIDIA H200", "h200"),
@@ -21,7 +21,7 @@ TYPES = {"double": "double", "float": "float", "half": "half"}
 
 
 def published() -> list[dict]:
-    return json.loads(DATA.read_text()) if DATA.exists() else []
+    return json.loads(DATA.read_text())
 
 
 def device_of(table: dict) -> tuple[str, str]:

@@ -4,7 +4,7 @@ error, and a screenshot of the page is kept as a test artifact.
 Skipped, with the reason, where no Chromium is installed (`apt-get install chromium`; .ci/run
 installs it when it runs as root). The screenshot goes to out/test-artifacts/ (or
 $GPUCOMM_ARTIFACTS); GPUCOMM_UPDATE_DOCS=1 also writes its first section to docs/report.png
-for the README.
+for docs/interop.md.
 """
 import json
 import os
@@ -56,7 +56,7 @@ def test_every_chart_draws_without_errors(report):
     assert view.status["errors"] == [] and view.errors == []
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and view.size[1] > 2000
     assert len(view.sections) == 3 and view.sections == sorted(view.sections)
-    if os.environ.get("GPUCOMM_UPDATE_DOCS") == "1":  # the README's picture: the first section
+    if os.environ.get("GPUCOMM_UPDATE_DOCS") == "1":  # docs/interop.md's picture: the first section
         from PIL import Image
         img = Image.open(shot).crop((0, 0, view.size[0], view.sections[1]))
         img.quantize(256).save(ROOT / "docs" / "report.png", optimize=True)

@@ -1,8 +1,8 @@
 """Every limit gpucomm puts on what it is asked, in one place, each with why.
 
 A request past a limit is refused up front with a ConfigError naming the limit, instead of
-hanging, exhausting memory or printing a number no machine could produce. The README's
-"Limits" section lists them.
+hanging, exhausting memory or printing a number no machine could produce. docs/limits.md
+lists them.
 """
 from __future__ import annotations
 

@@ -7,10 +7,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import pkgutil
 import sys
 
-from ..errors import GpucommError
+from .. import __version__
+from ..errors import ConfigError, GpucommError
+
+# Optional dependencies, checked before a command starts its work: (option, value that needs it
+# or None for any, module, pyproject extra). `--backend gloo`/`torch` and `mpi` are bench's.
+EXTRAS = (("plot", None, "matplotlib", "plot"),
+          ("html", None, "plotly", "html"),
+          ("backend", "gloo", "torch", "torch"),
+          ("backend", "torch", "torch", "torch"),
+          ("backend", "mpi", "mpi4py", "mpi"),
+          ("cluster", None, "distributed", "cluster"))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,6 +43,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpucomm", description="Collective communication on GPU clusters: schedules, "
         "simulation, real runs and benchmarks.")
+    parser.add_argument("--version", action="version", version=f"gpucomm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     names = command_names()
     first = next((a for a in argv or () if not a.startswith("-")), None)
@@ -44,18 +56,39 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     return parser
 
 
+def check_extras(args) -> None:
+    """ConfigError naming the extra to install when an option given needs a module that is
+    not installed: found before any simulation or rank starts, not after."""
+    needs = [(f"--{opt}" + (f" {value}" if value else ""), module, extra)
+             for opt, value, module, extra in EXTRAS
+             if getattr(args, opt, None) and value in (None, getattr(args, opt))]
+    if args.command == "report":  # its output is always the HTML report
+        needs.append(("gpucomm report", "plotly", "html"))
+    for what, module, extra in needs:
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"{what} needs {module}, which is not installed: "
+                              f"pip install 'gpucomm[{extra}]'")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     args.argv = argv  # the command line, for reports
     try:
-        return int(args.func(args) or 0)
+        check_extras(args)
+        if args.command in ("bench", "launch"):  # ranks write to the terminal themselves
+            return int(args.func(args) or 0)
+        from .progress import Activity
+        at = argv.index(args.command) if args.command in argv else 0
+        words = [a for a in argv[at:at + 2] if not a.startswith("-")]
+        with Activity("gpucomm " + " ".join(words)):
+            return int(args.func(args) or 0)
     except GpucommError as e:
         print(f"gpucomm {args.command}: error: {e}", file=sys.stderr)
         return 2
     except MemoryError:
-        print(f"gpucomm {args.command}: error: out of memory (see the limits in the README)",
+        print(f"gpucomm {args.command}: error: out of memory (see docs/limits.md)",
               file=sys.stderr)
         return 2
     except OSError as e:

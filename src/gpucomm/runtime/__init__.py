@@ -34,7 +34,7 @@ def init(timeout: float | None = None, transport: str = "shm",
     meets through torchrun's store (see `job`); for mpi, MPI's own world.
     `timeout`: seconds, finite, > 0 (every wait has a deadline). `options`: the shm
     runtime's `RuntimeOptions` (default: read from the GPUCOMM_* environment variables; see
-    the README's table); every rank must pass the same, or its calls fail the plan check.
+    docs/runtime.md); every rank must pass the same, or its calls fail the plan check.
 
     >>> comm = init()  # doctest: +SKIP
     >>> comm.rank, comm.world_size  # doctest: +SKIP

@@ -1,7 +1,7 @@
 """The runtime's settings in one value: `RuntimeOptions`, read once from the environment (or
 given to `gpucomm.init(options=...)`), handed to the shm transport and to bench's predictor,
-so both compile the same plan. Every `GPUCOMM_*` variable of the package is read here; the
-README's "Runtime options" table lists them.
+so both compile the same plan. Every `GPUCOMM_*` variable of the runtime is read here;
+docs/runtime.md ("Runtime options") lists them, and the package's few others.
 
 A leaf module: it imports nothing from gpucomm but the errors.
 """
@@ -17,7 +17,7 @@ from ..errors import ConfigError
 @dataclass(frozen=True)
 class RuntimeOptions:
     """How the shm runtime cuts and moves data (defaults measured on this project's hosts;
-    see the README's table and `benchmarks/runtime_vs_peers.py`).
+    see docs/runtime.md and `benchmarks/runtime_vs_peers.py`).
 
     >>> RuntimeOptions(push=False).describe()[:50]
     'slice 4 MiB, direct from 3 MiB in 16 MiB slices, p'
@@ -137,7 +137,7 @@ def use(options: RuntimeOptions | None) -> RuntimeOptions:
     return current()
 
 
-# --- the other variables: not plan settings, read here so every GPUCOMM_* has one home --------
+# --- the runtime's other variables: not plan settings, read here beside them ---------------
 def env_timeout() -> str | None:
     """GPUCOMM_TIMEOUT: seconds every wait may last (`job.resolve_timeout` checks it)."""
     return os.environ.get("GPUCOMM_TIMEOUT") or None
