@@ -5,7 +5,8 @@
 """
 from __future__ import annotations
 
-from .common import add_format, print_json, size_arg, write_text
+from ..errors import ConfigError
+from .common import add_format, name_arg, print_json, size_arg, write_text
 from .topo import add_topology_args, topology_from_args
 
 
@@ -20,13 +21,16 @@ def register(sub) -> None:
     p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
     p.add_argument("--channels", action="store_true",
                    help="write the model's channel count (default -1: keep NCCL's)")
-    p.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
+    p.add_argument("--output", "-o", type=name_arg, metavar="FILE", help="default: standard output")
     add_format(p)
     p.set_defaults(func=cmd_tune)
 
 
 def cmd_tune(args) -> int:
     from ..interop.tuner import NCCL_COLLECTIVES, TuneRequest, to_csv, tune
+    dup = sorted({c for c in args.collective or () if args.collective.count(c) > 1})
+    if dup:
+        raise ConfigError(f"-c {dup[0]} is given more than once: name each collective once")
     topo = topology_from_args(args)
     nodes = len({topo.node_of(r) for r in range(topo.nranks)})
     req = TuneRequest(topo, nodes, tuple(args.collective or NCCL_COLLECTIVES), args.minbytes,
