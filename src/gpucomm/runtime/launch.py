@@ -115,7 +115,7 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
                     p = subprocess.Popen(cmd, env=rank_env(r, nranks, port, session, env, token),
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          start_new_session=True,
-                                         preexec_fn=_rank_setup(cores[r] if pin else None))
+                                         preexec_fn=dies_with_parent(cores[r] if pin else None))
                 except OSError as e:
                     raise ConfigError(f"cannot start rank {r} ({cmd[0]!r}): "
                                       f"{e.strerror or e}") from None
@@ -174,9 +174,10 @@ class Reaper:
 PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
-def _rank_setup(core: int | None):
-    """What a rank does between fork and exec: ask the kernel for SIGTERM when this launcher
-    dies (PR_SET_PDEATHSIG; if it already died, go now), then bind to `core` if given."""
+def dies_with_parent(core: int | None = None):
+    """A preexec_fn for a child that must not outlive this process (a rank, or bench's
+    launcher): between fork and exec it asks the kernel for SIGTERM when this process dies
+    (PR_SET_PDEATHSIG; if it already died, it goes now), then binds to `core` if given."""
     parent = os.getpid()
     libc = _libc()
 

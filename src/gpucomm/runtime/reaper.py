@@ -8,7 +8,7 @@ every rank's process group (the rank and whatever it started), SIGKILL after a g
 and removes the shared-memory segments the launch's session left in /dev/shm.
 
 Ranks also ask the kernel for SIGTERM when the launcher dies (PR_SET_PDEATHSIG, see
-`launch._rank_setup`), so a rank goes even if this process was killed too.
+`launch.dies_with_parent`), so a rank goes even if this process was killed too.
 """
 import os
 import signal
