@@ -40,6 +40,17 @@ def prepare(tmp) -> None:
     noise = bytes(range(256)) * 16
     for name in ("binary.xml", "binary.yaml", "binary-results.jsonl"):
         (tmp / name).write_bytes(noise)
+    (tmp / "million-points.yaml").write_text(   # 1000^2 = 10^6 points
+        "command: sim\ngrid:\n  minbytes: [" + ", ".join(map(str, range(1, 1001)))
+        + "]\n  maxbytes: [" + ", ".join(str(1 << 20) for _ in range(1000)) + "]\n")
+    (tmp / "huge-chunks.xml").write_text(
+        '<algo name="x" proto="Simple" nchannels="1" ngpus="2" coll="allreduce">'
+        + "".join(f'<gpu id="{g}" i_chunks="1000000000" o_chunks="0" s_chunks="0"/>'
+                  for g in range(2)) + "</algo>")
+    (tmp / "many-ranks.xml").write_text(
+        '<algo name="x" proto="Simple" nchannels="1" ngpus="4096" coll="allreduce">'
+        + "".join(f'<gpu id="{g}" i_chunks="1" o_chunks="0" s_chunks="0"/>'
+                  for g in range(4096)) + "</algo>")
     million = tmp / "million.yaml"
     if not million.exists():   # 10^6 GPUs: far above the 131,072-GPU limit, 27 MB
         with open(million, "w") as f:

@@ -247,12 +247,9 @@ def _int(el, attr, where, default=None, lo=None):
             return default
         raise MscclError(f"{where}: missing attribute {attr!r}")
     try:
-        n = parse_int(v, f"{where}: {attr}", -1, MAX_XML_INT)
+        return parse_int(v, f"{where}: {attr}", -1 if lo is None else lo, MAX_XML_INT)
     except ConfigError as e:
         raise MscclError(str(e)) from None
-    if lo is not None and n < lo:
-        raise MscclError(f"{where}: {attr}={n} must be >= {lo}")
-    return n
 
 
 def _parse(text: str):
