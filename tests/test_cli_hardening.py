@@ -96,8 +96,12 @@ def test_binary_input_files_are_refused(capsys, binary_file, argv, what):
     one_line_error(capsys, argv + [binary_file], f"{what} '{binary_file}' is not UTF-8 text")
 
 
-def test_endless_input_file_is_refused_by_the_limit(capsys):
-    one_line_error(capsys, ["sim", "--compare", "/dev/zero"], "larger than the limit of 64 MiB")
+def test_endless_input_file_is_refused_by_the_limit(capsys, tmp_path):
+    one_line_error(capsys, ["sim", "--compare", "/dev/zero"], "is a device: give a regular file")
+    big = tmp_path / "big.log"
+    with open(big, "wb") as f:   # sparse: 65 MiB on paper, nothing on disk
+        f.truncate(65 << 20)
+    one_line_error(capsys, ["sim", "--compare", big], "larger than the limit of 64 MiB")
 
 
 # --- sizes and numbers ---------------------------------------------------------------------
@@ -187,13 +191,16 @@ def test_work_beyond_the_limits_is_refused_up_front(capsys, argv, message):
 
 # --- bench: values checked before any rank starts ------------------------------------------
 @pytest.mark.parametrize("argv, message", [
-    (["--timeout", "0"], "timeout (seconds) must be > 0, got 0"),
-    (["--timeout", "-1"], "timeout (seconds) must be > 0, got -1"),
-    (["--timeout", "nan"], "timeout (seconds) must be a finite number"),
-    (["--timeout", "inf"], "timeout (seconds) must be a finite number"),
+    (["--timeout", "0"], "--timeout: 0 is out of range (allowed: 0.001..86400"),
+    (["--timeout", "-1"], "--timeout: -1 is out of range (allowed: 0.001..86400"),
+    (["--timeout", "nan"], "'nan' is not a finite number (allowed: 0.001..86400)"),
+    (["--timeout", "inf"], "'inf' is not a finite number (allowed: 0.001..86400)"),
+    (["--timeout", "1e308"], "1e+308 is out of range (allowed: 0.001..86400"),
     (["--algorithm", "nvls"], "nvls is the simulator's model of in-switch reduction"),
     (["--algorithm", "bogus"], "unknown algorithm 'bogus' for all_reduce"),
-    (["-w", "-1"], "warm-up iterations must be an integer >= 0, got -1"),
+    (["-w", "-1"], "-1 is out of range (allowed: 0..1000000)"),
+    (["-n", "9223372036854775808"], "--iters: 9223372036854775808 is out of range"),
+    (["-G", "-1"], "--cudagraph: -1 is out of range (allowed: 0..1000000)"),
     (["--check", "7"], "check must be 0 (off) or 1 (on), got 7"),
     (["--collective", "sendrecv"], "allowed are all_reduce, reduce_scatter, all_gather, "
                                    "broadcast, reduce, all_to_all, gather, scatter"),

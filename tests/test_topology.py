@@ -324,7 +324,7 @@ BAD_YAML = [
     ("devices: [{name: g0, kind: gpu}]\nlinks: []\ncolour: red", "unknown field 'colour'"),
     ("devices: [{name: g0, kind: gpu}, {name: g0, kind: gpu}]\nlinks: []", "duplicate"),
     ("devices: [{name: g0, kind: gpu}, {name: g1, kind: gpu}]\n"
-     "links: [{src: g0, dst: g1, bandwidth_GBps: -1, latency_us: 1}]", "bandwidth_Bps"),
+     "links: [{src: g0, dst: g1, bandwidth_GBps: -1, latency_us: 1}]", "bandwidth_GBps -1 is out"),
     ("devices: [{name: s, kind: gpu, node: -1}]\nlinks: []", "only kind 'switch'"),
     ("devices: [nope]\nlinks: []", "must be a mapping"),
     ("[1, 2", "not valid YAML"),

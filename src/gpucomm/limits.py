@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 
 from .errors import ConfigError
+# A text input and how it is read (size, type, UTF-8, YAML/JSON budgets): gpucomm.inputs.
+from .inputs import MAX_TEXT_FILE_BYTES, read_text  # noqa: F401  (callers import them here too)
 
 # One buffer (nccl-tests' size S) of at most 1 TiB: over 3x the memory of the largest GPU
 # (B300, 288 GB) and of typical hosts, so nothing real is refused; above it the simulator's
@@ -40,10 +42,6 @@ MAX_SWEEP_POINTS = 1000
 # of buffers in all at most 256 MiB (128 ranks x 2 MiB), which the executor checks in under
 # a minute on a busy 2-core machine; a checker, not a benchmark (bench runs large sizes).
 MAX_EXECUTE_BYTES = 256 << 20
-
-# A text input (topology YAML, model YAML, nccl-tests log): the largest real ones are a few
-# MB; reading /dev/zero or a multi-GB file by mistake must not eat the host's memory.
-MAX_TEXT_FILE_BYTES = 64 << 20
 
 # What the in-process reference executor (algo run) and a benchmark's ranks may allocate:
 # this fraction of the host's available memory, so a run never pushes the host into swap.
@@ -121,20 +119,3 @@ def check_host_memory(nbytes: int, what: str) -> None:
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
-
-
-def read_text(path, what: str) -> str:
-    """A text file's contents (at most MAX_TEXT_FILE_BYTES), or ConfigError naming `what` and
-    the file: unreadable, a directory, too large, not UTF-8 text."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_TEXT_FILE_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(f"cannot read {what} {str(path)!r}: {e.strerror}") from None
-    if len(data) > MAX_TEXT_FILE_BYTES:
-        raise ConfigError(f"{what} {str(path)!r} is larger than the limit of "
-                          f"{MAX_TEXT_FILE_BYTES >> 20} MiB for a text input")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (a binary file?)") from None

@@ -20,7 +20,7 @@ from ..dtypes import get_dtype, check_op
 from ..errors import ConfigError, TransportError
 from ..limits import (MAX_LOCAL_RANKS, check_finite, check_host_memory, check_ranks,
                       check_size)
-from ..runtime.launch import signals_interrupt
+from ..runtime.launch import dies_with_parent, signals_interrupt
 from .backends import BACKENDS, mpiexec, remove_stale_mpich, shm_names, unsupported
 from .table import format_table
 
@@ -185,6 +185,8 @@ def _start(backend, nranks, cmd, logf):
         # bound to cores like the ranks of `gpucomm launch`, so the comparison is even
         bind = ["-bind-to", "core"] if nranks <= (os.cpu_count() or 1) else []
         return subprocess.Popen([exe, *bind, "-n", str(nranks), *cmd], stdout=logf,
-                                stderr=subprocess.STDOUT, env=env)
+                                stderr=subprocess.STDOUT, env=env, preexec_fn=dies_with_parent())
     launcher = [sys.executable, "-m", "gpucomm", "launch", "-n", str(nranks), "--exec", *cmd]
-    return subprocess.Popen(launcher, stdout=logf, stderr=subprocess.STDOUT, env=env)
+    # SIGTERM when this process dies, even by SIGKILL: the launcher then stops its ranks
+    return subprocess.Popen(launcher, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                            preexec_fn=dies_with_parent())

@@ -23,9 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..inputs import load_json, load_yaml_file, read_text
 
 COMMANDS = ("sim", "plan", "topo", "algo", "hw", "bench")
-MAX_POINTS = 1_000_000
+# Points in one grid: each is checked by the command's parser up front and is one run; 10,000
+# runs of even the fastest command are hours of work, and a million points exhaust memory.
+MAX_POINTS = 10_000
+# A results file resumed (--output of an earlier run): one JSON line per point, a few KB each.
+MAX_RESULTS_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -39,16 +44,7 @@ class Point:
 def load_grid(path, check: bool = True) -> tuple[str, list[Point]]:
     """(command, points) of a GRID.yaml, every point's options checked by the command's parser
     (with `check=False` not yet: pass `point_checker(command, path)` to run_grid)."""
-    import yaml
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read grid {str(path)!r}: {e.strerror}") from None
-    try:
-        spec = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"grid {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") \
-            from None
+    spec = load_yaml_file(path, "grid")
     return expand(spec, source=str(path), check=check)
 
 
@@ -158,12 +154,12 @@ def done_keys(path) -> set:
     p = Path(path)
     if not p.exists():
         return keys
-    with p.open() as f:
-        for line in f:
-            try:
-                keys.add(json.loads(line)["key"])
-            except (ValueError, KeyError, TypeError):
-                continue
+    text = read_text(p, "results file (to resume)", limit=MAX_RESULTS_BYTES)
+    for line in text.splitlines():
+        try:
+            keys.add(load_json(line, "results line")["key"])
+        except (ConfigError, KeyError, TypeError):
+            continue
     return keys
 
 
@@ -212,7 +208,7 @@ def _trim_torn_line(path):
 
 def _execute(todo, workers, cluster, check=None):
     import os
-    n = workers or os.cpu_count() or 1
+    n = min(workers or os.cpu_count() or 1, len(todo))   # an idle worker is only a process
     if cluster or n <= 1 or len(todo) == 1:
         for p in todo if check is not None else ():
             check(p)
@@ -280,7 +276,7 @@ def _on_dask(todo, address):
             from None
     try:
         client = Client(address, timeout="10s")
-    except (OSError, TimeoutError) as e:
+    except (OSError, TimeoutError, ValueError, TypeError) as e:   # unreachable, bad scheme
         raise ConfigError(f"cannot reach the Dask scheduler at {address!r}: {e}") from None
     try:
         futures = client.map(run_point, [p.argv for p in todo], key=[

@@ -8,12 +8,13 @@ from typing import Any
 from ..algorithms import algorithms, build, get_algorithm
 from ..collectives import get_collective, layout
 from ..dtypes import format_size
+from ..inputs import read_text
 from ..errors import ConfigError, ScheduleError
 from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
                       check_ranks)
 from ..verify import verify
-from .common import (add_format, int_arg, param_pairs, positive_int, print_json, size_arg,
-                     write_text)
+from .common import (add_format, int_arg, name_arg, param_pairs, positive_int, print_json,
+                     size_arg, write_text)
 
 
 def register(sub) -> None:
@@ -60,16 +61,19 @@ def register(sub) -> None:
     ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default="simple")
     ep.add_argument("--min-bytes", type=size_arg, default=0, help="size range it is for")
     ep.add_argument("--max-bytes", type=size_arg, default=None)
-    ep.add_argument("--output", "-o", metavar="FILE.xml", help="default: standard output")
+    ep.add_argument("--output", "-o", type=name_arg, metavar="FILE.xml",
+                    help="default: standard output")
     ep.set_defaults(func=cmd_export)
 
     ip = asub.add_parser("import", help="read an MSCCL algorithm file: verify, simulate, run")
     ip.add_argument("file", metavar="FILE.xml")
-    ip.add_argument("--system", "-s", default="dgx-h100", help="preset to simulate it on")
+    ip.add_argument("--system", "-s", type=name_arg, default="dgx-h100",
+                    help="preset to simulate it on")
     ip.add_argument("--nodes", "-N", type=positive_int, default=None,
                     help="nodes (default: enough for the file's ranks)")
     ip.add_argument("--size", type=size_arg, default=1 << 26, help="nccl-tests size S (64M)")
-    ip.add_argument("--output", "-o", metavar="FILE.json", help="save the gpucomm schedule")
+    ip.add_argument("--output", "-o", type=name_arg, metavar="FILE.json",
+                    help="save the gpucomm schedule")
     add_format(ip)
     ip.set_defaults(func=cmd_import)
 
@@ -132,6 +136,13 @@ def cmd_run(args) -> int:
     check_ranks(args.ranks, MAX_SCHEDULE_RANKS, "--ranks")
     sched = _schedule_of(args)
     args.ranks, args.root = sched.nranks, sched.root
+    if args.algorithm.lower().endswith(".xml"):   # as algo import: prove it, then run it
+        check_ranks(sched.nranks, MAX_SCHEDULE_RANKS, f"{args.algorithm}: ngpus")
+        try:
+            verify(sched)
+        except ScheduleError as e:
+            raise ScheduleError(f"{args.algorithm} is not a correct {sched.collective.name} "
+                                f"(not run; `gpucomm algo verify` shows the proof): {e}") from None
     lay = layout(sched.collective, args.size, args.dtype, args.ranks)
     op = dt.check_op(args.op, lay.dtype) if sched.collective.reduces else args.op
     total = args.ranks * lay.size
@@ -264,10 +275,7 @@ def _read_xml(path):
     from pathlib import Path
 
     from ..interop.msccl import from_msccl_xml
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read {path!r}: {e.strerror}") from None
+    text = read_text(path, "MSCCL algorithm file")
     try:
         return from_msccl_xml(text, name=Path(path).stem)
     except ScheduleError as e:
@@ -276,6 +284,9 @@ def _read_xml(path):
 
 def cmd_export(args) -> int:
     from ..interop.msccl import to_msccl_xml
+    if args.max_bytes is not None and args.max_bytes < args.min_bytes:
+        raise ConfigError(f"--min-bytes {args.min_bytes} .. --max-bytes {args.max_bytes} is an "
+                          "empty byte range: give --max-bytes >= --min-bytes")
     sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
                   **param_pairs(args.param))
     verify(sched)  # only proven schedules leave gpucomm

@@ -6,8 +6,9 @@ import sys
 
 from ..dtypes import DTYPES, REDUCE_OPS
 from ..errors import ConfigError
-from .common import (PLOT_SUFFIXES, add_format, output_file, positive_int, print_json,
-                     size_arg, sweep_sizes)
+from .common import (PLOT_SUFFIXES, add_format, agg_iters_arg, graph_arg, html_arg, iters_arg,
+                     output_file, positive_int, print_json, size_arg, sweep_sizes, timeout_arg,
+                     warmup_arg)
 
 
 def register(sub) -> None:
@@ -34,25 +35,25 @@ def register(sub) -> None:
     p.add_argument("-d", "--datatype", default="float32", help="a dtype, or all")
     p.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg, or all")
     p.add_argument("-r", "--root", default="0", help="root rank, or all")
-    p.add_argument("-n", "--iters", type=positive_int, default=20, help="timed iterations")
-    p.add_argument("-w", "--warmup_iters", "--warmup", dest="warmup", type=int, default=5,
+    p.add_argument("-n", "--iters", type=iters_arg, default=20, help="timed iterations")
+    p.add_argument("-w", "--warmup_iters", "--warmup", dest="warmup", type=warmup_arg, default=5,
                    help="untimed iterations first")
-    p.add_argument("-m", "--agg_iters", type=positive_int, default=1,
+    p.add_argument("-m", "--agg_iters", type=agg_iters_arg, default=1,
                    help="collectives per timed iteration (time is per collective)")
     p.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=1,
                    help="time over ranks: 0 rank 0, 1 mean (default), 2 min, 3 max")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1) or not (0)")
     p.add_argument("-z", "--blocking", type=int, choices=(0, 1, 2, 3), default=0,
                    help="3: barrier after every iteration (our calls always return when done)")
-    p.add_argument("-G", "--cudagraph", type=int, default=0,
+    p.add_argument("-G", "--cudagraph", type=graph_arg, default=0,
                    help="CUDA-graph replays: printed in the header as nccl-tests does; local "
                    "CPU ranks have no launch step for a graph to remove")
     p.add_argument("--algorithm", default="auto",
                    help="a registered gpucomm schedule or an MSCCL FILE.xml (shm, torch, mpi); "
                    "auto: shm's choice, or the engine's own collectives for torch and mpi")
-    p.add_argument("--timeout", type=float, default=None, help="per-collective timeout, s")
+    p.add_argument("--timeout", type=timeout_arg, default=None, help="per-collective timeout, s")
     p.add_argument("--plot", metavar="FILE.png", help="busbw against size, to a PNG")
-    p.add_argument("--html", metavar="FILE.html",
+    p.add_argument("--html", type=html_arg, metavar="FILE.html",
                    help="a self-contained HTML report: measured against predicted, per size")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this host's memory bandwidth and latency for the prediction, "

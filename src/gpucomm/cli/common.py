@@ -5,10 +5,12 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 from ..dtypes import parse_size
 from ..errors import ConfigError
+from ..inputs import float_flag, int_flag, parse_int
 from ..limits import MAX_SWEEP_POINTS, check_size, sweep_points
 
 
@@ -29,6 +31,26 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+# ---- numeric flags: one range per quantity, named in the error ---------------------------
+# (inputs.int_flag / float_flag: ASCII digits, finite, inside the range.) The README's
+# "Limits" table lists them; each bound is far above real use and below where the work or
+# memory a value asks for stops being answerable in seconds.
+COUNT_MAX = 1 << 20            # a generic count (ranks, nodes, GPUs): limits.py refines it
+seeds_arg = int_flag(1, 1000)             # sim --seeds: one full prediction per seed
+leaf_ports_arg = int_flag(1, 4096)        # switch radix: the largest switches have 512 ports
+nics_arg = int_flag(1, 64)                # NICs per node: GB200/B300 trays have 8
+oversubscription_arg = float_flag(1.0, 1000.0)  # fabric taper: real ones are 1:1 .. 8:1
+iters_arg = int_flag(1, 1_000_000)        # bench -n: timed iterations
+agg_iters_arg = int_flag(1, 10_000)       # bench -m: collectives aggregated per iteration
+warmup_arg = int_flag(0, 1_000_000)       # bench -w
+graph_arg = int_flag(0, 1_000_000)        # bench -G: CUDA-graph launches (printed only)
+timeout_arg = float_flag(1e-3, 86_400.0)  # a wait in seconds: 1 ms .. one day
+workers_arg = int_flag(1, 64)             # sweep -j: local worker processes
+seed_arg = int_flag(0, (1 << 64) - 1)     # a hash seed
+fail_links_arg = int_flag(0, COUNT_MAX)
+probability_arg = float_flag(0.0, 1.0)
 
 
 def positive_int(text: str) -> int:
@@ -91,6 +113,24 @@ def write_text(path: str, text: str) -> None:
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+HTML_SUFFIXES = (".html", ".htm")
+
+
+def name_arg(text: str) -> str:
+    """argparse type for a name or path that must not be empty (`--system ''` would
+    otherwise fall back to the default without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def html_arg(text: str) -> str:
+    """argparse type for an HTML report's path: not empty, ending in .html or .htm."""
+    name_arg(text)
+    if not text.lower().endswith(HTML_SUFFIXES):
+        raise argparse.ArgumentTypeError(f"{text!r}: an HTML report's file name must end in "
+                                         ".html or .htm")
+    return text
 
 
 
@@ -144,8 +184,14 @@ def param_pairs(pairs: list[str]) -> dict:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like NAME=VALUE")
         k, v = pair.split("=", 1)
-        try:
-            out[k] = int(v)
-        except ValueError:
+        lo, hi = PARAM_RANGES.get(k, (0, COUNT_MAX))
+        if k in PARAM_RANGES or re.fullmatch(r"\s*[+-]?[0-9]+\s*", v, re.ASCII):
+            out[k] = parse_int(v, f"-p {k}", lo, hi)
+        else:
             out[k] = v
     return out
+
+
+# -p NAME=VALUE parameters with a range of their own: NCCL runs at most MAXCHANNELS = 32
+# channels (src/include/device.h; simulate/constants.py MAX_CHANNELS).
+PARAM_RANGES = {"channels": (1, 32)}

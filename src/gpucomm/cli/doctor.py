@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 from ..errors import ConfigError
-from .common import add_format, positive_int, print_json
+from .common import add_format, name_arg, nics_arg, positive_int, print_json
 
 
 def register(sub) -> None:
@@ -19,11 +19,12 @@ def register(sub) -> None:
                        description=__doc__.split("\n\n")[2] if __doc__ else None)
     p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
     p.add_argument("-c", "--collective", help="when a log does not name its test")
-    p.add_argument("--system", "-s", metavar="PRESET", help="override the inferred node preset")
+    p.add_argument("--system", "-s", type=name_arg, metavar="PRESET",
+                   help="override the inferred node preset")
     p.add_argument("--nodes", "-N", type=positive_int, help="override the inferred node count")
     p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
     p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
-    p.add_argument("--nics-per-node", type=positive_int, help="override NICs per node")
+    p.add_argument("--nics-per-node", type=nics_arg, help="override NICs per node")
     p.add_argument("--gpu", help="override the GPU model the device lines name (catalog name)")
     p.add_argument("--topology", metavar="FILE", help="a topology YAML file to model instead of "
                    "a preset (a one-node file is replicated to the log's node count)")

@@ -19,8 +19,8 @@ from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Compa
                                  PlanRequest, answer)
 from ..workloads.search import SearchResult
 from ..topology import FABRICS
-from .common import (PLOT_SUFFIXES, add_format, finite_float, output_file, positive_int,
-                     print_json)
+from .common import (PLOT_SUFFIXES, add_format, html_arg, name_arg, nics_arg, output_file,
+                     oversubscription_arg, positive_int, print_json)
 from .topo import add_network_args, network_from_args
 
 _INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch", "zero",
@@ -37,7 +37,8 @@ def register(sub) -> None:
                        "of it is exposed, throughput, MFU and memory per GPU.")
     p.add_argument("--model", required=True,
                    help=f"a shipped model ({', '.join(list_models())}) or a .yaml config")
-    p.add_argument("--system", default="dgx-h100", help="topology preset (default dgx-h100)")
+    p.add_argument("--system", type=name_arg, default="dgx-h100",
+                   help="topology preset (default dgx-h100)")
     p.add_argument("--nodes", type=positive_int, default=1)
     p.add_argument("--nic", default=None, help="NIC technology, e.g. ib-ndr, roce-400g")
     p.add_argument("--gpu", default=None,
@@ -45,9 +46,9 @@ def register(sub) -> None:
     p.add_argument("--pcie-gen", type=int, choices=(3, 4, 5, 6), default=None,
                    help="set every PCIe link to this generation")
     p.add_argument("--fabric", choices=FABRICS, default=None)
-    p.add_argument("--oversubscription", type=finite_float, default=None,
+    p.add_argument("--oversubscription", type=oversubscription_arg, default=None,
                    help="fabric oversubscription (1 = full bisection)")
-    p.add_argument("--nics-per-node", type=positive_int, default=None)
+    p.add_argument("--nics-per-node", type=nics_arg, default=None)
     p.add_argument("--gpus-per-node", type=positive_int, default=None,
                    help="use the first K GPUs of each node (e.g. 64 of a 72-GPU NVL72 rack)")
     p.add_argument("--no-p2p", dest="p2p", action="store_false", default=True,
@@ -100,7 +101,8 @@ def register(sub) -> None:
     p.add_argument("--top", type=positive_int, default=10,
                    help="rows --search prints, each with why it lost to the best")
     p.add_argument("--plot", metavar="FILE.png", help="stacked bar of where the step time goes")
-    p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: step time "
+    p.add_argument("--html", type=html_arg, metavar="FILE.html",
+                   help="a self-contained HTML report: step time "
                    "and memory per GPU, what-ifs side by side")
     p.add_argument("--sim-model", choices=("analytic", "flow"), default="analytic",
                    help="simulator model for the collectives (default analytic)")

@@ -9,10 +9,11 @@ embedded sections, with topology and timeline, are taken over as they are).
 """
 from __future__ import annotations
 
-import json
 import sys
 
 from ..errors import ConfigError
+from ..inputs import json_file, read_text
+from .common import html_arg
 
 
 def register(sub) -> None:
@@ -20,7 +21,7 @@ def register(sub) -> None:
                        description="Draw saved results (`--format json` of sim, bench, plan; "
                        "or HTML reports) into one self-contained HTML file.")
     p.add_argument("inputs", nargs="+", metavar="FILE", help="JSON results or HTML reports")
-    p.add_argument("-o", "--output", default="report.html", metavar="FILE.html")
+    p.add_argument("-o", "--output", type=html_arg, default="report.html", metavar="FILE.html")
     p.set_defaults(func=cmd_report)
 
 
@@ -30,19 +31,14 @@ def cmd_report(args) -> int:
     entries = []
     for path in args.inputs:
         if path.endswith((".html", ".htm")):
+            read_text(path, "report")   # a regular UTF-8 file within the size limit
             try:
                 entries += read_report(path)["entries"]
-            except (OSError, UnicodeDecodeError, ValueError, KeyError) as e:
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError,
+                    RecursionError) as e:
                 raise ConfigError(f"cannot read report {path!r}: {e}") from None
             continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                result = json.load(f)
-        except OSError as e:
-            raise ConfigError(f"cannot read {path!r}: {e.strerror}") from None
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path!r} is not JSON (a command's --format json output): "
-                              f"{e}") from None
+        result = json_file(path, "saved result (a command's --format json output)")
         entries.append(entry(result, command=f"(a saved result: {path})",
                              inputs={"file": path, "sha256": file_sha256(path)}))
     write_html(args.output, entries=entries, argv=args.argv)

@@ -17,8 +17,8 @@ from ..collectives import get_collective
 from ..dtypes import REDUCE_OPS, check_op, get_dtype
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
-from .common import (PLOT_SUFFIXES, add_format, int_arg, output_file, param_pairs, positive_int,
-                     print_json, size_arg, sweep_sizes)
+from .common import (PLOT_SUFFIXES, add_format, html_arg, int_arg, output_file, param_pairs,
+                     positive_int, print_json, seeds_arg, size_arg, sweep_sizes)
 from .progress import Progress
 
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
@@ -55,12 +55,13 @@ def register(sub) -> None:
     p.add_argument("--compare", metavar="LOGFILE",
                    help="an nccl-tests log to predict row by row (its collective and machine "
                    "as `gpucomm doctor` reads them; flags given override, with a warning)")
-    p.add_argument("--seeds", type=positive_int, metavar="N",
+    p.add_argument("--seeds", type=seeds_arg, metavar="N",
                    help="predict with fabric seeds 0..N-1 (ECMP hash, random placement, failed "
                    "cables) and print the median seed's row with the busbw spread")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
-    p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML report: curves, "
+    p.add_argument("--html", type=html_arg, metavar="FILE.html",
+                   help="a self-contained HTML report: curves, "
                    "topology, link utilisation and timeline of the largest size")
     add_format(p)
     p.set_defaults(func=cmd_sim)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from .progress import Progress
-from .common import positive_int
+from .common import (workers_arg)
 
 
 def register(sub) -> None:
@@ -22,15 +22,34 @@ def register(sub) -> None:
     p.add_argument("grid", metavar="GRID.yaml")
     p.add_argument("-o", "--output", required=True, metavar="RESULTS.jsonl",
                    help="JSON lines, appended; points already there are skipped (resume)")
-    p.add_argument("-j", "--workers", type=positive_int,
+    p.add_argument("-j", "--workers", type=workers_arg,
                    help="local worker processes (default: the CPU count)")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="a running Dask scheduler, e.g. tcp://10.0.0.1:8786")
     p.set_defaults(func=cmd_sweep)
 
 
+# Dask's address schemes (distributed.comm registry); a bare host:port is tcp.
+CLUSTER_SCHEMES = ("tcp", "tls", "inproc", "ucx", "ws", "wss")
+
+
+def _check_cluster(address: str | None) -> None:
+    """Refuse a --cluster address no Dask client could dial, before any point is checked."""
+    if address is None:
+        return
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in CLUSTER_SCHEMES or not rest:
+        from ..errors import ConfigError
+        raise ConfigError(f"--cluster {address!r}: not a Dask scheduler address; give "
+                          f"SCHEME://HOST:PORT with SCHEME one of {', '.join(CLUSTER_SCHEMES)} "
+                          "(e.g. tcp://10.0.0.1:8786)")
+
+
 def cmd_sweep(args) -> int:
     from ._grid import done_keys, load_grid, point_checker, run_grid
+    _check_cluster(args.cluster)
     # the points' options are checked as they are handed to the workers (run_grid)
     command, points = load_grid(args.grid, check=False)
     left = len(points) - len(done_keys(args.output) & {p.key for p in points})

@@ -15,13 +15,14 @@ from ..topology import (FABRICS, Topology, build_topology, preset_names)
 from ..topology.analysis import bisection_bandwidth, gpu_bandwidths, summary
 from ..topology.fabric import HASH_FIELDS, PLACEMENTS, ROUTINGS, Network, fabric_summary
 from ..topology.build import preset_node
-from .common import (PLOT_SUFFIXES, add_format, finite_float, int_arg, output_file,
-                     positive_int, print_json)
+from .common import (PLOT_SUFFIXES, add_format, fail_links_arg, int_arg, leaf_ports_arg, name_arg,
+                     nics_arg, output_file, oversubscription_arg, positive_int, print_json,
+                     probability_arg, seed_arg)
 
 
 def add_topology_args(p, default_system: str = "dgx-h100") -> None:
     g = p.add_argument_group("cluster")
-    g.add_argument("--system", "-s", default=None, metavar="PRESET",
+    g.add_argument("--system", "-s", type=name_arg, default=None, metavar="PRESET",
                    help=f"node preset: {', '.join(preset_names())} (default {default_system})")
     g.add_argument("--topology", metavar="FILE",
                    help="a topology YAML file (docs/topology-yaml.md) instead of a preset; "
@@ -33,7 +34,7 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
                    help="nodes (default 1); racks for a rack preset such as gb200-nvl72")
     g.add_argument("--gpus-per-node", type=positive_int, help="use the first K GPUs per node")
     g.add_argument("--nic", help=f"NIC technology: {', '.join(nic_names())}")
-    g.add_argument("--nics-per-node", type=positive_int,
+    g.add_argument("--nics-per-node", type=nics_arg,
                    help="NICs per node (a multiple of the GPUs: each GPU's ports fused into one "
                    "NIC, as NCCL does)")
     g.add_argument("--pcie-gen", type=int_arg, help="PCIe generation of every PCIe link: 3|4|5|6")
@@ -43,7 +44,7 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
     g.add_argument("--gpu", help="GPU model for the pcie preset (e.g. l40s, rtx4090)")
     g.add_argument("--fabric", choices=FABRICS, default="rail",
                    help="rail-optimised (NIC i on rail switch i) or fat-tree (default rail)")
-    g.add_argument("--oversubscription", type=finite_float, default=1.0,
+    g.add_argument("--oversubscription", type=oversubscription_arg, default=1.0,
                    help="leaf down:up bandwidth ratio (default 1 = full bisection)")
     g.add_argument("--nvlink-partition", type=positive_int, metavar="GPUS",
                    help="split each node's NVLink switch domain into partitions (MNNVL "
@@ -55,7 +56,7 @@ def add_topology_args(p, default_system: str = "dgx-h100") -> None:
 def add_network_args(p) -> None:
     """Flags of the fabric's behaviour beyond line rate (gpucomm.topology.fabric.Network)."""
     g = p.add_argument_group("fabric behaviour (any of these turns the fabric model on)")
-    g.add_argument("--leaf-ports", type=positive_int, default=None,
+    g.add_argument("--leaf-ports", type=leaf_ports_arg, default=None,
                    help="nodes per leaf (rail-2tier; fat-tree: NIC ports per leaf; default 32)")
     g.add_argument("--placement", choices=PLACEMENTS, default=None,
                    help="rail-2tier: the job's nodes packed under leaves in rank order, or "
@@ -68,18 +69,18 @@ def add_network_args(p) -> None:
     g.add_argument("--hash-inputs", default=None, metavar="FIELDS",
                    help=f"what the ECMP hash reads, from {','.join(HASH_FIELDS)} (default all; "
                    "without qp all QPs between two NICs collide)")
-    g.add_argument("--seed", type=int, default=None, help="switch hash seed (and which links "
+    g.add_argument("--seed", type=seed_arg, default=None, help="switch hash seed (and which links "
                    "fail); default 0")
     g.add_argument("--lossless", action=argparse.BooleanOptionalAction, default=None,
                    help="PFC on (default) or --no-lossless/--lossy: drops and go-back-N")
     g.add_argument("--lossy", dest="lossless", action="store_false",
                    help="RoCE without PFC (give --loss-rate)")
-    g.add_argument("--loss-rate", type=float, default=None, metavar="P",
+    g.add_argument("--loss-rate", type=probability_arg, default=None, metavar="P",
                    help="per-packet loss probability on a lossy fabric")
     g.add_argument("--cc", choices=("dcqcn", "none"), default=None,
                    help="congestion control of a lossless fabric: dcqcn (default) or none "
                    "(PFC alone: pauses spread to victim flows)")
-    g.add_argument("--fail-links", type=int, default=None, metavar="K",
+    g.add_argument("--fail-links", type=fail_links_arg, default=None, metavar="K",
                    help="K leaf-spine cables down (capacity lost, ECMP rehashed)")
 
 
@@ -166,7 +167,8 @@ def register(sub) -> None:
     ep = tsub.add_parser("export", help="write the topology as YAML (to edit, or to load with "
                          "--topology)")
     add_topology_args(ep)
-    ep.add_argument("--output", "-o", metavar="FILE.yaml", help="file (default: stdout)")
+    ep.add_argument("--output", "-o", type=name_arg, metavar="FILE.yaml",
+                    help="file (default: stdout)")
     ep.set_defaults(func=cmd_export)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_format, print_json, size_arg, write_text
+from ..errors import ConfigError
+from .common import add_format, name_arg, print_json, size_arg, write_text
 from .topo import add_topology_args, topology_from_args
 
 
@@ -25,13 +26,16 @@ def register(sub) -> None:
     p.add_argument("--sub-communicators", action=argparse.BooleanOptionalAction, default=True,
                    help="also rules for 1, 2, 4, ... nodes x 1, 2, 4, ... GPUs per node (the "
                         "plugin matches node and rank counts exactly; default: on)")
-    p.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
+    p.add_argument("--output", "-o", type=name_arg, metavar="FILE", help="default: standard output")
     add_format(p)
     p.set_defaults(func=cmd_tune)
 
 
 def cmd_tune(args) -> int:
     from ..interop.tuner import NCCL_COLLECTIVES, TuneRequest, to_csv, tune
+    dup = sorted({c for c in args.collective or () if args.collective.count(c) > 1})
+    if dup:
+        raise ConfigError(f"-c {dup[0]} is given more than once: name each collective once")
     topo = topology_from_args(args)
     nodes = len({topo.node_of(r) for r in range(topo.nranks)})
     req = TuneRequest(topology=topo, collectives=tuple(args.collective or NCCL_COLLECTIVES),

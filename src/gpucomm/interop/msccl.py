@@ -24,7 +24,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from ..collectives import get_collective
-from ..errors import ScheduleError
+from ..errors import ConfigError, ScheduleError
+from ..inputs import parse_int
 from ..schedule import Schedule, step
 
 # gpucomm collective <-> MSCCL `coll` attribute
@@ -234,6 +235,11 @@ def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes) -> str:
 
 
 # ---- import ----------------------------------------------------------------------------
+# Any integer attribute (ranks, chunk counts, step indices): MSCCL's own limits are far lower
+# (msccl.h: MSCCL_MAX_NUM_STEPS 256); above this a file only sizes memory and loops.
+MAX_XML_INT = 1 << 16
+
+
 def _int(el, attr, where, default=None, lo=None):
     v = el.get(attr)
     if v is None:
@@ -241,12 +247,9 @@ def _int(el, attr, where, default=None, lo=None):
             return default
         raise MscclError(f"{where}: missing attribute {attr!r}")
     try:
-        n = int(v)
-    except ValueError:
-        raise MscclError(f"{where}: {attr}={v!r} is not an integer") from None
-    if lo is not None and n < lo:
-        raise MscclError(f"{where}: {attr}={n} must be >= {lo}")
-    return n
+        return parse_int(v, f"{where}: {attr}", -1 if lo is None else lo, MAX_XML_INT)
+    except ConfigError as e:
+        raise MscclError(str(e)) from None
 
 
 def _parse(text: str):
@@ -297,7 +300,8 @@ def from_msccl_xml(text: str, *, name: str | None = None) -> Schedule:
         gpus[gid] = g
     missing = sorted(set(range(p)) - set(gpus))
     if missing:
-        raise MscclError(f"<algo ngpus={p}>: no <gpu> element for rank(s) {missing}")
+        raise MscclError(f"<algo ngpus={p}>: no <gpu> element for rank(s) {missing[:8]}"
+                         + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
     cpb = _chunks_per_block(coll, p, root_rank, gpus)
     lay = _Layout(coll, p, root_rank, cpb)
     programs = {r: _threadblocks(gpus[r], r, p) for r in range(p)}

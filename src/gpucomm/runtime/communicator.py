@@ -9,6 +9,7 @@ hands it to a transport (`execute(schedule, inp, out, op, dtype, timeout)`).
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
@@ -106,6 +107,7 @@ class Communicator:
         self.transport = transport
         self.any_thread = any_thread
         self._owner = threading.get_ident()
+        self._pid = os.getpid()   # a forked child shares the segments, never the calls
         self._closed = False
         self._pool: ThreadPoolExecutor | None = None
         self._schedules: dict[tuple[Any, ...], Schedule] = {}
@@ -242,6 +244,11 @@ class Communicator:
             fut.result()
 
     def _check_usable(self) -> None:
+        if os.getpid() != self._pid:
+            raise TransportError(
+                f"rank {self.rank}: this communicator belongs to process {self._pid}; process "
+                f"{os.getpid()} is a fork of it and may not use it (its peers would count its "
+                f"calls as the parent's): call gpucomm.init() in a process of its own")
         if self._closed:
             raise TransportError(f"rank {self.rank}: this communicator is closed (close() was "
                                  f"called); make a new one with gpucomm.init()")
@@ -270,6 +277,8 @@ class Communicator:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:   # a fork exiting: the parent's segments are not its own
+            return
         if self._pool is not None:
             try:
                 self._drain()

@@ -104,8 +104,10 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
     port = free_port()
     lock = threading.Lock()
     procs, pumps = [], []
+    reaper = None
     try:
         with signals_interrupt():
+            reaper = Reaper(session)
             cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
             pin = bind and 1 < nranks <= len(cores)
             for r in range(nranks):
@@ -113,11 +115,12 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
                     p = subprocess.Popen(cmd, env=rank_env(r, nranks, port, session, env, token),
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          start_new_session=True,
-                                         preexec_fn=_pinner(cores[r]) if pin else None)
+                                         preexec_fn=dies_with_parent(cores[r] if pin else None))
                 except OSError as e:
                     raise ConfigError(f"cannot start rank {r} ({cmd[0]!r}): "
                                       f"{e.strerror or e}") from None
                 procs.append(p)
+                reaper.watch(p.pid)
                 t = threading.Thread(target=_pump, args=(p.stdout, r, prefix, out, lock),
                                      daemon=True)
                 t.start()
@@ -132,7 +135,74 @@ def launch(cmd: list, nranks: int, *, prefix: bool = True, env=None, grace_s: fl
             t.join(timeout=2)
         for name in leftovers(session):
             unlink_name(name)
+        if reaper is not None:
+            reaper.done()
     return status
+
+
+class Reaper:
+    """The watchdog process of one launch (runtime/reaper.py): told each rank's process group,
+    it stops them all and removes the session's segments if this launcher dies without
+    calling `done()` (SIGKILL cannot be trapped, but a closed pipe can be seen)."""
+
+    def __init__(self, session: str):
+        import gpucomm.runtime.reaper as code
+        rfd, self.wfd = os.pipe()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-S", "-I", code.__file__, session],
+                                         stdin=rfd, stdout=subprocess.DEVNULL,
+                                         start_new_session=True)
+        finally:
+            os.close(rfd)
+
+    def watch(self, group: int) -> None:
+        os.write(self.wfd, f"{group}\n".encode())
+
+    def done(self) -> None:
+        try:
+            os.write(self.wfd, b"done\n")
+        except OSError:
+            pass
+        os.close(self.wfd)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
+
+
+def dies_with_parent(core: int | None = None):
+    """A preexec_fn for a child that must not outlive this process (a rank, or bench's
+    launcher): between fork and exec it asks the kernel for SIGTERM when this process dies
+    (PR_SET_PDEATHSIG; if it already died, it goes now), then binds to `core` if given."""
+    parent = os.getpid()
+    libc = _libc()
+
+    def setup():
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:   # the launcher died before prctl took effect
+                os.kill(os.getpid(), signal.SIGKILL)
+        if core is not None:
+            try:
+                os.sched_setaffinity(0, {core})
+            except OSError:
+                pass  # binding is an optimisation, never a reason to fail
+    return setup
+
+
+def _libc():
+    """libc for prctl on Linux, else None (no parent-death signal; the reaper still works)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 def _stop_quietly(procs, grace_s) -> None:
@@ -145,15 +215,6 @@ def _stop_quietly(procs, grace_s) -> None:
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
-
-
-def _pinner(core: int):
-    def pin():
-        try:
-            os.sched_setaffinity(0, {core})
-        except OSError:
-            pass  # binding is an optimisation, never a reason to fail
-    return pin
 
 
 def _watch(procs, grace_s, timeout) -> int:
@@ -183,8 +244,10 @@ def _watch(procs, grace_s, timeout) -> int:
 
 
 def _stop(procs, grace_s) -> None:
+    """Stop every rank and whatever each started (its process group: a rank that already
+    exited may have left children), SIGTERM first, SIGKILL after `grace_s`."""
     live = [p for p in procs if p.poll() is None]
-    for p in live:
+    for p in procs:
         _signal(p, signal.SIGTERM)
     end = time.monotonic() + grace_s
     for p in live:
@@ -193,16 +256,37 @@ def _stop(procs, grace_s) -> None:
         except subprocess.TimeoutExpired:
             _signal(p, signal.SIGKILL)
             p.wait()
+    for p in procs:   # children that outlived their rank's SIGTERM
+        if _group_alive(p.pid):
+            while _group_alive(p.pid) and time.monotonic() < end:
+                time.sleep(0.02)
+            _killpg(p.pid, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except OSError:
+        return False
+
+
+def _killpg(group: int, sig) -> None:
+    try:
+        os.killpg(group, sig)
+    except OSError:
+        pass
 
 
 def _signal(p, sig) -> None:
     try:
         os.killpg(p.pid, sig)  # the rank and anything it started
     except (ProcessLookupError, PermissionError):
-        try:
-            p.send_signal(sig)
-        except ProcessLookupError:
-            pass
+        if p.returncode is None:
+            try:
+                p.send_signal(sig)
+            except ProcessLookupError:
+                pass
 
 
 def _pump(stream, rank, prefix, out, lock) -> None:

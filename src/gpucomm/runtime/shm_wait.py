@@ -135,7 +135,14 @@ class PeerWaits:
         chain = [q]  # q may itself be blocked on another rank: follow to the one that is not
         while 0 < self._progs[chain[-1]][WAITING] <= self.nranks:
             nxt = self._progs[chain[-1]][WAITING] - 1
-            if nxt == self.rank or nxt in chain:
+            if nxt == self.rank:   # back to this rank: a cycle of waits that cannot end
+                ring = [self.rank, *chain]
+                where += ("; deadlock: " + ", ".join(f"rank {a} waits for rank {b}" for a, b
+                                                     in zip(ring, ring[1:] + ring[:1]))
+                          + " (each receives before the other sends?)")
+                chain = [q]
+                break
+            if nxt in chain:
                 break
             chain.append(nxt)
         if len(chain) > 1:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GpucommError, TopologyError
-from ..limits import read_text
+from ..inputs import load_yaml, read_text
 from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device, Link
 from .routing import Router
 from .tables import DeviceTable, LinkTable, NameIndex
@@ -283,15 +283,7 @@ class Topology:
 
     @classmethod
     def from_yaml(cls, text: str, where: str = "topology YAML") -> "Topology":
-        import yaml
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise TopologyError(f"{where}: not valid YAML ({first})") from None
-        except RecursionError:
-            raise TopologyError(f"{where}: YAML nested too deeply to be a topology") from None
-        return cls.from_dict(data, where)
+        return cls.from_dict(load_yaml(text, where, TopologyError), where)
 
     @classmethod
     def load(cls, path) -> "Topology":

@@ -365,6 +365,9 @@ class Router:
             n = self.node[a] if pa < 0 else self.node[b]
             inside = f"no path inside node {n}, and " if self.node[a] == self.node[b] else ""
             why = f"{inside}node {n} has no link to the fabric"
+        elif pa == pb:   # in and out of one NIC: a NIC is never a router (TRANSIT_KINDS)
+            why = (f"no path inside node {self.node[a]}, and a route may not turn around in "
+                   f"NIC {self.topo.devices[pa].name} (a NIC is never a router)")
         else:
             seg1, seg3 = self._local_paths(a, pa), self._local_paths(pb, b)
             fab = self._fabric_paths(pa, pb)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, TopologyError
+from ..inputs import check_number
 from .elements import Device, Link
 
 if TYPE_CHECKING:
@@ -40,11 +41,24 @@ def _required(obj: dict, keys: Sequence[str], where: str, needs: str) -> None:
             raise TopologyError(f"{where}: missing field {key!r} ({needs})")
 
 
+# Physical bounds of a link's numbers, per unit as written (the checks run before any float
+# conversion, so a 400-digit integer is refused, not overflowed): a link is between 1 MB/s
+# (8 Mb/s, below any interconnect a collective runs on) and 100 TB/s per direction (over 50x
+# an NVLink5 GPU's 1.8 TB/s), its latency at most 1 s, a bundle at most 1,024 links.
+MIN_LINK_BPS, MAX_LINK_BPS = 1e6, 1e14
+_RANGES = {"bandwidth_Bps": (MIN_LINK_BPS, MAX_LINK_BPS),
+           "bandwidth_GBps": (MIN_LINK_BPS / 1e9, MAX_LINK_BPS / 1e9),
+           "bandwidth_Gbps": (MIN_LINK_BPS * 8 / 1e9, MAX_LINK_BPS * 8 / 1e9),
+           "latency_s": (0.0, 1.0), "latency_us": (0.0, 1e6), "efficiency": (1e-3, 1.0)}
+MAX_LINK_COUNT = 1024
+
+
 def _number(obj: dict, key: str, where: str) -> float:
-    v = obj[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TopologyError(f"{where}: {key} must be a number, got {v!r}")
-    return float(v)
+    lo, hi = _RANGES[key]
+    try:
+        return float(check_number(obj[key], f"{where}: {key}", lo, hi))
+    except ConfigError as e:
+        raise TopologyError(str(e)) from None
 
 
 def _catalog(tech: Any, where: str) -> LinkTech:
@@ -58,10 +72,11 @@ def _catalog(tech: Any, where: str) -> LinkTech:
 
 def _count(obj: dict, where: str) -> int:
     """How many links of the technology the bundle holds (e.g. 2 NVLinks); 1 if not given."""
-    count = obj.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise TopologyError(f"{where}: count {count!r} must be an integer >= 1")
-    return count
+    try:
+        return check_number(obj.get("count", 1), f"{where}: count", 1, MAX_LINK_COUNT,
+                            integer=True)
+    except ConfigError as e:
+        raise TopologyError(str(e)) from None
 
 
 def _bandwidth(obj: dict, tech: Any, count: int, where: str) -> float:
@@ -176,17 +191,27 @@ def _flags(data: dict, where: str) -> dict[str, bool]:
     return flags
 
 
+# Devices and links in one topology file: a cluster at MAX_MODEL_RANKS GPUs is built with
+# --nodes (and its tables), not read device by device; a file beyond these is refused before
+# any device is made.
+MAX_FILE_DEVICES = 1 << 16
+MAX_FILE_LINKS = 1 << 18
+
+
 def topology_fields(data: object, where: str = "topology") -> dict:
     """The Topology fields of a YAML mapping (see docs/topology-yaml.md), each checked;
     `model.topology_from_dict` makes the Topology (and checks the whole)."""
     top = _mapping(data, where)
     _unknown(top, TOP_KEYS, where)
-    for key in ("devices", "links"):
+    for key, most in (("devices", MAX_FILE_DEVICES), ("links", MAX_FILE_LINKS)):
         if key not in top:
             raise TopologyError(f"{where}: missing field {key!r} (a topology needs devices "
                                 "and links)")
         if not isinstance(top[key], list):
             raise TopologyError(f"{where}: {key} must be a list")
+        if len(top[key]) > most:
+            raise TopologyError(f"{where}: {len(top[key])} {key}, more than the {most} a "
+                                "topology file may hold (build large clusters with --nodes)")
     devices = _devices(top["devices"], where)
     links = []
     for i, obj in enumerate(top["links"]):
@@ -198,8 +223,28 @@ def topology_fields(data: object, where: str = "topology") -> dict:
         per_node[by_name[r].node] = per_node.get(by_name[r].node, 0) + 1
     affinity = _affinity(top, ranks, where)
     flags = _flags(top, where)
+    _check_models(devices, where)
+    if flags["in_switch_reduction"] and not any(d.kind == "nvswitch" for d in devices):
+        raise TopologyError(f"{where}: in_switch_reduction: true needs an NVSwitch (a device of "
+                            "kind nvswitch) to reduce in; this topology has none")
+    counted = {"gpus_per_node": max(per_node.values(), default=1),
+               "nodes": max(len(per_node), 1)}
+    for key, value in counted.items():
+        if key in top and top[key] != value:
+            raise TopologyError(f"{where}: {key}: {top[key]!r} disagrees with the devices, "
+                                f"whose ranks make {key} {value} (leave {key} out, or give "
+                                f"{value})")
     return dict(name=str(top.get("name", "custom")), devices=tuple(devices),
-                links=tuple(links), ranks=tuple(ranks),
-                gpus_per_node=top.get("gpus_per_node", max(per_node.values(), default=1)),
-                nodes=top.get("nodes", max(len(per_node), 1)), nic_affinity=affinity,
-                **flags)
+                links=tuple(links), ranks=tuple(ranks), nic_affinity=affinity,
+                **counted, **flags)
+
+
+def _check_models(devices: list[Device], where: str) -> None:
+    """Every GPU's `model`, where given, is in the hardware catalog (its FLOP/s and HBM
+    bandwidth are looked up by that name)."""
+    from ..hardware import get_gpu
+    for model in sorted({d.model for d in devices if d.kind == "gpu" and d.model}):
+        try:
+            get_gpu(model)
+        except ConfigError as e:
+            raise TopologyError(f"{where}: GPU model: {e}") from None

@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
-from ..limits import read_text
+from ..inputs import check_number, load_yaml_file
 
 MLP_KINDS = {"swiglu": 3, "gelu": 2}  # weight matrices of h x ffn in one MLP
 _REQUIRED = ("name", "layers", "hidden", "ffn", "heads", "vocab")
@@ -191,11 +191,30 @@ class ModelConfig:
             raise ConfigError(f"{where}: missing field(s) {', '.join(missing)}; required are "
                               f"{', '.join(_REQUIRED)}")
         known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(map(str, d)) - known)
         if unknown:
             raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed are "
                               f"{', '.join(sorted(known))}")
+        for key, value in d.items():
+            _check_field(key, value, cls.__dataclass_fields__[key].type, where)
         return cls(**d)
+
+
+# A model's widths and counts: 2^31 is far beyond any model (vocab 256K, width 32K), small
+# enough that every product the planner forms stays exact in a float64.
+MAX_MODEL_DIM = 1 << 31
+
+
+def _check_field(key: str, value: object, kind: object, where: str) -> None:
+    """A YAML value of the type its ModelConfig field holds: an integer in 0..MAX_MODEL_DIM,
+    true/false, or a string."""
+    kind = getattr(kind, "__name__", kind)
+    if kind == "int":
+        check_number(value, f"{where}: {key}", 0, MAX_MODEL_DIM, integer=True)
+    elif kind == "bool" and not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+    elif kind == "str" and not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} must be a string, got {type(value).__name__}")
 
 
 def _data_dir():
@@ -220,17 +239,7 @@ def list_models() -> list[str]:
 def load_model(path) -> ModelConfig:
     """A model config from a YAML file of the shipped configs' shape."""
     p = Path(path)
-    text = read_text(p, "model config")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        why = (getattr(e, "problem", None) or str(e).splitlines()[0] or type(e).__name__) + (
-            f", line {mark.line + 1}" if mark is not None else "")
-        raise ConfigError(f"model config {str(p)!r} is not valid YAML: {why}") from None
-    except RecursionError:
-        raise ConfigError(f"model config {str(p)!r}: YAML nested too deeply to be a model "
-                          "config") from None
+    data = load_yaml_file(p, "model config")
     return ModelConfig.from_dict(data, str(p))
 
 

@@ -1,0 +1,339 @@
+"""One way to read what a user hands gpucomm: files, YAML, JSON and numbers.
+
+Every reader checks the cheap things before it does any work sized by the input:
+
+- a file is a regular file within MAX_TEXT_FILE_BYTES, checked with stat before it is opened
+  (and opened non-blocking, so a FIFO swapped in between cannot block), then read as UTF-8;
+- YAML is composed by a loader that refuses duplicate keys, more than MAX_YAML_ALIASES aliases,
+  nesting deeper than MAX_YAML_DEPTH and more than MAX_YAML_NODES nodes counting what the
+  aliases expand to (a "billion laughs" file is refused after a few hundred nodes, not
+  expanded);
+- JSON is refused past MAX_JSON_DEPTH levels of nesting;
+- a number, from a flag or a file, is finite, of the right kind (an int is not a bool, an
+  integer is ASCII digits), and inside the range of the quantity it is, which the error names.
+
+Each failure is a ConfigError of one line naming the file or flag, what is wrong, and what is
+allowed.
+
+    >>> load_yaml("a: 1\\na: 2", "grid.yaml")
+    Traceback (most recent call last):
+    ...
+    gpucomm.errors.ConfigError: grid.yaml: duplicate key 'a' (line 2); each key may appear once
+    >>> parse_int("64", "--leaf-ports", 1, 1 << 16)
+    64
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import stat
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ConfigError, GpucommError
+
+# A text input (topology YAML, model YAML, grid, log, MSCCL XML, report JSON): the largest real
+# ones are a few MB; /dev/zero or a multi-GB file given by mistake must not eat the host.
+MAX_TEXT_FILE_BYTES = 64 << 20
+# YAML nodes (scalars, lists, mappings) in one document, aliases counted as what they expand
+# to: 200,000 is a topology of ~14,000 links, fifty times the largest shipped file, and is
+# parsed (or refused) within seconds even on a busy host; a larger cluster is built with
+# --nodes, not loaded from a file.
+MAX_YAML_NODES = 200_000
+# Aliases (*name) in one document: shipped files use none; a hand-written file a few.
+MAX_YAML_ALIASES = 100
+# Nesting of YAML or JSON: a topology is 4 deep, a grid or a saved result under 10.
+MAX_YAML_DEPTH = 64
+MAX_JSON_DEPTH = 64
+
+
+def read_bytes(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or a one-line ConfigError."""
+    name = str(path)
+    try:
+        st = os.stat(name)
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {name!r}: {e.strerror}") from None
+    _check_stat(st, name, what, limit)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {name!r}: {e.strerror}") from None
+    try:
+        _check_stat(os.fstat(fd), name, what, limit)  # the file opened is the file checked
+        chunks, got = [], 0
+        while got <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {name!r}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    if got > limit:
+        raise ConfigError(f"{what} {name!r} grew past the limit of {_mib(limit)} while read")
+    return b"".join(chunks)
+
+
+def _check_stat(st: os.stat_result, name: str, what: str, limit: int) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{what} {name!r} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else (
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+            "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise ConfigError(f"{what} {name!r} is {kind}: give a regular file")
+    if st.st_size > limit:
+        raise ConfigError(f"{what} {name!r} is {st.st_size} B, larger than the limit of "
+                          f"{_mib(limit)} for a text input")
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} B"
+
+
+def read_text(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> str:
+    """A regular file's text (UTF-8, at most `limit` bytes), or a one-line ConfigError."""
+    data = read_bytes(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {e.start}: "
+                          f"{data[e.start:e.start + 1]!r}; a binary file?)") from None
+
+
+# ---- YAML ---------------------------------------------------------------------------------
+def _guard_class():
+    import yaml
+    from yaml.nodes import ScalarNode
+    Composer: Any = yaml.composer.Composer   # check_event & co. come from the parser mixed in
+
+    class _Guard(Composer):
+        """The pure-Python composer (over libyaml's events where present) with budgets."""
+
+        def __init__(self):
+            Composer.__init__(self)
+            self.g_nodes = self.g_aliases = self.g_depth = 0
+            self.g_sizes: dict[int, int] = {}   # id(anchored node) -> nodes it expands to
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                self.g_aliases += 1
+                if self.g_aliases > MAX_YAML_ALIASES:
+                    raise _refuse(event, f"more than {MAX_YAML_ALIASES} aliases (*name)")
+                target = self.anchors.get(event.anchor)
+                self._count(event, self.g_sizes.get(id(target), 1))
+                return Composer.compose_node(self, parent, index)
+            event = self.peek_event()
+            self.g_depth += 1
+            if self.g_depth > MAX_YAML_DEPTH:
+                raise _refuse(event, f"nesting deeper than {MAX_YAML_DEPTH} levels")
+            before = self.g_nodes
+            self._count(event, 1)
+            node = Composer.compose_node(self, parent, index)
+            self.g_depth -= 1
+            if getattr(event, "anchor", None):
+                self.g_sizes[id(node)] = self.g_nodes - before
+            return node
+
+        def _count(self, event, n: int) -> None:
+            self.g_nodes += n
+            if self.g_nodes > MAX_YAML_NODES:
+                raise _refuse(event, f"more than {MAX_YAML_NODES} values (aliases expanded)")
+
+        def compose_mapping_node(self, anchor):
+            node = Composer.compose_mapping_node(self, anchor)
+            seen: set = set()
+            for key, _ in node.value:
+                if isinstance(key, ScalarNode) and key.value != "<<":
+                    k = (key.tag, key.value)
+                    if k in seen:
+                        raise _refuse(key, f"duplicate key {key.value!r}", key.start_mark,
+                                      "; each key may appear once")
+                    seen.add(k)
+            return node
+
+    return _Guard
+
+
+def _loader_class():
+    import yaml
+    _Guard = _guard_class()
+    parser: Any = None
+    if getattr(yaml, "__with_libyaml__", False):   # libyaml's C scanner and parser
+        from yaml import cyaml
+        parser = getattr(cyaml, "CParser", None)
+    bases: tuple = ((_Guard, parser) if parser is not None else
+                    (yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, _Guard))
+
+    class Loader(*bases, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore
+        def __init__(self, stream):
+            if parser is not None:
+                parser.__init__(self, stream)
+            else:
+                yaml.reader.Reader.__init__(self, stream)
+                yaml.scanner.Scanner.__init__(self)
+                yaml.parser.Parser.__init__(self)
+            _Guard.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+
+    return Loader
+
+
+class _Refused(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+
+
+def _refuse(obj, what: str, mark=None, tail: str = "") -> _Refused:
+    mark = mark or getattr(obj, "start_mark", None)
+    line = f" (line {mark.line + 1})" if mark is not None else ""
+    return _Refused(f"{what}{line}{tail}")
+
+
+_LOADER = None
+
+
+def load_yaml(text: str, where: str, error: type[GpucommError] = ConfigError) -> Any:
+    """The value of one YAML document, composed under the budgets above; `error` (a
+    GpucommError subclass) names `where` and the first thing wrong."""
+    global _LOADER
+    import yaml
+    if _LOADER is None:
+        _LOADER = _loader_class()
+    loader = _LOADER(text)
+    try:
+        return loader.get_single_data()
+    except _Refused as e:
+        raise error(f"{where}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        why = (getattr(e, "problem", None) or str(e).splitlines()[0] or type(e).__name__)
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        raise error(f"{where}: not valid YAML ({why}{line})") from None
+    except (RecursionError, MemoryError):
+        raise error(f"{where}: YAML too deeply nested or too large") from None
+    except (ValueError, OverflowError) as e:   # a timestamp or number libyaml reads, Python not
+        raise error(f"{where}: a value YAML cannot represent ({e})") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml_file(path, what: str, error: type[GpucommError] = ConfigError) -> Any:
+    """read_text + load_yaml, errors naming the file."""
+    return load_yaml(read_text(path, what), f"{what} {str(path)!r}", error)
+
+
+# ---- JSON ---------------------------------------------------------------------------------
+def load_json(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The value of a JSON text nested at most `max_depth` deep, or a one-line ConfigError."""
+    depth = _bracket_depth(text)
+    if depth > max_depth:
+        raise ConfigError(f"{where}: JSON nested {depth} levels deep, more than the limit of "
+                          f"{max_depth}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: JSON nested too deeply") from None
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _bracket_depth(text: str) -> int:
+    """Deepest nesting of [ and { outside strings (an upper bound on a bad text's depth)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(_STRING.sub("", text)):
+        if m.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def json_file(path, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """read_text + load_json, errors naming the file."""
+    return load_json(read_text(path, what), f"{what} {str(path)!r}", max_depth)
+
+
+# ---- numbers ------------------------------------------------------------------------------
+_INT = re.compile(r"[+-]?[0-9]{1,30}", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]{1,30}(\.[0-9]{0,30})?|\.[0-9]{1,30})([eE][+-]?[0-9]{1,4})?",
+                    re.ASCII)
+
+
+def _range(lo, hi) -> str:
+    return f"{lo:g}..{hi:g}" if isinstance(lo, float) or isinstance(hi, float) else f"{lo}..{hi}"
+
+
+def parse_int(text: str, what: str, lo: int, hi: int) -> int:
+    """An integer written in ASCII digits, lo <= value <= hi; ConfigError naming the range."""
+    t = str(text).strip()
+    if not _INT.fullmatch(t):
+        shown = t if len(t) <= 24 else t[:21] + "..."
+        raise ConfigError(f"{what}: {shown!r} is not an integer (allowed: {_range(lo, hi)})")
+    return check_number(int(t), what, lo, hi, integer=True)
+
+
+def parse_float(text: str, what: str, lo: float, hi: float) -> float:
+    """A finite decimal number, lo <= value <= hi; ConfigError naming the range."""
+    t = str(text).strip()
+    if not _FLOAT.fullmatch(t):
+        shown = t if len(t) <= 24 else t[:21] + "..."
+        raise ConfigError(f"{what}: {shown!r} is not a finite number (allowed: "
+                          f"{_range(lo, hi)})")
+    return check_number(float(t), what, lo, hi)
+
+
+def check_number(value: object, what: str, lo: float, hi: float, *,
+                 integer: bool = False) -> Any:
+    """`value` (from YAML/JSON: any type) if it is a finite number (an integer when
+    `integer`) with lo <= value <= hi; else a ConfigError naming `what` and the range."""
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            integer and not isinstance(value, int)):
+        shown = repr(value) if len(repr(value)) <= 24 else repr(value)[:21] + "..."
+        raise ConfigError(f"{what} must be {kind} in {_range(lo, hi)}, got {shown}")
+    if isinstance(value, int) and not lo <= value <= hi:   # exact: no float overflow
+        digits = len(str(value)) if value.bit_length() >= 100 else 0
+        shown = f"an integer of {digits} digits" if digits else str(value)
+        raise ConfigError(f"{what} {shown} is out of range (allowed: {_range(lo, hi)})")
+    if isinstance(value, float) and not (math.isfinite(value) and lo <= value <= hi):
+        raise ConfigError(f"{what} {value:g} is out of range (allowed: {_range(lo, hi)}, "
+                          "finite)")
+    return value
+
+
+def int_flag(lo: int, hi: int) -> Callable[[str], int]:
+    """argparse `type=` for an integer in lo..hi (the range is in the error message)."""
+    def parse(text: str) -> int:
+        try:
+            return parse_int(text, "value", lo, hi)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")
+                                             .removeprefix("value ")) from None
+    parse.__name__ = f"integer in {lo}..{hi}"
+    return parse
+
+
+def float_flag(lo: float, hi: float) -> Callable[[str], float]:
+    """argparse `type=` for a finite number in lo..hi (the range is in the error message)."""
+    def parse(text: str) -> float:
+        try:
+            return parse_float(text, "value", lo, hi)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")
+                                             .removeprefix("value ")) from None
+    parse.__name__ = f"number in {lo:g}..{hi:g}"
+    return parse
