@@ -370,3 +370,28 @@ def test_cli_port_level_fabric_gets_the_network_model(capsys):
     assert rc == 0 and "network: static routing" in out
     rc, out, _ = _cli(capsys, "topo", "show", *TINY, "--hash-seed", "3", "--seed", "7")
     assert "seed 3" in out
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(network=Network(fail_links=5, seed=2)),
+                                dict(placement="random", oversubscription=2)])
+def test_two_tier_switch_table_is_the_general_search(kw):
+    from gpucomm.topology.routing import _pad2
+    t = build_topology("dgx-h100", nodes=12, nic="roce-400g", fabric="rail-2tier",
+                       leaf_ports=4, **kw)
+    r = t.router
+    tab = r._ensure_tables()
+    up = np.unique(np.asarray(r.ldst)[tab["up"]])
+    down = np.unique(np.asarray(r.lsrc)[tab["down"]])
+    slow = _pad2([[r._paths(int(a), int(b), False) for b in down] for a in up])
+    fast = r._two_tier(up, down)
+    assert fast is not None
+    assert np.array_equal(slow[1], fast[1])
+    alts = slow[0].shape[2]
+    assert np.array_equal(slow[0], fast[0][:, :, :alts]) and (fast[0][:, :, alts:] < 0).all()
+
+
+def test_flow_model_refuses_early_past_its_op_budget(monkeypatch):
+    from gpucomm.simulate import core
+    monkeypatch.setattr(core, "FLOW_MAX_OPS", 100)
+    with pytest.raises(ConfigError, match="more than 100 ops.*--model analytic"):
+        predict("all_reduce", GIB, _cluster(routing="ecmp"), algorithm="ring", model="flow")
