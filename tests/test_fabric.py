@@ -254,7 +254,7 @@ def test_auto_routing_follows_the_nic_and_infiniband_never_drops():
     ib = build_topology("dgx-h100", nic="ib-ndr", **kw).network
     roce = build_topology("dgx-h100", nic="roce-400g", **kw).network
     efa = build_topology("dgx-h100", nic="efa-400g", **kw).network
-    assert (ib.routing, ib.lossless, ib.loss_rate) == ("adaptive", True, 0.0)
+    assert (ib.routing, ib.lossless, ib.loss_rate) == ("static", True, 0.0)
     assert (roce.routing, roce.lossless, roce.loss_rate) == ("ecmp", False, 1e-3)
     assert efa.routing == "spray"
 
@@ -283,3 +283,115 @@ def test_sim_seeds_gives_the_median_and_spread(capsys):
     assert row["seeds"] == 4
     assert row["busbw_min"] <= row["busbw_median"] <= row["busbw_max"]
     assert row["busbw_min"] < row["busbw_max"]  # jobs land and hash differently
+
+
+# ---- issue 25: every algorithm's network traffic on the fabric ------------------------------
+def _cluster(seed=0, **kw):
+    """8 DGX H100 on a 2-leaf-group rail fabric, spread so that tree edges cross the spines."""
+    return build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="rail-2tier",
+                          leaf_ports=4, placement="spread", network=Network(seed=seed, **kw))
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "nvls_tree"])
+def test_ecmp_with_one_qp_is_slower_than_an_even_split(algorithm):
+    def t(**kw):
+        return float(np.median([predict("all_reduce", 4 * GIB, _cluster(s, **kw),
+                                        algorithm=algorithm).time_s for s in range(3)]))
+    ecmp, spray = t(routing="ecmp"), t(routing="spray")
+    assert ecmp > spray * 1.05
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "nvls_tree"])
+def test_losing_half_the_spine_cables_slows_every_algorithm(algorithm):
+    # 2 leaf groups x 8 rails = 16 leaves x 4 uplinks = 64 cables; 24 down (32 cut some
+    # leaf pairs apart with this seed)
+    whole = predict("all_reduce", 4 * GIB, _cluster(routing="spray"), algorithm=algorithm)
+    cut = predict("all_reduce", 4 * GIB, _cluster(routing="spray", fail_links=24),
+                  algorithm=algorithm)
+    assert cut.time_s > whole.time_s * 1.1
+
+
+def test_tree_without_a_fabric_model_is_unchanged():
+    from gpucomm.simulate.nccl import tree_fabric_slowdown
+    from gpucomm.simulate.core import path_table
+    topo = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="rail-2tier",
+                          leaf_ports=4, placement="spread")
+    assert topo.network is None
+    pl = np.arange(topo.nranks)
+    from gpucomm.simulate.nccl import node_groups
+    assert tree_fabric_slowdown(path_table(topo, pl), pl, node_groups(topo, pl)) == 1.0
+
+
+def test_double_binary_tree_is_ncclgetdtree():
+    from gpucomm.simulate.nccl import dtree_parents
+    for n in range(2, 40):
+        t0, t1 = dtree_parents(n)
+        for tree in (t0, t1):
+            assert (tree < 0).sum() == 1  # one root
+            for r in range(n):  # every rank reaches the root
+                seen, x = 0, r
+                while tree[x] >= 0 and seen <= n:
+                    x, seen = tree[x], seen + 1
+                assert seen <= n
+        inner0 = set(t0[t0 >= 0].tolist())
+        inner1 = set(t1[t1 >= 0].tolist())
+        assert len(inner0 & inner1) <= 1  # a rank inner in one tree is a leaf in the other
+    assert [p.tolist() for p in dtree_parents(8)] == [[-1, 2, 4, 2, 0, 6, 4, 6],
+                                                      [1, 3, 1, 7, 5, 3, 5, -1]]
+
+
+def test_static_routing_is_by_destination():
+    # flows into one leaf from another: destination mod up-ports never collide (2 spines,
+    # 2 destinations under leaf 1), whatever the seed
+    for s in range(4):
+        assert not _collide(_tiny(Network(routing="static", seed=s)))
+    # two sources to one destination share its path (D-mod-k: by destination only)
+    t = PathTable(_tiny(Network(routing="static"))).routes(np.array([0, 1]), np.array([2, 2]), 0)
+    spine = [set(r[r >= 0]) for r in t]
+    assert len(spine[0] & spine[1]) >= 2  # the spine down-link and the NIC down-link
+
+
+def test_placement_and_hash_seeds_are_separate():
+    def ring(**kw):
+        return _tiny(Network(**kw), placement="random")
+    a, b = ring(seed=0, placement_seed=5), ring(seed=3, placement_seed=5)
+    assert [ln.dst for ln in a.links] == [ln.dst for ln in b.links]  # same placement
+    c = ring(seed=0, placement_seed=0)
+    d = ring(seed=0)  # placement_seed -1: the hash seed
+    assert [ln.dst for ln in c.links] == [ln.dst for ln in d.links]
+    with pytest.raises(ConfigError, match="placement_seed"):
+        Network(placement_seed=-2)
+
+
+def test_cli_port_level_fabric_gets_the_network_model(capsys):
+    rc, out, _ = _cli(capsys, "topo", "show", *TINY)
+    assert rc == 0 and "network: ecmp routing" in out
+    rc, out, _ = _cli(capsys, "topo", "show", *TINY, "--nic", "ib-ndr")
+    assert rc == 0 and "network: static routing" in out
+    rc, out, _ = _cli(capsys, "topo", "show", *TINY, "--hash-seed", "3", "--seed", "7")
+    assert "seed 3" in out
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(network=Network(fail_links=5, seed=2)),
+                                dict(placement="random", oversubscription=2)])
+def test_two_tier_switch_table_is_the_general_search(kw):
+    from gpucomm.topology.routing import _pad2
+    t = build_topology("dgx-h100", nodes=12, nic="roce-400g", fabric="rail-2tier",
+                       leaf_ports=4, **kw)
+    r = t.router
+    tab = r._ensure_tables()
+    up = np.unique(np.asarray(r.ldst)[tab["up"]])
+    down = np.unique(np.asarray(r.lsrc)[tab["down"]])
+    slow = _pad2([[r._paths(int(a), int(b), False) for b in down] for a in up])
+    fast = r._two_tier(up, down)
+    assert fast is not None
+    assert np.array_equal(slow[1], fast[1])
+    alts = slow[0].shape[2]
+    assert np.array_equal(slow[0], fast[0][:, :, :alts]) and (fast[0][:, :, alts:] < 0).all()
+
+
+def test_flow_model_refuses_early_past_its_op_budget(monkeypatch):
+    from gpucomm.simulate import core
+    monkeypatch.setattr(core, "FLOW_MAX_OPS", 100)
+    with pytest.raises(ConfigError, match="more than 100 ops.*--model analytic"):
+        predict("all_reduce", GIB, _cluster(routing="ecmp"), algorithm="ring", model="flow")

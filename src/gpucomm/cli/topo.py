@@ -69,8 +69,13 @@ def add_network_args(p) -> None:
     g.add_argument("--hash-inputs", default=None, metavar="FIELDS",
                    help=f"what the ECMP hash reads, from {','.join(HASH_FIELDS)} (default all; "
                    "without qp all QPs between two NICs collide)")
-    g.add_argument("--seed", type=seed_arg, default=None, help="switch hash seed (and which links "
-                   "fail); default 0")
+    g.add_argument("--seed", type=seed_arg, default=None, help="one seed for the switch hash, the "
+                   "failed links and a random placement (default 0); --hash-seed and "
+                   "--placement-seed override it for one of them")
+    g.add_argument("--hash-seed", type=seed_arg, default=None, metavar="SEED",
+                   help="switch hash seed and which links fail (default: --seed)")
+    g.add_argument("--placement-seed", type=seed_arg, default=None, metavar="SEED",
+                   help="where --placement random puts the job's nodes (default: --seed)")
     g.add_argument("--lossless", action=argparse.BooleanOptionalAction, default=None,
                    help="PFC on (default) or --no-lossless/--lossy: drops and go-back-N")
     g.add_argument("--lossy", dest="lossless", action="store_false",
@@ -85,12 +90,19 @@ def add_network_args(p) -> None:
 
 
 def network_from_args(args):
-    """The Network the fabric flags give, or None if none was given (the plain model)."""
+    """The Network the fabric flags give, or None if none was given (the plain model). The
+    port-level fabric (--fabric rail-2tier, --leaf-ports, --placement) always gets one: its
+    routing then is the NIC's default (topology.fabric.DEFAULT_ROUTING)."""
     keys = ("routing", "qps_per_connection", "hash_inputs", "seed", "lossless", "loss_rate",
-            "cc", "fail_links")
+            "cc", "fail_links", "placement_seed")
     given: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     given = {k: v for k, v in given.items() if v is not None}
-    if not given:
+    if getattr(args, "hash_seed", None) is not None:
+        given.setdefault("placement_seed", given.get("seed", 0))
+        given["seed"] = args.hash_seed
+    port_level = getattr(args, "fabric", None) == "rail-2tier" or \
+        getattr(args, "leaf_ports", None) is not None or getattr(args, "placement", None)
+    if not given and not port_level:
         return None
     if "hash_inputs" in given:
         given["hash_inputs"] = tuple(x.strip() for x in given["hash_inputs"].split(",")

@@ -45,6 +45,10 @@ _NODES: dict[PlacementKey, tuple[Topology, int]] = {}
 _COSTERS: dict[tuple[int, Protocol, float, int], tuple[PathTable, StepCoster]] = {}
 _SWEEP: _Sweep = {"sizes": frozenset(), "memo": {}}
 FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.py) is answered
+# op by op, the flow model holds ~100 bytes per op and events cost ~0.1 ms per 1,000 ops on
+# one core (a 128-GPU contended ring, 260,000 ops: 20 s, 85 MB): beyond this many ops it
+# refuses before building anything rather than run for an hour or out of memory
+FLOW_MAX_OPS = 8_000_000
 SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
 
 
@@ -201,6 +205,14 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
                     f"op by op up to {FLOW_MAX_RANKS:,} ranks ({schedule.nranks:,} asked; only a "
                     "ring all-reduce on a node-symmetric cluster goes beyond): use --model "
                     "analytic above that")
+            if not schedule.ops_at_most(FLOW_MAX_OPS):
+                why = "routes hashed per flow (a fabric model) make nodes differ, so no " \
+                    "symmetry applies" if paths.fabric is not None else "no symmetry applies"
+                raise ConfigError(
+                    f"the flow model would simulate {schedule.algorithm} "
+                    f"{schedule.collective.name} on {schedule.nranks:,} ranks op by op, more "
+                    f"than {FLOW_MAX_OPS:,} ops ({why}): use --model analytic, which times the "
+                    "same routes and fabric, or fewer nodes")
             end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
             busy = busy / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
             if trace and times is not None:

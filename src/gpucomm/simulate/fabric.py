@@ -20,6 +20,11 @@ messages the coupling is the same over a few messages).
   the flow model's max-min sharing turns that into time. Seeds give a distribution.
 - spray (Spectrum-X): L = the widest set of tied paths; lane j takes path j (mod their
   number): every flow is split evenly over every path, whatever the hash.
+- static (an InfiniBand subnet manager's tables, the default on InfiniBand): one path per
+  destination NIC, up-port = the destination's place under its leaf mod the up-ports (OpenSM
+  ftree's D-mod-k); every QP and connection to that NIC follows it (L = 1). On a two-leaf
+  rail no two flows into one leaf share a spine; with more leaves, flows to the same place
+  under different leaves do.
 - adaptive (InfiniBand AR): switches send each packet to the least loaded tied port. For tied
   paths of equal capacity (ECMP ties are equal by construction) the fluid limit is the even
   split, so it is routed as spray. Known to be wrong: AR reacts to load from other jobs and
@@ -121,6 +126,9 @@ class FabricPolicy:
             # their own); a schedule op stands for all of them
             self.connections = network.connections or CONNECTIONS_PER_PEER
             self.lanes = network.qps_per_connection * self.connections
+        elif network.routing == "static":  # per destination: every lane takes one path
+            self.connections, self.lanes = 1, 1
+            self.dest_pos = _leaf_positions(router)
         else:
             self.lanes = min(max(_widest(router), 1), MAX_LANES)
         self.ports = np.asarray(router.ports(), dtype=np.uint64)
@@ -134,6 +142,7 @@ class FabricPolicy:
         # flow lists them once per lane (m of L lanes on a link load it with m/L of the flow)
         between = np.array([kind[ln.src] == kind[ln.dst] == "switch"
                             for ln in self.topo.links], dtype=bool)
+        self.between = between
         self.lane_scale = np.where(between, float(self.lanes), 1.0)
         self.recovery_s = recovery_s() if network.lossless and network.cc == "dcqcn" else 0.0
 
@@ -195,6 +204,8 @@ class FabricPolicy:
             q = conn * np.uint64(MAX_LANES) + np.uint64(j % net.qps_per_connection + 1) \
                 if "qp" in f else zero
             key = mix(mix(a, b, q), np.full(n, net.seed, np.uint64), zero)
+        elif net.routing == "static":  # D-mod-k: the destination's place under its leaf
+            key = lane_key(self.dest_pos[gd])
         else:  # an even split: lane j on tied path j, rotated per pair so pairs differ
             rot = mix(self.ports[gs], self.ports[gd], np.full(n, net.seed, np.uint64))
             key = lane_key((rot % np.uint64(MAX_LANES)) + np.uint64(j))
@@ -220,6 +231,26 @@ class FabricPolicy:
         rate = np.where(valid, capacity[safe] * self.lane_scale[safe] / np.maximum(mult, 1),
                         np.inf)
         return lat, cls, rate.min(axis=1)
+
+    # ---- pipelines -------------------------------------------------------------------------
+    def pipeline_slowdown(self, table: Routes, capacity: Floats) -> float:
+        """How much slower the flows of route rows `table` move on this fabric than on one
+        whose switch-to-switch links never collide (unlimited), when they move at one pace:
+        the edges of a pipelined tree each carry the same bytes, and the slowest edge holds
+        the others back. The pace is the least over links of capacity x lanes / the lane
+        entries on the link (so per-QP hashing, failed cables, oversubscription and loss all
+        count); the ratio is >= 1."""
+        if not len(table) or not table.shape[1]:
+            return 1.0
+        valid = table >= 0
+        safe = np.where(valid, table, 0)
+        cnt = np.bincount(safe[valid], minlength=len(capacity)).astype(np.float64)
+        per = capacity * self.lane_scale / np.maximum(cnt, 1.0)
+        real = float(np.where(valid, per[safe], np.inf).min())
+        ideal = float(np.where(valid & ~self.between[safe], per[safe], np.inf).min())
+        if not np.isfinite(ideal) or real <= 0:
+            return 1.0
+        return max(ideal / real, 1.0)
 
     # ---- PFC pause spreading -----------------------------------------------------------------
     def pause_caps(self, table: Routes, alone: Floats, capacity: Floats) -> Floats:
@@ -273,6 +304,20 @@ def _widen(m: Routes, width: int) -> Routes:
     if m.shape[1] >= width:
         return m
     return np.concatenate([m, np.full((len(m), width - m.shape[1]), -1, np.int32)], axis=1)
+
+
+def _leaf_positions(router: Router) -> Ints:
+    """Per rank: the place of its NIC among the NICs under the same leaf (port order), the
+    index a destination-based fat-tree routing (OpenSM ftree) spreads over the up-ports."""
+    ports = np.asarray(router.ports(), dtype=np.int64)
+    t = router._ensure_tables()
+    leaf = t["y"] if t is not None else np.zeros(len(ports), dtype=np.int64)
+    out = np.zeros(len(ports), dtype=np.int64)
+    for y in np.unique(leaf):
+        sel = np.flatnonzero(leaf == y)
+        uniq, inv = np.unique(ports[sel], return_inverse=True)
+        out[sel] = inv
+    return out
 
 
 def _widest(router: Router) -> int:

@@ -220,7 +220,10 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
         return hit
     nodes = node_groups(topology, placement)
     out: _Shape = {"nodes": len(nodes), "g": max(len(v) for v in nodes.values()), "chain": None,
-           "net": _net(paths, placement, nodes) if len(nodes) > 1 else None}
+           "net": None}
+    if len(nodes) > 1:
+        lat_net, nic = _net(paths, placement, nodes)
+        out["net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes))
     chain = max(nodes.values(), key=len)
     if len(chain) > 1:
         idx = _index(placement, chain)
@@ -236,6 +239,65 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
     out["ring_links"] = np.unique(ring[ring >= 0])
     paths._cache["nccl_shape"] = out
     return out
+
+
+def dtree_parents(n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Parent of each of n tree ranks (-1: the root) in NCCL's double binary tree (trees.cc
+    ncclGetBtree / ncclGetDtree): tree 0 a binary tree over ranks by their lowest set bit,
+    tree 1 the mirror of it (n even) or it shifted by one (n odd), so that a rank inner in
+    one tree is a leaf in the other.
+
+        >>> [p.tolist() for p in dtree_parents(4)]
+        [[-1, 2, 0, 2], [1, 3, 1, -1]]
+    """
+    def btree_parent(r: int) -> int:
+        if r == 0:
+            return -1
+        bit = 1
+        while bit < n and not bit & r:
+            bit <<= 1
+        up = (r ^ bit) | (bit << 1)
+        return up if up < n else r ^ bit
+
+    t0 = np.array([btree_parent(r) for r in range(n)], dtype=np.int64)
+    if n % 2:  # shifted: rank r plays (r - 1) mod n
+        t1 = np.array([-1 if (u := btree_parent((r - 1) % n)) < 0 else (u + 1) % n
+                       for r in range(n)], dtype=np.int64)
+    else:  # mirrored: rank r plays n - 1 - r
+        t1 = np.array([-1 if (u := btree_parent(n - 1 - r)) < 0 else n - 1 - u
+                       for r in range(n)], dtype=np.int64)
+    return t0, t1
+
+
+def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
+                         nodes: dict[int, list[int]]) -> float:
+    """How much the fabric slows the network part of a tree (tree, nvls_tree) against a
+    fabric that never collides: 1 without a fabric model (topology.network None).
+
+    The flows are the connections NCCL opens for the trees: on every NIC rail (one tree
+    channel per rail, each node entered and left by the GPU next to that rail's NIC, as
+    NCCL's tree channels are laid out, PXN carrying the rest over NVLink), both binary trees'
+    edges between nodes, up (reduce) and down (broadcast), at once; each is NCCL's
+    connections per peer times its queue pairs on the fabric's lanes (fabric.py), hashed,
+    sprayed or adaptively routed as the network says. A pipelined tree moves at its slowest
+    edge's pace (fabric.FabricPolicy.pipeline_slowdown)."""
+    fab = paths.fabric
+    n = len(nodes)
+    if fab is None or n < 2:
+        return 1.0
+    heads = _index(placement, [v[0] for v in nodes.values()])
+    child_parts, parent_parts = [], []
+    for parent in dtree_parents(n):
+        child = np.flatnonzero(parent >= 0)
+        child_parts.append(child)
+        parent_parts.append(parent[child])
+    child, parent = np.concatenate(child_parts), np.concatenate(parent_parts)
+    src = np.concatenate([heads[child], heads[parent]])
+    dst = np.concatenate([heads[parent], heads[child]])
+    rails = paths.rails_per_node
+    ch = np.repeat(np.arange(rails, dtype=np.int64), len(src))
+    table = paths.routes(np.tile(src, rails), np.tile(dst, rails), ch)
+    return fab.pipeline_slowdown(table, paths.capacity)
 
 
 def net_hop_floor(topology: Topology, placement: npt.ArrayLike, proto: str,

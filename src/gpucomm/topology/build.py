@@ -165,7 +165,7 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
         _check_joinable(name, nodes * per, M, fabric, per)
 
     # --- replicate and wire the fabric ----------------------------------------------------
-    seed = network.seed if network is not None else 0
+    seed = network.placement_rng_seed if network is not None else 0
     if per == 1:   # copies of one node: columns, not a million Python objects (tables.py)
         all_devices, all_links, all_ranks, all_aff = _replicas(
             blocks[0], affinity, nodes, fabric, oversubscription, leaf_ports, placement, seed)

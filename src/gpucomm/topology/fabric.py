@@ -30,10 +30,18 @@ from ..errors import ConfigError, TopologyError
 from ..hardware import get_link_tech
 from .model import Device, Link
 
-ROUTINGS = ("auto", "ecmp", "adaptive", "spray")
-# what each NIC technology does by default: InfiniBand switches route adaptively (NVIDIA
-# Quantum AR), Ethernet switches hash (ECMP), EFA's SRD sprays packets over many paths
-DEFAULT_ROUTING = {"ib": "adaptive", "efa": "spray"}
+ROUTINGS = ("auto", "static", "ecmp", "adaptive", "spray")
+# What each NIC technology gets when no routing is named:
+# - InfiniBand: its subnet manager's static routing. OpenSM's and UFM's routing engines
+#   (minhop, updn, ftree; NVIDIA UFM Enterprise User Manual, "Network Management": routing
+#   engines) fill each switch's linear forwarding table per destination LID; on a fat tree
+#   ftree spreads the destinations under one leaf over its up-ports (destination mod
+#   up-ports, "optimised for congestion-free shift patterns"). Adaptive routing is a separate
+#   SM feature the operator configures (UFM manual, "Appendix - Adaptive Routing"; the
+#   switch-embedded MLNX-OS SM does not support it): `--routing adaptive`.
+# - Ethernet (RoCE): per-flow ECMP hashing of the 5-tuple, the switches' default.
+# - EFA: SRD sprays every packet over many paths.
+DEFAULT_ROUTING = {"ib": "static", "efa": "spray"}
 # fabrics that never drop: InfiniBand's credit-based link-level flow control
 LOSSLESS_KINDS = ("ib",)
 HASH_FIELDS = ("src", "dst", "qp")
@@ -44,14 +52,18 @@ MAX_QPS = 64
 class Network:
     """How the fabric treats flows.
 
-    routing: "auto" (the NIC's own: adaptive on InfiniBand, spray on EFA, else ecmp),
+    routing: "auto" (the NIC's own, DEFAULT_ROUTING: static on InfiniBand, spray on EFA,
+    else ecmp), "static" (an InfiniBand subnet manager's destination-based tables: every flow
+    to one NIC takes the up-port its destination's place under its leaf picks, D-mod-k),
     "ecmp" (a switch hashes each flow, one queue pair, onto one of the tied paths),
     "adaptive" (InfiniBand adaptive routing: packets go to the least loaded port) or "spray"
     (per-packet spraying over every path, as Spectrum-X). qps_per_connection: queue pairs per
     NCCL connection (NCCL_IB_QPS_PER_CONNECTION); the connection's data is split over them.
     hash_inputs: the packet fields the ECMP hash reads: "src"/"dst" (the NICs' addresses) and
     "qp" (the destination queue pair: Meta's E-ECMP; without it all QPs between two NICs
-    collide). seed: the switches' hash seed (and which links fail). lossless: PFC on (no drops);
+    collide). seed: the switches' hash seed (and which links fail). placement_seed: where
+    a randomly placed job's nodes land (-1: the hash seed, as before they were separate).
+    lossless: PFC on (no drops);
     else RoCE drops under congestion at `loss_rate` per packet and the NIC goes back N
     (InfiniBand's credit-based links never drop: lossy applies to Ethernet NICs only).
     cc: congestion control on a lossless fabric, "dcqcn" (rate control: no pause spreading,
@@ -71,6 +83,7 @@ class Network:
     fail_links: int = 0
     mtu: int = 4096
     connections: int = 0  # connections per network peer; 0: NCCL's default (2)
+    placement_seed: int = -1  # the random placement's seed; -1: `seed`
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
@@ -86,6 +99,9 @@ class Network:
         object.__setattr__(self, "hash_inputs", tuple(f for f in HASH_FIELDS if f in fields))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed {self.seed!r} not allowed: an integer >= 0")
+        ps = self.placement_seed
+        if isinstance(ps, bool) or not isinstance(ps, int) or ps < -1:
+            raise ConfigError(f"placement_seed {ps!r} not allowed: an integer >= 0 (-1: seed)")
         p = self.loss_rate
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
             raise ConfigError(f"loss_rate {p!r} not allowed: a probability in [0, 1)")
@@ -103,12 +119,17 @@ class Network:
         if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or self.mtu < 256:
             raise ConfigError(f"mtu {self.mtu!r} not allowed: an integer >= 256 bytes")
 
+    @property
+    def placement_rng_seed(self) -> int:
+        """The seed of a random placement: placement_seed, or the hash seed if unset."""
+        return self.seed if self.placement_seed < 0 else self.placement_seed
+
     def resolved(self, nic_kind: str) -> "Network":
         """This network on NICs of `nic_kind` (catalog kind: ib, roce, efa, ...): the routing
         "auto" stands for made concrete, and InfiniBand made lossless.
 
             >>> Network(lossless=False, loss_rate=1e-3).resolved("ib").routing
-            'adaptive'
+            'static'
         """
         out = self
         if self.routing == "auto":

@@ -427,9 +427,62 @@ class Router:
         ys = np.asarray(self._ends[0])[down]
         sw_up, x = np.unique(xs, return_inverse=True)
         sw_down, y = np.unique(ys, return_inverse=True)
-        sw = [[self._paths(int(a), int(b), False) for b in sw_down] for a in sw_up]
-        return {"out": seg[0], "in": seg[1], "sw": _pad2(sw), "up": up, "down": down,
+        fast = self._two_tier(sw_up, sw_down)
+        if fast is None:
+            fast = _pad2([[self._paths(int(a), int(b), False) for b in sw_down] for a in sw_up])
+        return {"out": seg[0], "in": seg[1], "sw": fast, "up": up, "down": down,
                 "x": x.astype(np.int64), "y": y.astype(np.int64)}
+
+    def _two_tier(self, sw_up: np.ndarray, sw_down: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The switch-to-switch table of a two-tier fabric without a Dijkstra per leaf pair:
+        where every switch link joins a leaf (a switch NICs hang off) and a spine, once, at
+        one cost, and every two leaves share a spine, the tied shortest paths between two
+        leaves are exactly leaf -> spine -> leaf over their common spines (sorted, as
+        `_paths` sorts). None where that does not hold (the general search answers)."""
+        src, dst = self._ends
+        nodes = np.asarray(self.node, dtype=np.int64)
+        li = np.flatnonzero((nodes[src] == -1) & (nodes[dst] == -1))
+        if not len(li):
+            return None
+        a, b = src[li], dst[li]
+        is_leaf = np.zeros(len(nodes), dtype=bool)
+        is_leaf[np.union1d(sw_up, sw_down)] = True
+        if (is_leaf[a] == is_leaf[b]).any() or len(np.unique(self.cost[li])) > 1:
+            return None
+        spines = np.unique(np.where(is_leaf[a], b, a))
+        S = len(spines)
+        if S > MAX_ECMP:
+            return None
+        up = np.full((len(sw_up), S), -1, dtype=np.int64)  # leaf -> spine link
+        down = np.full((S, len(sw_down)), -1, dtype=np.int64)  # spine -> leaf link
+        for table, leaf_end, spine_end, leaves, rows in (
+                (up, a, b, sw_up, True), (down, b, a, sw_down, False)):
+            sel = is_leaf[leaf_end] & np.isin(leaf_end, leaves)
+            i = np.searchsorted(leaves, leaf_end[sel])
+            k = np.searchsorted(spines, spine_end[sel])
+            pair = (i, k) if rows else (k, i)
+            if len(np.unique(np.ravel_multi_index(pair, table.shape))) != len(i):
+                return None  # parallel cables: the general search lists each
+            table[pair] = li[sel]
+        nx, ny = len(sw_up), len(sw_down)
+        arr = np.full((nx, ny, S, 2), -1, dtype=np.int32)
+        counts = np.zeros((nx, ny), dtype=np.int64)
+        same = sw_up[:, None] == sw_down[None, :]
+        for x in range(nx):
+            order = np.argsort(np.where(up[x] >= 0, up[x], np.iinfo(np.int64).max), kind="stable")
+            u, d = up[x][order], down[order].T  # spines by their up-link: [S], [ny, S]
+            valid = (u[None, :] >= 0) & (d >= 0)
+            pos = np.argsort(~valid, axis=1, kind="stable")  # valid spines first, in order
+            ok = np.take_along_axis(valid, pos, axis=1)
+            arr[x, :, :, 0] = np.where(ok, u[pos], -1)
+            arr[x, :, :, 1] = np.where(ok, np.take_along_axis(d, pos, axis=1), -1)
+            counts[x] = valid.sum(axis=1)
+        arr[same] = -1
+        counts[same] = 1
+        if (counts == 0).any():
+            return None  # leaves without a common spine: longer paths, the general search
+        return arr, counts
 
     def _replica_segments(self, ports):
         """The GPU <-> NIC segments of every rank from node 0's, shifted by node k's device
