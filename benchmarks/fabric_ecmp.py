@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CLUSTER = ["-N", "64", "--fabric", "rail-2tier", "--leaf-ports", "32", "--algorithm", "ring",
+CLUSTER = ["--nodes", "64", "--fabric", "rail-2tier", "--leaf-ports", "32", "--algorithm", "ring",
            "--protocol", "simple", "-b", "1G", "-e", "1G", "--format", "json"]
 META_MAX_GAIN = 0.40
 AR_MAX_LOSS = 0.05
@@ -37,7 +37,7 @@ AR_MAX_LOSS = 0.05
 
 def sim(model, *flags) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    cmd = [sys.executable, "-m", "gpucomm", "sim", *CLUSTER, "--model", model, *flags]
+    cmd = [sys.executable, "-m", "gpucomm", "sim", *CLUSTER, "--sim-model", model, *flags]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if out.returncode:
         sys.exit(f"{' '.join(cmd)} failed: {out.stderr.strip()}")

@@ -118,8 +118,8 @@ def test_deadlock_is_reported_not_hung():
 
 def test_cli_export_then_import(tmp_path, capsys):
     out = tmp_path / "ring.xml"
-    assert main(["algo", "export", "ring", "all_reduce", "-n", "8", "--format", "msccl-xml",
-                 "-o", str(out)]) == 0
+    assert main(["algo", "export", "ring", "all_reduce", "--ranks", "8", "--format", "msccl-xml",
+                 "--output", str(out)]) == 0
     assert main(["algo", "import", str(out), "--format", "json"]) == 0
     capsys.readouterr()
     assert main(["algo", "show", str(out), "all_reduce"]) == 0
@@ -134,7 +134,7 @@ def test_verify_and_bench_take_the_file(tmp_path, capsys):
     import subprocess
     import sys
     out = tmp_path / "ring2.xml"
-    assert main(["algo", "export", "ring", "all_reduce", "-n", "2", "-o", str(out)]) == 0
+    assert main(["algo", "export", "ring", "all_reduce", "--ranks", "2", "--output", str(out)]) == 0
     assert main(["algo", "verify", str(out)]) == 0
     assert "verified" in capsys.readouterr().out
     src = str(Path(__file__).resolve().parents[1] / "src")

@@ -186,5 +186,5 @@ def _start(backend, nranks, cmd, logf):
         bind = ["-bind-to", "core"] if nranks <= (os.cpu_count() or 1) else []
         return subprocess.Popen([exe, *bind, "-n", str(nranks), *cmd], stdout=logf,
                                 stderr=subprocess.STDOUT, env=env)
-    launcher = [sys.executable, "-m", "gpucomm", "launch", "-n", str(nranks), "--exec", *cmd]
+    launcher = [sys.executable, "-m", "gpucomm", "launch", "--nproc", str(nranks), "--exec", *cmd]
     return subprocess.Popen(launcher, stdout=logf, stderr=subprocess.STDOUT, env=env)

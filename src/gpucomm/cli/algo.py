@@ -12,6 +12,7 @@ from ..errors import ConfigError, ScheduleError
 from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
                       check_ranks)
 from ..verify import verify
+from ._nccltests import retire
 from .common import (add_format, int_arg, param_pairs, positive_int, print_json, size_arg,
                      write_text)
 
@@ -27,25 +28,27 @@ def register(sub) -> None:
     sp = asub.add_parser("show", help="print a schedule, one step a line")
     sp.add_argument("algorithm")
     sp.add_argument("collective")
-    sp.add_argument("--ranks", "-n", type=int_arg, default=4)
+    sp.add_argument("--ranks", type=int_arg, default=4)
     sp.add_argument("--root", type=int_arg, default=0)
     sp.add_argument("--size", type=size_arg, default=1 << 20,
                     help="buffer size S in bytes as nccl-tests counts it (default 1M)")
     sp.add_argument("--dtype", "-d", default="float32")
-    sp.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
-                    help="a builder parameter, e.g. -p channels=2 or -p group_size=4")
+    sp.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a builder parameter, e.g. --param channels=2 or --param group_size=4")
+    retire(sp, "-n", "-p")
     add_format(sp)
     sp.set_defaults(func=cmd_show)
 
     rp = asub.add_parser("run", help="execute a schedule in-process on random data, check it")
     rp.add_argument("algorithm")
     rp.add_argument("collective")
-    rp.add_argument("--ranks", "-n", type=int_arg, default=4)
+    rp.add_argument("--ranks", type=int_arg, default=4)
     rp.add_argument("--root", type=int_arg, default=0)
     rp.add_argument("--size", type=size_arg, default=1 << 20, help="nccl-tests size S in bytes")
     rp.add_argument("--dtype", "-d", default="float32")
     rp.add_argument("--op", "-o", default="sum")
-    rp.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    rp.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    retire(rp, "-n", "-p")
     rp.add_argument("--seed", type=int_arg, default=0)
     add_format(rp)
     rp.set_defaults(func=cmd_run)
@@ -53,29 +56,32 @@ def register(sub) -> None:
     ep = asub.add_parser("export", help="write a schedule as an MSCCL algorithm file (XML)")
     ep.add_argument("algorithm")
     ep.add_argument("collective")
-    ep.add_argument("--ranks", "-n", type=positive_int, default=4)
+    ep.add_argument("--ranks", type=positive_int, default=4)
     ep.add_argument("--root", type=int, default=0)
-    ep.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    ep.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     ep.add_argument("--format", choices=("msccl-xml",), default="msccl-xml")
     ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default="simple")
     ep.add_argument("--min-bytes", type=size_arg, default=0, help="size range it is for")
     ep.add_argument("--max-bytes", type=size_arg, default=None)
-    ep.add_argument("--output", "-o", metavar="FILE.xml", help="default: standard output")
+    ep.add_argument("--output", metavar="FILE.xml", help="default: standard output")
+    retire(ep, "-n", "-p", "-o")
     ep.set_defaults(func=cmd_export)
 
     ip = asub.add_parser("import", help="read an MSCCL algorithm file: verify, simulate, run")
     ip.add_argument("file", metavar="FILE.xml")
     ip.add_argument("--system", "-s", default="dgx-h100", help="preset to simulate it on")
-    ip.add_argument("--nodes", "-N", type=positive_int, default=None,
+    ip.add_argument("--nodes", type=positive_int, default=None,
                     help="nodes (default: enough for the file's ranks)")
     ip.add_argument("--size", type=size_arg, default=1 << 26, help="nccl-tests size S (64M)")
-    ip.add_argument("--output", "-o", metavar="FILE.json", help="save the gpucomm schedule")
+    ip.add_argument("--output", metavar="FILE.json", help="save the gpucomm schedule")
+    retire(ip, "-N", "-o")
     add_format(ip)
     ip.set_defaults(func=cmd_import)
 
     vp = asub.add_parser("verify", help="prove algorithms correct for many rank counts")
     vp.add_argument("algorithm", nargs="?", help="one algorithm (with --collective)")
-    vp.add_argument("--collective", "-c")
+    vp.add_argument("--collective")
+    retire(vp, "-c")
     vp.add_argument("--all", action="store_true", help="every registered algorithm")
     vp.add_argument("--max-ranks", type=positive_int, default=17,
                     help=f"prove 1..N ranks (at most {MAX_VERIFY_RANKS})")

@@ -199,7 +199,7 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
                 raise ConfigError(
                     f"the flow model simulates {schedule.algorithm} {schedule.collective.name} "
                     f"op by op up to {FLOW_MAX_RANKS:,} ranks ({schedule.nranks:,} asked; only a "
-                    "ring all-reduce on a node-symmetric cluster goes beyond): use --model "
+                    "ring all-reduce on a node-symmetric cluster goes beyond): use --sim-model "
                     "analytic above that")
             end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
             busy = busy / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
