@@ -68,7 +68,8 @@ def float_cell(value, width: int) -> str:
 
 
 def _wrong_cell(v) -> str:
-    return f"{'N/A':>6}" if v is None else f"{float(v):>6g}"
+    """'  %6g', or '    N/A' when unchecked (one narrower, as nccl-tests prints it)."""
+    return "    N/A" if v is None else f"  {float(v):>6g}"
 
 
 def _row(r: dict, timestamps: bool) -> str:
@@ -76,7 +77,7 @@ def _row(r: dict, timestamps: bool) -> str:
             f"{r['redop']:>6}  {r['root']:>6}")
     for pre in ("", "ip_"):
         line += (f"  {float_cell(r.get(pre + 'time_us'), 7)}  {float_cell(r.get(pre + 'algbw'), 6)}"
-                 f"  {float_cell(r.get(pre + 'busbw'), 6)}  {_wrong_cell(r.get(pre + 'wrong'))}")
+                 f"  {float_cell(r.get(pre + 'busbw'), 6)}{_wrong_cell(r.get(pre + 'wrong'))}")
     if timestamps:
         line += f"{r.get('timestamp', ''):>21}"
     return line

@@ -32,7 +32,7 @@ def register(sub) -> None:
     sp.add_argument("--root", type=int_arg, default=0)
     sp.add_argument("--size", type=size_arg, default=1 << 20,
                     help="buffer size S in bytes as nccl-tests counts it (default 1M)")
-    sp.add_argument("--dtype", "-d", default="float32")
+    sp.add_argument("--dtype", "--datatype", "-d", dest="datatype", default="float32")
     sp.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="a builder parameter, e.g. --param channels=2 or --param group_size=4")
     retire(sp, "-n", "-p")
@@ -45,7 +45,7 @@ def register(sub) -> None:
     rp.add_argument("--ranks", type=int_arg, default=4)
     rp.add_argument("--root", type=int_arg, default=0)
     rp.add_argument("--size", type=size_arg, default=1 << 20, help="nccl-tests size S in bytes")
-    rp.add_argument("--dtype", "-d", default="float32")
+    rp.add_argument("--dtype", "--datatype", "-d", dest="datatype", default="float32")
     rp.add_argument("--op", "-o", default="sum")
     rp.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     retire(rp, "-n", "-p")
@@ -115,7 +115,7 @@ def cmd_show(args) -> int:
         raise ConfigError(f"{args.algorithm} {sched.collective.name} on {args.ranks} ranks has "
                           f"more than {SHOW_MAX_OPS:,} ops, too many to print: use fewer "
                           f"--ranks, or time it with `gpucomm sim`")
-    lay = layout(sched.collective, args.size, args.dtype, sched.nranks)
+    lay = layout(sched.collective, args.size, args.datatype, sched.nranks)
     sent = sched.bytes_sent(lay)
     if args.format == "json":
         d = sched.to_dict()
@@ -138,7 +138,7 @@ def cmd_run(args) -> int:
     check_ranks(args.ranks, MAX_SCHEDULE_RANKS, "--ranks")
     sched = _schedule_of(args)
     args.ranks, args.root = sched.nranks, sched.root
-    lay = layout(sched.collective, args.size, args.dtype, args.ranks)
+    lay = layout(sched.collective, args.size, args.datatype, args.ranks)
     op = dt.check_op(args.op, lay.dtype) if sched.collective.reduces else args.op
     total = args.ranks * lay.size
     if total > MAX_EXECUTE_BYTES:
