@@ -26,6 +26,16 @@ def test_grid_is_the_cartesian_product_of_options():
     assert argv[argv.index("--nodes") + 1] == "2"
 
 
+def test_grid_keys_of_one_letter_are_nccl_tests_short_flags():
+    """`f: 4` is -f 4 (it was `--f`, "ambiguous option"); nccl-tests' long names with `_` are
+    accepted as written or with `-`."""
+    command, points = expand({"command": "sim", "fixed": {"b": "1K", "e": "4K",
+                                                          "agg_iters": 2},
+                              "grid": {"f": [2, 4]}})
+    argv = points[0].argv
+    assert argv[argv.index("-f") + 1] == "2" and "--agg-iters" in argv
+
+
 @pytest.mark.parametrize("spec,field", [
     ({"command": "rm"}, "command"), ({"grid": {"nodes": 3}}, "nodes"),
     ({"grid": {"nodes": [1, "x"]}}, "--nodes"), ({"grid": {"colour": [1]}}, "--colour"),

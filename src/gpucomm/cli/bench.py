@@ -149,7 +149,9 @@ def _xml_schedule(args, coll, nranks):
 def _runs(args, coll, nranks) -> list:
     """(dtype, op, root) of each sweep: nccl-tests' -d all / -o all / -r all loop over them,
     skipping the pairs the dtype cannot reduce with."""
-    runs = [(d, o, r) for d in _all(args.datatype, DTYPES) for o in
+    every = [d for d in DTYPES if getattr(args, "backend", "shm") not in ("torch", "gloo")
+             or not d.startswith("uint") or d == "uint8"]  # torch.distributed: no uint32/64
+    runs = [(d, o, r) for d in _all(args.datatype, every) for o in
             (_all(args.op, REDUCE_OPS) if coll.reduces else [args.op])
             for r in (range(nranks) if args.root == "all" and coll.rooted else [_root(args)])]
     if coll.reduces and "all" in (args.datatype, args.op):
