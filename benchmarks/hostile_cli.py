@@ -28,7 +28,7 @@ def corpus(tmp: str) -> list[list[str]]:
         out += [["sim", "-e", "1K", "--plot", bad], ["topo", "show", "--plot", bad],
                 ["bench", "-e", "1K", "--plot", bad]]
     for bad in (d, os.path.join(tmp, "no", "x.json"), "/proc/x.json", txt):
-        out += [["sim", "-e", "1K", "--trace", bad], ["topo", "export", "-o", bad]]
+        out += [["sim", "-e", "1K", "--trace", bad], ["topo", "export", "--output", bad]]
     out += [["sim", "--topology", binary], ["sim", "--compare", binary],
             ["plan", "--model", binary], ["sim", "--compare", "/dev/zero"],
             ["sim", "-b", "9" * 5000], ["algo", "show", "ring", "all_reduce", "--ranks", "9" * 30],
@@ -38,14 +38,15 @@ def corpus(tmp: str) -> list[list[str]]:
             ["topo", "show", "--nodes", "100000"],
             ["algo", "show", "ring", "all_reduce", "--ranks", "100000"],
             ["algo", "verify", "--all", "--max-ranks", "100000"], ["sim", "-f", "1.000001"],
-            ["bench", "-n", "1000"], ["algo", "run", "ring", "all_reduce", "-n", "100000"],
+            ["bench", "--nranks", "1000"],
+            ["algo", "run", "ring", "all_reduce", "--ranks", "100000"],
             ["bench", "-b", "1", "-e", "1G", "-i", "1"], ["bench", "-e", "100G"],
             ["sim", "-b", "10000000000000000000", "-e", "10000000000000000000"],
             ["sim", "-b", "100000000000000000000", "-e", "100000000000000000000"],
             ["sim", "--plot", d, "-e", "1K"], ["sim", "-f", "nan"], ["sim", "-f", "inf"],
             ["bench", "-f", "nan"], ["bench", "-w", "-1"], ["bench", "--check", "7"],
             ["plan", "--model", "llama3-8b", "--pp", "2", "--vpp", "7"],
-            ["bench", "-c", "sendrecv"], ["sim", "-o", "avg", "-d", "int32"],
+            ["bench", "--collective", "sendrecv"], ["sim", "-o", "avg", "-d", "int32"],
             ["demo", "--ranks", "100000"], ["topo", "route", "0", "0"]]
     return out
 

@@ -51,7 +51,8 @@ def main() -> int:
         rows = {}
         for lab, flags in PLACEMENTS.items():
             for size in sizes:
-                r = gpucomm("sim", *flags, "-c", coll, "-b", size, "-e", size, "-d", "bfloat16")
+                r = gpucomm("sim", *flags, "--collective", coll, "-b", size, "-e", size,
+                            "-d", "bfloat16")
                 rows[(lab, size)] = r["rows"][0]
         for size in sizes:
             bw = [rows[(lab, size)]["busbw"] for lab in labels]

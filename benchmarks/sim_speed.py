@@ -32,15 +32,15 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ENV.update(PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
            GPUCOMM_SIM_TIMING="1")
 GPUCOMM = [sys.executable, "-m", "gpucomm"]
-RING = ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--nic", "ib-ndr",
+RING = ["sim", "all_reduce_perf", "--system", "dgx-h100", "--nic", "ib-ndr",
         "--algorithm", "ring", "-b", "1G", "-e", "1G"]
-AUTO = ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--algorithm", "auto",
+AUTO = ["sim", "all_reduce_perf", "--system", "dgx-h100", "--algorithm", "auto",
         "-b", "8", "-e", "8G", "-f", "2"]
 # name, argv, bar (s), ASTRA-sim reference (s) or None, in --quick
 CASES = [
-    ("flow-128", RING + ["--nodes", "128", "--model", "flow"], 1.0, 2.8, True),
-    ("flow-1024", RING + ["--nodes", "1024", "--model", "flow"], 10.0, 484.0, False),
-    ("analytic-ring-1024", RING + ["--nodes", "1024", "--model", "analytic"], 0.5, 484.0, True),
+    ("flow-128", RING + ["--nodes", "128", "--sim-model", "flow"], 1.0, 2.8, True),
+    ("flow-1024", RING + ["--nodes", "1024", "--sim-model", "flow"], 10.0, 484.0, False),
+    ("analytic-ring-1024", RING + ["--nodes", "1024", "--sim-model", "analytic"], 0.5, 484.0, True),
     ("auto-sweep-1024", AUTO + ["--nodes", "1024"], 2.0, None, False),
     ("auto-sweep-12500", AUTO + ["--nodes", "12500"], 10.0, None, False),
     ("polaris-540", ["sim", "--system", "polaris", "--nodes", "540", "-b", "4", "-e", "1G",
@@ -136,7 +136,7 @@ def sweep_scaling(timeout) -> bool:
         times = {}
         for workers in (1, 2):
             out = Path(tmp) / f"r{workers}.jsonl"
-            wall, cpu, _, code, tail = run_once(["sweep", str(grid), "-o", str(out), "-j",
+            wall, cpu, _, code, tail = run_once(["sweep", str(grid), "--output", str(out), "-j",
                                                  str(workers)], timeout)
             lines = len(out.read_text().splitlines()) if out.exists() else 0
             times[workers] = wall

@@ -1,6 +1,6 @@
 """All-reduce across local processes over shared memory.
 
-    gpucomm launch -n 4 examples/allreduce.py
+    gpucomm launch --nproc 4 examples/allreduce.py
 """
 import numpy as np
 

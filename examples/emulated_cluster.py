@@ -22,4 +22,4 @@ with EmulatedCluster(ClusterSpec(hosts=2, ranks_per_host=2, rate_bps=1e9)) as cl
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for rank, (rc, out, err) in enumerate(cluster.wait(procs, timeout=120)):
         print(f"rank {rank}: " + (out.strip().splitlines() or [err.strip()[-300:]])[-1])
-print("topology written to emulated.yaml: gpucomm sim --topology emulated.yaml -c all_reduce")
+print("topology written to emulated.yaml: gpucomm sim all_reduce_perf --topology emulated.yaml")

@@ -208,7 +208,7 @@ def test_bad_parameters_are_config_errors(coll, name, params, match):
 
 
 def test_cli_rejects_a_bad_group_size(capsys):
-    argv = ["algo", "show", "hierarchical", "all_reduce", "-n", "6", "-p", "group_size=4"]
+    argv = ["algo", "show", "hierarchical", "all_reduce", "--ranks", "6", "--param", "group_size=4"]
     assert main(argv) == 2
     assert "valid are 1, 2, 3, 6" in capsys.readouterr().err
 

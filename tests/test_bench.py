@@ -292,7 +292,7 @@ def test_nccl_tests_flags_and_output_are_read_back_by_doctor(host_yaml, tmp_path
     assert {r["redop"] for r in log.rows} == {"sum", "prod", "min", "max", "avg"}
     assert {r["type"] for r in log.rows} == {"float"}
     assert all(r["wrong"] == 0 for r in log.rows) and log.wrong_total == 0
-    assert p.stdout.splitlines()[-1] == "# Collective test concluded: all_reduce_perf"
+    assert "# Collective test concluded: all_reduce_perf" in p.stdout.splitlines()
     from argparse import Namespace
 
     from gpucomm.cli.bench import _runs

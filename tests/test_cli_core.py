@@ -28,7 +28,7 @@ def test_algo_show_prints_steps_and_bytes(capsys):
 
 def test_algo_run_checks_against_reference(capsys):
     code, out, _ = run(capsys, "algo", "run", "recursive_halving_doubling", "all_reduce",
-                       "-n", "6", "--size", "1000", "-d", "bfloat16", "-o", "sum")
+                       "--ranks", "6", "--size", "1000", "-d", "bfloat16", "-o", "sum")
     assert code == 0 and "matches the numpy reference" in out
 
 
@@ -40,7 +40,8 @@ def test_algo_run_checks_against_reference(capsys):
     (["algo", "run", "ring", "all_reduce", "-d", "int32", "-o", "avg"],
      "op 'avg' is not supported"),
     (["algo", "run", "ring", "all_reduce", "-o", "xor"], "unknown reduction op 'xor'"),
-    (["algo", "show", "hierarchical", "all_reduce", "-n", "6", "-p", "group_size=4"], "group_size"),
+    (["algo", "show", "hierarchical", "all_reduce", "--ranks", "6", "--param", "group_size=4"],
+     "group_size"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)

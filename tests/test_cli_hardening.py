@@ -42,7 +42,7 @@ OUTPUTS = [
     (["sim", "-e", "1K", "--plot"], "--plot"),
     (["sim", "-e", "1K", "--trace"], "--trace"),
     (["topo", "show", "--plot"], "--plot"),
-    (["topo", "export", "-o"], "--output"),
+    (["topo", "export", "--output"], "--output"),
     (["bench", "-e", "1K", "--plot"], "--plot"),
 ]
 
@@ -75,13 +75,13 @@ def test_good_output_paths_still_work(capsys, tmp_path):
     png, trace, yml = tmp_path / "a.png", tmp_path / "t.json", tmp_path / "t.yaml"
     code, _, _ = run(capsys, "sim", "-b", "1M", "-e", "1M", "--plot", png, "--trace", trace)
     assert code == 0 and png.stat().st_size > 0 and json.loads(trace.read_text())
-    code, _, _ = run(capsys, "topo", "export", "-o", yml)
+    code, _, _ = run(capsys, "topo", "export", "--output", yml)
     assert code == 0 and "devices" in yml.read_text()
 
 
 def test_probing_an_output_path_leaves_no_file_when_the_command_fails(capsys, tmp_path):
     out = tmp_path / "never.png"
-    code, _, _ = run(capsys, "sim", "-e", "1K", "--plot", out, "-c", "nope")
+    code, _, _ = run(capsys, "sim", "-e", "1K", "--plot", out, "--collective", "nope")
     assert code == 2 and not out.exists()
 
 
@@ -171,14 +171,15 @@ def test_100000_gpus_are_within_the_limit():
 @pytest.mark.parametrize("argv, message", [
     (["algo", "show", "ring", "all_reduce", "--ranks", "100000"],
      "--ranks 100000 is more than the limit of 128"),
-    (["algo", "run", "ring", "all_reduce", "-n", "100000"],
+    (["algo", "run", "ring", "all_reduce", "--ranks", "100000"],
      "--ranks 100000 is more than the limit of 128"),
     (["algo", "verify", "--all", "--max-ranks", "100000"],
      "--max-ranks 100000 is more than the limit of 128"),
-    (["algo", "run", "ring", "all_reduce", "-n", "128", "--size", "1T"], "more than the "
+    (["algo", "run", "ring", "all_reduce", "--ranks", "128", "--size", "1T"], "more than the "
      "in-process checker's limit of 256 MiB"),
-    (["algo", "run", "direct", "all_to_all", "-n", "128", "--size", "16M"], "limit of 256 MiB"),
-    (["algo", "show", "bruck", "all_to_all", "-n", "129"],
+    (["algo", "run", "direct", "all_to_all", "--ranks", "128", "--size", "16M"],
+     "limit of 256 MiB"),
+    (["algo", "show", "bruck", "all_to_all", "--ranks", "129"],
      "--ranks 129 is more than the limit of 128"),
     (["bench", "--nranks", "1000"], "ranks on one host 1000 is more than the limit of 64"),
     (["bench", "-e", "1T"], "of memory; this host has"),
@@ -244,7 +245,7 @@ def test_vpp_must_divide_the_layers_of_a_stage(capsys):
 
 
 def test_argparse_errors_are_one_line(capsys):
-    one_line_error(capsys, ["sim", "--model", "nope"], "invalid choice")
+    one_line_error(capsys, ["sim", "--sim-model", "nope"], "invalid choice")
     one_line_error(capsys, ["sim", "--bogus-flag"], "unrecognized arguments")
 
 

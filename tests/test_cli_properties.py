@@ -158,14 +158,15 @@ def cluster_args(draw, tmp):
 @st.composite
 def sim_argv(draw, tmp):
     argv = ["sim"] + cluster_args(draw, tmp)
-    for flag, values in (("-c", NAMES), ("-b", SIZES), ("-e", SIZES), ("-f", FLOATS),
+    for flag, values in (("--collective", NAMES), ("-b", SIZES), ("-e", SIZES), ("-f", FLOATS),
                          ("-d", NAMES), ("-o", NAMES), ("-r", ints()), ("--algorithm", NAMES),
                          ("--protocol", st.sampled_from(["ll", "simple", "bogus"])),
-                         ("-p", st.sampled_from(["channels=2", "group_size=0", "x", "=", "a=b"])),
-                         ("--gpus-per-thread", ints()),
+                         ("--param", st.sampled_from(["channels=2", "group_size=0", "x", "=",
+                                                     "a=b"])),
+                         ("-g", ints()),
                          ("--plot", paths(tmp)), ("--trace", paths(tmp, ".json")),
                          ("--compare", input_files(tmp, "log"))):
-        if draw(st.integers(0, 3 if flag in ("-b", "-e", "-c", "-o", "-d") else 6)) == 0:
+        if draw(st.integers(0, 3 if flag in ("-b", "-e", "--collective", "-o", "-d") else 6)) == 0:
             argv += [flag, draw(values)]
     if "-e" not in argv:
         argv += ["-e", "1M"]  # keep a valid sweep short
@@ -184,7 +185,7 @@ def topo_argv(draw, tmp):
     if action == "show" and draw(st.booleans()):
         argv += ["--plot", draw(paths(tmp))]
     if action == "export" and draw(st.booleans()):
-        argv += ["-o", draw(paths(tmp, ".yaml"))]
+        argv += ["--output", draw(paths(tmp, ".yaml"))]
     return argv
 
 
@@ -207,8 +208,8 @@ def algo_argv(draw, tmp):
     argv = ["algo", action, pair[1], pair[0]]
     argv += ["--ranks", draw(ints(small=(1, 2, 3, 4, 5, 8, 16, 128, 129)))]
     for flag, values in (("--root", ints()), ("--size", SIZES), ("-d", NAMES),
-                         ("-p", st.sampled_from(["channels=2", "group_size=2", "chunks=0",
-                                                 "x=1", "channels=-1", "channels=99999"]))):
+                         ("--param", st.sampled_from(["channels=2", "group_size=2", "chunks=0",
+                                                     "x=1", "channels=-1", "channels=99999"]))):
         if draw(st.integers(0, 3)) == 0:
             argv += [flag, draw(values)]
     if action == "run" and draw(st.booleans()):

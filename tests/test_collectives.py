@@ -23,11 +23,12 @@ def test_every_primitive_is_defined():
 
 def test_layout_follows_nccl_tests_counts():
     lay = layout("all_gather", "1M", "float32", 8)
-    assert (lay.size, lay.count, lay.block_count) == (1 << 20, 1 << 18, 1 << 15)
+    # count is the per-rank block, as nccl-tests prints it (src/all_gather.cu paramcount)
+    assert (lay.size, lay.count, lay.block_count) == (1 << 20, 1 << 15, 1 << 15)
     lay = layout("all_reduce", 1000, "float64", 8)
     assert (lay.size, lay.count, lay.block_count) == (1000, 125, 125)
     lay = layout("all_to_all", 100, "int32", 8)  # rounded down to a multiple of P, like nccl-tests
-    assert (lay.count, lay.block_count) == (24, 3)
+    assert (lay.size, lay.count, lay.block_count) == (96, 3, 3)
     algbw, busbw = layout("all_reduce", 1 << 30, "float32", 8).busbw(0.01)
     assert algbw == pytest.approx((1 << 30) / 0.01 / 1e9)
     assert busbw == pytest.approx(algbw * 14 / 8)

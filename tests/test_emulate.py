@@ -183,7 +183,7 @@ def test_cut_link_fails_every_rank_within_the_timeout(cluster, tmp_path):
 def test_sim_groups_hierarchical_by_the_emulated_hosts(tmp_path):
     """predict(algorithm="hierarchical") takes the topology's ranks per host as group_size
     (the builder's own default would make 2 hosts x 2 ranks one group, a ring), and
-    `gpucomm sim -p group_size=4` overrides it."""
+    `gpucomm sim --param group_size=4` overrides it."""
     from gpucomm.simulate import predict, simulate
     from gpucomm.algorithms import build
     from gpucomm.topology import Topology
@@ -210,8 +210,8 @@ def test_sim_groups_hierarchical_by_the_emulated_hosts(tmp_path):
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)["rows"][0]["time_us"]
     assert sim() == pytest.approx(got * 1e6, rel=1e-6)
-    assert sim("-p", "group_size=4") == pytest.approx(one_group * 1e6, rel=1e-6)
+    assert sim("--param", "group_size=4") == pytest.approx(one_group * 1e6, rel=1e-6)
     bad = subprocess.run([sys.executable, "-m", "gpucomm", "sim", "--topology", str(path),
-                          "--algorithm", "ring", "-p", "group_size=2", "-e", "8"],
+                          "--algorithm", "ring", "--param", "group_size=2", "-e", "8"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 2 and "no parameter 'group_size'" in bad.stderr

@@ -197,7 +197,7 @@ def _cli(capsys, *argv):
     return rc, out, err
 
 
-TINY = ("-N", "4", "--nic", "roce-400g", "--fabric", "rail-2tier", "--leaf-ports", "2")
+TINY = ("--nodes", "4", "--nic", "roce-400g", "--fabric", "rail-2tier", "--leaf-ports", "2")
 
 
 def test_topo_show_prints_the_fabric(capsys):
@@ -275,7 +275,7 @@ def test_failed_cables_never_make_the_all_reduce_faster():
 
 def test_sim_seeds_gives_the_median_and_spread(capsys):
     import json
-    rc, out, _ = _cli(capsys, "sim", "-N", "8", "--nic", "roce-400g", "--fabric", "rail-2tier",
+    rc, out, _ = _cli(capsys, "sim", "--nodes", "8", "--nic", "roce-400g", "--fabric", "rail-2tier",
                       "--leaf-ports", "4", "--placement", "random", "--seeds", "4", "-b", "1G",
                       "-e", "1G", "--algorithm", "ring", "--format", "json")
     assert rc == 0

@@ -159,9 +159,9 @@ def test_several_logs_and_bad_ones(tmp_path, capsys):
                          "20.1  52.1  52.1  0\n")
     with pytest.raises(ConfigError, match="names no ranks"):  # all_reduce from its columns
         diagnose(DoctorRequest(parse_log(rows_only.read_text())))
-    assert main(["doctor", str(rows_only), "-c", "all_reduce"]) == 2
+    assert main(["doctor", str(rows_only), "--collective", "all_reduce"]) == 2
     assert "names no ranks" in capsys.readouterr().err
-    assert main(["doctor", str(rows_only), "-c", "all_reduce", "--system", "dgx-h100",
+    assert main(["doctor", str(rows_only), "--collective", "all_reduce", "--system", "dgx-h100",
                  "--gpus-per-node", "2"]) == 0
 
 

@@ -16,7 +16,8 @@ from gpucomm.topology import build_topology
 from gpucomm.verify import verify
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "msccl"
-ALGOS = [a for a in algorithms() if a.collective != "barrier"]
+# MSCCL's executor has no sendrecv (its `send` and `recv` are one call each): not exported
+ALGOS = [a for a in algorithms() if a.collective not in ("barrier", "sendrecv")]
 RANKS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 16)  # small, odd, prime, powers of two, up to 16
 
 
@@ -118,8 +119,8 @@ def test_deadlock_is_reported_not_hung():
 
 def test_cli_export_then_import(tmp_path, capsys):
     out = tmp_path / "ring.xml"
-    assert main(["algo", "export", "ring", "all_reduce", "-n", "8", "--format", "msccl-xml",
-                 "-o", str(out)]) == 0
+    assert main(["algo", "export", "ring", "all_reduce", "--ranks", "8", "--format", "msccl-xml",
+                 "--output", str(out)]) == 0
     assert main(["algo", "import", str(out), "--format", "json"]) == 0
     capsys.readouterr()
     assert main(["algo", "show", str(out), "all_reduce"]) == 0
@@ -134,7 +135,7 @@ def test_verify_and_bench_take_the_file(tmp_path, capsys):
     import subprocess
     import sys
     out = tmp_path / "ring2.xml"
-    assert main(["algo", "export", "ring", "all_reduce", "-n", "2", "-o", str(out)]) == 0
+    assert main(["algo", "export", "ring", "all_reduce", "--ranks", "2", "--output", str(out)]) == 0
     assert main(["algo", "verify", str(out)]) == 0
     assert "verified" in capsys.readouterr().out
     src = str(Path(__file__).resolve().parents[1] / "src")
@@ -149,3 +150,97 @@ def test_verify_and_bench_take_the_file(tmp_path, capsys):
     p = subprocess.run([sys.executable, "-m", "gpucomm", "bench", "-g", "4", "--algorithm",
                         str(out), "-e", "8"], capture_output=True, text=True, env=env)
     assert p.returncode == 2 and "is for 2 ranks" in p.stderr
+
+
+# ---- what MSCCL's executor accepts (issue 27, item 8) ---------------------------------------
+def test_exports_past_the_executors_limits_are_spread_over_channels_and_still_right():
+    """Ring all-reduce at 34 ranks has 66 sends a connection (the executor allows 64 steps a
+    thread block); direct all-to-all at 34 has 33 peers on channel 0 (it allows 32). As they
+    were they would be refused; spread over channels they load and compute the same."""
+    from gpucomm.interop.msccl import MAX_STEPS, executor_problems
+    for coll, name in (("all_reduce", "ring"), ("all_to_all", "direct")):
+        sched = verify(build_algo(coll, name, 34))
+        plain = executor_problems(to_msccl_xml(sched, fit=False))
+        assert plain and all("executor allows" in line for line in plain)
+        xml = to_msccl_xml(sched)
+        assert executor_problems(xml) == []
+        back = verify(from_msccl_xml(xml))
+        assert back.channels > 1
+        ins, lay = _inputs(sched, seed=1, size=34 * 64 * 4)
+        for a, b in zip(execute(sched, ins, "sum", lay.dtype), execute(back, ins, "sum",
+                                                                        lay.dtype)):
+            assert np.array_equal(a, b)
+    assert any(f"{MAX_STEPS} (MSCCL_MAX_NUM_STEPS)" in line for line in
+               executor_problems(to_msccl_xml(build_algo("all_reduce", "ring", 34), fit=False)))
+
+
+def test_export_warns_where_limits_still_fail(capsys, tmp_path, monkeypatch):
+    """A fitted export prints nothing; what is still over a limit is a warning on stderr."""
+    import gpucomm.interop.msccl as msccl
+    out = tmp_path / "a.xml"
+    assert main(["algo", "export", "ring", "all_reduce", "--ranks", "34", "--output",
+                 str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    monkeypatch.setattr(msccl, "executor_problems", lambda text: ["rank 0 thread block 9: 80 "
+                        "steps, the executor allows 64 (MSCCL_MAX_NUM_STEPS)"])
+    assert main(["algo", "export", "ring", "all_reduce", "--ranks", "4", "--output",
+                 str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: MSCCL's executor would refuse this file") == 1 and out.exists()
+
+
+def test_sendrecv_is_not_written_with_a_collective_the_executor_does_not_know():
+    with pytest.raises(ScheduleError, match="no sendrecv algorithm"):
+        to_msccl_xml(build_algo("sendrecv", "direct", 2))
+    from gpucomm.interop.msccl import COLL_NAMES
+    assert "sendrecv" not in COLL_NAMES.values()
+
+
+@pytest.mark.parametrize("alg", ALGOS, ids=lambda a: f"{a.collective}-{a.name}")
+def test_out_of_place_exports_never_write_the_input_and_compute_the_same(alg):
+    import xml.etree.ElementTree as ET
+    coll = get_collective(alg.collective)
+    for p in (3, 4, 8):
+        try:
+            sched = alg.build(p, root=p - 1 if coll.rooted else 0)
+        except ScheduleError:
+            continue
+        text = to_msccl_xml(sched, outofplace=True)
+        algo = ET.fromstring(text)
+        assert algo.get("outofplace") == "1"  # and inplace="1" where NCCL's buffers nest
+        writes = [st for st in algo.iter("step") if st.get("type") not in ("s", "nop")]
+        assert all(st.get("dstbuf") != "i" for st in writes), (p, alg.name)
+        back = verify(from_msccl_xml(text))
+        ins, lay = _inputs(sched, seed=p)
+        for a, b in zip(execute(sched, ins, "sum", lay.dtype), execute(back, ins, "sum",
+                                                                        lay.dtype)):
+            assert (a is None and b is None) or np.array_equal(a, b), p
+
+
+def test_import_simulates_with_the_files_protocol_and_byte_range(capsys, tmp_path,
+                                                                  monkeypatch):
+    """The file's LL and maxBytes 1M are what import simulates; the in-process check runs at
+    a few elements per chunk whatever --size says (it used 9.5 GB for a 16-rank ring)."""
+    import json
+
+    import gpucomm.execute as ex
+    seen = []
+    real = ex.execute
+    monkeypatch.setattr(ex, "execute", lambda s, ins, *a, **k: (
+        seen.append(sum(x.size for x in ins if x is not None)), real(s, ins, *a, **k))[1])
+    xml = tmp_path / "r.xml"
+    assert main(["algo", "export", "ring", "all_reduce", "--ranks", "16", "--protocol", "ll",
+                 "--max-bytes", "1M", "--output", str(xml)]) == 0
+    capsys.readouterr()
+    assert main(["algo", "import", str(xml), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["protocol"], doc["size"], doc["matches_reference"]) == ("ll", 1 << 20, True)
+    assert seen and max(seen) < 10_000  # elements over all ranks, not 16 x 64M / 4
+    assert main(["algo", "import", str(xml), "--size", "64M", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["size"] == 64 << 20 and "outside the file's range 0..1M" in err
+
+
+def build_algo(coll, name, p):
+    from gpucomm.algorithms import build
+    return build(coll, name, p)

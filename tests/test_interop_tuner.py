@@ -13,7 +13,7 @@ from gpucomm.interop.tuner import (MAX_BYTES, NCCL_ALGORITHMS, NCCL_COLLECTIVES,
 ])
 def test_tuner_file_parses_back_contiguous_with_nccl_names(tmp_path, capsys, argv, nodes, nranks):
     out = tmp_path / "nccl_tuner.conf"
-    assert main(["tune", *argv, "-e", "1G", "-o", str(out)]) == 0
+    assert main(["tune", *argv, "-e", "1G", "--output", str(out)]) == 0
     rules = parse_csv(out.read_text())
     by_shape = {}
     for r in rules:
@@ -75,7 +75,7 @@ def test_a_name_cannot_inject_a_rule_and_every_line_fits_the_plugin_buffer():
 
 def test_json_and_one_collective(capsys):
     import json
-    assert main(["tune", "--system", "dgx-h100", "-c", "all_reduce", "-e", "64M",
+    assert main(["tune", "--system", "dgx-h100", "--collective", "all_reduce", "-e", "64M",
                  "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {r["collective"] for r in doc["rules"]} == {"allreduce"} and doc["nranks"] == 8
@@ -98,5 +98,5 @@ def test_parse_csv_names_the_problem(line, needle):
 
 
 def test_tune_refuses_a_collective_nccl_cannot_tune(capsys):
-    assert main(["tune", "--system", "dgx-h100", "-c", "all_to_all"]) == 2
+    assert main(["tune", "--system", "dgx-h100", "--collective", "all_to_all"]) == 2
     assert "allowed are" in capsys.readouterr().err

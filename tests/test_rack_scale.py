@@ -184,7 +184,7 @@ def test_topo_show_and_sim_on_the_new_presets(capsys, tmp_path):
     assert main(["topo", "show", "-s", "mi300x", "--plot", str(tmp_path / "m.png")]) == 0
     assert (tmp_path / "m.png").stat().st_size > 0
     capsys.readouterr()
-    assert main(["sim", "-s", "mi300x", "-c", "all_to_all", "-b", "1M", "-e", "1M",
+    assert main(["sim", "-s", "mi300x", "--collective", "all_to_all", "-b", "1M", "-e", "1M",
                  "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert row["algorithm"] == "grouped" and row["busbw"] > 0 and np.isfinite(row["time_us"])

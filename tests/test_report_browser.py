@@ -24,10 +24,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARTIFACTS = pathlib.Path(os.environ.get("GPUCOMM_ARTIFACTS", ROOT / "out" / "test-artifacts"))
 # the report `make demo` writes: sweeps on two DGX H100 nodes (flow model; all-to-all on a
 # 2:1 oversubscribed fat-tree), and a planner what-if (Llama 3 70B decode, NVLink vs PCIe)
-SIM = ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--nodes", "2", "-b", "1K", "-e", "1G",
-       "-f", "16", "--model", "flow"]
-A2A = ["sim", "-c", "all_to_all", "--system", "dgx-h100", "--nodes", "2", "--fabric", "fat-tree",
-       "--oversubscription", "2", "--model", "flow", "-b", "1M", "-e", "64M", "-f", "8"]
+SIM = ["sim", "all_reduce_perf", "--system", "dgx-h100", "--nodes", "2", "-b", "1K", "-e", "1G",
+       "-f", "16", "--sim-model", "flow"]
+A2A = ["sim", "alltoall_perf", "--system", "dgx-h100", "--nodes", "2", "--fabric", "fat-tree",
+       "--oversubscription", "2", "--sim-model", "flow", "-b", "1M", "-e", "64M", "-f", "8"]
 PLAN = ["plan", "--model", "llama3-70b", "--mode", "decode", "--tp", "8", "--seq", "4096",
         "--global-batch", "1", "--gpu", "h100", "--pcie-gen", "5", "--compare",
         "system=dgx-h100,pcie"]
@@ -40,7 +40,7 @@ def report(tmp_path_factory):
     for name, argv in (("a2a", A2A), ("sim", SIM), ("plan", PLAN)):
         parts.append(str(d / f"{name}.html"))
         assert main(argv + ["--html", parts[-1]]) == 0
-    assert main(["report", *parts, "-o", str(d / "report.html")]) == 0
+    assert main(["report", *parts, "--output", str(d / "report.html")]) == 0
     return d / "report.html"
 
 

@@ -41,8 +41,8 @@ def check_figures(html: str) -> list:
 @pytest.fixture(scope="module")
 def sim_report(tmp_path_factory):
     path = tmp_path_factory.mktemp("r") / "sim.html"
-    argv = ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--nodes", "2", "-b", "1K",
-            "-e", "4M", "-f", "64", "--model", "flow", "--algorithm", "ring",
+    argv = ["sim", "all_reduce_perf", "--system", "dgx-h100", "--nodes", "2", "-b", "1K",
+            "-e", "4M", "-f", "64", "--sim-model", "flow", "--algorithm", "ring",
             "--html", str(path), "--format", "json"]
     return argv, path
 
@@ -146,7 +146,7 @@ def test_report_command_merges_json_and_html(capsys, tmp_path, sim_report):
     (tmp_path / "search.json").write_text(search_json)
     out = tmp_path / "all.html"
     rc, _, err = run(capsys, "report", str(sim_html), str(tmp_path / "plan.json"),
-                     str(tmp_path / "search.json"), "-o", str(out))
+                     str(tmp_path / "search.json"), "--output", str(out))
     assert rc == 0 and "3 sections" in err
     doc = read_report(out)
     assert [e["kind"] for e in doc["entries"]] == ["sim", "plan", "plan_search"]
@@ -168,7 +168,7 @@ def test_report_bad_input_is_one_line(capsys, tmp_path, content, needle):
     path = tmp_path / "in.json"
     if content is not None:
         path.write_text(content)
-    rc, out, err = run(capsys, "report", str(path), "-o", str(tmp_path / "o.html"))
+    rc, out, err = run(capsys, "report", str(path), "--output", str(tmp_path / "o.html"))
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.html").exists()
 
@@ -176,7 +176,7 @@ def test_report_bad_input_is_one_line(capsys, tmp_path, content, needle):
 def test_report_of_an_html_file_that_is_not_a_report(capsys, tmp_path):
     path = tmp_path / "x.html"
     path.write_text("<html></html>")
-    rc, _, err = run(capsys, "report", str(path), "-o", str(tmp_path / "o.html"))
+    rc, _, err = run(capsys, "report", str(path), "--output", str(tmp_path / "o.html"))
     assert rc == 2 and "not a gpucomm HTML report" in err
 
 

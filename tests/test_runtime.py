@@ -162,7 +162,7 @@ def test_launch_prefixes_output_and_stops_everyone_when_a_rank_fails(tmp_path):
         "time.sleep(60)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "-n", "3", str(script)],
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "--nproc", "3", str(script)],
                        env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert time.monotonic() - t0 < 20  # ranks 0 and 2 were stopped, not waited for
@@ -178,7 +178,7 @@ def test_launch_prefixes_output_and_stops_everyone_when_a_rank_fails(tmp_path):
 def test_launch_runs_the_example(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
     example = os.path.join(os.path.dirname(HERE), "examples", "allreduce.py")
-    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "-n", "3", example],
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "--nproc", "3", example],
                        env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("(want 6.0)") == 3

@@ -308,20 +308,20 @@ def test_launch_takes_a_program_and_its_arguments_like_mpirun(tmp_path):
     script.write_text("import os, sys\nprint('args', sys.argv[1:], os.environ['RANK'])\n")
     for argv in (["python3", str(script), "a", "b"], [sys.executable, str(script), "a", "b"],
                  [str(script), "a", "b"]):
-        p = _gpucomm("launch", "-n", "2", *argv)
+        p = _gpucomm("launch", "--nproc", "2", *argv)
         assert p.returncode == 0, p.stderr
         for r in (0, 1):
             assert f"[rank {r}] args ['a', 'b'] {r}" in p.stdout, (argv, p.stdout)
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["-n", "65", "x.py"], r"-n must be an integer in 1\.\.64"),
-    (["--timeout", "0", "-n", "2", "x.py"], "finite number of seconds > 0"),
-    (["--timeout", "-1", "-n", "2", "x.py"], "finite number of seconds > 0"),
-    (["--timeout", "nan", "-n", "2", "x.py"], "finite number of seconds > 0"),
-    (["-n", "2", "--exec", "/nonexistent"], "cannot run '/nonexistent': it does not exist"),
-    (["-n", "2", "no-such-program-xyz"], "is not on PATH"),
-    (["-n", "2", "missing.py"], "script 'missing.py' does not exist"),
+    (["--nproc", "65", "x.py"], r"--nproc must be an integer in 1\.\.64"),
+    (["--timeout", "0", "--nproc", "2", "x.py"], "finite number of seconds > 0"),
+    (["--timeout", "-1", "--nproc", "2", "x.py"], "finite number of seconds > 0"),
+    (["--timeout", "nan", "--nproc", "2", "x.py"], "finite number of seconds > 0"),
+    (["--nproc", "2", "--exec", "/nonexistent"], "cannot run '/nonexistent': it does not exist"),
+    (["--nproc", "2", "no-such-program-xyz"], "is not on PATH"),
+    (["--nproc", "2", "missing.py"], "script 'missing.py' does not exist"),
 ])
 def test_launch_refuses_what_it_cannot_run_in_one_line(argv, message):
     p = _gpucomm("launch", *argv)
@@ -349,7 +349,7 @@ def _alive(pid):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_to_launch_end_the_ranks_and_remove_segments(sig):
     before = set(leftovers())
-    proc = subprocess.Popen([sys.executable, "-m", "gpucomm", "launch", "-n", "2", WORKER,
+    proc = subprocess.Popen([sys.executable, "-m", "gpucomm", "launch", "--nproc", "2", WORKER,
                              "hold"], env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:

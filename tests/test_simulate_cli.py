@@ -29,7 +29,7 @@ def run(capsys, *argv):
 
 
 def test_json_schema(capsys):
-    rc, out, _ = run(capsys, "-c", "all_reduce", "--system", "dgx-h100", "-b", "8", "-e", "1M",
+    rc, out, _ = run(capsys, "all_reduce_perf", "--system", "dgx-h100", "-b", "8", "-e", "1M",
                      "-f", "32", "--format", "json")
     assert rc == 0
     doc = json.loads(out)
@@ -42,8 +42,8 @@ def test_json_schema(capsys):
 
 
 def test_table_has_nccl_tests_columns(capsys):
-    rc, out, _ = run(capsys, "-c", "all_gather", "--system", "dgx-h100", "--nodes", "2",
-                     "-b", "1M", "-e", "4M", "-f", "4", "--model", "flow")
+    rc, out, _ = run(capsys, "all_gather_perf", "--system", "dgx-h100", "--nodes", "2",
+                     "-b", "1M", "-e", "4M", "-f", "4", "--sim-model", "flow")
     assert rc == 0
     head = out.splitlines()[1].split()
     assert head[1:9] == ["size", "count", "type", "redop", "root", "time", "algbw", "busbw"]
@@ -52,7 +52,7 @@ def test_table_has_nccl_tests_columns(capsys):
 
 def test_trace_is_chrome_json(capsys, tmp_path):
     path = tmp_path / "t.json"
-    rc, _, _ = run(capsys, "-c", "all_gather", "--system", "dgx-h100", "-b", "1M", "-e", "1M",
+    rc, _, _ = run(capsys, "all_gather_perf", "--system", "dgx-h100", "-b", "1M", "-e", "1M",
                    "--algorithm", "ring", "--trace", str(path))
     assert rc == 0
     doc = json.loads(path.read_text())
@@ -84,8 +84,8 @@ def test_compare_parses_a_log(capsys, tmp_path):
     (["--system", "dgx-h100", "--nic", "carrier-pigeon", "--nodes", "2"], "nic"),
     (["--system", "dgx-h100", "--gpus-per-node", "9"], "gpus"),
     (["--system", "dgx-h100", "--algorithm", "warp"], "unknown algorithm"),
-    (["-c", "all_reduce", "-b", "8", "-e", "4"], "empty"),
-    (["-c", "frobnicate"], "unknown collective"),
+    (["all_reduce_perf", "-b", "8", "-e", "4"], "empty"),
+    (["--collective", "frobnicate"], "unknown collective"),
     (["-o", "xor"], "reduction op"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
@@ -134,15 +134,15 @@ def test_compare_reads_gpus_per_thread_from_the_log_header(capsys, tmp_path):
             "json"]
     rc, out, _ = run(capsys, *args)
     g8 = json.loads(out)["rows"][0]["predicted_time_us"]
-    rc, out, _ = run(capsys, *args, "--gpus-per-thread", "1")
+    rc, out, _ = run(capsys, *args, "-g", "1")
     g1 = json.loads(out)["rows"][0]["predicted_time_us"]
     assert rc == 0 and g8 == pytest.approx(40.0) and g1 < 20
     assert parse_log(small.replace("iters: 20", "iters: 20 graph: 1"))["launch"]["cuda_graph"]
 
 
 def test_sweep_with_gpus_per_thread(capsys):
-    rc, out, _ = run(capsys, "-b", "8", "-e", "8", "--gpus-per-thread", "8", "--format", "json")
+    rc, out, _ = run(capsys, "-b", "8", "-e", "8", "-g", "8", "--format", "json")
     assert rc == 0 and json.loads(out)["rows"][0]["time_us"] == pytest.approx(40.0)
-    rc, out, _ = run(capsys, "-b", "8", "-e", "8", "--gpus-per-thread", "8", "--cuda-graph",
+    rc, out, _ = run(capsys, "-b", "8", "-e", "8", "-g", "8", "--cuda-graph",
                      "--format", "json")
     assert json.loads(out)["rows"][0]["time_us"] < 40.0

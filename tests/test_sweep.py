@@ -26,6 +26,16 @@ def test_grid_is_the_cartesian_product_of_options():
     assert argv[argv.index("--nodes") + 1] == "2"
 
 
+def test_grid_keys_of_one_letter_are_nccl_tests_short_flags():
+    """`f: 4` is -f 4 (it was `--f`, "ambiguous option"); nccl-tests' long names with `_` are
+    accepted as written or with `-`."""
+    command, points = expand({"command": "sim", "fixed": {"b": "1K", "e": "4K",
+                                                          "agg_iters": 2},
+                              "grid": {"f": [2, 4]}})
+    argv = points[0].argv
+    assert argv[argv.index("-f") + 1] == "2" and "--agg-iters" in argv
+
+
 @pytest.mark.parametrize("spec,field", [
     ({"command": "rm"}, "command"), ({"grid": {"nodes": 3}}, "nodes"),
     ({"grid": {"nodes": [1, "x"]}}, "--nodes"), ({"grid": {"colour": [1]}}, "--colour"),
@@ -40,7 +50,7 @@ def test_sweep_streams_a_line_per_point_and_resumes(tmp_path, capsys):
     import yaml
     grid.write_text(yaml.safe_dump(SPEC))
     out = tmp_path / "results.jsonl"
-    assert main(["sweep", str(grid), "-o", str(out), "-j", "1"]) == 0
+    assert main(["sweep", str(grid), "--output", str(out), "-j", "1"]) == 0
     lines = _lines(out)
     assert len(lines) == 8
     for ln in lines:
@@ -49,7 +59,7 @@ def test_sweep_streams_a_line_per_point_and_resumes(tmp_path, capsys):
     # interrupted after 3 points, the 4th torn in half: a rerun adds exactly the rest
     text = out.read_text().splitlines(keepends=True)
     out.write_text("".join(text[:3]) + text[3][:25])
-    assert main(["sweep", str(grid), "-o", str(out), "-j", "1"]) == 0
+    assert main(["sweep", str(grid), "--output", str(out), "-j", "1"]) == 0
     again = _lines(out)
     assert len(again) == 8 and {x["key"] for x in again} == {x["key"] for x in lines}
     assert "5 point(s) run, 3 already" in capsys.readouterr().err
@@ -95,7 +105,7 @@ def test_sweep_refuses_a_bad_grid_in_one_line(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump({"command": "sim", "grid": {"nodes": [1, 2, "x"]}}))
     out = tmp_path / "r.jsonl"
-    assert main(["sweep", str(grid), "-o", str(out), "-j", "2"]) == 2
+    assert main(["sweep", str(grid), "--output", str(out), "-j", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--nodes" in err[0] and not out.exists()
 

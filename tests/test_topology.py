@@ -426,7 +426,7 @@ def test_cli_plot(tmp_path, capsys, monkeypatch):
 
 def test_cli_export_then_load(tmp_path, capsys):
     f = tmp_path / "c.yaml"
-    assert main(["topo", "export", "--system", "hgx-h200", "--nodes", "2", "-o", str(f)]) == 0
+    assert main(["topo", "export", "--system", "hgx-h200", "--nodes", "2", "--output", str(f)]) == 0
     assert load_topology(f) == build_topology("hgx-h200", nodes=2)
 
 

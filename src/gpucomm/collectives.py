@@ -163,7 +163,9 @@ class BufferLayout:
     nranks: int
     dtype: dt.DType
     size: int  # S in bytes, as nccl-tests prints it (the algbw numerator)
-    count: int  # S / element size, the `count` column
+    count: int  # the `count` column: elements per call, S / element size / blocks S covers
+    # (nccl-tests prints each test's paramcount: all-gather, reduce-scatter, all-to-all,
+    # gather, scatter pass S/P per rank; src/all_gather.cu etc. GetCollByteCount)
     block_count: int  # elements per block of the logical buffer
 
     @property
@@ -181,7 +183,8 @@ def layout(collective: Collective | str, nbytes: int | str, dtype: DTypeLike = "
     """The layout of an nccl-tests size S: `count` and the per-block element count.
 
     Like nccl-tests, collectives whose S covers P blocks (all-gather, reduce-scatter,
-    all-to-all, gather, scatter) round the count down to a multiple of P.
+    all-to-all, gather, scatter) round S down to a multiple of P elements, and their `count`
+    is the per-rank block (what the call is given), not S / element size.
     """
     coll, dtype = get_collective(collective), dt.get_dtype(dtype)
     nranks = check_ranks(nranks)
@@ -194,7 +197,7 @@ def layout(collective: Collective | str, nbytes: int | str, dtype: DTypeLike = "
     blocks = coll.size_blocks(nranks)
     block_count = nbytes // dtype.itemsize // blocks
     return BufferLayout(coll, nranks, dtype, block_count * blocks * dtype.itemsize,
-                        block_count * blocks, block_count)
+                        block_count, block_count)
 
 
 def buffer_counts(collective: Collective | str, block_count: int, rank: int, nranks: int,

@@ -39,6 +39,10 @@ DTYPES: dict[str, DType] = {
         DType("bfloat16", np.dtype(np.uint16), np.dtype(np.float32), True),
         DType("float32", np.dtype(np.float32), np.dtype(np.float32), True),
         DType("float64", np.dtype(np.float64), np.dtype(np.float64), True),
+        # nccl-tests' -d uint32 / uint64 (ncclUint32, ncclUint64); last, so the ids of the
+        # older types (runtime/shm_control DTYPE_IDS) stay as they were
+        DType("uint32", np.dtype(np.uint32), np.dtype(np.uint32), False),
+        DType("uint64", np.dtype(np.uint64), np.dtype(np.uint64), False),
     )
 }
 # nccl-tests spellings and short names, so `-d float` and `-d half` work as users expect.

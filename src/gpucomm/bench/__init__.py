@@ -186,7 +186,7 @@ def _start(backend, nranks, cmd, logf):
         bind = ["-bind-to", "core"] if nranks <= (os.cpu_count() or 1) else []
         return subprocess.Popen([exe, *bind, "-n", str(nranks), *cmd], stdout=logf,
                                 stderr=subprocess.STDOUT, env=env, preexec_fn=dies_with_parent())
-    launcher = [sys.executable, "-m", "gpucomm", "launch", "-n", str(nranks), "--exec", *cmd]
+    launcher = [sys.executable, "-m", "gpucomm", "launch", "--nproc", str(nranks), "--exec", *cmd]
     # SIGTERM when this process dies, even by SIGKILL: the launcher then stops its ranks
     return subprocess.Popen(launcher, stdout=logf, stderr=subprocess.STDOUT, env=env,
                             preexec_fn=dies_with_parent())

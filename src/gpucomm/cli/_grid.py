@@ -10,8 +10,9 @@ applies); its result is the command's JSON output, or its one-line error.
       system: [dgx-h100, dgx-a100]
       nodes: [2, 4, 8]
 
-Options are the command's long names, `_` or `-` alike; `true`/`false` give `--flag` /
-`--no-flag`; a list under `fixed` repeats the option (`param: [a=1, b=2]`).
+Options are the command's long names, `_` or `-` alike, or nccl-tests' one-letter flags
+(`f: 4` is `-f 4`); `true`/`false` give `--flag` / `--no-flag`; a list under `fixed` repeats
+the option (`param: [a=1, b=2]`).
 """
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def point_checker(command: str, source: str = "grid"):
 def _argv(options: dict) -> list[str]:
     out = []
     for opt, value in options.items():
-        flag = "--" + str(opt).replace("_", "-")
+        # one letter: the short option (`f: 4` is nccl-tests' -f 4, not a prefix of --format)
+        flag = f"-{opt}" if len(str(opt)) == 1 else "--" + str(opt).replace("_", "-")
         if isinstance(value, bool):
             out.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, list):

@@ -2,6 +2,7 @@
 their proofs, and MSCCL algorithm files out and in (`show`/`run` also take FILE.xml)."""
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ from ..errors import ConfigError, ScheduleError
 from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
                       check_ranks)
 from ..verify import verify
+from ._nccltests import retire
 from .common import (add_format, int_arg, name_arg, param_pairs, positive_int, print_json,
                      size_arg, write_text)
 
@@ -28,25 +30,27 @@ def register(sub) -> None:
     sp = asub.add_parser("show", help="print a schedule, one step a line")
     sp.add_argument("algorithm")
     sp.add_argument("collective")
-    sp.add_argument("--ranks", "-n", type=int_arg, default=4)
+    sp.add_argument("--ranks", type=int_arg, default=4)
     sp.add_argument("--root", type=int_arg, default=0)
     sp.add_argument("--size", type=size_arg, default=1 << 20,
                     help="buffer size S in bytes as nccl-tests counts it (default 1M)")
-    sp.add_argument("--dtype", "-d", default="float32")
-    sp.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
-                    help="a builder parameter, e.g. -p channels=2 or -p group_size=4")
+    sp.add_argument("--dtype", "--datatype", "-d", dest="datatype", default="float32")
+    sp.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a builder parameter, e.g. --param channels=2 or --param group_size=4")
+    retire(sp, "-n", "-p")
     add_format(sp)
     sp.set_defaults(func=cmd_show)
 
     rp = asub.add_parser("run", help="execute a schedule in-process on random data, check it")
     rp.add_argument("algorithm")
     rp.add_argument("collective")
-    rp.add_argument("--ranks", "-n", type=int_arg, default=4)
+    rp.add_argument("--ranks", type=int_arg, default=4)
     rp.add_argument("--root", type=int_arg, default=0)
     rp.add_argument("--size", type=size_arg, default=1 << 20, help="nccl-tests size S in bytes")
-    rp.add_argument("--dtype", "-d", default="float32")
+    rp.add_argument("--dtype", "--datatype", "-d", dest="datatype", default="float32")
     rp.add_argument("--op", "-o", default="sum")
-    rp.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    rp.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    retire(rp, "-n", "-p")
     rp.add_argument("--seed", type=int_arg, default=0)
     add_format(rp)
     rp.set_defaults(func=cmd_run)
@@ -54,32 +58,40 @@ def register(sub) -> None:
     ep = asub.add_parser("export", help="write a schedule as an MSCCL algorithm file (XML)")
     ep.add_argument("algorithm")
     ep.add_argument("collective")
-    ep.add_argument("--ranks", "-n", type=positive_int, default=4)
+    ep.add_argument("--ranks", type=positive_int, default=4)
     ep.add_argument("--root", type=int, default=0)
-    ep.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    ep.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     ep.add_argument("--format", choices=("msccl-xml",), default="msccl-xml")
     ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default="simple")
     ep.add_argument("--min-bytes", type=size_arg, default=0, help="size range it is for")
     ep.add_argument("--max-bytes", type=size_arg, default=None)
-    ep.add_argument("--output", "-o", type=name_arg, metavar="FILE.xml",
+    ep.add_argument("--out-of-place", action="store_true",
+                    help="copy the input into the output first and never write the input, so "
+                    "MSCCL uses the file for out-of-place calls too (default: in-place only)")
+    ep.add_argument("--output", type=name_arg, metavar="FILE.xml",
                     help="default: standard output")
+    retire(ep, "-n", "-p", "-o")
     ep.set_defaults(func=cmd_export)
 
     ip = asub.add_parser("import", help="read an MSCCL algorithm file: verify, simulate, run")
     ip.add_argument("file", metavar="FILE.xml")
     ip.add_argument("--system", "-s", type=name_arg, default="dgx-h100",
                     help="preset to simulate it on")
-    ip.add_argument("--nodes", "-N", type=positive_int, default=None,
+    ip.add_argument("--nodes", type=positive_int, default=None,
                     help="nodes (default: enough for the file's ranks)")
-    ip.add_argument("--size", type=size_arg, default=1 << 26, help="nccl-tests size S (64M)")
-    ip.add_argument("--output", "-o", type=name_arg, metavar="FILE.json",
+    ip.add_argument("--size", type=size_arg, default=None, help="nccl-tests size S to "
+                    "simulate (default: 64M, or the nearest size of the file's minBytes.."
+                    "maxBytes)")
+    ip.add_argument("--output", type=name_arg, metavar="FILE.json",
                     help="save the gpucomm schedule")
+    retire(ip, "-N", "-o")
     add_format(ip)
     ip.set_defaults(func=cmd_import)
 
     vp = asub.add_parser("verify", help="prove algorithms correct for many rank counts")
     vp.add_argument("algorithm", nargs="?", help="one algorithm (with --collective)")
-    vp.add_argument("--collective", "-c")
+    vp.add_argument("--collective")
+    retire(vp, "-c")
     vp.add_argument("--all", action="store_true", help="every registered algorithm")
     vp.add_argument("--max-ranks", type=positive_int, default=17,
                     help=f"prove 1..N ranks (at most {MAX_VERIFY_RANKS})")
@@ -113,7 +125,7 @@ def cmd_show(args) -> int:
         raise ConfigError(f"{args.algorithm} {sched.collective.name} on {args.ranks} ranks has "
                           f"more than {SHOW_MAX_OPS:,} ops, too many to print: use fewer "
                           f"--ranks, or time it with `gpucomm sim`")
-    lay = layout(sched.collective, args.size, args.dtype, sched.nranks)
+    lay = layout(sched.collective, args.size, args.datatype, sched.nranks)
     sent = sched.bytes_sent(lay)
     if args.format == "json":
         d = sched.to_dict()
@@ -143,7 +155,7 @@ def cmd_run(args) -> int:
         except ScheduleError as e:
             raise ScheduleError(f"{args.algorithm} is not a correct {sched.collective.name} "
                                 f"(not run; `gpucomm algo verify` shows the proof): {e}") from None
-    lay = layout(sched.collective, args.size, args.dtype, args.ranks)
+    lay = layout(sched.collective, args.size, args.datatype, args.ranks)
     op = dt.check_op(args.op, lay.dtype) if sched.collective.reduces else args.op
     total = args.ranks * lay.size
     if total > MAX_EXECUTE_BYTES:
@@ -283,7 +295,7 @@ def _read_xml(path):
 
 
 def cmd_export(args) -> int:
-    from ..interop.msccl import to_msccl_xml
+    from ..interop.msccl import executor_problems, to_msccl_xml
     if args.max_bytes is not None and args.max_bytes < args.min_bytes:
         raise ConfigError(f"--min-bytes {args.min_bytes} .. --max-bytes {args.max_bytes} is an "
                           "empty byte range: give --max-bytes >= --min-bytes")
@@ -291,7 +303,13 @@ def cmd_export(args) -> int:
                   **param_pairs(args.param))
     verify(sched)  # only proven schedules leave gpucomm
     xml = to_msccl_xml(sched, protocol=args.protocol, min_bytes=args.min_bytes,
-                       max_bytes=args.max_bytes)
+                       max_bytes=args.max_bytes, outofplace=args.out_of_place)
+    problems = executor_problems(xml)  # left after spreading over channels: say so
+    for line in problems[:5]:
+        print(f"gpucomm algo export: warning: MSCCL's executor would refuse this file: {line}",
+              file=sys.stderr)
+    if len(problems) > 5:
+        print(f"gpucomm algo export: warning: ... and {len(problems) - 5} more", file=sys.stderr)
     if args.output:
         write_text(args.output, xml)
         print(f"wrote {args.output}: {sched.algorithm} {sched.collective.name} on "
@@ -301,12 +319,48 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_import(args) -> int:
+def _import_size(args, sched) -> int:
+    """The size to simulate a file at: --size (a note when the file's minBytes..maxBytes,
+    where NCCL would use it, leaves it out), else 64M brought into that range."""
+    params = dict(sched.params)
+    lo, hi = params.get("min_bytes", 0), params.get("max_bytes", 0) or None
+    span = f"{format_size(lo)}..{format_size(hi) if hi else 'any'}"
+    if args.size is not None:
+        if args.size < lo or (hi is not None and args.size > hi):
+            print(f"gpucomm algo import: note: --size {format_size(args.size)} is outside the "
+                  f"file's range {span} (minBytes..maxBytes): MSCCL would not use it there",
+                  file=sys.stderr)
+        return args.size
+    size = max(1 << 26, lo)
+    return min(size, hi) if hi is not None else size
+
+
+def _run_small(sched) -> str | None:
+    """Run the schedule in-process at a few elements per chunk and check it against numpy:
+    the proof of what it computes needs no more, so memory follows the schedule, not --size.
+    None if it matches, else what differs."""
     import numpy as np
 
     from .. import dtypes as dt
     from ..collectives import check_outputs
     from ..execute import execute
+    p, coll = sched.nranks, sched.collective
+    lay = layout(coll, 4 * 4 * sched.chunks_per_block * coll.size_blocks(p), "float32", p)
+    rng = np.random.default_rng(0)
+    ins = []
+    for r in range(p):
+        blocks = coll.inputs(r, p, sched.root)
+        ins.append(None if blocks is None else
+                   dt.random_array(rng, blocks[1] * lay.block_count, lay.dtype, "sum"))
+    outs = execute(sched, ins, "sum", lay.dtype)
+    try:
+        check_outputs(coll, outs, ins, "sum", lay.dtype, sched.root)
+        return None
+    except AssertionError as e:
+        return str(e)
+
+
+def cmd_import(args) -> int:
     from ..simulate import simulate
     from ..topology import build_topology
     sched = _read_xml(args.file)
@@ -327,21 +381,10 @@ def cmd_import(args) -> int:
         if topo.nranks < p:
             raise ConfigError(f"{args.system} × {nodes} node(s) has {topo.nranks} GPUs; the "
                               f"file needs {p}: give --nodes")
-        res = simulate(sched, topo, args.size, ranks=list(range(p)))
-        lay = layout(sched.collective, args.size, "float32", p)
-        rng = np.random.default_rng(0)
-        ins = []
-        for r in range(p):
-            blocks = sched.collective.inputs(r, p, sched.root)
-            ins.append(None if blocks is None else
-                       dt.random_array(rng, blocks[1] * lay.block_count, lay.dtype, "sum"))
-        outs = execute(sched, ins, "sum", lay.dtype)
-        try:
-            check_outputs(sched.collective, outs, ins, "sum", lay.dtype, sched.root)
-            ran = None
-        except AssertionError as e:
-            ran = str(e)
-        result.update(system=topo.name, nodes=nodes, size=args.size,
+        size, proto = _import_size(args, sched), dict(sched.params)["protocol"].lower()
+        res = simulate(sched, topo, size, ranks=list(range(p)), protocol=proto)
+        ran = _run_small(sched)
+        result.update(system=topo.name, nodes=nodes, size=size, protocol=proto,
                       time_us=round(res.time_us, 3), busbw=round(res.busbw_GBps, 3),
                       matches_reference=ran is None, run_error=ran)
     if args.output:
@@ -354,7 +397,8 @@ def cmd_import(args) -> int:
               f"{sched.nops} ops: " + ("verified" if proof is None else f"WRONG: {proof}"))
         if proof is None:
             print(f"  simulated on {result['system']} × {result['nodes']}: {result['time_us']:.2f}"
-                  f" us for S = {format_size(args.size)} (busbw {result['busbw']:.2f} GB/s)")
+                  f" us for S = {format_size(result['size'])} with the file's protocol "
+                  f"{dict(sched.params)['protocol']} (busbw {result['busbw']:.2f} GB/s)")
             print("  ran in-process: " + ("matches the numpy reference" if ran is None
                                           else f"WRONG: {ran}"))
     return 0 if proof is None and result.get("matches_reference") else 1

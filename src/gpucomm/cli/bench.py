@@ -6,9 +6,17 @@ import sys
 
 from ..dtypes import DTYPES, REDUCE_OPS
 from ..errors import ConfigError
-from .common import (PLOT_SUFFIXES, add_format, agg_iters_arg, graph_arg, html_arg, iters_arg,
-                     output_file, positive_int, print_json, size_arg, sweep_sizes, timeout_arg,
-                     warmup_arg)
+from ..bench.table import TIME_STRING_FORMAT
+from ._nccltests import add_nccl_tests_args, resolve
+from .common import PLOT_SUFFIXES, add_format, html_arg, output_file, positive_int, print_json, \
+    sweep_sizes, write_text
+
+
+# nccl-tests flags that change what CPU ranks do or print (the others: accepted, with a note)
+BENCH_EFFECTIVE = ("nthreads", "ngpus", "minbytes", "maxbytes", "stepbytes", "stepfactor",
+                   "iters", "agg_iters", "warmup", "run_cycles", "check", "op", "datatype", "root",
+                   "blocking", "timeout", "cudagraph", "report_cputime", "report_timestamps",
+                   "output_file", "average")
 
 
 def register(sub) -> None:
@@ -20,38 +28,16 @@ def register(sub) -> None:
                    help="gpucomm's shared-memory runtime (default); MPICH via mpi4py; "
                    "torch.distributed (gloo = torch). mpi and torch run the engine's own "
                    "collectives, or with --algorithm gpucomm's schedule over the engine")
-    # nccl-tests' flags with nccl-tests' meanings (its README; defaults of its common.cu)
+    add_nccl_tests_args(p, defaults={"minbytes": 8, "maxbytes": 64 << 20, "warmup": 5,
+                                     "nthreads": None, "ngpus": None},
+                        effective=BENCH_EFFECTIVE, where="CPU ranks")
     p.add_argument("--nranks", "--ranks", type=positive_int, default=None,
                    help="local ranks (default: -t × -g, or 2 when neither is given)")
-    p.add_argument("--collective", default="all_reduce", help="default all_reduce")
-    p.add_argument("-t", "--nthreads", type=positive_int, default=None,
-                   help="nccl-tests threads per process; ranks = -t × -g")
-    p.add_argument("-g", "--ngpus", type=positive_int, default=None,
-                   help="nccl-tests GPUs per thread; ranks = -t × -g")
-    p.add_argument("-b", "--minbytes", type=size_arg, default=size_arg("8"))
-    p.add_argument("-e", "--maxbytes", type=size_arg, default=size_arg("64M"))
-    p.add_argument("-f", "--stepfactor", type=float, default=2.0)
-    p.add_argument("-i", "--stepbytes", type=size_arg, default=0)
-    p.add_argument("-d", "--datatype", default="float32", help="a dtype, or all")
-    p.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg, or all")
-    p.add_argument("-r", "--root", default="0", help="root rank, or all")
-    p.add_argument("-n", "--iters", type=iters_arg, default=20, help="timed iterations")
-    p.add_argument("-w", "--warmup_iters", "--warmup", dest="warmup", type=warmup_arg, default=5,
-                   help="untimed iterations first")
-    p.add_argument("-m", "--agg_iters", type=agg_iters_arg, default=1,
-                   help="collectives per timed iteration (time is per collective)")
-    p.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=1,
-                   help="time over ranks: 0 rank 0, 1 mean (default), 2 min, 3 max")
-    p.add_argument("-c", "--check", type=int, default=1, help="check results (1) or not (0)")
-    p.add_argument("-z", "--blocking", type=int, choices=(0, 1, 2, 3), default=0,
-                   help="3: barrier after every iteration (our calls always return when done)")
-    p.add_argument("-G", "--cudagraph", type=graph_arg, default=0,
-                   help="CUDA-graph replays: printed in the header as nccl-tests does; local "
-                   "CPU ranks have no launch step for a graph to remove")
+    p.add_argument("--collective", default=None, help="the collective, when no TEST is given "
+                   "(default all_reduce)")
     p.add_argument("--algorithm", default="auto",
                    help="a registered gpucomm schedule or an MSCCL FILE.xml (shm, torch, mpi); "
                    "auto: shm's choice, or the engine's own collectives for torch and mpi")
-    p.add_argument("--timeout", type=timeout_arg, default=None, help="per-collective timeout, s")
     p.add_argument("--plot", metavar="FILE.png", help="busbw against size, to a PNG")
     p.add_argument("--html", type=html_arg, metavar="FILE.html",
                    help="a self-contained HTML report: measured against predicted, per size")
@@ -64,8 +50,11 @@ def register(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import bench_collective, run_bench
+    resolve(args, "gpucomm bench")
+    if args.test_algorithm and args.algorithm == "auto":
+        args.algorithm = args.test_algorithm  # hypercube_perf
     from ..bench.table import total_wrong
-    from ..bench.plancost import add_predictions, calibrate
+    from ..bench.plancost import calibrate
     if args.calibrate:
         path, host = calibrate()
         print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
@@ -78,26 +67,20 @@ def cmd_bench(args) -> int:
     schedule = _xml_schedule(args, coll, nranks)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     runs = _runs(args, coll, nranks)
-    progress = _progress(len(sizes) * len(runs), args.format == "table")
-    rows, notes = [], []
-    for dtype, op, root in runs:  # nccl-tests' -d all / -o all / -r all: one sweep each
-        part = run_bench(args.backend, nranks, coll.name, sizes, dtype=dtype, op=op, root=root,
-                         algorithm=args.algorithm, iters=args.iters, warmup=args.warmup,
-                         check=args.check, timeout=args.timeout, on_row=progress.advance,
-                         agg_iters=args.agg_iters, average=args.average,
-                         blocking=args.blocking, schedule=schedule)
-        if schedule is not None:  # rows name the file's schedule as registered (predictions)
-            from ..bench.sweep import register_fixed
-            for r in part:
-                r["algorithm"] = register_fixed(schedule)
-        notes.append(add_predictions(part, coll.name, nranks,
-                                     part[0]["algorithm"] if schedule and part else
-                                     args.algorithm))
-        rows += part
+    if args.run_cycles == 0:
+        raise ConfigError("-N 0 (run until interrupted) is not supported: bench prints its table "
+                          "when the sweep ends; give a number of cycles")
+    if args.output_file:
+        output_file(args.output_file, "-J/--output_file", (".json",))
+    progress = _progress(len(sizes) * len(runs) * args.run_cycles, args.format == "table")
+    rows, notes = _sweep(args, coll, nranks, sizes, runs, schedule, progress)
     progress.stop()
     algorithm = rows[0]["algorithm"] if rows else "-"
     doc = {"collective": coll.name, "nranks": nranks, "backend": args.backend,
            "algorithm": algorithm, "rows": rows}
+    if args.output_file:
+        from .sim import _json_text
+        write_text(args.output_file, _json_text(doc))
     if args.format == "json":
         print_json(doc)
     else:
@@ -110,6 +93,39 @@ def cmd_bench(args) -> int:
         from ..report.html import write_html
         print(f"wrote {write_html(args.html, doc, args=args)}", file=sys.stderr)
     return 1 if total_wrong(rows) else 0
+
+
+def _sweep(args, coll, nranks, sizes, runs, schedule, progress) -> tuple[list, list]:
+    """Rows of every (dtype, op, root) sweep, -N times each, as nccl-tests' loops; the notes
+    of the predictions beside them."""
+    import time
+
+    from ..bench import run_bench
+    from ..bench.plancost import add_predictions
+
+    def on_row(row):
+        if args.report_timestamps:
+            row["timestamp"] = time.strftime(TIME_STRING_FORMAT)
+        progress.advance(row)
+
+    rows, notes = [], []
+    for dtype, op, root in runs:  # nccl-tests' -d all / -o all / -r all: one sweep each
+        part = []
+        for _ in range(args.run_cycles):  # -N: the sweep again, rows printed each time
+            part += run_bench(args.backend, nranks, coll.name, sizes, dtype=dtype, op=op,
+                              root=root, algorithm=args.algorithm, iters=args.iters,
+                              warmup=args.warmup, check=args.check, timeout=args.timeout,
+                              on_row=on_row, agg_iters=args.agg_iters, average=args.average,
+                              blocking=args.blocking, schedule=schedule)
+        if schedule is not None:  # rows name the file's schedule as registered (predictions)
+            from ..bench.sweep import register_fixed
+            for r in part:
+                r["algorithm"] = register_fixed(schedule)
+        notes.append(add_predictions(part, coll.name, nranks,
+                                     part[0]["algorithm"] if schedule and part else
+                                     args.algorithm))
+        rows += part
+    return rows, notes
 
 
 def _xml_schedule(args, coll, nranks):
@@ -133,7 +149,9 @@ def _xml_schedule(args, coll, nranks):
 def _runs(args, coll, nranks) -> list:
     """(dtype, op, root) of each sweep: nccl-tests' -d all / -o all / -r all loop over them,
     skipping the pairs the dtype cannot reduce with."""
-    runs = [(d, o, r) for d in _all(args.datatype, DTYPES) for o in
+    every = [d for d in DTYPES if getattr(args, "backend", "shm") not in ("torch", "gloo")
+             or not d.startswith("uint") or d == "uint8"]  # torch.distributed: no uint32/64
+    runs = [(d, o, r) for d in _all(args.datatype, every) for o in
             (_all(args.op, REDUCE_OPS) if coll.reduces else [args.op])
             for r in (range(nranks) if args.root == "all" and coll.rooted else [_root(args)])]
     if coll.reduces and "all" in (args.datatype, args.op):
@@ -186,13 +204,17 @@ def _log(args, coll, nranks, rows, algorithm, note) -> str:
         comments += [f"  predicted {r['size']:>12} B {r['type']:>9}: "
                      f"{r['predicted_time_us']:10.2f} us" for r in rows
                      if r.get("predicted_time_us") is not None]
+    from .. import __version__
     step = f"{args.stepbytes}(bytes)" if args.stepbytes else f"{args.stepfactor:g}(factor)"
     return format_log(rows, test=("alltoall" if coll.name == "all_to_all" else coll.name)
                       + "_perf", devices=devices, nthread=args.nthreads or 1,
                       ngpus=args.ngpus or 1, minbytes=args.minbytes, maxbytes=args.maxbytes,
                       step=step, warmup=args.warmup, iters=args.iters,
                       agg_iters=args.agg_iters, validation=args.check, graph=args.cudagraph,
-                      comments=tuple(comments), settings=_settings(args),
+                      blocking=args.blocking, version=f"gpucomm={__version__} "
+                      f"backend={args.backend}", cputime=bool(args.report_cputime),
+                      timestamps=bool(args.report_timestamps), comments=tuple(comments),
+                      settings=_settings(args),
                       title=f"gpucomm bench --backend {args.backend}: {coll.name}, {nranks} "
                       f"ranks, algorithm {algorithm} (nccl-tests' output format)")
 

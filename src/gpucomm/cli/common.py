@@ -178,7 +178,7 @@ def sweep_sizes(minbytes: int, maxbytes: int, factor: float = 2.0, step: int = 0
 
 
 def param_pairs(pairs: list[str]) -> dict:
-    """`-p NAME=VALUE` builder parameters as a dict (integers where they parse)."""
+    """`--param NAME=VALUE` builder parameters as a dict (integers where they parse)."""
     out: dict[str, int | str] = {}
     for pair in pairs:
         if "=" not in pair:

@@ -8,13 +8,15 @@ from ..collectives import check_outputs, layout
 from ..execute import execute
 from ..limits import MAX_SCHEDULE_RANKS, check_ranks
 from ..verify import verify
+from ._nccltests import retire
 from .common import positive_int
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="a tour on built-in defaults: a schedule, its proof, a run")
-    p.add_argument("--ranks", "-n", type=positive_int, default=4,
+    p.add_argument("--ranks", type=positive_int, default=4,
                    help=f"ranks of the schedule shown (at most {MAX_SCHEDULE_RANKS})")
+    retire(p, "-n")
     p.set_defaults(func=cmd_demo)
 
 
@@ -58,8 +60,8 @@ def cmd_demo(args) -> int:
 
     from . import main
     print("\n== 5. the same question on real hardware, simulated: all-reduce on one DGX H100")
-    print("   $ gpucomm sim -c all_reduce --system dgx-h100 -b 8 -e 1G -f 8", flush=True)
-    main(["sim", "-c", "all_reduce", "--system", "dgx-h100", "-b", "8", "-e", "1G", "-f", "8"])
+    print("   $ gpucomm sim all_reduce_perf --system dgx-h100 -b 8 -e 1G -f 8", flush=True)
+    main(["sim", "all_reduce_perf", "--system", "dgx-h100", "-b", "8", "-e", "1G", "-f", "8"])
 
     print("\n== 6. why the interconnect matters: NVLink vs PCIe, and Llama 3 70B decode at TP=8")
     print("   $ gpucomm hw compare nvlink4 pcie5", flush=True)
@@ -87,19 +89,19 @@ def _report(main, plan_argv) -> None:
     except ImportError:
         print("   skipped: the HTML report needs plotly (pip install 'gpucomm[html]')")
         return
-    sims = [["sim", "-c", "all_to_all", "--system", "dgx-h100", "--nodes", "2", "--fabric",
-             "fat-tree", "--oversubscription", "2", "--model", "flow", "-b", "1M", "-e", "64M",
-             "-f", "8"],
-            ["sim", "-c", "all_reduce", "--system", "dgx-h100", "--nodes", "2", "-b", "1K",
-             "-e", "1G", "-f", "16", "--model", "flow"]]
+    sims = [["sim", "alltoall_perf", "--system", "dgx-h100", "--nodes", "2", "--fabric",
+             "fat-tree", "--oversubscription", "2", "--sim-model", "flow", "-b", "1M",
+             "-e", "64M", "-f", "8"],
+            ["sim", "all_reduce_perf", "--system", "dgx-h100", "--nodes", "2", "-b", "1K",
+             "-e", "1G", "-f", "16", "--sim-model", "flow"]]
     out = os.path.abspath("report.html")
     with tempfile.TemporaryDirectory() as d:
         names = ["all_to_all.html", "all_reduce.html", "plan.html"]
         for argv, name in zip(sims + [plan_argv], names):
             print(f"   $ gpucomm {' '.join(argv)} --html {name}", flush=True)
             _quiet(main, argv + ["--format", "json", "--html", os.path.join(d, name)])
-        print(f"   $ gpucomm report {' '.join(names)} -o report.html", flush=True)
-        main(["report", *(os.path.join(d, n) for n in names), "-o", out])
+        print(f"   $ gpucomm report {' '.join(names)} --output report.html", flush=True)
+        main(["report", *(os.path.join(d, n) for n in names), "--output", out])
     print(f"   open {out} in a browser (one self-contained file: it works offline)")
 
 

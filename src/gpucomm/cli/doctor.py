@@ -11,6 +11,7 @@ from __future__ import annotations
 
 
 from ..errors import ConfigError
+from ._nccltests import retire
 from .common import add_format, name_arg, nics_arg, positive_int, print_json
 
 
@@ -18,10 +19,10 @@ def register(sub) -> None:
     p = sub.add_parser("doctor", help="is an nccl-tests log normal for its machine? (and why not)",
                        description=__doc__.split("\n\n")[2] if __doc__ else None)
     p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
-    p.add_argument("-c", "--collective", help="when a log does not name its test")
+    p.add_argument("--collective", help="when a log does not name its test")
     p.add_argument("--system", "-s", type=name_arg, metavar="PRESET",
                    help="override the inferred node preset")
-    p.add_argument("--nodes", "-N", type=positive_int, help="override the inferred node count")
+    p.add_argument("--nodes", type=positive_int, help="override the inferred node count")
     p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
     p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
     p.add_argument("--nics-per-node", type=nics_arg, help="override NICs per node")
@@ -33,7 +34,9 @@ def register(sub) -> None:
     p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
                    "else auto)")
     p.add_argument("--protocol", choices=("auto", "ll", "ll128", "simple"))
-    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
+                   help="the simulator: analytic (default) or flow")
+    retire(p, "-c", "-N", "--model")
     add_format(p)
     p.set_defaults(func=cmd_doctor)
 

@@ -1,10 +1,11 @@
-"""`gpucomm launch -n N script.py [args]`: N local ranks with torchrun's environment."""
+"""`gpucomm launch --nproc N script.py [args]`: N local ranks with torchrun's environment."""
 from __future__ import annotations
 
 import argparse
 import math
 import sys
 
+from ._nccltests import retire
 from .common import positive_int
 
 
@@ -14,7 +15,8 @@ def register(sub) -> None:
                        "MASTER_ADDR and MASTER_PORT set; output lines are prefixed with "
                        "[rank k]; if one rank fails the others are stopped and the exit "
                        "status is the failed rank's.")
-    p.add_argument("-n", "--nproc", type=positive_int, required=True, help="number of ranks")
+    p.add_argument("--nproc", type=positive_int, required=True, help="number of ranks")
+    retire(p, "-n", use="--nproc")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines")
     p.add_argument("--no-bind", action="store_true",
                    help="do not pin rank k to core k (pinning is on when ranks <= cores)")
@@ -22,7 +24,7 @@ def register(sub) -> None:
                    help="stop every rank after this many seconds (exit status 124)")
     p.add_argument("script", metavar="PROGRAM",
                    help="a Python script (.py) run with this Python, or a program and its "
-                   "arguments as with mpirun (`launch -n 2 python3 x.py`)")
+                   "arguments as with mpirun (`launch --nproc 2 python3 x.py`)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.add_argument("--exec", dest="as_program", action="store_true",
                    help="run PROGRAM as a program even if it ends in .py")
@@ -41,7 +43,7 @@ def _seconds(text: str) -> float:
 
 def cmd_launch(args) -> int:
     from ..runtime.launch import check_launch, launch, program
-    check_launch([sys.executable], args.nproc, args.timeout)  # -n and --timeout come first
+    check_launch([sys.executable], args.nproc, args.timeout)  # --nproc and --timeout come first
     cmd = program(args.script, args.args, args.as_program)
     return launch(cmd, args.nproc, prefix=not args.no_prefix, timeout=args.timeout,
                   bind=not args.no_bind)

@@ -1,8 +1,8 @@
 """`gpucomm report`: one self-contained HTML report of saved results.
 
-    gpucomm sim -c all_reduce --system dgx-h100 --format json > sim.json
+    gpucomm sim all_reduce_perf --system dgx-h100 --format json > sim.json
     gpucomm plan --model llama3-70b --tp 8 --format json > plan.json
-    gpucomm report sim.json plan.json -o report.html
+    gpucomm report sim.json plan.json --output report.html
 
 Inputs are any command's `--format json` output, or HTML reports written by `--html` (their
 embedded sections, with topology and timeline, are taken over as they are).
@@ -13,6 +13,7 @@ import sys
 
 from ..errors import ConfigError
 from ..inputs import json_file, read_text
+from ._nccltests import retire
 from .common import html_arg
 
 
@@ -21,7 +22,8 @@ def register(sub) -> None:
                        description="Draw saved results (`--format json` of sim, bench, plan; "
                        "or HTML reports) into one self-contained HTML file.")
     p.add_argument("inputs", nargs="+", metavar="FILE", help="JSON results or HTML reports")
-    p.add_argument("-o", "--output", type=html_arg, default="report.html", metavar="FILE.html")
+    p.add_argument("--output", type=html_arg, default="report.html", metavar="FILE.html")
+    retire(p, "-o")
     p.set_defaults(func=cmd_report)
 
 

@@ -1,6 +1,6 @@
 """`gpucomm sim`: predicted nccl-tests tables for a collective on a modelled cluster.
 
-    gpucomm sim -c all_reduce --system dgx-h100 --nodes 2 -b 8 -e 1G -f 4
+    gpucomm sim all_reduce_perf --system dgx-h100 --nodes 2 -b 8 -e 1G -f 4
     gpucomm sim --compare all_reduce_perf.log          # the log's own machine
 """
 from __future__ import annotations
@@ -17,40 +17,43 @@ from ..collectives import get_collective
 from ..dtypes import REDUCE_OPS, check_op, get_dtype
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
-from .common import (PLOT_SUFFIXES, add_format, html_arg, int_arg, output_file, param_pairs,
-                     positive_int, print_json, seeds_arg, size_arg, sweep_sizes)
+from ._nccltests import add_nccl_tests_args, resolve, retire
+from .common import (PLOT_SUFFIXES, add_format, html_arg, output_file, param_pairs,
+                     print_json, seeds_arg, sweep_sizes, write_text)
 from .progress import Progress
 
+# the nccl-tests flags a prediction depends on (the others are accepted with a note)
+SIM_EFFECTIVE = ("nthreads", "ngpus", "minbytes", "maxbytes", "stepbytes", "stepfactor", "op",
+                 "datatype", "root", "cudagraph", "output_file")
 HEADER = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm",
           "protocol")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sim", help="simulate a collective sweep on a modelled cluster")
-    p.add_argument("-c", "--collective", default=None,
-                   help="default all_reduce; with --compare: the log's (needed only when the "
-                   "log cannot say)")
-    add_topology_args(p)
+    p = sub.add_parser("sim", help="simulate a collective sweep on a modelled cluster",
+                       description="Predict nccl-tests' table on a modelled cluster. An "
+                       "nccl-tests command line pasted after `gpucomm sim` means what it "
+                       "means to nccl-tests, e.g. `gpucomm sim all_reduce_perf -b 8 -e 1G "
+                       "-f 2 -g 8`; the ranks are the cluster's GPUs (--system, --nodes).")
+    add_nccl_tests_args(p, defaults={"minbytes": 8, "maxbytes": 1 << 30, "ngpus": None,
+                                     "cudagraph": None, "datatype": "float32"},
+                        effective=SIM_EFFECTIVE, where="a prediction")
+    p.add_argument("--collective", default=None, help="the collective, when no TEST is given "
+                   "(default all_reduce)")
+    add_topology_args(p, nccl_tests=True)
     p.add_argument("--algorithm", default="auto")
-    p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
-                   help="a builder parameter of --algorithm, e.g. -p group_size=2 (as in "
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a builder parameter of --algorithm, e.g. --param group_size=2 (as in "
                    "`gpucomm algo show`); hierarchical defaults to the topology's GPUs per node")
     p.add_argument("--protocol", default="auto", choices=("auto", "ll", "ll128", "simple"))
-    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
+                   help="the simulator: analytic (alpha-beta) or flow (link sharing)")
+    retire(p, "--model")
     p.add_argument("--nccl-version", metavar="X.Y", default=None,
                    help="model this NCCL release's tuning constants and algorithms "
                         "(e.g. 2.18; default: the newest)")
-    p.add_argument("-b", "--minbytes", type=size_arg, default=8)
-    p.add_argument("-e", "--maxbytes", type=size_arg, default=1 << 30)
-    p.add_argument("-f", "--stepfactor", type=float, default=2.0)
-    p.add_argument("-d", "--datatype", default="float32")
-    p.add_argument("-o", "--op", default="sum")
-    p.add_argument("-r", "--root", type=int_arg, default=0)
-    p.add_argument("--gpus-per-thread", type=positive_int, metavar="G",
-                   help="GPUs one host thread drives, as nccl-tests -g (default 1; with "
-                        "--compare: the log's nGpus); the host launches on each in turn")
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
-                   help="collectives replayed from CUDA graphs, as nccl-tests -G (no host "
+                   help="collectives replayed from CUDA graphs, as -G N > 0 (no host "
                         "launch cost; with --compare: the log's 'graph:')")
     p.add_argument("--compare", metavar="LOGFILE",
                    help="an nccl-tests log to predict row by row (its collective and machine "
@@ -68,23 +71,21 @@ def register(sub) -> None:
 
 
 def cmd_sim(args) -> int:
-    if args.op not in REDUCE_OPS:
-        raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
-    if args.plot:
-        output_file(args.plot, "--plot", PLOT_SUFFIXES)
-    if args.trace:
-        output_file(args.trace, "--trace", (".json",))
+    resolve(args, "gpucomm sim")
+    _nccl_tests_meaning(args)
+    _check_outputs(args)
     if args.compare:
         return _compare(args, topology_from_args(args) if args.topology else None)
     from ..simulate.versions import parse_version
     args.nccl_version = parse_version(args.nccl_version, strict=True)
     t0, c0 = time.perf_counter(), time.process_time()
     topo = topology_from_args(args)
+    _check_threads(args, topo)
     t1, c1 = time.perf_counter(), time.process_time()
     coll = get_collective(args.collective or "all_reduce")
     if coll.reduces:
         check_op(args.op, get_dtype(args.datatype))  # as bench and algo: no avg on integers
-    sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     params = _builder_params(args, coll)
     if args.seeds:
         return _seeded(args, coll, params, sizes)
@@ -104,6 +105,8 @@ def cmd_sim(args) -> int:
             row["redop"] = "none"
     doc = {"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
            "model": args.model, "rows": rows}
+    if args.output_file:
+        write_text(args.output_file, _json_text(doc))
     if args.format == "json":
         print_json(doc)
     else:
@@ -130,12 +133,59 @@ def _write_views(args, doc, topo, results) -> None:
         print(f"wrote {path}", file=sys.stderr)
 
 
+def _nccl_tests_meaning(args) -> None:
+    """nccl-tests' flags as the prediction reads them: -r a rank, -G N > 0 graphs, the test's
+    own algorithm (hypercube_perf)."""
+    try:
+        args.root = int(args.root, 0)
+    except ValueError:
+        raise ConfigError(f"-r/--root {args.root!r}: a rank number") from None
+    if "cudagraph" in args.nccl_given:
+        if args.cuda_graph is not None and args.cuda_graph != (args.cudagraph > 0):
+            raise ConfigError(f"-G {args.cudagraph} and --{'' if args.cuda_graph else 'no-'}"
+                              "cuda-graph disagree: give one")
+        args.cuda_graph = args.cudagraph > 0
+    if args.test_algorithm and args.algorithm == "auto":
+        args.algorithm = args.test_algorithm
+
+
+def _check_outputs(args) -> None:
+    """The op and every output file, before any work."""
+    if args.op not in REDUCE_OPS:
+        raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
+    if args.plot:
+        output_file(args.plot, "--plot", PLOT_SUFFIXES)
+    if args.trace:
+        output_file(args.trace, "--trace", (".json",))
+    if args.output_file:
+        output_file(args.output_file, "-J/--output_file", (".json",))
+
+
+def _check_threads(args, topo) -> None:
+    """-t × -g GPUs per process, as nccl-tests: the processes (mpirun -np) fill the nodes."""
+    per_proc = (args.nthreads or 1) * (args.ngpus or 1)
+    per_node = topo.nranks // max(len({topo.node_of(r) for r in range(topo.nranks)}), 1)
+    if per_node % per_proc:
+        raise ConfigError(f"-t {args.nthreads} x -g {args.ngpus or 1} = {per_proc} GPUs per "
+                          f"process does not divide the {per_node} GPUs per node of {topo.name}"
+                          ": give --gpus-per-node or other -t/-g")
+
+
+def _json_text(doc) -> str:
+    import io
+    from contextlib import redirect_stdout
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        print_json(doc)
+    return buf.getvalue()
+
+
 def _predict(args, coll, size, topo, params):
     from ..simulate import predict
     return predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
                    model=args.model, protocol=args.protocol,
                    root=args.root if coll.rooted else 0, redop=args.op,
-                   gpus_per_thread=args.gpus_per_thread or 1,
+                   gpus_per_thread=args.ngpus or 1,
                    cuda_graph=bool(args.cuda_graph),
                    nccl_version=getattr(args, "nccl_version", None), **params)
 
@@ -170,13 +220,13 @@ def _seeded(args, coll, params, sizes) -> int:
 
 
 def _builder_params(args, coll) -> dict:
-    """-p NAME=VALUE pairs, checked against --algorithm's builder parameters."""
+    """--param NAME=VALUE pairs, checked against --algorithm's builder parameters."""
     params = param_pairs(getattr(args, "param", None) or [])
     if not params:
         return {}
     from ..simulate.nccl import CLOSED_FORMS
     if args.algorithm == "auto" or args.algorithm in CLOSED_FORMS:
-        raise ConfigError(f"-p/--param sets parameters of one algorithm: pass --algorithm NAME "
+        raise ConfigError(f"--param sets parameters of one algorithm: pass --algorithm NAME "
                           f"(not {args.algorithm})")
     from ..algorithms import get_algorithm
     accepted = [k for k, _ in get_algorithm(coll, args.algorithm).params]
@@ -215,7 +265,7 @@ def _compare(args, topo) -> int:
     from .doctor import request_of
     given = args.system or args.topology or args.nodes or args.nic or args.gpus_per_node
     req = request_of(_DoctorArgs(args), args.compare, topology=topo,
-                     gpus_per_thread=args.gpus_per_thread, cuda_graph=args.cuda_graph)
+                     gpus_per_thread=args.ngpus, cuda_graph=args.cuda_graph)
     d = diagnose(req)
     for w in d.warnings:
         print(f"gpucomm sim: warning: {w}", file=sys.stderr)
@@ -257,7 +307,7 @@ class _DoctorArgs:
     """sim's flags seen as doctor's: only what the user typed overrides the log."""
 
     def __init__(self, a):
-        self.collective = a.collective
+        self.collective = a.collective if a.test or a.collective_given else None
         self.system, self.nodes, self.gpus_per_node = a.system, a.nodes, a.gpus_per_node
         self.nic, self.nics_per_node, self.model = a.nic, a.nics_per_node, a.model
         self.algorithm = None if a.algorithm == "auto" else a.algorithm

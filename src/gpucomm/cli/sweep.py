@@ -1,7 +1,7 @@
 """`gpucomm sweep`: run a grid of CLI runs (the cartesian product of options), one JSON line each.
 
-    gpucomm sweep grid.yaml -o results.jsonl                       # local processes
-    gpucomm sweep grid.yaml -o results.jsonl --cluster tcp://sched:8786   # a Dask cluster
+    gpucomm sweep grid.yaml --output results.jsonl                 # local processes
+    gpucomm sweep grid.yaml --output results.jsonl --cluster tcp://sched:8786   # a Dask cluster
 
 Lines are appended as points finish; running the same command again skips the points the
 file already holds, so an interrupted sweep resumes where it stopped. Dask's `distributed`
@@ -14,18 +14,24 @@ from __future__ import annotations
 import sys
 
 from .progress import Progress
+<<<<<<< HEAD
 from .common import (workers_arg)
+=======
+from ._nccltests import retire
+from .common import positive_int
+>>>>>>> cliflags
 
 
 def register(sub) -> None:
     p = sub.add_parser("sweep", help="run a grid of sim/plan/... runs, one JSON line each")
     p.add_argument("grid", metavar="GRID.yaml")
-    p.add_argument("-o", "--output", required=True, metavar="RESULTS.jsonl",
+    p.add_argument("--output", required=True, metavar="RESULTS.jsonl",
                    help="JSON lines, appended; points already there are skipped (resume)")
     p.add_argument("-j", "--workers", type=workers_arg,
                    help="local worker processes (default: the CPU count)")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="a running Dask scheduler, e.g. tcp://10.0.0.1:8786")
+    retire(p, "-o")
     p.set_defaults(func=cmd_sweep)
 
 

@@ -1,32 +1,44 @@
 """`gpucomm tune`: NCCL's example tuner-plugin file from gpucomm's model of a cluster.
 
-    gpucomm tune --system dgx-h100 --nodes 2 -o nccl_tuner.conf
+    gpucomm tune --system dgx-h100 --nodes 2 --output nccl_tuner.conf
     NCCL_TUNER_PLUGIN=libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE=nccl_tuner.conf ...
 """
 from __future__ import annotations
 
+<<<<<<< HEAD
 import argparse
 
 from ..errors import ConfigError
 from .common import add_format, name_arg, print_json, size_arg, write_text
+=======
+from ._nccltests import retire
+from .common import add_format, print_json, size_arg, write_text
+>>>>>>> cliflags
 from .topo import add_topology_args, topology_from_args
 
 
 def register(sub) -> None:
     p = sub.add_parser("tune", help="write NCCL's example tuner CSV from gpucomm's auto choice")
     add_topology_args(p)
-    p.add_argument("-c", "--collective", action="append", metavar="NAME",
+    p.add_argument("--collective", action="append", metavar="NAME",
                    help="only these collectives (repeatable; default: NCCL's five)")
     p.add_argument("-b", "--minbytes", type=size_arg, default=1)
     p.add_argument("-e", "--maxbytes", type=size_arg, default=16 << 30)
     p.add_argument("-d", "--datatype", default="float32")
-    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
+                   help="the simulator: analytic (default) or flow")
     p.add_argument("--channels", action="store_true",
+<<<<<<< HEAD
                    help="(always on: every rule holds the channels the timed run used)")
     p.add_argument("--sub-communicators", action=argparse.BooleanOptionalAction, default=True,
                    help="also rules for 1, 2, 4, ... nodes x 1, 2, 4, ... GPUs per node (the "
                         "plugin matches node and rank counts exactly; default: on)")
     p.add_argument("--output", "-o", type=name_arg, metavar="FILE", help="default: standard output")
+=======
+                   help="write the model's channel count (default -1: keep NCCL's)")
+    p.add_argument("--output", metavar="FILE", help="default: standard output")
+    retire(p, "-c", "-o", "--model")
+>>>>>>> cliflags
     add_format(p)
     p.set_defaults(func=cmd_tune)
 

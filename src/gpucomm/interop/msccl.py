@@ -28,16 +28,33 @@ from ..errors import ConfigError, ScheduleError
 from ..inputs import parse_int
 from ..schedule import Schedule, step
 
-# gpucomm collective <-> MSCCL `coll` attribute
+# gpucomm collective <-> MSCCL `coll` attribute, as the executor's parser spells them
+# (msccl_parser.cc: reduce, broadcast, allreduce, reducescatter, allgather, send, recv, gather,
+# scatter, alltoall, alltoallv). It has no sendrecv: `send` and `recv` are the programs of one
+# ncclSend / ncclRecv call, each with one buffer, so a sendrecv schedule (a rank sends and
+# receives) is not exported; files gpucomm wrote before with coll="sendrecv" still import.
 COLL_NAMES = {"all_reduce": "allreduce", "all_gather": "allgather",
               "reduce_scatter": "reducescatter", "all_to_all": "alltoall",
               "broadcast": "broadcast", "reduce": "reduce", "gather": "gather",
-              "scatter": "scatter", "sendrecv": "sendrecv"}
-FROM_MSCCL = {v: k for k, v in COLL_NAMES.items()}
+              "scatter": "scatter"}
+FROM_MSCCL = {**{v: k for k, v in COLL_NAMES.items()}, "sendrecv": "sendrecv"}
 STEP_TYPES = ("s", "r", "rcs", "rrc", "rrs", "rrcs", "cpy", "re", "nop")
 _SENDS = {"s", "rcs", "rrs", "rrcs"}
 _RECVS = {"r", "rcs", "rrc", "rrs", "rrcs"}
 PROTOCOLS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+
+# What MSCCL's executor accepts (Azure/msccl-executor-nccl, src/include/msccl/msccl_struct.h
+# and src/misc/msccl/msccl_parser.cc): a step index below MSCCL_MAX_NUM_STEPS per thread block,
+# at most MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL thread blocks sending (and as many receiving)
+# on one channel, a step's cnt below MSCCL_MAX_COUNT, channel ids up to MAXCHANNELS (32 in the
+# NCCL it is built on), offsets in an int16_t, and 1024 XML nodes per rank's parse (its
+# `algo`, every `gpu`, and its own `tb` and `step` elements).
+MAX_STEPS = 64
+MAX_PEERS_PER_CHANNEL = 32
+MAX_COUNT = 72
+MAX_CHANNELS = 32
+MAX_OFFSET = (1 << 15) - 1
+MAX_XML_NODES = 1024
 
 
 class MscclError(ScheduleError):
@@ -46,9 +63,14 @@ class MscclError(ScheduleError):
 
 # ---- layout: gpucomm's logical buffer <-> MSCCL's i / o / s ------------------------------
 class _Layout:
-    def __init__(self, coll, nranks, root, cpb):
+    def __init__(self, coll, nranks, root, cpb, outofplace: bool = False):
         self.coll, self.p, self.root, self.c = coll, nranks, root, cpb
         self.nblocks = coll.nblocks(nranks)
+        # out of place: a chunk of the output lives in `o` (copied there from `i` first where
+        # the input holds it), and input-only chunks the schedule overwrites live in scratch,
+        # so the caller's input is only read; rank -> those input-only chunks
+        self.outofplace = outofplace
+        self.moved: list[set] = [set() for _ in range(nranks)]
 
     def ranges(self, r):
         return self.coll.inputs(r, self.p, self.root), self.coll.outputs(r, self.p, self.root)
@@ -67,6 +89,10 @@ class _Layout:
         c, b = self.c, x // self.c
         i, o = self.ranges(r)
         inside = lambda rng: rng is not None and rng[0] <= b < rng[0] + rng[1]  # noqa: E731
+        if self.outofplace and inside(o):
+            return "o", x - o[0] * c
+        if self.outofplace and inside(i) and x in self.moved[r]:
+            return "s", scratch_blocks * c + x
         if inside(o) and inside(i):
             if i == o or _within(o, i):
                 return "i", x - i[0] * c  # all-reduce: the input; reduce-scatter: the bigger
@@ -88,16 +114,26 @@ class _Layout:
         return rng[0] * self.c + off
 
 
+def _holds(rng, block) -> bool:
+    return rng is not None and rng[0] <= block < rng[0] + rng[1]
+
+
 def _within(a, b) -> bool:
     return b[0] <= a[0] and a[0] + a[1] <= b[0] + b[1]
 
 
 # ---- export ----------------------------------------------------------------------------
 def to_msccl_xml(schedule: Schedule, *, protocol: str = "simple", name: str | None = None,
-                 min_bytes: int = 0, max_bytes: int | None = None) -> str:
+                 min_bytes: int = 0, max_bytes: int | None = None, fit: bool = True,
+                 outofplace: bool = False) -> str:
     """The schedule as an MSCCL algorithm file: one thread block per (peer, direction, channel)
     plus one for local copies; each step waits on the steps of other thread blocks whose
-    chunks it reads or overwrites (data flow), extra waits as `nop` steps before it.
+    chunks it reads or overwrites (data flow), extra waits as `nop` steps before it. With
+    `fit`, connections are spread and cut over channels until the executor's limits hold
+    (`executor_problems` says what is still over them). With `outofplace` each rank first
+    copies its input into the output (and input chunks the schedule overwrites into scratch),
+    so the file is right for separate buffers as for NCCL's in-place ones (where the copy is
+    onto itself): it says inplace="1" outofplace="1".
 
         >>> from gpucomm.algorithms import build
         >>> xml = to_msccl_xml(build("all_reduce", "ring", 4))
@@ -105,29 +141,91 @@ def to_msccl_xml(schedule: Schedule, *, protocol: str = "simple", name: str | No
         '<algo name="gpucomm_ring_all_reduce_4" proto="Simple" nchann'
     """
     s = schedule.materialize()
-    coll, p, c = s.collective, s.nranks, s.chunks_per_block
+    coll = s.collective
+    if coll.name == "sendrecv":
+        raise ScheduleError("MSCCL's executor has no sendrecv algorithm: its `send` and `recv` "
+                            "are one ncclSend / ncclRecv call each, with one buffer; a sendrecv "
+                            "schedule sends and receives on every rank")
     if coll.name not in COLL_NAMES:
         raise ScheduleError(f"{coll.name} has no MSCCL collective: allowed are "
                             f"{', '.join(COLL_NAMES)}")
     if protocol.lower() not in PROTOCOLS:
         raise ScheduleError(f"protocol {protocol!r}: allowed are {', '.join(PROTOCOLS)}")
-    lay = _Layout(coll, p, s.root, c)
-    sb = s.scratch_blocks
-    tbs: list[dict] = [dict() for _ in range(p)]  # rank -> key -> list of step dicts
-    # per rank, per logical chunk: the last writer and the readers since, as (tb key, index)
-    writer: list[dict] = [dict() for _ in range(p)]
-    readers: list[defaultdict] = [defaultdict(list) for _ in range(p)]
+    lay = _Layout(coll, s.nranks, s.root, s.chunks_per_block, outofplace)
+    if outofplace:
+        for op in s.ops():
+            i, o = lay.ranges(op.dst)
+            for y in range(op.dst_chunk, op.dst_chunk + op.nchunks):
+                if _holds(i, y // lay.c) and not _holds(o, y // lay.c):
+                    lay.moved[op.dst].add(y)
+    out = (s, lay, protocol, name, min_bytes, max_bytes)
+    xml = _export(*out, _Channels(s, lay))
+    if not fit or not executor_problems(xml):
+        return xml
+    # past the executor's limits: spread a rank's peers over channels (32 a channel) and cut
+    # long connections into thread blocks of at most MAX_STEPS steps on channels of their own
+    for pieces in range(1, MAX_CHANNELS + 1):
+        plan = _Channels(s, lay, spread=True, pieces=pieces)
+        if plan.nchannels > MAX_CHANNELS:
+            break
+        xml = _export(*out, plan)
+        if not executor_problems(xml):
+            return xml
+    return xml
 
-    def emit(rank, key, kind, reads, writes, attrs):
-        steps = tbs[rank].setdefault(key, [])
+
+class _Channels:
+    """The executor channel of each message: the schedule's channel, or with `spread` that
+    channel per group of 32 peers (by distance (dst - src) mod P, so a rank has at most 32
+    senders and 32 receivers on each), and with `pieces` > 1 per part of the connection's
+    messages. Both ends of a connection compute the same channel, so sends and receives
+    still match in order on it; dependencies between the parts come from the data flow."""
+
+    def __init__(self, s, lay, spread: bool = False, pieces: int = 1):
+        self.s, self.p, self.spread, self.pieces = s, s.nranks, spread, pieces
+        self.sent: defaultdict = defaultdict(int)
+        total: defaultdict = defaultdict(int)
+        for op in s.ops():
+            if op.src != op.dst:
+                total[(op.src, op.dst, op.channel)] += len(_pieces(lay, op, s.scratch_blocks))
+        self.per = -(-max(total.values(), default=1) // pieces)
+        keys = {self._key(src, dst, ch, m) for (src, dst, ch), n in total.items()
+                for m in range(n)}
+        self.dense = {k: i for i, k in enumerate(sorted(keys))}
+        self.nchannels = len(self.dense)
+
+    def _key(self, src, dst, ch, m):
+        group = ((dst - src) % self.p - 1) // MAX_PEERS_PER_CHANNEL if self.spread else 0
+        return ch, group, m // self.per
+
+    def __call__(self, src, dst, ch) -> int:
+        """The channel of the next message from src to dst on schedule channel ch."""
+        m = self.sent[(src, dst, ch)]
+        self.sent[(src, dst, ch)] += 1
+        return self.dense[self._key(src, dst, ch, m)]
+
+
+class _Program:
+    """Thread blocks being written, per rank: each step waits on the steps of other thread
+    blocks whose chunks it reads or overwrites (data flow), extra waits as `nop` steps."""
+
+    def __init__(self, p):
+        self.tbs: list[dict] = [dict() for _ in range(p)]  # rank -> key -> list of step dicts
+        # per rank, per logical chunk: the last writer and the readers since, (tb key, index)
+        self.writer: list[dict] = [dict() for _ in range(p)]
+        self.readers: list[defaultdict] = [defaultdict(list) for _ in range(p)]
+
+    def emit(self, rank, key, kind, reads, writes, attrs) -> None:
+        steps = self.tbs[rank].setdefault(key, [])
+        writer, readers = self.writer[rank], self.readers[rank]
         deps: dict = {}
         for x in reads:
-            if x in writer[rank]:
-                _latest(deps, writer[rank][x])
+            if x in writer:
+                _latest(deps, writer[x])
         for x in writes:
-            if x in writer[rank]:
-                _latest(deps, writer[rank][x])
-            for rd in readers[rank][x]:
+            if x in writer:
+                _latest(deps, writer[x])
+            for rd in readers[x]:
                 _latest(deps, rd)
         deps.pop(key, None)  # program order covers the thread block's own steps
         for dkey, idx in sorted(deps.items(), key=str)[1:]:
@@ -136,25 +234,56 @@ def to_msccl_xml(schedule: Schedule, *, protocol: str = "simple", name: str | No
         steps.append({"type": kind, "dep": first[0] if first else None, **attrs})
         here = (key, len(steps) - 1)
         for x in reads:
-            readers[rank][x].append(here)
+            readers[x].append(here)
         for x in writes:
-            writer[rank][x] = here
-            readers[rank][x] = []
+            writer[x] = here
+            readers[x] = []
 
+
+def _export(s, lay, protocol, name, min_bytes, max_bytes, channel_of) -> str:
+    sb, prog = s.scratch_blocks, _Program(s.nranks)
+    local = ("local", -1, -1, 0)
+    if lay.outofplace:
+        for r in range(s.nranks):
+            for (sbuf, soff), (dbuf, doff), xs in _initial_copies(lay, r, sb):
+                prog.emit(r, local, "cpy", xs, xs, {"srcbuf": sbuf, "srcoff": soff,
+                                                    "dstbuf": dbuf, "dstoff": doff,
+                                                    "cnt": len(xs)})
     for op in s.ops():
         for sc, dc, n in _pieces(lay, op, sb):
             sbuf, soff = lay.where(op.src, sc, sb)
             dbuf, doff = lay.where(op.dst, dc, sb)
             attrs = {"srcbuf": sbuf, "srcoff": soff, "dstbuf": dbuf, "dstoff": doff, "cnt": n}
-            src_rng, dst_rng = range(sc, sc + n), range(dc, dc + n)
+            src_rng, dst_rng = list(range(sc, sc + n)), list(range(dc, dc + n))
             if op.src == op.dst:
-                emit(op.src, ("local", -1, -1, 0), "re" if op.reduce else "cpy", list(src_rng)
-                     + (list(dst_rng) if op.reduce else []), list(dst_rng), attrs)
+                prog.emit(op.src, local, "re" if op.reduce else "cpy",
+                          src_rng + (dst_rng if op.reduce else []), dst_rng, attrs)
                 continue
-            emit(op.src, ("send", op.dst, -1, op.channel), "s", list(src_rng), [], attrs)
-            emit(op.dst, ("recv", -1, op.src, op.channel), "rrc" if op.reduce else "r",
-                 list(dst_rng) if op.reduce else [], list(dst_rng), attrs)
-    return _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes)
+            ch = channel_of(op.src, op.dst, op.channel)
+            prog.emit(op.src, ("send", op.dst, -1, ch), "s", src_rng, [], attrs)
+            prog.emit(op.dst, ("recv", -1, op.src, ch), "rrc" if op.reduce else "r",
+                      dst_rng if op.reduce else [], dst_rng, attrs)
+    return _xml(s, lay, prog.tbs, protocol, name, min_bytes, max_bytes)
+
+
+def _initial_copies(lay, r, sb):
+    """Out of place: runs of rank r's input chunks copied from `i` to where they live (`o`, or
+    scratch for the input-only chunks the schedule overwrites), at most MAX_COUNT - 1 each."""
+    i, _ = lay.ranges(r)
+    if i is None:
+        return []
+    runs: list = []
+    for x in range(i[0] * lay.c, (i[0] + i[1]) * lay.c):
+        src, dst = ("i", x - i[0] * lay.c), lay.where(r, x, sb)
+        if dst[0] == "i":
+            continue
+        last = runs[-1] if runs else None
+        if last and last[0][1] + len(last[2]) == src[1] and last[1][0] == dst[0] \
+                and last[1][1] + len(last[2]) == dst[1] and len(last[2]) < MAX_COUNT - 1:
+            last[2].append(x)
+        else:
+            runs.append((src, dst, [x]))
+    return runs
 
 
 def _latest(deps, ref):
@@ -187,7 +316,7 @@ def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes) -> str:
         i, o = lay.ranges(r)
         ic = i[1] * c if i else 0
         oc = o[1] * c if o else 0
-        if lay.inplace and i == o:
+        if lay.inplace and i == o and not lay.outofplace:
             oc = 0
         used = [st["srcoff"] + st["cnt"] for t in tbs[r].values() for st in t
                 if st.get("srcbuf") == "s" and st["type"] in ("s", "cpy", "re")]
@@ -198,7 +327,7 @@ def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes) -> str:
              "proto": PROTOCOLS[protocol.lower()], "nchannels": nch,
              "nchunksperloop": max(max(a, b) for a, b, _ in sizes), "ngpus": p,
              "coll": COLL_NAMES[s.collective.name], "inplace": int(lay.inplace),
-             "outofplace": int(not lay.inplace), "minBytes": min_bytes,
+             "outofplace": int(lay.outofplace or not lay.inplace), "minBytes": min_bytes,
              "maxBytes": 0 if max_bytes is None else max_bytes}
     if s.collective.rooted:
         attrs["root"] = s.root
@@ -232,6 +361,47 @@ def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes) -> str:
                 e.set("hasdep", "1" if (k, n) in has_dep else "0")
     ET.indent(algo, space="  ")
     return ET.tostring(algo, encoding="unicode") + "\n"
+
+
+def executor_problems(text: str) -> list[str]:
+    """What MSCCL's executor would refuse in an algorithm file (the limits above), one line
+    each naming the rank, thread block and limit; empty when it loads."""
+    algo = _parse(text)
+    gpus = [g for g in algo if g.tag == "gpu"]
+    out = []
+    for g in gpus:
+        r = g.get("id")
+        tbs = [tb for tb in g if tb.tag == "tb"]
+        nodes = 1 + len(gpus) + len(tbs) + sum(len([st for st in tb if st.tag == "step"])
+                                               for tb in tbs)
+        if nodes > MAX_XML_NODES:
+            out.append(f"rank {r}: {nodes} XML elements, the executor's parser reads at most "
+                       f"{MAX_XML_NODES} per rank")
+        peers: dict = defaultdict(int)
+        for tb in tbs:
+            steps = [st for st in tb if st.tag == "step"]
+            where = f"rank {r} thread block {tb.get('id')}"
+            if len(steps) > MAX_STEPS:
+                out.append(f"{where}: {len(steps)} steps, the executor allows {MAX_STEPS} "
+                           "(MSCCL_MAX_NUM_STEPS)")
+            chan = int(tb.get("chan", 0))
+            if chan >= MAX_CHANNELS:
+                out.append(f"{where}: channel {chan}, the executor allows 0..{MAX_CHANNELS - 1}")
+            for d in ("send", "recv"):
+                if int(tb.get(d, -1)) >= 0:
+                    peers[(d, chan)] += 1
+            big = [st for st in steps if int(st.get("cnt", 0)) >= MAX_COUNT
+                   or max(int(st.get("srcoff", 0)), int(st.get("dstoff", 0))) > MAX_OFFSET]
+            if big:
+                out.append(f"{where} step {big[0].get('s')}: cnt must be below {MAX_COUNT} "
+                           f"and offsets at most {MAX_OFFSET}")
+        for (d, chan), n in sorted(peers.items()):
+            if n > MAX_PEERS_PER_CHANNEL:
+                out.append(f"rank {r} channel {chan}: {n} thread blocks "
+                           f"{'sending' if d == 'send' else 'receiving'}, the "
+                           f"executor allows {MAX_PEERS_PER_CHANNEL} "
+                           "(MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL)")
+    return out
 
 
 # ---- import ----------------------------------------------------------------------------
@@ -307,9 +477,12 @@ def from_msccl_xml(text: str, *, name: str | None = None) -> Schedule:
     programs = {r: _threadblocks(gpus[r], r, p) for r in range(p)}
     ops, channels, scratch_blocks = _replay(programs, lay)
     steps = _pack(ops)
+    lo = _int(algo, "minBytes", "<algo>", default=0, lo=0)
+    hi = _int(algo, "maxBytes", "<algo>", default=0, lo=0)
     return Schedule(coll, p, name or algo.get("name") or "msccl", cpb, tuple(steps),
                     scratch_blocks=scratch_blocks, root=root_rank, channels=channels,
-                    params=(("protocol", PROTOCOLS[proto.lower()]),))
+                    params=(("protocol", PROTOCOLS[proto.lower()]), ("min_bytes", lo),
+                            ("max_bytes", hi)))
 
 
 def _chunks_per_block(coll, p, root, gpus) -> int:
@@ -558,6 +731,8 @@ def _run(rp, r, tb, st, msg, queues):
         else:
             ys = rp.chunks(r, st["dstbuf"], st["dstoff"], cnt, st,
                            write_pos=[rp.position(x) for x in xs])
+            # i -> o of one logical chunk (an out-of-place file's first copy): nothing moves
+            xs, ys = [x for x, y in zip(xs, ys) if x != y], [y for x, y in zip(xs, ys) if x != y]
         rp.emit(r, r, xs, ys, typ == "re", tb["chan"])
         return
     out = None

@@ -1,7 +1,7 @@
 """The runtime: real collectives between processes, over a transport that executes schedules.
 
     import gpucomm
-    comm = gpucomm.init()            # under `gpucomm launch -n 4 script.py`, torchrun or mpiexec
+    comm = gpucomm.init()            # under `gpucomm launch --nproc 4 x.py`, torchrun or mpiexec
     comm.all_reduce(x)               # numpy array or CPU torch tensor, in place
 
 Transports implement `execute(schedule, inp, out, op, dtype, timeout)` for their rank, plus

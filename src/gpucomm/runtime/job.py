@@ -40,7 +40,7 @@ def env_int(name: str, default=None) -> int:
     if text is None or text == "":
         if default is None:
             raise ConfigError(f"environment variable {name} is not set: run under "
-                              f"`gpucomm launch -n N`, torchrun or mpiexec, or set RANK, "
+                              f"`gpucomm launch --nproc N`, torchrun or mpiexec, or set RANK, "
                               f"WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
         return default
     try:

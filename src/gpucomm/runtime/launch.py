@@ -42,8 +42,8 @@ def check_launch(cmd: list, nranks, timeout=None) -> None:
     """ConfigError for what `launch` cannot run, before any rank starts."""
     if isinstance(nranks, bool) or not isinstance(nranks, int) or \
             not 1 <= nranks <= MAX_LOCAL_RANKS:
-        raise ConfigError(f"-n must be an integer in 1..{MAX_LOCAL_RANKS} (the shm transport's "
-                          f"rank limit), got {nranks!r}")
+        raise ConfigError(f"--nproc must be an integer in 1..{MAX_LOCAL_RANKS} (the shm "
+                          f"transport's rank limit), got {nranks!r}")
     if timeout is not None and not (isinstance(timeout, (int, float)) and
                                     math.isfinite(timeout) and timeout > 0):
         raise ConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout!r}")

@@ -203,7 +203,7 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
                 raise ConfigError(
                     f"the flow model simulates {schedule.algorithm} {schedule.collective.name} "
                     f"op by op up to {FLOW_MAX_RANKS:,} ranks ({schedule.nranks:,} asked; only a "
-                    "ring all-reduce on a node-symmetric cluster goes beyond): use --model "
+                    "ring all-reduce on a node-symmetric cluster goes beyond): use --sim-model "
                     "analytic above that")
             if not schedule.ops_at_most(FLOW_MAX_OPS):
                 why = "routes hashed per flow (a fabric model) make nodes differ, so no " \
