@@ -76,8 +76,8 @@ def register(sub) -> None:
     p.add_argument("--no-flash", dest="flash", action="store_false", default=True,
                    help="attention materialises its score matrix (pre-FlashAttention kernels)")
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                   help="GEMM arithmetic (fp8 as Transformer Engine runs it); MFU stays "
-                   "against the bf16 peak")
+                   help="GEMM arithmetic (fp8 as Transformer Engine runs it); MFU is against "
+                   "the dense peak of this precision")
     p.add_argument("--balanced-ends", action="store_true", default=False,
                    help="first and last pipeline stages carry one layer fewer (embedding, "
                    "loss), as Llama 3 and Megatron-core's --account-for-*-in-pipeline-split")
@@ -201,7 +201,7 @@ def _search_table(res: SearchResult) -> str:
              f"{res.structures} layouts considered, {r['rejected']['divisibility']} cannot "
              f"split, {r['rejected']['memory']} do not fit, {res.bounded} bounded out, "
              f"{res.timed} timed in {res.elapsed_s:.1f} s; best {len(res.ranked)} "
-             f"(MFU against the bf16 peak):"]
+             f"(MFU against the dense peak of {res.ranked[0].plan.layout.precision}):"]
     head = ["rank", "tp", "pp", "vpp", "dp", "cp", "ep", "mb", "recompute", "zero", "step",
             "tokens/s", "TFLOP/s", "MFU", "exposed comm", "bubble", "mem/GPU", "why not best"]
     rows = []
@@ -272,7 +272,7 @@ def _metric_rows(r) -> list[tuple[str, str]]:
         rows.append(("optimizer step", _t(r.optimizer_s)))
     rows += [("tokens/s", f"{r.tokens_per_s:,.0f}"),
              ("TFLOP/s per GPU (model)", f"{r.tflops_per_gpu:.1f}"),
-             ("MFU (vs dense bf16 peak)", f"{r.mfu:.1%}"),
+             (f"MFU (vs dense {r.layout.precision} peak)", f"{r.mfu:.1%}"),
              ("memory per GPU", f"{r.memory.total / 1e9:.1f} GB of {r.hbm_bytes / 1e9:.1f} GB")]
     return rows
 

@@ -26,7 +26,11 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
   default): all-reduce (ZeRO-0), or reduce-scatter of gradients + all-gather of updated bf16
   parameters (ZeRO-1/2, same volume). ZeRO-3/FSDP all-gathers each layer's parameters in
   forward and again in backward for every microbatch, and reduce-scatters gradients once.
-  Expert parameters are reduced over the expert-data-parallel group (dp/ep ranks).
+  The group is dp x cp: context-parallel ranks hold the same weights and their gradients
+  are reduced with the data-parallel ones (Megatron-core's data-parallel group with context
+  parallelism; torchtitan shards FSDP over dp_shard x cp), so a dp=1 run with cp>1 still
+  reduces gradients. Expert parameters are reduced over the expert-data-parallel group
+  (dp*cp/ep ranks).
 Inference (forward only, no sequence parallelism, one batch in flight): 2 TP all-reduces per
 layer of tokens*h elements (prefill: b*s tokens, decode: b tokens), EP all-to-alls, CP
 all-gather of K and V (prefill), and one PP send per stage boundary.
@@ -50,7 +54,7 @@ class Comm:
     collective: str
     nbytes: int
     count: float
-    group: str  # layout group: "tp", "cp", "ep", "pp", "dp", "edp"
+    group: str  # layout group: "tp", "cp", "ep", "pp", "dp_cp", "edp"
     phase: str  # "fwd" | "bwd" | "step"
     per: str  # "microbatch" | "step"
     what: str
@@ -163,8 +167,8 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
 def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
     dense, expert = stage_params_per_gpu(model, lay)
     out: list[Comm] = []
-    for params, group, size, label in ((dense, "dp", lay.dp, "dense"),
-                                       (expert, "edp", lay.dp // lay.ep, "expert")):
+    for params, group, size, label in ((dense, "dp_cp", lay.shard_dp, "dense"),
+                                       (expert, "edp", lay.expert_dp, "expert")):
         if params == 0 or size == 1:
             continue
         gbytes = COMM_GRAD_BYTES * params

@@ -304,7 +304,7 @@ def inflight_microbatches(lay: Layout, stage: int = 0) -> float:
 def _shard(lay: Layout, dense: float, expert: float, level: int) -> float:
     if lay.zero < level:
         return dense + expert
-    return dense / lay.dp + expert / max(lay.dp // lay.ep, 1)
+    return dense / lay.shard_dp + expert / lay.expert_dp
 
 
 def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:

@@ -96,6 +96,18 @@ class Layout:
         return self.tp * self.pp * self.dp * self.cp
 
     @property
+    def shard_dp(self) -> int:
+        """Ranks that hold the same weights: dp x cp. Gradients are reduced and ZeRO shards
+        over them (Megatron-core's data-parallel group with context parallelism; torchtitan's
+        FSDP mesh dp_shard x cp)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same experts (the expert-data-parallel group): dp x cp / ep."""
+        return max(self.shard_dp // self.ep, 1)
+
+    @property
     def sequence_parallel(self) -> bool:
         return self.sp and self.tp > 1
 
@@ -216,9 +228,12 @@ def rank_of(lay: Layout, tp=0, cp=0, dp=0, pp=0) -> int:
 
 
 def group_ranks(lay: Layout, kind: str, rank: int = 0) -> tuple[int, ...]:
-    """Global ranks of `rank`'s group of one kind ("tp", "cp", "dp", "ep", "edp", "pp").
+    """Global ranks of `rank`'s group of one kind ("tp", "cp", "dp", "dp_cp", "ep", "edp",
+    "pp").
 
-    "edp" is the expert-data-parallel group (ranks holding the same experts), "pp" the stages.
+    "dp_cp" is the gradient and ZeRO-shard group (dp x cp ranks), "edp" the
+    expert-data-parallel group (ranks holding the same experts, across cp too), "pp" the
+    stages.
     """
     c = coords(lay, rank)
     kind = kind.lower()
@@ -231,9 +246,13 @@ def group_ranks(lay: Layout, kind: str, rank: int = 0) -> tuple[int, ...]:
     if kind == "ep":
         base = c["dp"] - c["dp"] % lay.ep
         return tuple(rank_of(lay, c["tp"], c["cp"], base + e, c["pp"]) for e in range(lay.ep))
+    if kind == "dp_cp":  # gradient reduction and ZeRO shards: dp x cp
+        return tuple(rank_of(lay, c["tp"], x, d, c["pp"]) for d in range(lay.dp)
+                     for x in range(lay.cp))
     if kind == "edp":
-        return tuple(rank_of(lay, c["tp"], c["cp"], c["ep"] + lay.ep * j, c["pp"])
-                     for j in range(lay.dp // lay.ep))
+        return tuple(sorted(rank_of(lay, c["tp"], x, c["ep"] + lay.ep * j, c["pp"])
+                            for j in range(lay.dp // lay.ep) for x in range(lay.cp)))
     if kind == "pp":
         return tuple(rank_of(lay, c["tp"], c["cp"], c["dp"], s) for s in range(lay.pp))
-    raise ConfigError(f"unknown group kind {kind!r}: allowed are tp, cp, dp, ep, edp, pp")
+    raise ConfigError(f"unknown group kind {kind!r}: allowed are tp, cp, dp, dp_cp, ep, edp, "
+                      "pp")

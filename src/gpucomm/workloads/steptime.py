@@ -35,7 +35,7 @@ from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory, ge
                       kernels, kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
                       layer_times, logits_flops, memory_per_gpu, stage_params_per_gpu,
                       training_flops)
-from .layout import KINDS, Layout, group_ranks, rank_of, stage_layers, validate
+from .layout import KINDS, Layout, coords, group_ranks, rank_of, stage_layers, validate
 from .models import ModelConfig, get_model
 
 # A layout whose estimate exceeds HBM by at most this fraction is predicted with a warning
@@ -215,12 +215,16 @@ def peer_groups(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: i
                 ) -> list[tuple[int, ...]]:
     """The other groups of `kind` that live on exactly the nodes of `ranks`."""
     nodes = {r // gpus_per_node for r in ranks}
-    if kind == "pp":  # the other sends across the same stage boundary
+    if kind == "pp":  # the other sends across the same stage boundary: from the ranks of
+        # the sender's stage on its node to their partners (disjoint pairs, even when a
+        # node holds several stages)
         stride = ranks[1] - ranks[0]
-        return [(r, r + stride) for node in sorted({ranks[0] // gpus_per_node})
+        node = ranks[0] // gpus_per_node
+        stage = coords(lay, ranks[0])["pp"]
+        return [(r, r + stride)
                 for r in range(node * gpus_per_node, (node + 1) * gpus_per_node)
                 if r != ranks[0] and r + stride < lay.world
-                and (r + stride) // gpus_per_node in nodes]
+                and coords(lay, r)["pp"] == stage and (r + stride) // gpus_per_node in nodes]
     seen, out = {ranks}, []
     first = ranks[0] // gpus_per_node  # a group on the same nodes has a member on this one
     for r in range(first * gpus_per_node, min((first + 1) * gpus_per_node, lay.world)):
@@ -282,7 +286,7 @@ class PredictedStep:
     tokens_per_s: float
     tflops_per_gpu: float  # model FLOPs (no recomputation) per second per GPU / 1e12
     hw_tflops_per_gpu: float  # executed FLOPs (with recomputation)
-    mfu: float  # model FLOP/s over the GPU's dense bf16 peak (also for fp8 runs)
+    mfu: float  # model FLOP/s over the GPU's dense peak in the precision that ran
     memory: Memory
     hbm_bytes: float
     comms: tuple = field(default=(), repr=False)
@@ -321,7 +325,7 @@ class PredictedStep:
             "bubble_s": self.bubble_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
             "causal_tflops_per_gpu": self.causal_tflops_per_gpu,
-            "mfu": self.mfu, "mfu_basis": "model FLOPs / dense bf16 peak",
+            "mfu": self.mfu, "mfu_basis": f"model FLOPs / dense {lay.precision} peak",
             "memory_per_gpu_bytes": self.memory.total,
             "memory_breakdown_bytes": self.memory.to_dict(), "hbm_bytes": self.hbm_bytes,
             "warnings": list(self.warnings), "overlaps": self.overlaps(),
@@ -336,9 +340,10 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.1f} GB"
 
 
-def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str, ...]:
+def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu,
+                 gpus_per_node: int = 8) -> tuple[str, ...]:
     """Warnings for a layout within MEMORY_TOLERANCE over HBM; ConfigError (naming a nearby
-    layout that fits) for one clearly over."""
+    layout that fits, on these GPUs or on more nodes) for one clearly over."""
     cap = gpu.hbm_bytes
     if mem.total <= cap:
         return ()
@@ -349,18 +354,26 @@ def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str
                 f"estimate's {MEMORY_TOLERANCE:.0%} accuracy: it may not fit",)
     parts = ", ".join(f"{k} {_gb(v)}" for k, v in mem.to_dict().items() if k != "total" and v)
     fix = fitting_variant(model, lay, gpu)
-    advice = ["a larger --tp, --pp or --ep" + (" (or more nodes)" if lay.mode == "train" else "")]
-    if lay.mode == "train":
-        advice += (["--zero 3"] if lay.zero < 3 else []) + \
-            (["--recompute full"] if lay.recompute != "full" else []) + \
-            (["a smaller --micro-batch"] if lay.micro_batch > 1 else [])
+    if fix:
+        advice = f"{fix} would fit"
     else:
-        advice.append("a smaller batch or context")
-    tips = ", ".join(advice)
+        more = larger_fitting(model, lay, gpu, gpus_per_node)
+        advice = (f"no layout of these {lay.world} GPUs fits; {more} would fit" if more else
+                  "try a larger --tp, --pp or --ep, more nodes"
+                  + (", --zero 3, --recompute full" if lay.mode == "train" else
+                     ", a smaller batch or context"))
     raise ConfigError(f"{model.name} with tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} "
                       f"ep={lay.ep} vpp={lay.vpp} does not fit: it needs {_gb(mem.total)} per "
                       f"GPU ({parts}), {over / cap:.0%} over the {_gb(cap)} of {gpu.name}; "
-                      + (f"{fix} would fit" if fix else f"try {tips}"))
+                      + advice)
+
+
+def _fits(model: ModelConfig, lay: Layout, gpu, **change) -> bool:
+    try:
+        cand = validate(model, lay.with_(**change))
+    except ConfigError:
+        return False
+    return memory_per_gpu(model, cand).total <= gpu.hbm_bytes
 
 
 def fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
@@ -389,13 +402,31 @@ def fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
         if lay.mode == "train":
             tries.append((f"--pp {pp} --dp {dp} --recompute full",
                           dict(pp=pp, dp=dp, recompute="full")))
-    for label, change in tries:
-        try:
-            cand = validate(model, lay.with_(**change))
-        except ConfigError:
+    return next((label for label, change in tries if _fits(model, lay, gpu, **change)), None)
+
+
+def larger_fitting(model: ModelConfig, lay: Layout, gpu, gpus_per_node: int) -> str | None:
+    """The smallest cluster (in whole nodes, up to 64 times the GPUs) on which `lay`, with a
+    deeper pipeline and the standard savers, fits: "--nodes N --pp P ..." ."""
+    savers: list[tuple[str, dict[str, Any]]] = [("", {})]
+    if lay.mode == "train":
+        savers += [(" --zero 3", dict(zero=3)), (" --recompute full", dict(recompute="full")),
+                   (" --zero 3 --recompute full", dict(zero=3, recompute="full"))]
+    for scale in (2, 4, 8, 16, 32, 64):
+        world = lay.world * scale
+        if world % gpus_per_node:
             continue
-        if memory_per_gpu(model, cand).total <= gpu.hbm_bytes:
-            return label
+        for pp in sorted({lay.pp * k for k in (1, 2, 4, 8, 16, 32, 64)}):
+            if pp > model.layers or world % (lay.tp * pp * lay.cp):
+                continue
+            dp = world // (lay.tp * pp * lay.cp)
+            batch = max(lay.global_batch, dp * (lay.micro_batch if lay.mode == "train"
+                                                else 1))
+            batch -= batch % dp
+            for label, change in savers:
+                if _fits(model, lay, gpu, pp=pp, dp=dp, global_batch=batch, **change):
+                    return (f"--nodes {world // gpus_per_node} --tp {lay.tp} --pp {pp}"
+                            + (f" --cp {lay.cp}" if lay.cp > 1 else "") + label)
     return None
 
 
@@ -431,7 +462,7 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     gpu = cluster.gpu
     gemm_peak(gpu, lay.precision)  # refuses fp8 on a GPU without it
     mem = memory_per_gpu(model, lay)
-    warnings = check_memory(model, lay, mem, gpu) if check_fit else ()
+    warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
     step = _training_step if lay.mode == "train" else _inference_step
     return replace(step(model, lay, cluster, mem, timed), warnings=warnings)
@@ -456,7 +487,7 @@ def optimizer_time(model: ModelConfig, lay: Layout, gpu) -> float:
     """Adam over this GPU's optimizer shard: reads bf16 grads... and fp32 state, writes state
     and bf16 weights (HBM-bound)."""
     dense, expert = stage_params_per_gpu(model, lay)
-    shard = dense / lay.dp + expert / max(lay.dp // lay.ep, 1) if lay.zero >= 1 \
+    shard = dense / lay.shard_dp + expert / lay.expert_dp if lay.zero >= 1 \
         else dense + expert
     nbytes = shard * (4 + 2 * OPTIMIZER_BYTES + 2)
     return nbytes / (gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY)
@@ -594,5 +625,6 @@ def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, expose
         step_s, compute, {k: comm_total[k] for k in used},
         {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
         tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
-        model_flops / step_s / n / cluster.gpu.bf16_flops, mem, cluster.gpu.hbm_bytes,
+        model_flops / step_s / n / gemm_peak(cluster.gpu, lay.precision), mem,
+        cluster.gpu.hbm_bytes,
         timed, opt_s, (), ep_split, kernels(cluster.gpu))
