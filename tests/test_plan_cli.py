@@ -32,7 +32,7 @@ def test_json_has_the_documented_fields(capsys):
                                              + d["bubble_s"] + d["optimizer_time_s"])
     assert d["mfu_basis"] == "model FLOPs / dense bf16 peak"
     assert {o["switch"] for o in d["overlaps"]} == {"dp_overlap", "tp_overlap", "cp_overlap",
-                                                    "pp_overlap"}
+                                                    "pp_overlap", "ep_overlap"}
     assert d["tokens_per_s"] == pytest.approx(16 * 4096 / d["step_time_s"])
     assert 0 < d["mfu"] < 1
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 
 from ..errors import ConfigError
-from ..workloads.layout import KINDS, MODES, PRECISIONS, RECOMPUTE
+from ..workloads.frameworks import PRECISIONS, list_frameworks
+from ..workloads.layout import KINDS, MODES, RECOMPUTE
 from ..workloads.models import list_models
 from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Comparison,
                                  PlanRequest, answer)
@@ -27,7 +28,7 @@ _INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batc
          "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
-          "pp_overlap")
+          "pp_overlap", "ep_overlap")
 
 
 def register(sub) -> None:
@@ -76,19 +77,26 @@ def register(sub) -> None:
     p.add_argument("--no-flash", dest="flash", action="store_false", default=True,
                    help="attention materialises its score matrix (pre-FlashAttention kernels)")
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                   help="GEMM arithmetic (fp8 as Transformer Engine runs it); MFU is against "
-                   "the dense peak of this precision")
+                   help="GEMM arithmetic: bf16, fp8 (the framework's default recipe) or an fp8 "
+                   "recipe (tensorwise, delayed, rowwise, blockwise, mxfp8); MFU is against the "
+                   "dense peak of this precision")
+    p.add_argument("--framework", choices=list_frameworks(), default="megatron",
+                   help="kernel-efficiency and overlap set (data/frameworks/*.yaml; default "
+                   "megatron); overlap flags given here override its defaults")
     p.add_argument("--balanced-ends", action="store_true", default=False,
                    help="first and last pipeline stages carry one layer fewer (embedding, "
                    "loss), as Llama 3 and Megatron-core's --account-for-*-in-pipeline-split")
-    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false", default=True,
-                   help="DP gradient reduction after backward, not bucket by bucket within it")
-    p.add_argument("--tp-overlap", action="store_true", default=False,
-                   help="TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap, AsyncTP)")
-    p.add_argument("--no-cp-overlap", dest="cp_overlap", action="store_false", default=True,
-                   help="CP K,V exchanged before attention (all-gather), not ring-overlapped")
-    p.add_argument("--no-pp-overlap", dest="pp_overlap", action="store_false", default=True,
-                   help="pipeline sends block the sending stage")
+    for name, what in (("dp", "DP gradient reduction bucket by bucket within backward"),
+                       ("tp", "TP collectives hidden behind GEMMs (--tp-comm-overlap, AsyncTP)"),
+                       ("cp", "CP K,V ring-overlapped with attention (off: all-gathered first)"),
+                       ("pp", "pipeline sends asynchronous (off: they block the stage)"),
+                       ("ep", "MoE all-to-alls behind another microbatch (DualPipe, 1F1B "
+                        "all-to-all overlap)")):
+        dest = f"{name}_overlap"
+        p.add_argument(f"--{name}-overlap", dest=dest, action="store_true", default=None,
+                       help=f"{what}; default: the framework's")
+        p.add_argument(f"--no-{name}-overlap", dest=dest, action="store_false", default=None,
+                       help=f"turn {name.upper()} overlap off")
     p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="X",
                    help="tokens the busiest expert rank gets over the mean (default 1: even)")
     p.add_argument("--mode", choices=MODES, default="train")
@@ -247,7 +255,9 @@ def _header(r) -> str:
             + (f" vpp={lay.vpp}" if lay.vpp > 1 else "")
             + (f" sp={'on' if lay.sequence_parallel else 'off'} zero={lay.zero} "
                f"recompute={lay.recompute} mb={lay.micro_batch}" if lay.mode == "train" else "")
-            + ("" if lay.flash else " no-flash") + (" fp8" if lay.precision == "fp8" else "")
+            + ("" if lay.flash else " no-flash")
+            + (f" precision={lay.precision}" if lay.fp8 else "")
+            + (f" framework={lay.framework}" if lay.framework != "megatron" else "")
             + (" balanced-ends" if lay.balanced_ends else "")
             + (f" moe-imbalance={lay.moe_imbalance:g}" if lay.moe_imbalance != 1 else ""))
 
@@ -261,6 +271,8 @@ def _metric_rows(r) -> list[tuple[str, str]]:
         if k in r.comm_time_s:
             rows.append((f"{k} comm total / exposed",
                          f"{_t(r.comm_time_s[k])} / {_t(r.exposed_by_kind[k])}"))
+            if k == "EP" and r.ep_exposed_share is not None:
+                rows.append(("  EP exposed share", f"{r.ep_exposed_share:.0%}"))
             if k == "EP":
                 for part, label in (("intra", "inside nodes (NVLink)"),
                                     ("inter", "across nodes (RDMA)")):
@@ -288,8 +300,10 @@ def _table(r, collectives: bool = False) -> str:
         out.append(f"  overlap {o['switch'].replace('_overlap', '').upper():2s} "
                    f"{'on ' if o['on'] else 'off'}  {o['source']}")
     k = r.kernels
-    out.append(f"  kernels: GEMMs at {k.gemm:.0%} of the {r.layout.precision} peak, attention "
-               f"at {k.attention:.0%} of bf16 ({k.source})")
+    gemm = (f"fp8 GEMMs at {k.gemm_fp8:.0%} of the fp8 peak, other GEMMs"
+            if r.layout.fp8 else "GEMMs")
+    out.append(f"  kernels ({r.layout.framework}): {gemm} at {k.gemm:.0%} of the bf16 peak, "
+               f"attention at {k.attention:.0%} of bf16 ({k.source})")
     for w_ in r.warnings:
         out.append(f"  warning: {w_}")
     if collectives:

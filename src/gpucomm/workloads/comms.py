@@ -25,7 +25,9 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
 - DP: gradients reduced once per step, in buckets of max(40M, 1M*dp) elements (Megatron-core's
   default): all-reduce (ZeRO-0), or reduce-scatter of gradients + all-gather of updated bf16
   parameters (ZeRO-1/2, same volume). ZeRO-3/FSDP all-gathers each layer's parameters in
-  forward and again in backward for every microbatch, and reduce-scatters gradients once.
+  forward and again in backward for every microbatch, and reduce-scatters gradients once;
+  with fp8 per-tensor recipes under torchtitan (torchao float8 + FSDP2) the gathered weights
+  are fp8, half the bytes.
   The group is dp x cp: context-parallel ranks hold the same weights and their gradients
   are reduced with the data-parallel ones (Megatron-core's data-parallel group with context
   parallelism; torchtitan shards FSDP over dp_shard x cp), so a dp=1 run with cp>1 still
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from .compute import BF16, COMM_GRAD_BYTES, kv_heads_per_gpu, layer_params_per_gpu, \
     stage_params_per_gpu
+from .frameworks import fp8_recipe, get_framework
 from .layout import Layout, layers_per_stage
 from .models import ModelConfig
 
@@ -164,6 +167,16 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
     return out
 
 
+def _gather_bytes(lay: Layout) -> int:
+    """Bytes per weight FSDP all-gathers: 1 where the framework gathers fp8 weights with a
+    per-tensor recipe (torchao enable_fsdp_float8_all_gather), else bf16."""
+    if lay.fp8 and get_framework(lay.framework).fp8_weight_gather:
+        recipe = fp8_recipe(lay.precision, lay.framework)
+        if recipe is not None and recipe.name in ("tensorwise", "delayed"):
+            return 1
+    return BF16
+
+
 def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
     dense, expert = stage_params_per_gpu(model, lay)
     out: list[Comm] = []
@@ -174,7 +187,7 @@ def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
         gbytes = COMM_GRAD_BYTES * params
         if lay.zero == 3:
             d, e = layer_params_per_gpu(model, lay)
-            layer_bytes = int(BF16 * (d if label == "dense" else e))
+            layer_bytes = int(_gather_bytes(lay) * (d if label == "dense" else e))
             n = layers_per_stage(model, lay)
             out.append(Comm("DP", "all_gather", layer_bytes, n, group, "fwd", "microbatch",
                             f"FSDP gather of {label} layer weights"))

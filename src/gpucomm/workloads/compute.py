@@ -12,9 +12,10 @@ FLOP counting (all in multiply-add = 2 FLOPs):
 "Model FLOPs" (for MFU, as PaLM and Llama 3 report it) exclude recomputation; "hardware FLOPs"
 include it (what Megatron-LM's Table 1 reports as achieved teraFLOP/s).
 
-Kernel time (`layer_times`) has three parts, each at a rate chosen once per GPU class
-(`KERNELS`): GEMMs at a fraction of the bf16 (or fp8) peak; attention either as FlashAttention
-(causal: half the square executed, backward 2.5x the forward as it recomputes the scores) or
+Kernel time (`layer_times`) has three parts, each at a rate chosen once per GPU class and
+framework (`data/frameworks/*.yaml`): GEMMs at a fraction of the bf16 (or fp8) peak;
+attention either as FlashAttention (causal: half the square executed, backward 2.5x the
+forward as it recomputes the scores) or
 as the score-matrix BMMs plus their softmax/dropout passes through HBM (Megatron-LM 2021);
 and the memory-bound elementwise kernels (norms, residual adds, activation functions) at
 HBM_EFFICIENCY of the HBM bandwidth.
@@ -31,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+from .frameworks import Kernels, fp8_recipe, get_framework
 from .layout import Layout, layers_per_stage, stage_layers
 from .models import ModelConfig
 
@@ -42,44 +45,31 @@ OPTIMIZER_BYTES = 12  # fp32 master copy + Adam m and v
 HBM_EFFICIENCY = 0.85  # STREAM-like kernels on A100/H100 reach 80-90% of the data-sheet figure
 
 
-@dataclass(frozen=True)
-class Kernels:
-    """Achievable rates of one GPU class, as fractions of its data-sheet peaks."""
-    gemm: float  # large bf16/fp8 GEMMs (cuBLAS / Transformer Engine) over the dense peak
-    attention: float  # FlashAttention forward+backward over the bf16 dense peak
-    source: str
-
-
-# One entry per GPU class (the catalog's `sm`), never per run.
-KERNELS = {
-    "sm70": Kernels(0.65, 0.35, "V100: cuBLAS fp16 GEMMs ~80 of 125 TFLOP/s; no FlashAttention-2"),
-    "sm80": Kernels(0.70, 0.55, "A100: cuBLAS bf16 GEMMs of transformer shapes 200-230 of 312 "
-                    "TFLOP/s; FlashAttention-2 (Dao 2023) 50-73% of peak forward, less backward"),
-    "sm89": Kernels(0.65, 0.45, "Ada: GEMMs ~65% of the dense tensor peak; FlashAttention-2"),
-    "sm90": Kernels(0.60, 0.50, "H100: the 989 TFLOP/s peak assumes the 1.98 GHz boost clock; "
-                    "under sustained tensor load SXM parts run ~1.6-1.75 GHz, and cuBLAS/"
-                    "Transformer Engine bf16 GEMMs of transformer shapes reach ~70% of the "
-                    "clock-scaled peak; FlashAttention-2/3 on H100 (Shah et al. 2024) 35-75% "
-                    "forward, less backward"),
-    "sm100": Kernels(0.60, 0.50, "B200: taken as H100's fractions (no public training "
-                     "measurements at the time of writing)"),
-}
-
-
-def kernels(gpu) -> Kernels:
-    return KERNELS.get(getattr(gpu, "sm", ""), KERNELS["sm90"])
+def kernels(gpu, framework: str = "megatron") -> Kernels:
+    """The kernel rates of `gpu`'s class under `framework` (data/frameworks/*.yaml)."""
+    return get_framework(framework).kernels_for(gpu)
 
 
 def gemm_peak(gpu, precision: str) -> float:
-    """Dense FLOP/s of the GEMMs in `precision` (fp8 where the catalog gives a peak)."""
-    if precision == "fp8":
+    """Dense FLOP/s of the GEMMs in `precision` (any fp8 recipe: the fp8 peak)."""
+    if precision != "bf16":
         fp8 = getattr(gpu, "fp8_flops", 0.0)
         if not fp8:
-            from ..errors import ConfigError
-            raise ConfigError(f"precision fp8: {gpu.name} has no fp8 tensor cores in the "
-                              "catalog; use --precision bf16")
+            raise ConfigError(f"precision {precision}: {gpu.name} has no fp8 tensor cores in "
+                              "the catalog; use --precision bf16")
         return fp8
     return gpu.bf16_flops
+
+
+def gemm_rate(gpu, lay: Layout) -> float:
+    """FLOP/s the fp8-capable GEMMs (attention projections, MLP, experts) run at."""
+    k = kernels(gpu, lay.framework)
+    if not lay.fp8:
+        return gpu.bf16_flops * k.gemm
+    recipe = fp8_recipe(lay.precision, lay.framework, gpu)
+    assert recipe is not None
+    eff = k.gemm_fp8 or k.gemm / 2  # no published fp8 rate: no faster than bf16
+    return gemm_peak(gpu, lay.precision) * eff * recipe.gemm
 
 
 # -- FLOPs ---------------------------------------------------------------------------------
@@ -152,14 +142,16 @@ class LayerTimes:
     attention_s: float  # attention core (forward), FlashAttention or BMMs + softmax passes
     elementwise_s: float
     attention_bwd_factor: float  # backward attention time over forward
+    cast_fwd_s: float = 0.0  # fp8: quantizing the GEMM inputs (amax, cast, transposed copy)
+    cast_bwd_s: float = 0.0  # fp8: quantizing the output gradients
 
     @property
     def forward_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.cast_fwd_s
 
     def backward_s(self) -> float:
         return 2 * self.gemm_s + self.attention_bwd_factor * self.attention_s \
-            + 2 * self.elementwise_s
+            + 2 * self.elementwise_s + self.cast_bwd_s
 
     def recompute_s(self, recompute: str) -> float:
         return {"full": self.forward_s, "selective": self.attention_s}.get(recompute, 0.0)
@@ -168,20 +160,42 @@ class LayerTimes:
         return self.forward_s + self.backward_s() + self.recompute_s(recompute)
 
 
+def fp8_operand_elements(model: ModelConfig, tp: int) -> tuple[float, float]:
+    """(forward, backward) elements per token of one layer that fp8 GEMMs quantize on one GPU:
+    the inputs of the QKV, output, up/gate and down projections in forward, their output
+    gradients in backward (routed copies for MoE)."""
+    h = model.hidden
+    n = model.top_k + model.shared_experts if model.moe else 1
+    up = (2 if model.mlp == "swiglu" else 1) * model.ffn
+    qkv = model.heads * model.qk_head_dim + 2 * kv_heads_per_gpu(model, tp) * tp \
+        * model.head_dim
+    out_in = model.heads * model.v_head_dim
+    fwd = h + out_in / tp + n * (h + model.ffn / tp)
+    bwd = qkv / tp + h + n * (up / tp + h)
+    return fwd, bwd
+
+
 def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
                 ctx: int | None = None) -> LayerTimes:
     """Forward kernel time of one (MoE) layer on one GPU for `batch` sequences of `seq` new
-    tokens over `ctx` keys, the sequence split over cp and the layer over tp."""
+    tokens over `ctx` keys, the sequence split over cp and the layer over tp.
+
+    With an fp8 precision the projections and MLP/expert GEMMs run at the recipe's fp8 rate
+    and pay its quantization passes; the router, attention core and elementwise kernels stay
+    in bf16 (Transformer Engine, torchao float8 and DeepSeek-V3 keep them there)."""
     ctx = seq if ctx is None else ctx
-    k = kernels(gpu)
+    fw = get_framework(lay.framework)
+    k = fw.kernels_for(gpu)
     t, cp = lay.tp, lay.cp
     tokens = batch * seq / cp  # this GPU's queries
-    gemm_rate = gemm_peak(gpu, lay.precision) * k.gemm
     expert_share = 0.0
     if model.moe:  # the busiest EP rank multiplies imbalance x its share of routed tokens
         expert_share = 2.0 * model.top_k * model.expert_params * tokens \
             * (lay.moe_imbalance - 1.0)
-    gemm_s = (layer_matmul_flops(model, tokens) + expert_share) / t / gemm_rate
+    router = 2.0 * model.router_params * tokens
+    bf16_rate = gpu.bf16_flops * k.gemm
+    gemm_s = ((layer_matmul_flops(model, tokens) - router + expert_share) / gemm_rate(gpu, lay)
+              + router / bf16_rate) / t
     keys = ctx  # ring attention: every query meets every key over the cp steps
     square = attention_flops(model, tokens, keys) / t
     hbm = gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY
@@ -198,10 +212,18 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
     sp = t if lay.sequence_parallel else 1
     mlp = (3 if model.mlp == "swiglu" else 2) * model.ffn * (
         model.top_k + model.shared_experts if model.moe else 1) / t
-    # norms (2 x read+write h), residual adds (2 x 3h), the activation function: bf16 elements
-    elem_s = (10 * h / sp + mlp) * BF16 * tokens / hbm
+    # norms (2 x read+write h), residual adds (2 x 3h), the activation function: bf16 elements,
+    # times the framework's passes over a fused implementation
+    elem_s = (10 * h / sp + mlp) * BF16 * tokens / hbm * fw.elementwise_passes
     attn_s += BF16 * scores * tokens / hbm  # the score passes belong to the attention core
-    return LayerTimes(gemm_s, attn_s, elem_s, bwd)
+    cast_f = cast_b = 0.0
+    if lay.fp8:
+        recipe = fp8_recipe(lay.precision, lay.framework, gpu)
+        assert recipe is not None
+        fwd_el, bwd_el = fp8_operand_elements(model, t)
+        cast_f = recipe.cast_bytes * fwd_el * tokens / hbm
+        cast_b = recipe.cast_bytes * bwd_el * tokens / hbm
+    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b)
 
 
 # -- parameters per GPU --------------------------------------------------------------------

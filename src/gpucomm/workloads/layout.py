@@ -19,12 +19,12 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
+from .frameworks import PRECISIONS, get_framework
 from .models import ModelConfig
 
 MODES = ("train", "prefill", "decode")
 KINDS = ("TP", "CP", "EP", "PP", "DP")
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,18 @@ class Layout:
     `recompute`: "none", "selective" (the attention core re-runs in backward, Korthikanti et
     al. 2022) or "full" (every layer re-runs its forward during backward).
     `flash`: FlashAttention-style attention (no score matrix stored or written to HBM).
-    `precision`: the GEMMs' arithmetic ("bf16", or "fp8" as Transformer Engine runs it).
+    `precision`: the GEMMs' arithmetic: "bf16", "fp8" (the framework's default recipe) or an
+    fp8 recipe by name (tensorwise, delayed, rowwise, blockwise, mxfp8; see `frameworks`).
+    `framework`: the kernel-efficiency and overlap set (`gpucomm/data/frameworks/*.yaml`).
     `balanced_ends`: the first and last pipeline stages carry one transformer layer fewer, for
     the embedding and the loss (Llama 3 paper sec. 3.3.2; Megatron-core's
     --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split).
     Overlap switches: `dp_overlap` (gradient reduce-scatter / parameter all-gather bucket by
     bucket behind backward / forward), `tp_overlap` (TP collectives split and hidden behind
     the GEMMs), `cp_overlap` (ring attention's K,V sends behind the attention of the chunk in
-    hand), `pp_overlap` (stage-boundary sends asynchronous, off the steady-state path).
+    hand), `pp_overlap` (stage-boundary sends asynchronous, off the steady-state path),
+    `ep_overlap` (MoE all-to-alls hidden behind another microbatch's compute, as DualPipe and
+    Megatron-core's 1F1B all-to-all overlap run them).
     `moe_imbalance`: tokens the busiest expert-parallel rank receives over the mean (1 = even).
     """
     tp: int = 1
@@ -70,6 +74,8 @@ class Layout:
     cp_overlap: bool = True
     pp_overlap: bool = True
     moe_imbalance: float = 1.0
+    framework: str = "megatron"
+    ep_overlap: bool = False
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "cp", "ep", "seq", "global_batch", "micro_batch", "vpp"):
@@ -84,6 +90,7 @@ class Layout:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, "
                               f"got {self.precision!r}")
+        get_framework(self.framework)  # names the allowed ones when unknown
         imb = self.moe_imbalance
         if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1.0 <= imb <= 64:
             raise ConfigError(f"moe_imbalance must be a number from 1 (even routing) to 64, "
@@ -94,6 +101,10 @@ class Layout:
     @property
     def world(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision != "bf16"
 
     @property
     def shard_dp(self) -> int:

@@ -14,8 +14,9 @@ Assumptions (one value each, the same for every case):
   exposed per-microbatch communication, for m microbatches, p stages and v interleaved chunks.
 - What is exposed depends on the layout's overlap switches (`OVERLAPS`, each with its
   source): DP/FSDP buckets behind backward/forward, TP collectives behind their GEMMs, ring
-  attention's sends behind attention, pipeline sends off the steady state. EP all-to-alls
-  are always exposed.
+  attention's sends behind attention, pipeline sends off the steady state, EP all-to-alls
+  behind another microbatch's compute. The framework (`frameworks`) sets their defaults and
+  how much of the TP traffic its TP overlap hides.
 - Inference keeps one batch in flight: stages run one after another, all communication exposed.
 - The optimizer step is an HBM-bound pass over the GPU's optimizer shard; data loading and
   the vocab-parallel loss's small collectives are not timed.
@@ -31,6 +32,7 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
+from .frameworks import get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory, gemm_peak,
                       kernels, kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
                       layer_times, logits_flops, memory_per_gpu, stage_params_per_gpu,
@@ -55,6 +57,9 @@ OVERLAPS = {
                   "current one (Liu et al. 2023; Megatron-core context parallelism, p2p)",
     "pp_overlap": "pipeline sends asynchronous, off the steady-state path (Megatron-core "
                   "--overlap-p2p-communication; Llama 3 paper sec. 3.3.2)",
+    "ep_overlap": "MoE dispatch/combine all-to-alls of one microbatch run during another's "
+                  "compute (DeepSeek-V3 report sec. 3.2.1 DualPipe; Megatron-core "
+                  "--overlap-moe-expert-parallel-comm, 1F1B all-to-all overlap)",
 }
 
 
@@ -297,6 +302,12 @@ class PredictedStep:
     causal_tflops_per_gpu: float = 0.0  # model FLOPs counting the causal half of attention
 
     @property
+    def ep_exposed_share(self) -> float | None:
+        """Share of the EP all-to-all time left on the critical path (None without EP)."""
+        total = self.comm_time_s.get("EP", 0.0)
+        return self.exposed_by_kind.get("EP", 0.0) / total if total else None
+
+    @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total
 
@@ -315,13 +326,15 @@ class PredictedStep:
             "layout": {k: getattr(lay, k) for k in (
                 "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "recompute", "seq",
                 "global_batch", "micro_batch", "flash", "precision", "balanced_ends",
-                "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "moe_imbalance")},
+                "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "ep_overlap",
+                "moe_imbalance", "framework")},
             "microbatches": lay.microbatches,
             "step_time_s": self.step_time_s, "compute_time_s": self.compute_time_s,
             "optimizer_time_s": self.optimizer_s,
             "comm_time_s": dict(self.comm_time_s), "exposed_comm_by_kind_s":
                 dict(self.exposed_by_kind), "exposed_comm_s": self.exposed_comm_s,
             "ep_all_to_all_s": dict(self.ep_split),
+            "ep_exposed_share": self.ep_exposed_share,
             "bubble_s": self.bubble_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
             "causal_tflops_per_gpu": self.causal_tflops_per_gpu,
@@ -498,7 +511,7 @@ def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
     lt = layer_times(model, lay, gpu, lay.batch, lay.seq)
     per_layer = lt.microbatch_s(lay.recompute)
     head_s = logits_flops(model, lay.batch * lay.seq) / (lay.tp * lay.cp) \
-        / (gemm_peak(gpu, lay.precision) * kernels(gpu).gemm)
+        / (gpu.bf16_flops * kernels(gpu, lay.framework).gemm)  # the output layer stays bf16
     layers = stage_layers(model, lay)
     stage_s = [n * per_layer + (3 * head_s if i == p - 1 else 0.0)
                for i, n in enumerate(layers)]
@@ -536,9 +549,15 @@ def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
             dp_grad_last = max(dp_grad_last, c.time_s)
     exposed_mb = dict(per_mb)
     redo_full = 1 if lay.recompute == "full" else 0
-    if lay.tp_overlap and per_mb["TP"]:  # each collective in tp chunks behind its GEMM
+    if lay.tp_overlap and per_mb["TP"]:  # each collective in tp chunks behind its GEMM,
+        # as far as the framework's implementation hides them
         window = n * lt.gemm_s * (3 + redo_full)
-        exposed_mb["TP"] = _hidden(per_mb["TP"], per_mb["TP"] / lay.tp, window)
+        share = get_framework(lay.framework).tp_overlap_hidden
+        exposed_mb["TP"] = (1 - share) * per_mb["TP"] \
+            + share * _hidden(per_mb["TP"], per_mb["TP"] / lay.tp, window)
+    if lay.ep_overlap and per_mb["EP"]:  # another microbatch's compute runs during the
+        # all-to-alls (DualPipe; 1F1B all-to-all overlap): one exchange stays exposed
+        exposed_mb["EP"] = _hidden(per_mb["EP"], first["EP"], mb_compute - first["EP"])
     if lay.cp_overlap and per_mb["CP"]:  # cp-1 ring steps, each behind one attention block
         window = n * lt.attention_s * (1 + lt.attention_bwd_factor + redo_full)
         exposed_mb["CP"] = _hidden(per_mb["CP"], per_mb["CP"] / max(lay.cp - 1, 1), window)
@@ -595,7 +614,7 @@ def _inference_step(model, lay, cluster, mem, timed) -> PredictedStep:
     kv_bytes = kv_cache_bytes_per_token(model, lay) * b * lay.seq / lay.cp
     hbm = gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY
     layer_s = max(lt.forward_s, (weight_bytes + kv_bytes) / hbm)
-    rate = gemm_peak(gpu, lay.precision) * kernels(gpu).gemm
+    rate = gpu.bf16_flops * kernels(gpu, lay.framework).gemm  # the output layer stays bf16
     head_s = max(logits_flops(model, b) / lay.tp / rate,
                  BF16 * model.vocab * model.hidden / lay.tp / hbm)
     compute = model.layers * layer_s + head_s  # the stages run one after another
@@ -627,4 +646,4 @@ def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, expose
         tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
         model_flops / step_s / n / gemm_peak(cluster.gpu, lay.precision), mem,
         cluster.gpu.hbm_bytes,
-        timed, opt_s, (), ep_split, kernels(cluster.gpu))
+        timed, opt_s, (), ep_split, kernels(cluster.gpu, lay.framework))
