@@ -14,7 +14,7 @@ import sys
 
 from ..errors import ConfigError
 from ..workloads.frameworks import PRECISIONS, list_frameworks
-from ..workloads.layout import KINDS, MODES, RECOMPUTE
+from ..workloads.layout import KINDS, MODES, RECOMPUTE, RECOMPUTE_MODULES
 from ..workloads.models import list_models
 from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Comparison,
                                  PlanRequest, answer)
@@ -28,7 +28,8 @@ _INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batc
          "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
-          "pp_overlap", "ep_overlap")
+          "pp_overlap", "ep_overlap", "fp8_activations", "offload_activations",
+          "offload_optimizer")
 
 
 def register(sub) -> None:
@@ -74,6 +75,15 @@ def register(sub) -> None:
     p.add_argument("--recompute", choices=RECOMPUTE, default="none",
                    help="activation recomputation: selective re-runs the attention core "
                    "(Korthikanti et al. 2022), full every layer's forward")
+    p.add_argument("--recompute-modules", default=None, metavar="M1,M2",
+                   help="parts re-made in backward (Megatron-core --recompute-modules): "
+                   + ", ".join(RECOMPUTE_MODULES))
+    p.add_argument("--fp8-activations", action="store_true", default=None,
+                   help="linear-layer inputs cached in fp8 (DeepSeek-V3)")
+    p.add_argument("--offload-activations", action="store_true", default=None,
+                   help="stored activations wait in host memory (over PCIe)")
+    p.add_argument("--offload-optimizer", action="store_true", default=None,
+                   help="optimizer states in host memory, Adam on the CPU (ZeRO-Offload)")
     p.add_argument("--no-flash", dest="flash", action="store_false", default=True,
                    help="attention materialises its score matrix (pre-FlashAttention kernels)")
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
@@ -209,7 +219,8 @@ def _search_table(res: SearchResult) -> str:
              f"{res.structures} layouts considered, {r['rejected']['divisibility']} cannot "
              f"split, {r['rejected']['memory']} do not fit, {res.bounded} bounded out, "
              f"{res.timed} timed in {res.elapsed_s:.1f} s; best {len(res.ranked)} "
-             f"(MFU against the dense peak of {res.ranked[0].plan.layout.precision}):"]
+             f"(MFU against the dense "
+             f"{'fp8' if res.ranked[0].plan.layout.fp8 else 'bf16'} peak):"]
     head = ["rank", "tp", "pp", "vpp", "dp", "cp", "ep", "mb", "recompute", "zero", "step",
             "tokens/s", "TFLOP/s", "MFU", "exposed comm", "bubble", "mem/GPU", "why not best"]
     rows = []
@@ -259,7 +270,12 @@ def _header(r) -> str:
             + (f" precision={lay.precision}" if lay.fp8 else "")
             + (f" framework={lay.framework}" if lay.framework != "megatron" else "")
             + (" balanced-ends" if lay.balanced_ends else "")
-            + (f" moe-imbalance={lay.moe_imbalance:g}" if lay.moe_imbalance != 1 else ""))
+            + (f" moe-imbalance={lay.moe_imbalance:g}" if lay.moe_imbalance != 1 else "")
+            + (f" recompute-modules={','.join(lay.recompute_modules)}"
+               if lay.recompute_modules else "")
+            + (" fp8-activations" if lay.fp8_activations else "")
+            + (" offload-activations" if lay.offload_activations else "")
+            + (" offload-optimizer" if lay.offload_optimizer else ""))
 
 
 def _metric_rows(r) -> list[tuple[str, str]]:
@@ -284,7 +300,7 @@ def _metric_rows(r) -> list[tuple[str, str]]:
         rows.append(("optimizer step", _t(r.optimizer_s)))
     rows += [("tokens/s", f"{r.tokens_per_s:,.0f}"),
              ("TFLOP/s per GPU (model)", f"{r.tflops_per_gpu:.1f}"),
-             (f"MFU (vs dense {r.layout.precision} peak)", f"{r.mfu:.1%}"),
+             (f"MFU (vs dense {'fp8' if r.layout.fp8 else 'bf16'} peak)", f"{r.mfu:.1%}"),
              ("memory per GPU", f"{r.memory.total / 1e9:.1f} GB of {r.hbm_bytes / 1e9:.1f} GB")]
     return rows
 

@@ -144,6 +144,8 @@ class LayerTimes:
     attention_bwd_factor: float  # backward attention time over forward
     cast_fwd_s: float = 0.0  # fp8: quantizing the GEMM inputs (amax, cast, transposed copy)
     cast_bwd_s: float = 0.0  # fp8: quantizing the output gradients
+    selective_s: float = -1.0  # what --recompute selective re-runs (-1: the attention core)
+    modules_s: float = 0.0  # what recompute_modules re-run in backward
 
     @property
     def forward_s(self) -> float:
@@ -154,7 +156,9 @@ class LayerTimes:
             + 2 * self.elementwise_s + self.cast_bwd_s
 
     def recompute_s(self, recompute: str) -> float:
-        return {"full": self.forward_s, "selective": self.attention_s}.get(recompute, 0.0)
+        selective = self.attention_s if self.selective_s < 0 else self.selective_s
+        return {"full": self.forward_s, "selective": selective + self.modules_s,
+                "none": self.modules_s}[recompute]
 
     def microbatch_s(self, recompute: str) -> float:
         return self.forward_s + self.backward_s() + self.recompute_s(recompute)
@@ -223,7 +227,23 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
         fwd_el, bwd_el = fp8_operand_elements(model, t)
         cast_f = recipe.cast_bytes * fwd_el * tokens / hbm
         cast_b = recipe.cast_bytes * bwd_el * tokens / hbm
-    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b)
+    # per-op SAC re-runs the elementwise kernels and every other matmul
+    selective = elem_s + 0.5 * gemm_s + cast_f if fw.selective == "op" else -1.0
+    per_elem = BF16 * tokens / hbm * fw.elementwise_passes
+    rate = gemm_rate(gpu, lay)
+    n_routed = model.top_k * lay.moe_imbalance
+    module_s = {
+        "layernorm": 4 * h / sp * per_elem,
+        "mlp_act": mlp * per_elem,
+        "moe_act": mlp * per_elem,
+        "mla_up_proj": 2 * tokens * (model.q_lora_rank * model.heads * model.qk_head_dim
+                                     + model.kv_lora_rank * model.heads
+                                     * (model.head_dim + model.v_head_dim)) / t / rate,
+        "shared_experts": 2 * tokens * model.shared_experts * model.expert_params / t / rate,
+        "moe": (2 * tokens * n_routed * model.expert_params / t / rate
+                + mlp * per_elem) if model.moe else 0.0}
+    modules = sum(module_s[m] for m in set(lay.recompute_modules))
+    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b, selective, modules)
 
 
 # -- parameters per GPU --------------------------------------------------------------------
@@ -291,21 +311,47 @@ def activation_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
     (5 bytes per score) are kept too. The imbalance of routing inflates the expert part.
     """
     h, t = model.hidden, lay.tp
+    redo = set(lay.recompute_modules)
+    if lay.recompute == "selective" and get_framework(lay.framework).selective == "op":
+        return _op_sac_bytes_per_token(model, lay)
+    act = 1 if lay.fp8_activations else BF16  # linear-layer inputs cached in fp8
     kvh = kv_heads_per_gpu(model, t)
     qkv = model.heads / t * model.qk_head_dim + kvh * (model.qk_head_dim + model.v_head_dim)
-    attn = BF16 * (qkv + model.heads / t * model.v_head_dim)
+    attn = BF16 * qkv + act * model.heads / t * model.v_head_dim
     if model.mla:  # the compressed latents feeding the up-projections (not split over tp)
-        attn += BF16 * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
+        latents = model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim
+        attn += act * latents
+        if "mla_up_proj" in redo:  # Q, K, V re-made from the latents in backward
+            attn -= BF16 * qkv
     if not lay.flash and lay.recompute == "none":
         attn += 5 * model.heads / t * lay.seq
-    per_mlp = (3 if model.mlp == "swiglu" else 2) * model.ffn * BF16 / t
+    gated = model.mlp == "swiglu"
+    # per MLP: the inputs of the activation (gate and up, or the GeLU input) and its output
+    # (the down projection's input, cached in fp8 with fp8_activations)
+    acts_in, acts_out = (2 if gated else 1) * model.ffn * BF16 / t, model.ffn * act / t
     if model.moe:
         routed = model.top_k * lay.moe_imbalance
-        mlp = per_mlp * (routed + model.shared_experts) + BF16 * h * routed / t
+        per_expert = acts_in + (0 if "moe_act" in redo else acts_out)
+        shared = model.shared_experts * (0 if "shared_experts" in redo else acts_in + acts_out)
+        experts = 0 if "moe" in redo else per_expert * routed
+        mlp = experts + shared + act * h * routed / t  # the routed copies (expert inputs)
     else:
-        mlp = per_mlp
-    outside = BF16 * 4 * h
+        mlp = acts_in + (0 if "mlp_act" in redo else acts_out)
+    outside = BF16 * (2 if "layernorm" in redo else 4) * h  # norm outputs re-made in backward
     return attn + mlp + (outside / t if lay.sequence_parallel else outside)
+
+
+def _op_sac_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
+    """torchtitan's per-op selective checkpointing: the layer input, the attention output and
+    every other matmul output are saved; everything else is recomputed (torchtitan
+    activation_checkpoint.py, _save_list and "recompute every other mm")."""
+    h, t = model.hidden, lay.tp
+    n = model.top_k + model.shared_experts if model.moe else 1
+    qkv = model.heads * model.qk_head_dim + 2 * kv_heads_per_gpu(model, t) * t * model.head_dim
+    up = (2 if model.mlp == "swiglu" else 1) * model.ffn
+    mm_out = qkv / t + h + n * (up / t + h)
+    sp = t if lay.sequence_parallel else 1
+    return BF16 * (h / sp + model.heads * model.v_head_dim / t + mm_out / 2)
 
 
 def inflight_microbatches(lay: Layout, stage: int = 0) -> float:
@@ -344,16 +390,23 @@ def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
     layers = stage_layers(model, lay)
     per_token = activation_bytes_per_token(model, lay)
     if lay.mode == "train":
+        if lay.offload_optimizer:  # fp32 master weights and moments live in host memory
+            opt = 0.0
         sp = lay.tp if lay.sequence_parallel else 1
         working = per_token * tokens  # one layer's activations during its recompute/backward
         if lay.recompute == "full":  # keep each layer's input; re-run one layer at a time
             keep = BF16 * model.hidden / sp * tokens
         else:
             keep, working = per_token * tokens, 0.0
-        stages = [layers[i] * keep * inflight_microbatches(lay, i) for i in range(lay.pp - 1)]
+        inflight = [inflight_microbatches(lay, i) for i in range(lay.pp)]
+        if lay.offload_activations:  # all but the running microbatch's wait in host memory
+            # (and the next one's, prefetched)
+            inflight = [min(x, 2.0) for x in inflight]
+        stages = [layers[i] * keep * inflight[i] for i in range(lay.pp - 1)]
         # the last stage holds one microbatch, and its logits: the bf16 output of the head,
-        # the fp32 copy the loss works on and the fp32 softmax kept for backward
-        logits = (BF16 + 4 + 4) * tokens * model.vocab / lay.tp
+        # the fp32 copy the loss works on and the fp32 softmax kept for backward (twice with
+        # multi-token prediction: its own head)
+        logits = (BF16 + 4 + 4) * tokens * model.vocab / lay.tp * (1 + min(model.mtp_layers, 1))
         last = layers[-1] * keep + logits
         acts = max(stages + [last]) + working
         if last >= max(stages, default=0.0):

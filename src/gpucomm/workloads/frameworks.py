@@ -55,6 +55,8 @@ class Framework:
     overlaps: dict  # switch -> default on/off
     overlap_sources: dict
     kernels: dict = field(repr=False)  # GPU class (sm) -> Kernels
+    selective: str = "attention"  # what --recompute selective keeps: "attention" (Korthikanti
+    # et al.: the attention core re-run) or "op" (torchtitan per-op SAC)
 
     def kernels_for(self, gpu) -> Kernels:
         sm = getattr(gpu, "sm", "")
@@ -95,7 +97,15 @@ def _framework(d: dict, where: str) -> Framework:
                      _num(d, "elementwise_passes", where, 1, 20),
                      _num(d, "tp_overlap_hidden", where, 0, 1),
                      {k: bool(ov[k]["default"]) for k in OVERLAP_KEYS},
-                     {k: ov[k]["source"] for k in OVERLAP_KEYS}, kern)
+                     {k: ov[k]["source"] for k in OVERLAP_KEYS}, kern,
+                     _choice(d, "selective", ("attention", "op"), where))
+
+
+def _choice(d: dict, key: str, allowed: tuple, where: str) -> str:
+    v = d.get(key, allowed[0])
+    if v not in allowed:
+        raise ConfigError(f"{where}: {key} must be one of {', '.join(allowed)}, got {v!r}")
+    return v
 
 
 @functools.lru_cache(maxsize=None)

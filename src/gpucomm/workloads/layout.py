@@ -25,6 +25,7 @@ from .models import ModelConfig
 MODES = ("train", "prefill", "decode")
 KINDS = ("TP", "CP", "EP", "PP", "DP")
 RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("layernorm", "mla_up_proj", "moe_act", "mlp_act", "shared_experts", "moe")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ class Layout:
     `ep_overlap` (MoE all-to-alls hidden behind another microbatch's compute, as DualPipe and
     Megatron-core's 1F1B all-to-all overlap run them).
     `moe_imbalance`: tokens the busiest expert-parallel rank receives over the mean (1 = even).
+    `recompute_modules`: parts re-made in backward instead of stored (Megatron-core
+    --recompute-modules; DeepSeek-V3 report sec. 3.3.3): layernorm, mla_up_proj, moe_act
+    (the experts' SwiGLU), mlp_act, shared_experts, moe (the whole expert MLPs).
+    `fp8_activations`: linear-layer inputs cached in fp8 (DeepSeek-V3 sec. 3.3.3;
+    Transformer Engine keeps the fp8 copy its GEMM used).
+    `offload_activations` / `offload_optimizer`: stored activations wait in host memory
+    (Megatron-core --cpu-offloading), the optimizer states live and step on the CPU
+    (DeepSpeed ZeRO-Offload; Megatron-core --optimizer-cpu-offload).
     """
     tp: int = 1
     pp: int = 1
@@ -76,6 +85,10 @@ class Layout:
     moe_imbalance: float = 1.0
     framework: str = "megatron"
     ep_overlap: bool = False
+    recompute_modules: tuple = ()
+    fp8_activations: bool = False
+    offload_activations: bool = False
+    offload_optimizer: bool = False
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "cp", "ep", "seq", "global_batch", "micro_batch", "vpp"):
@@ -91,6 +104,13 @@ class Layout:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, "
                               f"got {self.precision!r}")
         get_framework(self.framework)  # names the allowed ones when unknown
+        if isinstance(self.recompute_modules, str):
+            object.__setattr__(self, "recompute_modules", tuple(
+                m.strip() for m in self.recompute_modules.split(",") if m.strip()))
+        bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise ConfigError(f"recompute module(s) {', '.join(map(str, bad))} unknown: allowed "
+                              f"are {', '.join(RECOMPUTE_MODULES)}")
         imb = self.moe_imbalance
         if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1.0 <= imb <= 64:
             raise ConfigError(f"moe_imbalance must be a number from 1 (even routing) to 64, "
@@ -215,10 +235,12 @@ def stage_layers(model: ModelConfig, lay: Layout) -> list[int]:
         base, extra = divmod(model.layers + 2, p)
         out = [base + (1 if i < extra else 0) for i in range(p)]
         out[0] -= 1
-        out[-1] -= 1
+        out[-1] -= 1 - model.mtp_layers
         return out
     base, extra = divmod(model.layers, p)
-    return [base + (1 if i < extra else 0) for i in range(p)]
+    out = [base + (1 if i < extra else 0) for i in range(p)]
+    out[-1] += model.mtp_layers  # multi-token prediction modules follow the last layer
+    return out
 
 
 def layers_per_stage(model: ModelConfig, lay: Layout) -> int:

@@ -33,7 +33,8 @@ from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
 from .frameworks import get_framework
-from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory, gemm_peak,
+from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
+                      activation_bytes_per_token, gemm_peak,
                       kernels, kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
                       layer_times, logits_flops, memory_per_gpu, stage_params_per_gpu,
                       training_flops)
@@ -327,7 +328,8 @@ class PredictedStep:
                 "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "recompute", "seq",
                 "global_batch", "micro_batch", "flash", "precision", "balanced_ends",
                 "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "ep_overlap",
-                "moe_imbalance", "framework")},
+                "moe_imbalance", "framework", "recompute_modules", "fp8_activations",
+                "offload_activations", "offload_optimizer")},
             "microbatches": lay.microbatches,
             "step_time_s": self.step_time_s, "compute_time_s": self.compute_time_s,
             "optimizer_time_s": self.optimizer_s,
@@ -338,7 +340,8 @@ class PredictedStep:
             "bubble_s": self.bubble_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
             "causal_tflops_per_gpu": self.causal_tflops_per_gpu,
-            "mfu": self.mfu, "mfu_basis": f"model FLOPs / dense {lay.precision} peak",
+            "mfu": self.mfu,
+            "mfu_basis": f"model FLOPs / dense {'fp8' if lay.fp8 else 'bf16'} peak",
             "memory_per_gpu_bytes": self.memory.total,
             "memory_breakdown_bytes": self.memory.to_dict(), "hbm_bytes": self.hbm_bytes,
             "warnings": list(self.warnings), "overlaps": self.overlaps(),
@@ -496,12 +499,37 @@ def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tu
     return tuple(timed)
 
 
+def _pcie_Bps(gpu) -> float:
+    from ..hardware import get_link_tech
+    return get_link_tech(gpu.pcie).achievable_Bps
+
+
+def offload_exposed(model: ModelConfig, lay: Layout, gpu, layers: int, window: float) -> float:
+    """Per microbatch: the time activations offloaded to host memory (out after forward, back
+    before backward, over the GPU's PCIe link) take beyond the compute they overlap."""
+    if not lay.offload_activations:
+        return 0.0
+    tokens = lay.batch * lay.seq / lay.cp
+    sp = lay.tp if lay.sequence_parallel else 1
+    keep = BF16 * model.hidden / sp if lay.recompute == "full" \
+        else activation_bytes_per_token(model, lay)
+    return max(0.0, 2 * layers * keep * tokens / _pcie_Bps(gpu) - window)
+
+
+HOST_ADAM_BYTES = 4 + 2 * OPTIMIZER_BYTES  # fp32 gradient read, master + moments read/written
+
+
 def optimizer_time(model: ModelConfig, lay: Layout, gpu) -> float:
     """Adam over this GPU's optimizer shard: reads bf16 grads... and fp32 state, writes state
-    and bf16 weights (HBM-bound)."""
+    and bf16 weights (HBM-bound). Offloaded: gradients down and weights up over PCIe, Adam on
+    the host at its memory bandwidth (the catalog's DDR5, shared by the GPUs of a socket)."""
     dense, expert = stage_params_per_gpu(model, lay)
     shard = dense / lay.shard_dp + expert / lay.expert_dp if lay.zero >= 1 \
         else dense + expert
+    if lay.offload_optimizer:
+        from ..hardware import get_link_tech
+        host = get_link_tech("ddr5-4800").achievable_Bps / 4  # 4 GPUs per socket (DGX)
+        return shard * (4 / _pcie_Bps(gpu) + HOST_ADAM_BYTES / host)
     nbytes = shard * (4 + 2 * OPTIMIZER_BYTES + 2)
     return nbytes / (gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY)
 
@@ -567,7 +595,8 @@ def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
         exposed_mb["PP"] = 0.0
     zero3_exposed = (max(zero3_one, zero3 - mb_compute) if lay.dp_overlap else zero3) \
         if zero3 else 0.0
-    slot = mb_compute + sum(exposed_mb.values()) + zero3_exposed
+    slot = mb_compute + sum(exposed_mb.values()) + zero3_exposed \
+        + offload_exposed(model, lay, gpu, n, mb_compute)
     bubble = (p - 1) / v * slot + pp_chain
     if lay.dp_overlap:
         dp_exposed = (_overlapped(dp_grad, dp_grad_last, dp_grad_n, mb_bwd)
