@@ -199,7 +199,8 @@ def test_activations_match_korthikanti_without_dropout_masks():
 
 def test_zero_stages_shrink_memory_in_order():
     m = get_model("llama3-8b")
-    mems = [memory_per_gpu(m, Layout(dp=8, seq=2048, global_batch=8, zero=z)) for z in range(4)]
+    mems = [memory_per_gpu(m, Layout(dp=8, seq=2048, global_batch=8, zero=z, grad_bytes=4))
+            for z in range(4)]
     assert mems[0].optimizer == pytest.approx(12 * m.params)
     assert mems[1].optimizer == pytest.approx(12 * m.params / 8)
     assert mems[1].gradients == pytest.approx(4 * m.params)  # fp32 main gradients

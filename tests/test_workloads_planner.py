@@ -63,10 +63,15 @@ def test_selective_recompute_drops_the_score_matrix_and_reruns_attention():
 
 def test_distributed_optimizer_bytes_per_parameter():
     m = get_model("llama3-8b")
-    mem = memory_per_gpu(m, Layout(dp=8, seq=2048, global_batch=8, zero=1))
-    # Megatron's distributed optimizer: 2 (bf16) + 4 (fp32 grads) + 12/d per parameter
+    lay = Layout(dp=8, seq=2048, global_batch=8, zero=1)
+    mem = memory_per_gpu(m, lay.with_(grad_bytes=4))
+    # Megatron's distributed optimizer docs: 2 (bf16) + 4 (fp32 grads) + 12/d per parameter
     assert (mem.weights + mem.gradients + mem.optimizer) == pytest.approx(
         m.params * (2 + 4 + 12 / 8))
+    # and with Megatron-core's default bf16 gradient buffers: 2 + 2 + 16/d
+    mem = memory_per_gpu(m, lay)
+    assert (mem.weights + mem.gradients + mem.optimizer) == pytest.approx(
+        m.params * (2 + 2 + 16 / 8))
 
 
 def test_llama3_published_layout_is_accepted():

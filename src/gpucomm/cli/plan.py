@@ -84,6 +84,11 @@ def register(sub) -> None:
                    help="stored activations wait in host memory (over PCIe)")
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory, Adam on the CPU (ZeRO-Offload)")
+    p.add_argument("--fp32-grads", dest="grad_bytes", action="store_const", const=4,
+                   default=None, help="gradients kept and reduced in fp32 (default: the "
+                   "framework's: bf16 for megatron, fp32 for torchtitan and deepspeed)")
+    p.add_argument("--bf16-grads", dest="grad_bytes", action="store_const", const=2,
+                   help="gradients kept and reduced in bf16")
     p.add_argument("--no-flash", dest="flash", action="store_false", default=True,
                    help="attention materialises its score matrix (pre-FlashAttention kernels)")
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .compute import BF16, COMM_GRAD_BYTES, kv_heads_per_gpu, layer_params_per_gpu, \
+from .compute import BF16, COMM_GRAD_BYTES, grad_bytes, kv_heads_per_gpu, layer_params_per_gpu, \
     stage_params_per_gpu
 from .frameworks import fp8_recipe, get_framework
 from .layout import Layout, layers_per_stage
@@ -184,7 +184,7 @@ def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
                                        (expert, "edp", lay.expert_dp, "expert")):
         if params == 0 or size == 1:
             continue
-        gbytes = COMM_GRAD_BYTES * params
+        gbytes = grad_bytes(lay) * params
         if lay.zero == 3:
             d, e = layer_params_per_gpu(model, lay)
             layer_bytes = int(_gather_bytes(lay) * (d if label == "dense" else e))
@@ -196,7 +196,7 @@ def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
             out += _bucketed("DP", "reduce_scatter", gbytes, max(layer_bytes, 1), group,
                              f"FSDP reduce-scatter of {label} gradients")
             continue
-        bucket = dp_bucket_bytes(size)
+        bucket = dp_bucket_bytes(size) * grad_bytes(lay) // COMM_GRAD_BYTES
         if lay.zero == 0:
             out += _bucketed("DP", "all_reduce", gbytes, bucket, group,
                              f"all-reduce of {label} gradients")

@@ -21,9 +21,11 @@ and the memory-bound elementwise kernels (norms, residual adds, activation funct
 HBM_EFFICIENCY of the HBM bandwidth.
 
 Memory per GPU (mixed precision with Adam), Megatron-LM's distributed-optimizer accounting
-(docs "Distributed Optimizer": bf16 weights 2 bytes, fp32 main gradients 4 bytes, fp32 main
-weights and Adam moments 12 bytes per parameter): ZeRO-1 (the distributed optimizer) shards
-the 12, ZeRO-2 also the gradients, ZeRO-3/FSDP everything over the data-parallel group
+(docs "Distributed Optimizer": bf16 weights 2 bytes, gradients 4 bytes in fp32 or 2 in bf16
+(then the optimizer keeps an fp32 copy of its shard, 4 more), fp32 main weights and Adam
+moments 12 bytes per parameter; the gradient width is the framework's or --fp32-grads):
+ZeRO-1 (the distributed optimizer) shards the 12, ZeRO-2 also the gradients, ZeRO-3/FSDP
+everything over the data-parallel group
 (expert weights over the expert-data-parallel group). Activations follow Korthikanti et al.
 2022 ("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
 sec. 4), generalised to GQA/MLA, gated MLPs and MoE, with no dropout masks.
@@ -39,8 +41,14 @@ from .models import ModelConfig
 
 BF16 = 2
 WEIGHT_BYTES = 2  # bf16 weights used by the forward and backward passes
-GRAD_BYTES = 4  # fp32 main gradients (Megatron accumulates and reduces them in fp32)
+GRAD_BYTES = 4  # fp32 main gradients
 COMM_GRAD_BYTES = 2  # bytes per gradient element the DP collectives move (bf16 reduction)
+
+
+def grad_bytes(lay: Layout) -> int:
+    """Bytes per gradient element kept and reduced: the layout's (--fp32-grads) or its
+    framework's (Megatron-core: bf16 buffers; FSDP2 and DeepSpeed: fp32)."""
+    return lay.grad_bytes or get_framework(lay.framework).grad_bytes
 OPTIMIZER_BYTES = 12  # fp32 master copy + Adam m and v
 HBM_EFFICIENCY = 0.85  # STREAM-like kernels on A100/H100 reach 80-90% of the data-sheet figure
 
@@ -381,8 +389,11 @@ def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
     weights = WEIGHT_BYTES * (dense + expert)
     grads = opt = 0.0
     if lay.mode == "train":
-        opt = OPTIMIZER_BYTES * _shard(lay, dense, expert, 1)
-        grads = GRAD_BYTES * _shard(lay, dense, expert, 2)
+        gbytes = grad_bytes(lay)
+        # bf16 gradient buffers: the optimizer makes an fp32 copy of its shard's gradients
+        opt = (OPTIMIZER_BYTES + (GRAD_BYTES if gbytes < GRAD_BYTES else 0)) \
+            * _shard(lay, dense, expert, 1)
+        grads = gbytes * _shard(lay, dense, expert, 2)
         if lay.zero == 3:  # weights sharded; one layer (FSDP unit) gathered, the next prefetched
             d, e = layer_params_per_gpu(model, lay)
             weights = WEIGHT_BYTES * (_shard(lay, dense, expert, 3) + 2 * (d + e))

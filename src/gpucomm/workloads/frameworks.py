@@ -55,6 +55,7 @@ class Framework:
     overlaps: dict  # switch -> default on/off
     overlap_sources: dict
     kernels: dict = field(repr=False)  # GPU class (sm) -> Kernels
+    grad_bytes: int = 4  # gradient element width kept and reduced
     selective: str = "attention"  # what --recompute selective keeps: "attention" (Korthikanti
     # et al.: the attention core re-run) or "op" (torchtitan per-op SAC)
 
@@ -98,6 +99,7 @@ def _framework(d: dict, where: str) -> Framework:
                      _num(d, "tp_overlap_hidden", where, 0, 1),
                      {k: bool(ov[k]["default"]) for k in OVERLAP_KEYS},
                      {k: ov[k]["source"] for k in OVERLAP_KEYS}, kern,
+                     int(_choice(d, "grad_bytes", (4, 2), where)),
                      _choice(d, "selective", ("attention", "op"), where))
 
 

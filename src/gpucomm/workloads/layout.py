@@ -61,6 +61,7 @@ class Layout:
     `offload_activations` / `offload_optimizer`: stored activations wait in host memory
     (Megatron-core --cpu-offloading), the optimizer states live and step on the CPU
     (DeepSpeed ZeRO-Offload; Megatron-core --optimizer-cpu-offload).
+    `grad_bytes`: gradient width kept and reduced, 4 (fp32) or 2 (bf16); 0 = the framework's.
     """
     tp: int = 1
     pp: int = 1
@@ -89,12 +90,16 @@ class Layout:
     fp8_activations: bool = False
     offload_activations: bool = False
     offload_optimizer: bool = False
+    grad_bytes: int = 0
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "cp", "ep", "seq", "global_batch", "micro_batch", "vpp"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{f} must be an integer >= 1, got {v!r}")
+        if self.grad_bytes not in (0, 2, 4):
+            raise ConfigError(f"grad_bytes must be 0 (the framework's), 2 (bf16) or 4 (fp32), "
+                              f"got {self.grad_bytes!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"zero must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero!r}")
         if self.recompute not in RECOMPUTE:
