@@ -161,3 +161,18 @@ def test_published_runs_table_names_source_layout_and_metric():
         "--recompute full"
     assert pv._suggestion("...; no layout of these 8 GPUs fits; --nodes 4 --tp 8 would fit") \
         is None
+
+
+def test_plan_on_a_topology_file_matches_the_preset_it_was_written_from(tmp_path):
+    from gpucomm.topology import build_topology
+    from gpucomm.workloads.request import answer
+    path = tmp_path / "node.yaml"
+    build_topology("dgx-h100").save(path)
+    lay = (("tp", 8), ("seq", 4096))
+    mine = answer(PlanRequest("llama3-8b", system=str(path), nodes=2, layout=lay))
+    preset = answer(PlanRequest("llama3-8b", system="dgx-h100", nodes=2, layout=lay))
+    assert mine.step_time_s == pytest.approx(preset.step_time_s) and mine.gpus == 16
+    two = tmp_path / "two.yaml"
+    build_topology("dgx-h100", nodes=2).save(two)
+    with pytest.raises(ConfigError, match="one node's description"):
+        answer(PlanRequest("llama3-8b", system=str(two), layout=lay))

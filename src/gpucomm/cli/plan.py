@@ -40,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--model", required=True,
                    help=f"a shipped model ({', '.join(list_models())}) or a .yaml config")
     p.add_argument("--system", default="dgx-h100", help="topology preset (default dgx-h100)")
+    p.add_argument("--topology", metavar="FILE", default=None,
+                   help="one node's topology YAML (as gpucomm topo writes it) instead of a "
+                   "preset; --nodes copies it onto the fabric")
     p.add_argument("--nodes", type=positive_int, default=1)
     p.add_argument("--nic", default=None, help="NIC technology, e.g. ib-ndr, roce-400g")
     p.add_argument("--gpu", default=None,
@@ -145,7 +148,8 @@ def request(args) -> PlanRequest:
         topology += (("network", network),)
     given = {k: getattr(args, k) for k in LAYOUT_KEYS if hasattr(args, k)}
     layout = tuple((k, v) for k, v in given.items() if v is not None)
-    return PlanRequest(args.model, args.system, args.nodes, args.nic, topology, layout,
+    system = args.topology or args.system
+    return PlanRequest(args.model, system, args.nodes, args.nic, topology, layout,
                        args.sim_model, args.contention, _parse_compare(args.compare),
                        args.search, args.top)
 

@@ -81,7 +81,14 @@ class Cluster:
 
 @functools.lru_cache(maxsize=64)
 def _topology(system: str, nodes: int, nic, options: tuple):
-    from ..topology import build_topology
+    """`nodes` copies of a preset, or of the one-node topology YAML `system` names."""
+    from ..topology import Topology, build_topology
+    if system.endswith((".yaml", ".yml")):
+        node = Topology.load(system)
+        if len({d.node for d in node.devices}) != 1:
+            raise ConfigError(f"plan --topology {system}: give one node's description (the "
+                              f"file holds {node.nodes} nodes); --nodes sets how many")
+        return build_topology(nodes=nodes, nic=nic, node_topology=node, **dict(options))
     return build_topology(system, nodes=nodes, nic=nic, **dict(options))
 
 
