@@ -50,7 +50,8 @@ def test_nominal_and_achievable_kept_apart_and_nccl_figures():
 
 def test_gpus():
     assert {g.name for g in gpus()} >= {"v100", "a100", "h100", "h200", "b200", "gb200",
-                                        "mi300x", "mi355x", "t4", "l40s", "rtx4090"}
+                                        "mi300x", "mi355x", "t4", "l40s", "rtx4090", "h800",
+                                        "h20", "h100-96gb"}
     h100 = get_gpu("H100")
     assert (h100.nvlink, h100.nvlink_links, h100.pcie, h100.sm) == ("nvlink4", 18, "pcie5", "sm90")
     assert h100.hbm_bandwidth_Bps == 3.35e12 and h100.hbm_bytes == 80e9

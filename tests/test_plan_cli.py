@@ -32,7 +32,7 @@ def test_json_has_the_documented_fields(capsys):
                                              + d["bubble_s"] + d["optimizer_time_s"])
     assert d["mfu_basis"] == "model FLOPs / dense bf16 peak"
     assert {o["switch"] for o in d["overlaps"]} == {"dp_overlap", "tp_overlap", "cp_overlap",
-                                                    "pp_overlap"}
+                                                    "pp_overlap", "ep_overlap"}
     assert d["tokens_per_s"] == pytest.approx(16 * 4096 / d["step_time_s"])
     assert 0 < d["mfu"] < 1
 
@@ -106,7 +106,8 @@ def test_plot_writes_a_png(capsys, tmp_path):
     (["--model", "llama3-405b", "--tp", "8", "--seq", "8192"], "does not fit"),
     (["--model", "llama3-8b", "--compare", "colour=red"], "allowed are"),
     (["--model", "llama3-405b", "--nodes", "2048", "--nic", "roce-400g", "--tp", "8", "--pp",
-      "16", "--vpp", "8", "--seq", "8192", "--global-batch", "2048"], "--zero 2 would fit"),
+      "16", "--vpp", "8", "--seq", "8192", "--global-batch", "2048", "--fp32-grads"],
+     "--zero 2 would fit"),
     (["--model", "mixtral-8x7b", "--moe-imbalance", "0.5"], "moe_imbalance must be"),
     (["--model", "llama3-8b", "--system", "dgx-a100", "--precision", "fp8"], "no fp8"),
     (["--model", "llama3-8b", "--search"], "--search needs --global-batch"),

@@ -164,7 +164,7 @@ def test_ep_all_to_all_dispatch_and_combine_per_moe_layer():
         # each token's top_k copies; the 7/8 that leave the GPU are S * 7/8 of the buffer
         assert a2a.nbytes == pytest.approx(2 * 4096 * m.top_k * m.hidden, rel=1e-6)
     # expert gradients reduce over the expert-data-parallel group (dp/ep = 1 here: none)
-    assert all(c.group == "dp" for c in _by(comms, "DP"))
+    assert all(c.group == "dp_cp" for c in _by(comms, "DP"))
 
 
 def test_cp_exchanges_kv_of_the_whole_sequence():
@@ -199,7 +199,8 @@ def test_activations_match_korthikanti_without_dropout_masks():
 
 def test_zero_stages_shrink_memory_in_order():
     m = get_model("llama3-8b")
-    mems = [memory_per_gpu(m, Layout(dp=8, seq=2048, global_batch=8, zero=z)) for z in range(4)]
+    mems = [memory_per_gpu(m, Layout(dp=8, seq=2048, global_batch=8, zero=z, grad_bytes=4))
+            for z in range(4)]
     assert mems[0].optimizer == pytest.approx(12 * m.params)
     assert mems[1].optimizer == pytest.approx(12 * m.params / 8)
     assert mems[1].gradients == pytest.approx(4 * m.params)  # fp32 main gradients
@@ -230,6 +231,8 @@ def test_megatron_rank_order():
     assert group_ranks(lay, "cp") == (0, 8)
     assert group_ranks(lay, "dp") == (0, 16, 32, 48)
     assert group_ranks(lay, "pp") == (0, 64, 128, 192)
+    # gradients reduce over dp x cp: the CP ranks hold the same weights
+    assert group_ranks(lay, "dp_cp") == (0, 8, 16, 24, 32, 40, 48, 56)
     assert coords(lay, 64 + 16 + 8 + 3) == {"tp": 3, "cp": 1, "dp": 1, "ep": 0, "pp": 1}
 
 
@@ -241,7 +244,7 @@ def test_groups_partition_the_ranks(tp, pp, dp, cp, ep):
         return
     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     for kind, size in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep),
-                       ("edp", dp // ep)):
+                       ("edp", cp * dp // ep), ("dp_cp", dp * cp)):
         groups = {group_ranks(lay, kind, r) for r in range(lay.world)}
         assert all(len(g) == size for g in groups)
         assert sorted(r for g in groups for r in g) == list(range(lay.world))

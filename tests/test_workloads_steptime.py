@@ -94,7 +94,8 @@ def test_decode_is_bound_by_hbm_bandwidth():
 def test_layout_that_does_not_fit_is_rejected_with_the_reason():
     m = get_model("llama3-405b")
     lay = validate(m, Layout(tp=8, dp=1, seq=8192, global_batch=1), 8)
-    with pytest.raises(ConfigError, match=r"does not fit.*per GPU.*weights.*try a larger --tp"):
+    with pytest.raises(ConfigError,
+                       match=r"does not fit.*per GPU.*weights.*--nodes \d+ --tp 8.*would fit"):
         stm.check_memory(m, lay, memory_per_gpu(m, lay), GPU)
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 
 from ..errors import ConfigError
-from ..workloads.layout import KINDS, MODES, PRECISIONS, RECOMPUTE
+from ..workloads.frameworks import PRECISIONS, list_frameworks
+from ..workloads.layout import KINDS, MODES, RECOMPUTE, RECOMPUTE_MODULES
 from ..workloads.models import list_models
 from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Comparison,
                                  PlanRequest, answer)
@@ -27,7 +28,8 @@ _INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batc
          "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
-          "pp_overlap")
+          "pp_overlap", "ep_overlap", "fp8_activations", "offload_activations",
+          "offload_optimizer")
 
 
 def register(sub) -> None:
@@ -39,6 +41,9 @@ def register(sub) -> None:
                    help=f"a shipped model ({', '.join(list_models())}) or a .yaml config")
     p.add_argument("--system", type=name_arg, default="dgx-h100",
                    help="topology preset (default dgx-h100)")
+    p.add_argument("--topology", metavar="FILE", default=None,
+                   help="one node's topology YAML (as gpucomm topo writes it) instead of a "
+                   "preset; --nodes copies it onto the fabric")
     p.add_argument("--nodes", type=positive_int, default=1)
     p.add_argument("--nic", default=None, help="NIC technology, e.g. ib-ndr, roce-400g")
     p.add_argument("--gpu", default=None,
@@ -74,22 +79,43 @@ def register(sub) -> None:
     p.add_argument("--recompute", choices=RECOMPUTE, default="none",
                    help="activation recomputation: selective re-runs the attention core "
                    "(Korthikanti et al. 2022), full every layer's forward")
+    p.add_argument("--recompute-modules", default=None, metavar="M1,M2",
+                   help="parts re-made in backward (Megatron-core --recompute-modules): "
+                   + ", ".join(RECOMPUTE_MODULES))
+    p.add_argument("--fp8-activations", action="store_true", default=None,
+                   help="linear-layer inputs cached in fp8 (DeepSeek-V3)")
+    p.add_argument("--offload-activations", action="store_true", default=None,
+                   help="stored activations wait in host memory (over PCIe)")
+    p.add_argument("--offload-optimizer", action="store_true", default=None,
+                   help="optimizer states in host memory, Adam on the CPU (ZeRO-Offload)")
+    p.add_argument("--fp32-grads", dest="grad_bytes", action="store_const", const=4,
+                   default=None, help="gradients kept and reduced in fp32 (default: the "
+                   "framework's: bf16 for megatron, fp32 for torchtitan and deepspeed)")
+    p.add_argument("--bf16-grads", dest="grad_bytes", action="store_const", const=2,
+                   help="gradients kept and reduced in bf16")
     p.add_argument("--no-flash", dest="flash", action="store_false", default=True,
                    help="attention materialises its score matrix (pre-FlashAttention kernels)")
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                   help="GEMM arithmetic (fp8 as Transformer Engine runs it); MFU stays "
-                   "against the bf16 peak")
+                   help="GEMM arithmetic: bf16, fp8 (the framework's default recipe) or an fp8 "
+                   "recipe (tensorwise, delayed, rowwise, blockwise, mxfp8); MFU is against the "
+                   "dense peak of this precision")
+    p.add_argument("--framework", choices=list_frameworks(), default="megatron",
+                   help="kernel-efficiency and overlap set (data/frameworks/*.yaml; default "
+                   "megatron); overlap flags given here override its defaults")
     p.add_argument("--balanced-ends", action="store_true", default=False,
                    help="first and last pipeline stages carry one layer fewer (embedding, "
                    "loss), as Llama 3 and Megatron-core's --account-for-*-in-pipeline-split")
-    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false", default=True,
-                   help="DP gradient reduction after backward, not bucket by bucket within it")
-    p.add_argument("--tp-overlap", action="store_true", default=False,
-                   help="TP collectives hidden behind GEMMs (Megatron --tp-comm-overlap, AsyncTP)")
-    p.add_argument("--no-cp-overlap", dest="cp_overlap", action="store_false", default=True,
-                   help="CP K,V exchanged before attention (all-gather), not ring-overlapped")
-    p.add_argument("--no-pp-overlap", dest="pp_overlap", action="store_false", default=True,
-                   help="pipeline sends block the sending stage")
+    for name, what in (("dp", "DP gradient reduction bucket by bucket within backward"),
+                       ("tp", "TP collectives hidden behind GEMMs (--tp-comm-overlap, AsyncTP)"),
+                       ("cp", "CP K,V ring-overlapped with attention (off: all-gathered first)"),
+                       ("pp", "pipeline sends asynchronous (off: they block the stage)"),
+                       ("ep", "MoE all-to-alls behind another microbatch (DualPipe, 1F1B "
+                        "all-to-all overlap)")):
+        dest = f"{name}_overlap"
+        p.add_argument(f"--{name}-overlap", dest=dest, action="store_true", default=None,
+                       help=f"{what}; default: the framework's")
+        p.add_argument(f"--no-{name}-overlap", dest=dest, action="store_false", default=None,
+                       help=f"turn {name.upper()} overlap off")
     p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="X",
                    help="tokens the busiest expert rank gets over the mean (default 1: even)")
     p.add_argument("--mode", choices=MODES, default="train")
@@ -124,7 +150,8 @@ def request(args) -> PlanRequest:
         topology += (("network", network),)
     given = {k: getattr(args, k) for k in LAYOUT_KEYS if hasattr(args, k)}
     layout = tuple((k, v) for k, v in given.items() if v is not None)
-    return PlanRequest(args.model, args.system, args.nodes, args.nic, topology, layout,
+    system = args.topology or args.system
+    return PlanRequest(args.model, system, args.nodes, args.nic, topology, layout,
                        args.sim_model, args.contention, _parse_compare(args.compare),
                        args.search, args.top)
 
@@ -203,7 +230,8 @@ def _search_table(res: SearchResult) -> str:
              f"{res.structures} layouts considered, {r['rejected']['divisibility']} cannot "
              f"split, {r['rejected']['memory']} do not fit, {res.bounded} bounded out, "
              f"{res.timed} timed in {res.elapsed_s:.1f} s; best {len(res.ranked)} "
-             f"(MFU against the bf16 peak):"]
+             f"(MFU against the dense "
+             f"{'fp8' if res.ranked[0].plan.layout.fp8 else 'bf16'} peak):"]
     head = ["rank", "tp", "pp", "vpp", "dp", "cp", "ep", "mb", "recompute", "zero", "step",
             "tokens/s", "TFLOP/s", "MFU", "exposed comm", "bubble", "mem/GPU", "why not best"]
     rows = []
@@ -249,9 +277,16 @@ def _header(r) -> str:
             + (f" vpp={lay.vpp}" if lay.vpp > 1 else "")
             + (f" sp={'on' if lay.sequence_parallel else 'off'} zero={lay.zero} "
                f"recompute={lay.recompute} mb={lay.micro_batch}" if lay.mode == "train" else "")
-            + ("" if lay.flash else " no-flash") + (" fp8" if lay.precision == "fp8" else "")
+            + ("" if lay.flash else " no-flash")
+            + (f" precision={lay.precision}" if lay.fp8 else "")
+            + (f" framework={lay.framework}" if lay.framework != "megatron" else "")
             + (" balanced-ends" if lay.balanced_ends else "")
-            + (f" moe-imbalance={lay.moe_imbalance:g}" if lay.moe_imbalance != 1 else ""))
+            + (f" moe-imbalance={lay.moe_imbalance:g}" if lay.moe_imbalance != 1 else "")
+            + (f" recompute-modules={','.join(lay.recompute_modules)}"
+               if lay.recompute_modules else "")
+            + (" fp8-activations" if lay.fp8_activations else "")
+            + (" offload-activations" if lay.offload_activations else "")
+            + (" offload-optimizer" if lay.offload_optimizer else ""))
 
 
 def _metric_rows(r) -> list[tuple[str, str]]:
@@ -263,6 +298,8 @@ def _metric_rows(r) -> list[tuple[str, str]]:
         if k in r.comm_time_s:
             rows.append((f"{k} comm total / exposed",
                          f"{_t(r.comm_time_s[k])} / {_t(r.exposed_by_kind[k])}"))
+            if k == "EP" and r.ep_exposed_share is not None:
+                rows.append(("  EP exposed share", f"{r.ep_exposed_share:.0%}"))
             if k == "EP":
                 for part, label in (("intra", "inside nodes (NVLink)"),
                                     ("inter", "across nodes (RDMA)")):
@@ -274,7 +311,7 @@ def _metric_rows(r) -> list[tuple[str, str]]:
         rows.append(("optimizer step", _t(r.optimizer_s)))
     rows += [("tokens/s", f"{r.tokens_per_s:,.0f}"),
              ("TFLOP/s per GPU (model)", f"{r.tflops_per_gpu:.1f}"),
-             ("MFU (vs dense bf16 peak)", f"{r.mfu:.1%}"),
+             (f"MFU (vs dense {'fp8' if r.layout.fp8 else 'bf16'} peak)", f"{r.mfu:.1%}"),
              ("memory per GPU", f"{r.memory.total / 1e9:.1f} GB of {r.hbm_bytes / 1e9:.1f} GB")]
     return rows
 
@@ -290,8 +327,10 @@ def _table(r, collectives: bool = False) -> str:
         out.append(f"  overlap {o['switch'].replace('_overlap', '').upper():2s} "
                    f"{'on ' if o['on'] else 'off'}  {o['source']}")
     k = r.kernels
-    out.append(f"  kernels: GEMMs at {k.gemm:.0%} of the {r.layout.precision} peak, attention "
-               f"at {k.attention:.0%} of bf16 ({k.source})")
+    gemm = (f"fp8 GEMMs at {k.gemm_fp8:.0%} of the fp8 peak, other GEMMs"
+            if r.layout.fp8 else "GEMMs")
+    out.append(f"  kernels ({r.layout.framework}): {gemm} at {k.gemm:.0%} of the bf16 peak, "
+               f"attention at {k.attention:.0%} of bf16 ({k.source})")
     for w_ in r.warnings:
         out.append(f"  warning: {w_}")
     if collectives:

@@ -25,8 +25,14 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
 - DP: gradients reduced once per step, in buckets of max(40M, 1M*dp) elements (Megatron-core's
   default): all-reduce (ZeRO-0), or reduce-scatter of gradients + all-gather of updated bf16
   parameters (ZeRO-1/2, same volume). ZeRO-3/FSDP all-gathers each layer's parameters in
-  forward and again in backward for every microbatch, and reduce-scatters gradients once.
-  Expert parameters are reduced over the expert-data-parallel group (dp/ep ranks).
+  forward and again in backward for every microbatch, and reduce-scatters gradients once;
+  with fp8 per-tensor recipes under torchtitan (torchao float8 + FSDP2) the gathered weights
+  are fp8, half the bytes.
+  The group is dp x cp: context-parallel ranks hold the same weights and their gradients
+  are reduced with the data-parallel ones (Megatron-core's data-parallel group with context
+  parallelism; torchtitan shards FSDP over dp_shard x cp), so a dp=1 run with cp>1 still
+  reduces gradients. Expert parameters are reduced over the expert-data-parallel group
+  (dp*cp/ep ranks).
 Inference (forward only, no sequence parallelism, one batch in flight): 2 TP all-reduces per
 layer of tokens*h elements (prefill: b*s tokens, decode: b tokens), EP all-to-alls, CP
 all-gather of K and V (prefill), and one PP send per stage boundary.
@@ -37,8 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .compute import BF16, COMM_GRAD_BYTES, kv_heads_per_gpu, layer_params_per_gpu, \
+from .compute import BF16, COMM_GRAD_BYTES, grad_bytes, kv_heads_per_gpu, layer_params_per_gpu, \
     stage_params_per_gpu
+from .frameworks import fp8_recipe, get_framework
 from .layout import Layout, layers_per_stage
 from .models import ModelConfig
 
@@ -50,7 +57,7 @@ class Comm:
     collective: str
     nbytes: int
     count: float
-    group: str  # layout group: "tp", "cp", "ep", "pp", "dp", "edp"
+    group: str  # layout group: "tp", "cp", "ep", "pp", "dp_cp", "edp"
     phase: str  # "fwd" | "bwd" | "step"
     per: str  # "microbatch" | "step"
     what: str
@@ -160,17 +167,27 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
     return out
 
 
+def _gather_bytes(lay: Layout) -> int:
+    """Bytes per weight FSDP all-gathers: 1 where the framework gathers fp8 weights with a
+    per-tensor recipe (torchao enable_fsdp_float8_all_gather), else bf16."""
+    if lay.fp8 and get_framework(lay.framework).fp8_weight_gather:
+        recipe = fp8_recipe(lay.precision, lay.framework)
+        if recipe is not None and recipe.name in ("tensorwise", "delayed"):
+            return 1
+    return BF16
+
+
 def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
     dense, expert = stage_params_per_gpu(model, lay)
     out: list[Comm] = []
-    for params, group, size, label in ((dense, "dp", lay.dp, "dense"),
-                                       (expert, "edp", lay.dp // lay.ep, "expert")):
+    for params, group, size, label in ((dense, "dp_cp", lay.shard_dp, "dense"),
+                                       (expert, "edp", lay.expert_dp, "expert")):
         if params == 0 or size == 1:
             continue
-        gbytes = COMM_GRAD_BYTES * params
+        gbytes = grad_bytes(lay) * params
         if lay.zero == 3:
             d, e = layer_params_per_gpu(model, lay)
-            layer_bytes = int(BF16 * (d if label == "dense" else e))
+            layer_bytes = int(_gather_bytes(lay) * (d if label == "dense" else e))
             n = layers_per_stage(model, lay)
             out.append(Comm("DP", "all_gather", layer_bytes, n, group, "fwd", "microbatch",
                             f"FSDP gather of {label} layer weights"))
@@ -179,7 +196,7 @@ def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
             out += _bucketed("DP", "reduce_scatter", gbytes, max(layer_bytes, 1), group,
                              f"FSDP reduce-scatter of {label} gradients")
             continue
-        bucket = dp_bucket_bytes(size)
+        bucket = dp_bucket_bytes(size) * grad_bytes(lay) // COMM_GRAD_BYTES
         if lay.zero == 0:
             out += _bucketed("DP", "all_reduce", gbytes, bucket, group,
                              f"all-reduce of {label} gradients")

@@ -12,17 +12,20 @@ FLOP counting (all in multiply-add = 2 FLOPs):
 "Model FLOPs" (for MFU, as PaLM and Llama 3 report it) exclude recomputation; "hardware FLOPs"
 include it (what Megatron-LM's Table 1 reports as achieved teraFLOP/s).
 
-Kernel time (`layer_times`) has three parts, each at a rate chosen once per GPU class
-(`KERNELS`): GEMMs at a fraction of the bf16 (or fp8) peak; attention either as FlashAttention
-(causal: half the square executed, backward 2.5x the forward as it recomputes the scores) or
+Kernel time (`layer_times`) has three parts, each at a rate chosen once per GPU class and
+framework (`data/frameworks/*.yaml`): GEMMs at a fraction of the bf16 (or fp8) peak;
+attention either as FlashAttention (causal: half the square executed, backward 2.5x the
+forward as it recomputes the scores) or
 as the score-matrix BMMs plus their softmax/dropout passes through HBM (Megatron-LM 2021);
 and the memory-bound elementwise kernels (norms, residual adds, activation functions) at
 HBM_EFFICIENCY of the HBM bandwidth.
 
 Memory per GPU (mixed precision with Adam), Megatron-LM's distributed-optimizer accounting
-(docs "Distributed Optimizer": bf16 weights 2 bytes, fp32 main gradients 4 bytes, fp32 main
-weights and Adam moments 12 bytes per parameter): ZeRO-1 (the distributed optimizer) shards
-the 12, ZeRO-2 also the gradients, ZeRO-3/FSDP everything over the data-parallel group
+(docs "Distributed Optimizer": bf16 weights 2 bytes, gradients 4 bytes in fp32 or 2 in bf16
+(then the optimizer keeps an fp32 copy of its shard, 4 more), fp32 main weights and Adam
+moments 12 bytes per parameter; the gradient width is the framework's or --fp32-grads):
+ZeRO-1 (the distributed optimizer) shards the 12, ZeRO-2 also the gradients, ZeRO-3/FSDP
+everything over the data-parallel group
 (expert weights over the expert-data-parallel group). Activations follow Korthikanti et al.
 2022 ("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
 sec. 4), generalised to GQA/MLA, gated MLPs and MoE, with no dropout masks.
@@ -31,55 +34,50 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+from .frameworks import Kernels, fp8_recipe, get_framework
 from .layout import Layout, layers_per_stage, stage_layers
 from .models import ModelConfig
 
 BF16 = 2
 WEIGHT_BYTES = 2  # bf16 weights used by the forward and backward passes
-GRAD_BYTES = 4  # fp32 main gradients (Megatron accumulates and reduces them in fp32)
+GRAD_BYTES = 4  # fp32 main gradients
 COMM_GRAD_BYTES = 2  # bytes per gradient element the DP collectives move (bf16 reduction)
+
+
+def grad_bytes(lay: Layout) -> int:
+    """Bytes per gradient element kept and reduced: the layout's (--fp32-grads) or its
+    framework's (Megatron-core: bf16 buffers; FSDP2 and DeepSpeed: fp32)."""
+    return lay.grad_bytes or get_framework(lay.framework).grad_bytes
 OPTIMIZER_BYTES = 12  # fp32 master copy + Adam m and v
 HBM_EFFICIENCY = 0.85  # STREAM-like kernels on A100/H100 reach 80-90% of the data-sheet figure
 
 
-@dataclass(frozen=True)
-class Kernels:
-    """Achievable rates of one GPU class, as fractions of its data-sheet peaks."""
-    gemm: float  # large bf16/fp8 GEMMs (cuBLAS / Transformer Engine) over the dense peak
-    attention: float  # FlashAttention forward+backward over the bf16 dense peak
-    source: str
-
-
-# One entry per GPU class (the catalog's `sm`), never per run.
-KERNELS = {
-    "sm70": Kernels(0.65, 0.35, "V100: cuBLAS fp16 GEMMs ~80 of 125 TFLOP/s; no FlashAttention-2"),
-    "sm80": Kernels(0.70, 0.55, "A100: cuBLAS bf16 GEMMs of transformer shapes 200-230 of 312 "
-                    "TFLOP/s; FlashAttention-2 (Dao 2023) 50-73% of peak forward, less backward"),
-    "sm89": Kernels(0.65, 0.45, "Ada: GEMMs ~65% of the dense tensor peak; FlashAttention-2"),
-    "sm90": Kernels(0.60, 0.50, "H100: the 989 TFLOP/s peak assumes the 1.98 GHz boost clock; "
-                    "under sustained tensor load SXM parts run ~1.6-1.75 GHz, and cuBLAS/"
-                    "Transformer Engine bf16 GEMMs of transformer shapes reach ~70% of the "
-                    "clock-scaled peak; FlashAttention-2/3 on H100 (Shah et al. 2024) 35-75% "
-                    "forward, less backward"),
-    "sm100": Kernels(0.60, 0.50, "B200: taken as H100's fractions (no public training "
-                     "measurements at the time of writing)"),
-}
-
-
-def kernels(gpu) -> Kernels:
-    return KERNELS.get(getattr(gpu, "sm", ""), KERNELS["sm90"])
+def kernels(gpu, framework: str = "megatron") -> Kernels:
+    """The kernel rates of `gpu`'s class under `framework` (data/frameworks/*.yaml)."""
+    return get_framework(framework).kernels_for(gpu)
 
 
 def gemm_peak(gpu, precision: str) -> float:
-    """Dense FLOP/s of the GEMMs in `precision` (fp8 where the catalog gives a peak)."""
-    if precision == "fp8":
+    """Dense FLOP/s of the GEMMs in `precision` (any fp8 recipe: the fp8 peak)."""
+    if precision != "bf16":
         fp8 = getattr(gpu, "fp8_flops", 0.0)
         if not fp8:
-            from ..errors import ConfigError
-            raise ConfigError(f"precision fp8: {gpu.name} has no fp8 tensor cores in the "
-                              "catalog; use --precision bf16")
+            raise ConfigError(f"precision {precision}: {gpu.name} has no fp8 tensor cores in "
+                              "the catalog; use --precision bf16")
         return fp8
     return gpu.bf16_flops
+
+
+def gemm_rate(gpu, lay: Layout) -> float:
+    """FLOP/s the fp8-capable GEMMs (attention projections, MLP, experts) run at."""
+    k = kernels(gpu, lay.framework)
+    if not lay.fp8:
+        return gpu.bf16_flops * k.gemm
+    recipe = fp8_recipe(lay.precision, lay.framework, gpu)
+    assert recipe is not None
+    eff = k.gemm_fp8 or k.gemm / 2  # no published fp8 rate: no faster than bf16
+    return gemm_peak(gpu, lay.precision) * eff * recipe.gemm
 
 
 # -- FLOPs ---------------------------------------------------------------------------------
@@ -152,36 +150,64 @@ class LayerTimes:
     attention_s: float  # attention core (forward), FlashAttention or BMMs + softmax passes
     elementwise_s: float
     attention_bwd_factor: float  # backward attention time over forward
+    cast_fwd_s: float = 0.0  # fp8: quantizing the GEMM inputs (amax, cast, transposed copy)
+    cast_bwd_s: float = 0.0  # fp8: quantizing the output gradients
+    selective_s: float = -1.0  # what --recompute selective re-runs (-1: the attention core)
+    modules_s: float = 0.0  # what recompute_modules re-run in backward
 
     @property
     def forward_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.cast_fwd_s
 
     def backward_s(self) -> float:
         return 2 * self.gemm_s + self.attention_bwd_factor * self.attention_s \
-            + 2 * self.elementwise_s
+            + 2 * self.elementwise_s + self.cast_bwd_s
 
     def recompute_s(self, recompute: str) -> float:
-        return {"full": self.forward_s, "selective": self.attention_s}.get(recompute, 0.0)
+        selective = self.attention_s if self.selective_s < 0 else self.selective_s
+        return {"full": self.forward_s, "selective": selective + self.modules_s,
+                "none": self.modules_s}[recompute]
 
     def microbatch_s(self, recompute: str) -> float:
         return self.forward_s + self.backward_s() + self.recompute_s(recompute)
 
 
+def fp8_operand_elements(model: ModelConfig, tp: int) -> tuple[float, float]:
+    """(forward, backward) elements per token of one layer that fp8 GEMMs quantize on one GPU:
+    the inputs of the QKV, output, up/gate and down projections in forward, their output
+    gradients in backward (routed copies for MoE)."""
+    h = model.hidden
+    n = model.top_k + model.shared_experts if model.moe else 1
+    up = (2 if model.mlp == "swiglu" else 1) * model.ffn
+    qkv = model.heads * model.qk_head_dim + 2 * kv_heads_per_gpu(model, tp) * tp \
+        * model.head_dim
+    out_in = model.heads * model.v_head_dim
+    fwd = h + out_in / tp + n * (h + model.ffn / tp)
+    bwd = qkv / tp + h + n * (up / tp + h)
+    return fwd, bwd
+
+
 def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
                 ctx: int | None = None) -> LayerTimes:
     """Forward kernel time of one (MoE) layer on one GPU for `batch` sequences of `seq` new
-    tokens over `ctx` keys, the sequence split over cp and the layer over tp."""
+    tokens over `ctx` keys, the sequence split over cp and the layer over tp.
+
+    With an fp8 precision the projections and MLP/expert GEMMs run at the recipe's fp8 rate
+    and pay its quantization passes; the router, attention core and elementwise kernels stay
+    in bf16 (Transformer Engine, torchao float8 and DeepSeek-V3 keep them there)."""
     ctx = seq if ctx is None else ctx
-    k = kernels(gpu)
+    fw = get_framework(lay.framework)
+    k = fw.kernels_for(gpu)
     t, cp = lay.tp, lay.cp
     tokens = batch * seq / cp  # this GPU's queries
-    gemm_rate = gemm_peak(gpu, lay.precision) * k.gemm
     expert_share = 0.0
     if model.moe:  # the busiest EP rank multiplies imbalance x its share of routed tokens
         expert_share = 2.0 * model.top_k * model.expert_params * tokens \
             * (lay.moe_imbalance - 1.0)
-    gemm_s = (layer_matmul_flops(model, tokens) + expert_share) / t / gemm_rate
+    router = 2.0 * model.router_params * tokens
+    bf16_rate = gpu.bf16_flops * k.gemm
+    gemm_s = ((layer_matmul_flops(model, tokens) - router + expert_share) / gemm_rate(gpu, lay)
+              + router / bf16_rate) / t
     keys = ctx  # ring attention: every query meets every key over the cp steps
     square = attention_flops(model, tokens, keys) / t
     hbm = gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY
@@ -198,10 +224,34 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
     sp = t if lay.sequence_parallel else 1
     mlp = (3 if model.mlp == "swiglu" else 2) * model.ffn * (
         model.top_k + model.shared_experts if model.moe else 1) / t
-    # norms (2 x read+write h), residual adds (2 x 3h), the activation function: bf16 elements
-    elem_s = (10 * h / sp + mlp) * BF16 * tokens / hbm
+    # norms (2 x read+write h), residual adds (2 x 3h), the activation function: bf16 elements,
+    # times the framework's passes over a fused implementation
+    elem_s = (10 * h / sp + mlp) * BF16 * tokens / hbm * fw.elementwise_passes
     attn_s += BF16 * scores * tokens / hbm  # the score passes belong to the attention core
-    return LayerTimes(gemm_s, attn_s, elem_s, bwd)
+    cast_f = cast_b = 0.0
+    if lay.fp8:
+        recipe = fp8_recipe(lay.precision, lay.framework, gpu)
+        assert recipe is not None
+        fwd_el, bwd_el = fp8_operand_elements(model, t)
+        cast_f = recipe.cast_bytes * fwd_el * tokens / hbm
+        cast_b = recipe.cast_bytes * bwd_el * tokens / hbm
+    # per-op SAC re-runs the elementwise kernels and every other matmul
+    selective = elem_s + 0.5 * gemm_s + cast_f if fw.selective == "op" else -1.0
+    per_elem = BF16 * tokens / hbm * fw.elementwise_passes
+    rate = gemm_rate(gpu, lay)
+    n_routed = model.top_k * lay.moe_imbalance
+    module_s = {
+        "layernorm": 4 * h / sp * per_elem,
+        "mlp_act": mlp * per_elem,
+        "moe_act": mlp * per_elem,
+        "mla_up_proj": 2 * tokens * (model.q_lora_rank * model.heads * model.qk_head_dim
+                                     + model.kv_lora_rank * model.heads
+                                     * (model.head_dim + model.v_head_dim)) / t / rate,
+        "shared_experts": 2 * tokens * model.shared_experts * model.expert_params / t / rate,
+        "moe": (2 * tokens * n_routed * model.expert_params / t / rate
+                + mlp * per_elem) if model.moe else 0.0}
+    modules = sum(module_s[m] for m in set(lay.recompute_modules))
+    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b, selective, modules)
 
 
 # -- parameters per GPU --------------------------------------------------------------------
@@ -269,21 +319,47 @@ def activation_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
     (5 bytes per score) are kept too. The imbalance of routing inflates the expert part.
     """
     h, t = model.hidden, lay.tp
+    redo = set(lay.recompute_modules)
+    if lay.recompute == "selective" and get_framework(lay.framework).selective == "op":
+        return _op_sac_bytes_per_token(model, lay)
+    act = 1 if lay.fp8_activations else BF16  # linear-layer inputs cached in fp8
     kvh = kv_heads_per_gpu(model, t)
     qkv = model.heads / t * model.qk_head_dim + kvh * (model.qk_head_dim + model.v_head_dim)
-    attn = BF16 * (qkv + model.heads / t * model.v_head_dim)
+    attn = BF16 * qkv + act * model.heads / t * model.v_head_dim
     if model.mla:  # the compressed latents feeding the up-projections (not split over tp)
-        attn += BF16 * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
+        latents = model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim
+        attn += act * latents
+        if "mla_up_proj" in redo:  # Q, K, V re-made from the latents in backward
+            attn -= BF16 * qkv
     if not lay.flash and lay.recompute == "none":
         attn += 5 * model.heads / t * lay.seq
-    per_mlp = (3 if model.mlp == "swiglu" else 2) * model.ffn * BF16 / t
+    gated = model.mlp == "swiglu"
+    # per MLP: the inputs of the activation (gate and up, or the GeLU input) and its output
+    # (the down projection's input, cached in fp8 with fp8_activations)
+    acts_in, acts_out = (2 if gated else 1) * model.ffn * BF16 / t, model.ffn * act / t
     if model.moe:
         routed = model.top_k * lay.moe_imbalance
-        mlp = per_mlp * (routed + model.shared_experts) + BF16 * h * routed / t
+        per_expert = acts_in + (0 if "moe_act" in redo else acts_out)
+        shared = model.shared_experts * (0 if "shared_experts" in redo else acts_in + acts_out)
+        experts = 0 if "moe" in redo else per_expert * routed
+        mlp = experts + shared + act * h * routed / t  # the routed copies (expert inputs)
     else:
-        mlp = per_mlp
-    outside = BF16 * 4 * h
+        mlp = acts_in + (0 if "mlp_act" in redo else acts_out)
+    outside = BF16 * (2 if "layernorm" in redo else 4) * h  # norm outputs re-made in backward
     return attn + mlp + (outside / t if lay.sequence_parallel else outside)
+
+
+def _op_sac_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
+    """torchtitan's per-op selective checkpointing: the layer input, the attention output and
+    every other matmul output are saved; everything else is recomputed (torchtitan
+    activation_checkpoint.py, _save_list and "recompute every other mm")."""
+    h, t = model.hidden, lay.tp
+    n = model.top_k + model.shared_experts if model.moe else 1
+    qkv = model.heads * model.qk_head_dim + 2 * kv_heads_per_gpu(model, t) * t * model.head_dim
+    up = (2 if model.mlp == "swiglu" else 1) * model.ffn
+    mm_out = qkv / t + h + n * (up / t + h)
+    sp = t if lay.sequence_parallel else 1
+    return BF16 * (h / sp + model.heads * model.v_head_dim / t + mm_out / 2)
 
 
 def inflight_microbatches(lay: Layout, stage: int = 0) -> float:
@@ -304,7 +380,7 @@ def inflight_microbatches(lay: Layout, stage: int = 0) -> float:
 def _shard(lay: Layout, dense: float, expert: float, level: int) -> float:
     if lay.zero < level:
         return dense + expert
-    return dense / lay.dp + expert / max(lay.dp // lay.ep, 1)
+    return dense / lay.shard_dp + expert / lay.expert_dp
 
 
 def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
@@ -313,8 +389,11 @@ def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
     weights = WEIGHT_BYTES * (dense + expert)
     grads = opt = 0.0
     if lay.mode == "train":
-        opt = OPTIMIZER_BYTES * _shard(lay, dense, expert, 1)
-        grads = GRAD_BYTES * _shard(lay, dense, expert, 2)
+        gbytes = grad_bytes(lay)
+        # bf16 gradient buffers: the optimizer makes an fp32 copy of its shard's gradients
+        opt = (OPTIMIZER_BYTES + (GRAD_BYTES if gbytes < GRAD_BYTES else 0)) \
+            * _shard(lay, dense, expert, 1)
+        grads = gbytes * _shard(lay, dense, expert, 2)
         if lay.zero == 3:  # weights sharded; one layer (FSDP unit) gathered, the next prefetched
             d, e = layer_params_per_gpu(model, lay)
             weights = WEIGHT_BYTES * (_shard(lay, dense, expert, 3) + 2 * (d + e))
@@ -322,16 +401,23 @@ def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
     layers = stage_layers(model, lay)
     per_token = activation_bytes_per_token(model, lay)
     if lay.mode == "train":
+        if lay.offload_optimizer:  # fp32 master weights and moments live in host memory
+            opt = 0.0
         sp = lay.tp if lay.sequence_parallel else 1
         working = per_token * tokens  # one layer's activations during its recompute/backward
         if lay.recompute == "full":  # keep each layer's input; re-run one layer at a time
             keep = BF16 * model.hidden / sp * tokens
         else:
             keep, working = per_token * tokens, 0.0
-        stages = [layers[i] * keep * inflight_microbatches(lay, i) for i in range(lay.pp - 1)]
+        inflight = [inflight_microbatches(lay, i) for i in range(lay.pp)]
+        if lay.offload_activations:  # all but the running microbatch's wait in host memory
+            # (and the next one's, prefetched)
+            inflight = [min(x, 2.0) for x in inflight]
+        stages = [layers[i] * keep * inflight[i] for i in range(lay.pp - 1)]
         # the last stage holds one microbatch, and its logits: the bf16 output of the head,
-        # the fp32 copy the loss works on and the fp32 softmax kept for backward
-        logits = (BF16 + 4 + 4) * tokens * model.vocab / lay.tp
+        # the fp32 copy the loss works on and the fp32 softmax kept for backward (twice with
+        # multi-token prediction: its own head)
+        logits = (BF16 + 4 + 4) * tokens * model.vocab / lay.tp * (1 + min(model.mtp_layers, 1))
         last = layers[-1] * keep + logits
         acts = max(stages + [last]) + working
         if last >= max(stages, default=0.0):

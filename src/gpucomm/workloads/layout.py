@@ -19,12 +19,13 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
+from .frameworks import PRECISIONS, get_framework
 from .models import ModelConfig
 
 MODES = ("train", "prefill", "decode")
 KINDS = ("TP", "CP", "EP", "PP", "DP")
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp8")
+RECOMPUTE_MODULES = ("layernorm", "mla_up_proj", "moe_act", "mlp_act", "shared_experts", "moe")
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,28 @@ class Layout:
     `recompute`: "none", "selective" (the attention core re-runs in backward, Korthikanti et
     al. 2022) or "full" (every layer re-runs its forward during backward).
     `flash`: FlashAttention-style attention (no score matrix stored or written to HBM).
-    `precision`: the GEMMs' arithmetic ("bf16", or "fp8" as Transformer Engine runs it).
+    `precision`: the GEMMs' arithmetic: "bf16", "fp8" (the framework's default recipe) or an
+    fp8 recipe by name (tensorwise, delayed, rowwise, blockwise, mxfp8; see `frameworks`).
+    `framework`: the kernel-efficiency and overlap set (`gpucomm/data/frameworks/*.yaml`).
     `balanced_ends`: the first and last pipeline stages carry one transformer layer fewer, for
     the embedding and the loss (Llama 3 paper sec. 3.3.2; Megatron-core's
     --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split).
     Overlap switches: `dp_overlap` (gradient reduce-scatter / parameter all-gather bucket by
     bucket behind backward / forward), `tp_overlap` (TP collectives split and hidden behind
     the GEMMs), `cp_overlap` (ring attention's K,V sends behind the attention of the chunk in
-    hand), `pp_overlap` (stage-boundary sends asynchronous, off the steady-state path).
+    hand), `pp_overlap` (stage-boundary sends asynchronous, off the steady-state path),
+    `ep_overlap` (MoE all-to-alls hidden behind another microbatch's compute, as DualPipe and
+    Megatron-core's 1F1B all-to-all overlap run them).
     `moe_imbalance`: tokens the busiest expert-parallel rank receives over the mean (1 = even).
+    `recompute_modules`: parts re-made in backward instead of stored (Megatron-core
+    --recompute-modules; DeepSeek-V3 report sec. 3.3.3): layernorm, mla_up_proj, moe_act
+    (the experts' SwiGLU), mlp_act, shared_experts, moe (the whole expert MLPs).
+    `fp8_activations`: linear-layer inputs cached in fp8 (DeepSeek-V3 sec. 3.3.3;
+    Transformer Engine keeps the fp8 copy its GEMM used).
+    `offload_activations` / `offload_optimizer`: stored activations wait in host memory
+    (Megatron-core --cpu-offloading), the optimizer states live and step on the CPU
+    (DeepSpeed ZeRO-Offload; Megatron-core --optimizer-cpu-offload).
+    `grad_bytes`: gradient width kept and reduced, 4 (fp32) or 2 (bf16); 0 = the framework's.
     """
     tp: int = 1
     pp: int = 1
@@ -70,12 +84,22 @@ class Layout:
     cp_overlap: bool = True
     pp_overlap: bool = True
     moe_imbalance: float = 1.0
+    framework: str = "megatron"
+    ep_overlap: bool = False
+    recompute_modules: tuple = ()
+    fp8_activations: bool = False
+    offload_activations: bool = False
+    offload_optimizer: bool = False
+    grad_bytes: int = 0
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "cp", "ep", "seq", "global_batch", "micro_batch", "vpp"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{f} must be an integer >= 1, got {v!r}")
+        if self.grad_bytes not in (0, 2, 4):
+            raise ConfigError(f"grad_bytes must be 0 (the framework's), 2 (bf16) or 4 (fp32), "
+                              f"got {self.grad_bytes!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"zero must be 0, 1, 2 or 3 (3 = FSDP), got {self.zero!r}")
         if self.recompute not in RECOMPUTE:
@@ -84,6 +108,14 @@ class Layout:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, "
                               f"got {self.precision!r}")
+        get_framework(self.framework)  # names the allowed ones when unknown
+        if isinstance(self.recompute_modules, str):
+            object.__setattr__(self, "recompute_modules", tuple(
+                m.strip() for m in self.recompute_modules.split(",") if m.strip()))
+        bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise ConfigError(f"recompute module(s) {', '.join(map(str, bad))} unknown: allowed "
+                              f"are {', '.join(RECOMPUTE_MODULES)}")
         imb = self.moe_imbalance
         if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1.0 <= imb <= 64:
             raise ConfigError(f"moe_imbalance must be a number from 1 (even routing) to 64, "
@@ -94,6 +126,22 @@ class Layout:
     @property
     def world(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision != "bf16"
+
+    @property
+    def shard_dp(self) -> int:
+        """Ranks that hold the same weights: dp x cp. Gradients are reduced and ZeRO shards
+        over them (Megatron-core's data-parallel group with context parallelism; torchtitan's
+        FSDP mesh dp_shard x cp)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same experts (the expert-data-parallel group): dp x cp / ep."""
+        return max(self.shard_dp // self.ep, 1)
 
     @property
     def sequence_parallel(self) -> bool:
@@ -192,10 +240,12 @@ def stage_layers(model: ModelConfig, lay: Layout) -> list[int]:
         base, extra = divmod(model.layers + 2, p)
         out = [base + (1 if i < extra else 0) for i in range(p)]
         out[0] -= 1
-        out[-1] -= 1
+        out[-1] -= 1 - model.mtp_layers
         return out
     base, extra = divmod(model.layers, p)
-    return [base + (1 if i < extra else 0) for i in range(p)]
+    out = [base + (1 if i < extra else 0) for i in range(p)]
+    out[-1] += model.mtp_layers  # multi-token prediction modules follow the last layer
+    return out
 
 
 def layers_per_stage(model: ModelConfig, lay: Layout) -> int:
@@ -216,9 +266,12 @@ def rank_of(lay: Layout, tp=0, cp=0, dp=0, pp=0) -> int:
 
 
 def group_ranks(lay: Layout, kind: str, rank: int = 0) -> tuple[int, ...]:
-    """Global ranks of `rank`'s group of one kind ("tp", "cp", "dp", "ep", "edp", "pp").
+    """Global ranks of `rank`'s group of one kind ("tp", "cp", "dp", "dp_cp", "ep", "edp",
+    "pp").
 
-    "edp" is the expert-data-parallel group (ranks holding the same experts), "pp" the stages.
+    "dp_cp" is the gradient and ZeRO-shard group (dp x cp ranks), "edp" the
+    expert-data-parallel group (ranks holding the same experts, across cp too), "pp" the
+    stages.
     """
     c = coords(lay, rank)
     kind = kind.lower()
@@ -231,9 +284,13 @@ def group_ranks(lay: Layout, kind: str, rank: int = 0) -> tuple[int, ...]:
     if kind == "ep":
         base = c["dp"] - c["dp"] % lay.ep
         return tuple(rank_of(lay, c["tp"], c["cp"], base + e, c["pp"]) for e in range(lay.ep))
+    if kind == "dp_cp":  # gradient reduction and ZeRO shards: dp x cp
+        return tuple(rank_of(lay, c["tp"], x, d, c["pp"]) for d in range(lay.dp)
+                     for x in range(lay.cp))
     if kind == "edp":
-        return tuple(rank_of(lay, c["tp"], c["cp"], c["ep"] + lay.ep * j, c["pp"])
-                     for j in range(lay.dp // lay.ep))
+        return tuple(sorted(rank_of(lay, c["tp"], x, c["ep"] + lay.ep * j, c["pp"])
+                            for j in range(lay.dp // lay.ep) for x in range(lay.cp)))
     if kind == "pp":
         return tuple(rank_of(lay, c["tp"], c["cp"], c["dp"], s) for s in range(lay.pp))
-    raise ConfigError(f"unknown group kind {kind!r}: allowed are tp, cp, dp, ep, edp, pp")
+    raise ConfigError(f"unknown group kind {kind!r}: allowed are tp, cp, dp, dp_cp, ep, edp, "
+                      "pp")

@@ -17,6 +17,7 @@ transformer loads from a YAML file of the same shape:
     dense_layers: 0       # MoE: leading layers with a dense MLP of width dense_ffn
     route_nodes: 0        # MoE: node-limited routing, a token reaches at most this many nodes
     kv_lora_rank: 0       # MLA (DeepSeek-V2/V3): compressed KV width; 0 = ordinary attention
+    mtp_layers: 0         # multi-token prediction modules after the last layer (DeepSeek-V3: 1)
     source: "..."
 
     >>> m = get_model("llama3-70b")
@@ -63,6 +64,7 @@ class ModelConfig:
     rope_head_dim: int = 0  # decoupled rotary part of each query/key head
     v_head_dim: int = 0  # 0: head_dim
     tied_embeddings: bool = False
+    mtp_layers: int = 0  # multi-token prediction modules (DeepSeek-V3: 1), on the last stage
     source: str = ""
 
     def __post_init__(self):
@@ -85,7 +87,7 @@ class ModelConfig:
             raise ConfigError(f"model {self.name!r}: mlp {self.mlp!r} is unknown: allowed are "
                               f"{', '.join(MLP_KINDS)}")
         for field in ("shared_experts", "dense_layers", "dense_ffn", "route_nodes",
-                      "q_lora_rank", "kv_lora_rank", "rope_head_dim", "v_head_dim"):
+                      "q_lora_rank", "kv_lora_rank", "rope_head_dim", "v_head_dim", "mtp_layers"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"model {self.name!r}: {field} must be an integer >= 0, "

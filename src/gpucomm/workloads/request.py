@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from ..errors import ConfigError
+from .frameworks import get_framework
 from .layout import Layout
 from .models import get_model
 from .steptime import Cluster, PredictedStep, make_cluster, plan
@@ -91,11 +92,20 @@ class PlanRequest:
                 raise ConfigError(f"tp*pp*cp = {others} does not divide the {cluster.gpus} "
                                   f"GPUs of {self.nodes} x {self.system}")
             lay["dp"] = cluster.gpus // others
+        lay = with_framework_defaults(lay)
         if lay.get("global_batch") is None:
             mode = lay.get("mode", "train")
             lay["global_batch"] = lay["dp"] * (lay.get("micro_batch", 1) if mode == "train"
                                                else 1)
         return Layout(**lay)
+
+
+def with_framework_defaults(lay: dict) -> dict:
+    """Layout fields with the overlap switches the request leaves out taken from its
+    framework's profile."""
+    fw = get_framework(lay.get("framework", "megatron"))
+    return {**{k: v for k, v in fw.overlaps.items() if lay.get(k) is None},
+            **{k: v for k, v in lay.items() if v is not None}}
 
 
 def _set(pairs: tuple, key: str, value) -> tuple:

@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from .compute import memory_per_gpu
 from .layout import KINDS, Layout, validate
 from .models import ModelConfig, get_model
+from .request import with_framework_defaults
 from .steptime import PredictedStep, compute_bound, plan
 
 SAVERS = (("none", 1), ("none", 2), ("selective", 1), ("selective", 2), ("full", 1),
@@ -115,7 +116,7 @@ def search(req) -> SearchResult:
     if not given.get("global_batch"):
         raise ConfigError("--search needs --global-batch (the batch must stay fixed across "
                           "layouts for their step times to compare)")
-    base = Layout(**{k: v for k, v in given.items() if k not in (
+    base = Layout(**{k: v for k, v in with_framework_defaults(given).items() if k not in (
         "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero")})
     train = base.mode == "train"
     savers = SAVERS if train else (("none", 0),)

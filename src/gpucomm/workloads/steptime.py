@@ -14,8 +14,9 @@ Assumptions (one value each, the same for every case):
   exposed per-microbatch communication, for m microbatches, p stages and v interleaved chunks.
 - What is exposed depends on the layout's overlap switches (`OVERLAPS`, each with its
   source): DP/FSDP buckets behind backward/forward, TP collectives behind their GEMMs, ring
-  attention's sends behind attention, pipeline sends off the steady state. EP all-to-alls
-  are always exposed.
+  attention's sends behind attention, pipeline sends off the steady state, EP all-to-alls
+  behind another microbatch's compute. The framework (`frameworks`) sets their defaults and
+  how much of the TP traffic its TP overlap hides.
 - Inference keeps one batch in flight: stages run one after another, all communication exposed.
 - The optimizer step is an HBM-bound pass over the GPU's optimizer shard; data loading and
   the vocab-parallel loss's small collectives are not timed.
@@ -31,11 +32,13 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
-from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory, gemm_peak,
+from .frameworks import get_framework
+from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
+                      activation_bytes_per_token, gemm_peak,
                       kernels, kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
                       layer_times, logits_flops, memory_per_gpu, stage_params_per_gpu,
                       training_flops)
-from .layout import KINDS, Layout, group_ranks, rank_of, stage_layers, validate
+from .layout import KINDS, Layout, coords, group_ranks, rank_of, stage_layers, validate
 from .models import ModelConfig, get_model
 
 # A layout whose estimate exceeds HBM by at most this fraction is predicted with a warning
@@ -55,6 +58,9 @@ OVERLAPS = {
                   "current one (Liu et al. 2023; Megatron-core context parallelism, p2p)",
     "pp_overlap": "pipeline sends asynchronous, off the steady-state path (Megatron-core "
                   "--overlap-p2p-communication; Llama 3 paper sec. 3.3.2)",
+    "ep_overlap": "MoE dispatch/combine all-to-alls of one microbatch run during another's "
+                  "compute (DeepSeek-V3 report sec. 3.2.1 DualPipe; Megatron-core "
+                  "--overlap-moe-expert-parallel-comm, 1F1B all-to-all overlap)",
 }
 
 
@@ -75,7 +81,14 @@ class Cluster:
 
 @functools.lru_cache(maxsize=64)
 def _topology(system: str, nodes: int, nic, options: tuple):
-    from ..topology import build_topology
+    """`nodes` copies of a preset, or of the one-node topology YAML `system` names."""
+    from ..topology import Topology, build_topology
+    if system.endswith((".yaml", ".yml")):
+        node = Topology.load(system)
+        if len({d.node for d in node.devices}) != 1:
+            raise ConfigError(f"plan --topology {system}: give one node's description (the "
+                              f"file holds {node.nodes} nodes); --nodes sets how many")
+        return build_topology(nodes=nodes, nic=nic, node_topology=node, **dict(options))
     return build_topology(system, nodes=nodes, nic=nic, **dict(options))
 
 
@@ -215,12 +228,16 @@ def peer_groups(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: i
                 ) -> list[tuple[int, ...]]:
     """The other groups of `kind` that live on exactly the nodes of `ranks`."""
     nodes = {r // gpus_per_node for r in ranks}
-    if kind == "pp":  # the other sends across the same stage boundary
+    if kind == "pp":  # the other sends across the same stage boundary: from the ranks of
+        # the sender's stage on its node to their partners (disjoint pairs, even when a
+        # node holds several stages)
         stride = ranks[1] - ranks[0]
-        return [(r, r + stride) for node in sorted({ranks[0] // gpus_per_node})
+        node = ranks[0] // gpus_per_node
+        stage = coords(lay, ranks[0])["pp"]
+        return [(r, r + stride)
                 for r in range(node * gpus_per_node, (node + 1) * gpus_per_node)
                 if r != ranks[0] and r + stride < lay.world
-                and (r + stride) // gpus_per_node in nodes]
+                and coords(lay, r)["pp"] == stage and (r + stride) // gpus_per_node in nodes]
     seen, out = {ranks}, []
     first = ranks[0] // gpus_per_node  # a group on the same nodes has a member on this one
     for r in range(first * gpus_per_node, min((first + 1) * gpus_per_node, lay.world)):
@@ -282,7 +299,7 @@ class PredictedStep:
     tokens_per_s: float
     tflops_per_gpu: float  # model FLOPs (no recomputation) per second per GPU / 1e12
     hw_tflops_per_gpu: float  # executed FLOPs (with recomputation)
-    mfu: float  # model FLOP/s over the GPU's dense bf16 peak (also for fp8 runs)
+    mfu: float  # model FLOP/s over the GPU's dense peak in the precision that ran
     memory: Memory
     hbm_bytes: float
     comms: tuple = field(default=(), repr=False)
@@ -291,6 +308,12 @@ class PredictedStep:
     ep_split: dict = field(default_factory=dict)  # EP part ("intra"/"inter") -> s per step
     kernels: Kernels | None = None  # the GPU class's kernel efficiencies
     causal_tflops_per_gpu: float = 0.0  # model FLOPs counting the causal half of attention
+
+    @property
+    def ep_exposed_share(self) -> float | None:
+        """Share of the EP all-to-all time left on the critical path (None without EP)."""
+        total = self.comm_time_s.get("EP", 0.0)
+        return self.exposed_by_kind.get("EP", 0.0) / total if total else None
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -311,17 +334,21 @@ class PredictedStep:
             "layout": {k: getattr(lay, k) for k in (
                 "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "recompute", "seq",
                 "global_batch", "micro_batch", "flash", "precision", "balanced_ends",
-                "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "moe_imbalance")},
+                "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "ep_overlap",
+                "moe_imbalance", "framework", "recompute_modules", "fp8_activations",
+                "offload_activations", "offload_optimizer")},
             "microbatches": lay.microbatches,
             "step_time_s": self.step_time_s, "compute_time_s": self.compute_time_s,
             "optimizer_time_s": self.optimizer_s,
             "comm_time_s": dict(self.comm_time_s), "exposed_comm_by_kind_s":
                 dict(self.exposed_by_kind), "exposed_comm_s": self.exposed_comm_s,
             "ep_all_to_all_s": dict(self.ep_split),
+            "ep_exposed_share": self.ep_exposed_share,
             "bubble_s": self.bubble_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
             "causal_tflops_per_gpu": self.causal_tflops_per_gpu,
-            "mfu": self.mfu, "mfu_basis": "model FLOPs / dense bf16 peak",
+            "mfu": self.mfu,
+            "mfu_basis": f"model FLOPs / dense {'fp8' if lay.fp8 else 'bf16'} peak",
             "memory_per_gpu_bytes": self.memory.total,
             "memory_breakdown_bytes": self.memory.to_dict(), "hbm_bytes": self.hbm_bytes,
             "warnings": list(self.warnings), "overlaps": self.overlaps(),
@@ -336,9 +363,10 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.1f} GB"
 
 
-def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str, ...]:
+def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu,
+                 gpus_per_node: int = 8) -> tuple[str, ...]:
     """Warnings for a layout within MEMORY_TOLERANCE over HBM; ConfigError (naming a nearby
-    layout that fits) for one clearly over."""
+    layout that fits, on these GPUs or on more nodes) for one clearly over."""
     cap = gpu.hbm_bytes
     if mem.total <= cap:
         return ()
@@ -349,18 +377,26 @@ def check_memory(model: ModelConfig, lay: Layout, mem: Memory, gpu) -> tuple[str
                 f"estimate's {MEMORY_TOLERANCE:.0%} accuracy: it may not fit",)
     parts = ", ".join(f"{k} {_gb(v)}" for k, v in mem.to_dict().items() if k != "total" and v)
     fix = fitting_variant(model, lay, gpu)
-    advice = ["a larger --tp, --pp or --ep" + (" (or more nodes)" if lay.mode == "train" else "")]
-    if lay.mode == "train":
-        advice += (["--zero 3"] if lay.zero < 3 else []) + \
-            (["--recompute full"] if lay.recompute != "full" else []) + \
-            (["a smaller --micro-batch"] if lay.micro_batch > 1 else [])
+    if fix:
+        advice = f"{fix} would fit"
     else:
-        advice.append("a smaller batch or context")
-    tips = ", ".join(advice)
+        more = larger_fitting(model, lay, gpu, gpus_per_node)
+        advice = (f"no layout of these {lay.world} GPUs fits; {more} would fit" if more else
+                  "try a larger --tp, --pp or --ep, more nodes"
+                  + (", --zero 3, --recompute full" if lay.mode == "train" else
+                     ", a smaller batch or context"))
     raise ConfigError(f"{model.name} with tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} "
                       f"ep={lay.ep} vpp={lay.vpp} does not fit: it needs {_gb(mem.total)} per "
                       f"GPU ({parts}), {over / cap:.0%} over the {_gb(cap)} of {gpu.name}; "
-                      + (f"{fix} would fit" if fix else f"try {tips}"))
+                      + advice)
+
+
+def _fits(model: ModelConfig, lay: Layout, gpu, **change) -> bool:
+    try:
+        cand = validate(model, lay.with_(**change))
+    except ConfigError:
+        return False
+    return memory_per_gpu(model, cand).total <= gpu.hbm_bytes
 
 
 def fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
@@ -389,13 +425,31 @@ def fitting_variant(model: ModelConfig, lay: Layout, gpu) -> str | None:
         if lay.mode == "train":
             tries.append((f"--pp {pp} --dp {dp} --recompute full",
                           dict(pp=pp, dp=dp, recompute="full")))
-    for label, change in tries:
-        try:
-            cand = validate(model, lay.with_(**change))
-        except ConfigError:
+    return next((label for label, change in tries if _fits(model, lay, gpu, **change)), None)
+
+
+def larger_fitting(model: ModelConfig, lay: Layout, gpu, gpus_per_node: int) -> str | None:
+    """The smallest cluster (in whole nodes, up to 64 times the GPUs) on which `lay`, with a
+    deeper pipeline and the standard savers, fits: "--nodes N --pp P ..." ."""
+    savers: list[tuple[str, dict[str, Any]]] = [("", {})]
+    if lay.mode == "train":
+        savers += [(" --zero 3", dict(zero=3)), (" --recompute full", dict(recompute="full")),
+                   (" --zero 3 --recompute full", dict(zero=3, recompute="full"))]
+    for scale in (2, 4, 8, 16, 32, 64):
+        world = lay.world * scale
+        if world % gpus_per_node:
             continue
-        if memory_per_gpu(model, cand).total <= gpu.hbm_bytes:
-            return label
+        for pp in sorted({lay.pp * k for k in (1, 2, 4, 8, 16, 32, 64)}):
+            if pp > model.layers or world % (lay.tp * pp * lay.cp):
+                continue
+            dp = world // (lay.tp * pp * lay.cp)
+            batch = max(lay.global_batch, dp * (lay.micro_batch if lay.mode == "train"
+                                                else 1))
+            batch -= batch % dp
+            for label, change in savers:
+                if _fits(model, lay, gpu, pp=pp, dp=dp, global_batch=batch, **change):
+                    return (f"--nodes {world // gpus_per_node} --tp {lay.tp} --pp {pp}"
+                            + (f" --cp {lay.cp}" if lay.cp > 1 else "") + label)
     return None
 
 
@@ -431,7 +485,7 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     gpu = cluster.gpu
     gemm_peak(gpu, lay.precision)  # refuses fp8 on a GPU without it
     mem = memory_per_gpu(model, lay)
-    warnings = check_memory(model, lay, mem, gpu) if check_fit else ()
+    warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
     step = _training_step if lay.mode == "train" else _inference_step
     return replace(step(model, lay, cluster, mem, timed), warnings=warnings)
@@ -452,12 +506,37 @@ def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tu
     return tuple(timed)
 
 
+def _pcie_Bps(gpu) -> float:
+    from ..hardware import get_link_tech
+    return get_link_tech(gpu.pcie).achievable_Bps
+
+
+def offload_exposed(model: ModelConfig, lay: Layout, gpu, layers: int, window: float) -> float:
+    """Per microbatch: the time activations offloaded to host memory (out after forward, back
+    before backward, over the GPU's PCIe link) take beyond the compute they overlap."""
+    if not lay.offload_activations:
+        return 0.0
+    tokens = lay.batch * lay.seq / lay.cp
+    sp = lay.tp if lay.sequence_parallel else 1
+    keep = BF16 * model.hidden / sp if lay.recompute == "full" \
+        else activation_bytes_per_token(model, lay)
+    return max(0.0, 2 * layers * keep * tokens / _pcie_Bps(gpu) - window)
+
+
+HOST_ADAM_BYTES = 4 + 2 * OPTIMIZER_BYTES  # fp32 gradient read, master + moments read/written
+
+
 def optimizer_time(model: ModelConfig, lay: Layout, gpu) -> float:
     """Adam over this GPU's optimizer shard: reads bf16 grads... and fp32 state, writes state
-    and bf16 weights (HBM-bound)."""
+    and bf16 weights (HBM-bound). Offloaded: gradients down and weights up over PCIe, Adam on
+    the host at its memory bandwidth (the catalog's DDR5, shared by the GPUs of a socket)."""
     dense, expert = stage_params_per_gpu(model, lay)
-    shard = dense / lay.dp + expert / max(lay.dp // lay.ep, 1) if lay.zero >= 1 \
+    shard = dense / lay.shard_dp + expert / lay.expert_dp if lay.zero >= 1 \
         else dense + expert
+    if lay.offload_optimizer:
+        from ..hardware import get_link_tech
+        host = get_link_tech("ddr5-4800").achievable_Bps / 4  # 4 GPUs per socket (DGX)
+        return shard * (4 / _pcie_Bps(gpu) + HOST_ADAM_BYTES / host)
     nbytes = shard * (4 + 2 * OPTIMIZER_BYTES + 2)
     return nbytes / (gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY)
 
@@ -467,7 +546,7 @@ def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
     lt = layer_times(model, lay, gpu, lay.batch, lay.seq)
     per_layer = lt.microbatch_s(lay.recompute)
     head_s = logits_flops(model, lay.batch * lay.seq) / (lay.tp * lay.cp) \
-        / (gemm_peak(gpu, lay.precision) * kernels(gpu).gemm)
+        / (gpu.bf16_flops * kernels(gpu, lay.framework).gemm)  # the output layer stays bf16
     layers = stage_layers(model, lay)
     stage_s = [n * per_layer + (3 * head_s if i == p - 1 else 0.0)
                for i, n in enumerate(layers)]
@@ -505,9 +584,15 @@ def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
             dp_grad_last = max(dp_grad_last, c.time_s)
     exposed_mb = dict(per_mb)
     redo_full = 1 if lay.recompute == "full" else 0
-    if lay.tp_overlap and per_mb["TP"]:  # each collective in tp chunks behind its GEMM
+    if lay.tp_overlap and per_mb["TP"]:  # each collective in tp chunks behind its GEMM,
+        # as far as the framework's implementation hides them
         window = n * lt.gemm_s * (3 + redo_full)
-        exposed_mb["TP"] = _hidden(per_mb["TP"], per_mb["TP"] / lay.tp, window)
+        share = get_framework(lay.framework).tp_overlap_hidden
+        exposed_mb["TP"] = (1 - share) * per_mb["TP"] \
+            + share * _hidden(per_mb["TP"], per_mb["TP"] / lay.tp, window)
+    if lay.ep_overlap and per_mb["EP"]:  # another microbatch's compute runs during the
+        # all-to-alls (DualPipe; 1F1B all-to-all overlap): one exchange stays exposed
+        exposed_mb["EP"] = _hidden(per_mb["EP"], first["EP"], mb_compute - first["EP"])
     if lay.cp_overlap and per_mb["CP"]:  # cp-1 ring steps, each behind one attention block
         window = n * lt.attention_s * (1 + lt.attention_bwd_factor + redo_full)
         exposed_mb["CP"] = _hidden(per_mb["CP"], per_mb["CP"] / max(lay.cp - 1, 1), window)
@@ -517,7 +602,8 @@ def _training_step(model, lay, cluster, mem, timed) -> PredictedStep:
         exposed_mb["PP"] = 0.0
     zero3_exposed = (max(zero3_one, zero3 - mb_compute) if lay.dp_overlap else zero3) \
         if zero3 else 0.0
-    slot = mb_compute + sum(exposed_mb.values()) + zero3_exposed
+    slot = mb_compute + sum(exposed_mb.values()) + zero3_exposed \
+        + offload_exposed(model, lay, gpu, n, mb_compute)
     bubble = (p - 1) / v * slot + pp_chain
     if lay.dp_overlap:
         dp_exposed = (_overlapped(dp_grad, dp_grad_last, dp_grad_n, mb_bwd)
@@ -564,7 +650,7 @@ def _inference_step(model, lay, cluster, mem, timed) -> PredictedStep:
     kv_bytes = kv_cache_bytes_per_token(model, lay) * b * lay.seq / lay.cp
     hbm = gpu.hbm_bandwidth_Bps * HBM_EFFICIENCY
     layer_s = max(lt.forward_s, (weight_bytes + kv_bytes) / hbm)
-    rate = gemm_peak(gpu, lay.precision) * kernels(gpu).gemm
+    rate = gpu.bf16_flops * kernels(gpu, lay.framework).gemm  # the output layer stays bf16
     head_s = max(logits_flops(model, b) / lay.tp / rate,
                  BF16 * model.vocab * model.hidden / lay.tp / hbm)
     compute = model.layers * layer_s + head_s  # the stages run one after another
@@ -594,5 +680,6 @@ def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, expose
         step_s, compute, {k: comm_total[k] for k in used},
         {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
         tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
-        model_flops / step_s / n / cluster.gpu.bf16_flops, mem, cluster.gpu.hbm_bytes,
-        timed, opt_s, (), ep_split, kernels(cluster.gpu))
+        model_flops / step_s / n / gemm_peak(cluster.gpu, lay.precision), mem,
+        cluster.gpu.hbm_bytes,
+        timed, opt_s, (), ep_split, kernels(cluster.gpu, lay.framework))
