@@ -35,8 +35,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CLUSTER = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64", "--fabric", "rail-2tier",
-           "--leaf-ports", "32", "--placement", "random", "--format", "json"]
+CLUSTER = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64",
+           "--fabric", "rail-2tier", "--leaf-ports", "32", "--placement", "random",
+           "--format", "json"]
 SIZES = ["256M", "1G", "4G"]
 META_MAX_GAIN = 0.40
 ECMP_SHARE = (0.38, 0.60)
@@ -83,8 +84,8 @@ def qp_gain(seeds: range) -> bool:
 def shares(seeds: range) -> bool:
     print("2. Ring all-reduce 4 GiB: share of the never-colliding fabric's busbw")
     ring = ["--algorithm", "ring", "-b", "4G", "-e", "4G"]
-    ideal = sim("--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64", "--nic", "roce-400g",
-                "--format", "json", *ring)[0]["busbw"]
+    ideal = sim("--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64",
+                "--nic", "roce-400g", "--format", "json", *ring)[0]["busbw"]
     print(f"   ideal (plain rail fabric): {ideal:.1f} GB/s")
     ok = True
     for name, flags, bar in (

@@ -49,7 +49,7 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from ..bench import bench_collective, run_bench
+    from ..bench import bench_collective
     resolve(args, "gpucomm bench")
     if args.test_algorithm and args.algorithm == "auto":
         args.algorithm = args.test_algorithm  # hypercube_perf

@@ -14,12 +14,8 @@ from __future__ import annotations
 import sys
 
 from .progress import Progress
-<<<<<<< HEAD
-from .common import (workers_arg)
-=======
 from ._nccltests import retire
-from .common import positive_int
->>>>>>> cliflags
+from .common import workers_arg
 
 
 def register(sub) -> None:

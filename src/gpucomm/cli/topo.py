@@ -15,15 +15,10 @@ from ..topology import (FABRICS, Topology, build_topology, preset_names)
 from ..topology.analysis import bisection_bandwidth, gpu_bandwidths, summary
 from ..topology.fabric import HASH_FIELDS, PLACEMENTS, ROUTINGS, Network, fabric_summary
 from ..topology.build import preset_node
-<<<<<<< HEAD
-from .common import (PLOT_SUFFIXES, add_format, fail_links_arg, int_arg, leaf_ports_arg, name_arg,
-                     nics_arg, output_file, oversubscription_arg, positive_int, print_json,
-                     probability_arg, seed_arg)
-=======
 from ._nccltests import retire
-from .common import (PLOT_SUFFIXES, add_format, finite_float, int_arg, output_file,
-                     positive_int, print_json)
->>>>>>> cliflags
+from .common import (PLOT_SUFFIXES, add_format, fail_links_arg, int_arg,
+                     leaf_ports_arg, name_arg, nics_arg, output_file, oversubscription_arg,
+                     positive_int, print_json, probability_arg, seed_arg)
 
 
 def add_topology_args(p, default_system: str = "dgx-h100", nccl_tests: bool = False) -> None:
@@ -34,14 +29,10 @@ def add_topology_args(p, default_system: str = "dgx-h100", nccl_tests: bool = Fa
     g.add_argument("--topology", metavar="FILE",
                    help="a topology YAML file (docs/topology-yaml.md) instead of a preset; "
                    "a one-node file is replicated by --nodes")
-<<<<<<< HEAD
     g.add_argument("--profile", metavar="PROFILE.yaml", help="a calibration profile (gpucomm "
                    "calibrate): its machine and fitted NIC/latency/NVLink parameters; the other "
                    "cluster flags override it")
-    g.add_argument("--nodes", "-N", type=positive_int, default=None,
-=======
     g.add_argument("--nodes", type=positive_int, default=None,
->>>>>>> cliflags
                    help="nodes (default 1); racks for a rack preset such as gb200-nvl72")
     g.add_argument("--gpus-per-node", type=positive_int, help="use the first K GPUs per node")
     g.add_argument("--nic", help=f"NIC technology: {', '.join(nic_names())}")
@@ -192,13 +183,9 @@ def register(sub) -> None:
     ep = tsub.add_parser("export", help="write the topology as YAML (to edit, or to load with "
                          "--topology)")
     add_topology_args(ep)
-<<<<<<< HEAD
-    ep.add_argument("--output", "-o", type=name_arg, metavar="FILE.yaml",
+    ep.add_argument("--output", type=name_arg, metavar="FILE.yaml",
                     help="file (default: stdout)")
-=======
-    ep.add_argument("--output", metavar="FILE.yaml", help="file (default: stdout)")
     retire(ep, "-o")
->>>>>>> cliflags
     ep.set_defaults(func=cmd_export)
 
 

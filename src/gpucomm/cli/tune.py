@@ -5,15 +5,11 @@
 """
 from __future__ import annotations
 
-<<<<<<< HEAD
 import argparse
 
 from ..errors import ConfigError
-from .common import add_format, name_arg, print_json, size_arg, write_text
-=======
 from ._nccltests import retire
-from .common import add_format, print_json, size_arg, write_text
->>>>>>> cliflags
+from .common import add_format, name_arg, print_json, size_arg, write_text
 from .topo import add_topology_args, topology_from_args
 
 
@@ -28,17 +24,12 @@ def register(sub) -> None:
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (default) or flow")
     p.add_argument("--channels", action="store_true",
-<<<<<<< HEAD
                    help="(always on: every rule holds the channels the timed run used)")
     p.add_argument("--sub-communicators", action=argparse.BooleanOptionalAction, default=True,
                    help="also rules for 1, 2, 4, ... nodes x 1, 2, 4, ... GPUs per node (the "
                         "plugin matches node and rank counts exactly; default: on)")
-    p.add_argument("--output", "-o", type=name_arg, metavar="FILE", help="default: standard output")
-=======
-                   help="write the model's channel count (default -1: keep NCCL's)")
-    p.add_argument("--output", metavar="FILE", help="default: standard output")
+    p.add_argument("--output", type=name_arg, metavar="FILE", help="default: standard output")
     retire(p, "-c", "-o", "--model")
->>>>>>> cliflags
     add_format(p)
     p.set_defaults(func=cmd_tune)
 
@@ -47,7 +38,8 @@ def cmd_tune(args) -> int:
     from ..interop.tuner import NCCL_COLLECTIVES, TuneRequest, to_csv, tune
     dup = sorted({c for c in args.collective or () if args.collective.count(c) > 1})
     if dup:
-        raise ConfigError(f"-c {dup[0]} is given more than once: name each collective once")
+        raise ConfigError(f"--collective {dup[0]} is given more than once: name each "
+                          "collective once")
     topo = topology_from_args(args)
     nodes = len({topo.node_of(r) for r in range(topo.nranks)})
     req = TuneRequest(topology=topo, collectives=tuple(args.collective or NCCL_COLLECTIVES),
