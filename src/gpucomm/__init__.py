@@ -14,7 +14,7 @@ def init(timeout=None, **kwargs):
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `transport="shm"` (one host, the default),
     `"torch"` (torch.distributed: gloo, or NCCL on GPUs) or `"mpi"`. See `gpucomm.runtime.init`.
 
-    >>> comm = gpucomm.init()          # doctest: +SKIP  (under `gpucomm launch --nproc 2 x.py`)
+    >>> comm = gpucomm.init()  # under `gpucomm launch --nproc 2 script.py`  # doctest: +SKIP
     >>> comm.all_reduce(x)             # doctest: +SKIP
     """
     from .runtime import init as _init
