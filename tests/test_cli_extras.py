@@ -23,6 +23,8 @@ def test_version(capsys):
     (["sim", "--collective", "all_reduce", "--html", "HTML"], "plotly", "html"),
     (["plan", "--model", "llama3-8b", "--tp", "8", "--html", "HTML"], "plotly", "html"),
     (["bench", "--backend", "gloo", "-e", "1K"], "torch", "torch"),
+    (["bench", "--backend", "mpi", "-e", "1K"], "mpi4py", "mpi"),
+    (["report", "HTML"], "plotly", "html"),
 ])
 def test_a_missing_extra_fails_at_once_naming_it(argv, module, extra, tmp_path, monkeypatch,
                                                   capsys):

@@ -39,6 +39,19 @@ def test_every_skipped_block_says_why_and_every_shown_output_has_a_command():
 
 SAMPLE = """Intro.
 
+<!-- doc: file: n.txt -->
+```yaml
+a: 1
+```
+
+```sh
+cat n.txt
+```
+
+```text
+a: 1
+```
+
 <!-- doc: skip: needs two hosts -->
 ```sh
 torchrun --nnodes 2 train.py
@@ -69,6 +82,8 @@ for k in range(1, 6): print(k)
 
 def test_the_block_conventions(tmp_path):
     exs = docblocks.examples(SAMPLE)
+    assert [ex.command.markers.get("file") for ex in exs[:2]] == ["n.txt", None]
+    exs = exs[2:]  # (regenerate below runs the file block and its `cat`)
     assert [ex.skipped for ex in exs] == [True, False, False]
     assert exs[0].output is None and exs[0].command.markers["skip"] == "needs two hosts"
     assert "timing" in exs[1].output.markers

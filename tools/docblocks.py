@@ -13,6 +13,8 @@ Conventions (CONTRIBUTING.md, "Docs that run"):
 - `<!-- doc: skip: REASON -->` right before a ```sh block: not run (it needs other machines,
   installs software, or takes minutes). A ```text block after it is a recorded output, not
   compared; the prose beside it must say so.
+- `<!-- doc: file: NAME -->` right before any block (```yaml, say): its text is written to
+  NAME in the scratch directory at that point, for the commands after it to read.
 - `<!-- doc: timing -->` right before a ```text block: its output is a timing of this
   machine. Words and integers must still match; a decimal number must have as many decimal
   places and, unless one of them is zero, be within a factor TIMING_FACTOR.
@@ -35,7 +37,7 @@ LINKED = ("examples", "benchmarks", "data")  # what the docs' commands read from
 TIMING_FACTOR = 100.0  # a loaded 2-core CI machine; still catches a unit off by 1000
 BLOCK_TIMEOUT_S = 120
 RUNNABLE = ("sh", "python")
-MARKER = re.compile(r"<!--\s*doc:\s*(skip|timing)\b:?\s*(.*?)\s*-->")
+MARKER = re.compile(r"<!--\s*doc:\s*(skip|timing|file)\b:?\s*(.*?)\s*-->")
 FENCE = re.compile(r"^```(\S*)\s*$")
 NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
 
@@ -95,7 +97,7 @@ def examples(text: str) -> list[Example]:
     lines = text.splitlines()
     out = []
     for k, b in enumerate(bs):
-        if b.lang not in RUNNABLE:
+        if b.lang not in RUNNABLE and "file" not in b.markers:
             continue
         if "skip" in b.markers and not b.markers["skip"]:
             raise ValueError(f"line {b.line}: `doc: skip` needs a reason (`doc: skip: WHY`)")
@@ -131,6 +133,13 @@ def scratch_env(scratch: Path) -> dict[str, str]:
 def run(example: Example, scratch: Path, env: dict[str, str]) -> str:
     """stdout of the example's script; RuntimeError (with its stderr) if it fails."""
     script = example.command.text
+    name = example.command.markers.get("file")
+    if name is not None:
+        if not name or "/" in name or name.startswith("."):
+            raise ValueError(f"line {example.command.line}: `doc: file: NAME` needs a plain "
+                             "file name")
+        (scratch / name).write_text(script)
+        return ""
     argv = ([sys.executable, "-c", script] if example.command.lang == "python"
             else ["bash", "-e", "-o", "pipefail", "-c", script])
     proc = subprocess.run(argv,
