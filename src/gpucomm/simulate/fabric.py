@@ -55,8 +55,13 @@ when the switch buffer absorbs the whole incast (deep-buffer spines, as Meta's C
 reach the pause threshold, so there are no victims; the cost is recovery: when a flow's fair
 share rises (a competitor finished), DCQCN climbs back by halving the gap to its target every
 T = 55 us (fast recovery, F = 5 rounds; Zhu et al. 2015 defaults), losing about
-2·T·(1 - 2^-F) x (rate gained) bytes. The flow model charges exactly that debt at each event
-where a flow's rate rises. Receiver-driven schemes (Meta's NCCL clear-to-send) avoid the
+2·T·(1 - 2^-F) x (rate gained) bytes. The flow model runs a flow whose fair rate rose dR
+short by dR for 2·T·(1 - 2^-F) (the same bytes), but only while the rise lasts: when its rate
+falls again (the next step of a pipelined collective brings the competitor back within a hop
+latency, well inside one timer T) the fall cancels the deficit, as the limiter never climbed.
+So collisions that persist from step to step (a hashed ring) cost no ramp, and the analytic
+model, which prices every step at its contended share and charges no ramp, agrees with it;
+contention that ends for good (an incast whose other senders finish) costs the full ramp. Receiver-driven schemes (Meta's NCCL clear-to-send) avoid the
 ramp but cap bytes in flight; not modelled. Wrong when the timers are tuned (newer NICs
 recover faster) and for flows shorter than the recovery.
 """
