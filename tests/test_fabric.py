@@ -369,7 +369,7 @@ def test_cli_port_level_fabric_gets_the_network_model(capsys):
     rc, out, _ = _cli(capsys, "topo", "show", *TINY, "--nic", "ib-ndr")
     assert rc == 0 and "network: static routing" in out
     rc, out, _ = _cli(capsys, "topo", "show", *TINY, "--hash-seed", "3", "--seed", "7")
-    assert "seed 3" in out
+    assert "seed 3, placement seed 7" in out
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(network=Network(fail_links=5, seed=2)),

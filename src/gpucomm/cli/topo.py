@@ -270,9 +270,12 @@ def _print_fabric(f) -> None:
     if net:
         mode = "lossless (PFC" + (", DCQCN)" if net["cc"] == "dcqcn" else ", no CC)") \
             if net["lossless"] else f"lossy (go-back-N, loss rate {net['loss_rate']:g})"
+        how = "by destination (subnet manager tables)" if net["routing"] == "static" else \
+            f"hash on {'+'.join(net['hash_inputs'])}"
+        place = net.get("placement_seed", -1)
+        seeds = f"seed {net['seed']}" + (f", placement seed {place}" if place >= 0 else "")
         print(f"  network: {net['routing']} routing, {net['qps_per_connection']} QP(s) per "
-              f"connection, hash on {'+'.join(net['hash_inputs'])}, seed {net['seed']}; {mode}"
-              f"; {net['fail_links']} failed cable(s)")
+              f"connection, {how}, {seeds}; {mode}; {net['fail_links']} failed cable(s)")
 
 
 def cmd_route(args) -> int:

@@ -61,7 +61,8 @@ falls again (the next step of a pipelined collective brings the competitor back 
 latency, well inside one timer T) the fall cancels the deficit, as the limiter never climbed.
 So collisions that persist from step to step (a hashed ring) cost no ramp, and the analytic
 model, which prices every step at its contended share and charges no ramp, agrees with it;
-contention that ends for good (an incast whose other senders finish) costs the full ramp. Receiver-driven schemes (Meta's NCCL clear-to-send) avoid the
+contention that ends for good (an incast whose other senders finish) costs the full ramp.
+Receiver-driven schemes (Meta's NCCL clear-to-send) avoid the
 ramp but cap bytes in flight; not modelled. Wrong when the timers are tuned (newer NICs
 recover faster) and for flows shorter than the recovery.
 """
