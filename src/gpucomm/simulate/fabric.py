@@ -29,7 +29,8 @@ messages the coupling is the same over a few messages).
   paths of equal capacity (ECMP ties are equal by construction) the fluid limit is the even
   split, so it is routed as spray. Known to be wrong: AR reacts to load from other jobs and
   to asymmetric failures, which a split fixed per flow does not; AR and spraying reorder
-  packets, which needs NIC support (not modelled: assumed present).
+  packets, which needs NIC support (not modelled: assumed present). Hence both reach ~100%
+  of a never-colliding fabric where 77-95% is published (benchmarks/fabric_ecmp.py).
 
 **Lossy RoCE: go-back-N goodput.** Without PFC a RoCE NIC (ConnectX before selective repeat)
 answers a lost packet by resending everything after it: W packets, the window in flight
