@@ -424,3 +424,15 @@ def test_dcqcn_ramp_is_cut_short_when_the_competitor_returns():
     # (what it loses: the hop latency during which it could not yet climb, well under the
     # R/2 x recovery_s a sustained rise costs)
     assert 0 <= t["dcqcn"] - t["none"] < recovery_s() / 4
+
+
+def test_background_load_adaptive_routes_around_what_spraying_meets():
+    def t(routing, bg):
+        return predict("all_reduce", 4 * GIB, _cluster(routing=routing, background=bg),
+                       algorithm="ring").time_s
+    spray0, spray, ar, ecmp0, ecmp = (t("spray", 0.0), t("spray", 0.3), t("adaptive", 0.3),
+                                      t("ecmp", 0.0), t("ecmp", 0.3))
+    assert spray > spray0 * 1.05 and ecmp > ecmp0 * 1.05  # other jobs' load costs
+    assert ar < spray  # adaptive routing fills what the cables leave together
+    with pytest.raises(ConfigError, match="background"):
+        Network(background=0.6)

@@ -83,6 +83,9 @@ def add_network_args(p) -> None:
                    "(PFC alone: pauses spread to victim flows)")
     g.add_argument("--fail-links", type=int, default=None, metavar="K",
                    help="K leaf-spine cables down (capacity lost, ECMP rehashed)")
+    g.add_argument("--background", type=float, default=None, metavar="FRACTION",
+                   help="other jobs' mean share of each leaf-spine cable (per cable up to "
+                   "twice that, by the hash seed; adaptive routing pools a leaf's up-links)")
 
 
 def network_from_args(args):
@@ -90,7 +93,7 @@ def network_from_args(args):
     port-level fabric (--fabric rail-2tier, --leaf-ports, --placement) always gets one: its
     routing then is the NIC's default (topology.fabric.DEFAULT_ROUTING)."""
     keys = ("routing", "qps_per_connection", "hash_inputs", "seed", "lossless", "loss_rate",
-            "cc", "fail_links", "placement_seed")
+            "cc", "fail_links", "placement_seed", "background")
     given: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     given = {k: v for k, v in given.items() if v is not None}
     if getattr(args, "hash_seed", None) is not None:

@@ -156,8 +156,10 @@ class FabricPolicy:
     # ---- capacity --------------------------------------------------------------------------
     def capacity(self, capacity: Floats, link_class: npt.NDArray[np.signedinteger[Any]],
                  latency: Floats) -> Floats:
-        """Payload capacity of each link: network links lose go-back-N retransmissions on a
-        lossy fabric (window = capacity x base round trip / MTU)."""
+        """Payload capacity of each link: what other jobs leave of the switch-to-switch
+        cables (background), then network links lose go-back-N retransmissions on a lossy
+        fabric (window = capacity x base round trip / MTU)."""
+        capacity = self._background(capacity)
         if self.net.lossless or self.net.loss_rate == 0:
             return capacity
         rtt = 2.0 * _one_way(self.topo, latency)
@@ -167,6 +169,37 @@ class FabricPolicy:
             w = np.ceil(capacity[i] * rtt / self.net.mtu) + 1
             out[i] = capacity[i] * goodput(self.net.loss_rate, w)
         return out
+
+    def _background(self, capacity: Floats) -> Floats:
+        """Capacity left by other jobs on switch-to-switch cables. Their share of a cable is
+        drawn per cable (their flows are hashed too). Adaptive routing sends each packet to
+        the least loaded up-port of the leaf it leaves, and a spine's congested down-link to
+        the next leaf backs up into that up-port (InfiniBand's credit-based flow control), so
+        the choice sees the whole leaf-spine-leaf path: in the fluid limit the job's traffic
+        fills what the cables leave together, so a leaf's up-links count the mean of what
+        they leave, and so do the down-links into a leaf; a hashed, static or sprayed
+        (oblivious: an even split per path) flow meets each cable's own load."""
+        mean = self.net.background
+        if mean <= 0:
+            return capacity
+        rng = np.random.default_rng([self.net.seed, 0xB6])
+        share = np.minimum(rng.uniform(0.0, 2.0 * mean, len(capacity)), 0.95)
+        left = np.where(self.between, 1.0 - share, 1.0)
+        if self.net.routing == "adaptive":
+            leaves = self._leaves()
+            for end in (np.asarray(self.router.lsrc), np.asarray(self.router.ldst)):
+                group = self.between & np.isin(end, leaves)
+                for sw in np.unique(end[group]):
+                    sel = group & (end == sw)
+                    left[sel] = left[sel].mean()
+        return capacity * left
+
+    def _leaves(self) -> Ints:
+        """Device indices of the switches NICs hang off (the first tier)."""
+        kind = self.topo.device_kinds()
+        src, dst = np.asarray(self.router.lsrc), np.asarray(self.router.ldst)
+        nic = np.array([k == "nic" for k in kind])[src]
+        return np.unique(dst[nic & np.array([k == "switch" for k in kind])[dst]])
 
     # ---- routes ----------------------------------------------------------------------------
     def lane_routes(self, single: Routes, idx: Ints, gs: Ints, gd: Ints,
