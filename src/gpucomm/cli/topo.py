@@ -91,6 +91,9 @@ def add_network_args(p) -> None:
                    "(PFC alone: pauses spread to victim flows)")
     g.add_argument("--fail-links", type=fail_links_arg, default=None, metavar="K",
                    help="K leaf-spine cables down (capacity lost, ECMP rehashed)")
+    g.add_argument("--background", type=float, default=None, metavar="FRACTION",
+                   help="other jobs' mean share of each leaf-spine cable (per cable up to "
+                   "twice that, by the hash seed; adaptive routing pools a leaf's up-links)")
 
 
 def network_from_args(args):
@@ -98,7 +101,7 @@ def network_from_args(args):
     port-level fabric (--fabric rail-2tier, --leaf-ports, --placement) always gets one: its
     routing then is the NIC's default (topology.fabric.DEFAULT_ROUTING)."""
     keys = ("routing", "qps_per_connection", "hash_inputs", "seed", "lossless", "loss_rate",
-            "cc", "fail_links", "placement_seed")
+            "cc", "fail_links", "placement_seed", "background")
     given: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     given = {k: v for k, v in given.items() if v is not None}
     if getattr(args, "hash_seed", None) is not None:
@@ -291,9 +294,12 @@ def _print_fabric(f) -> None:
     if net:
         mode = "lossless (PFC" + (", DCQCN)" if net["cc"] == "dcqcn" else ", no CC)") \
             if net["lossless"] else f"lossy (go-back-N, loss rate {net['loss_rate']:g})"
+        how = "by destination (subnet manager tables)" if net["routing"] == "static" else \
+            f"hash on {'+'.join(net['hash_inputs'])}"
+        place = net.get("placement_seed", -1)
+        seeds = f"seed {net['seed']}" + (f", placement seed {place}" if place >= 0 else "")
         print(f"  network: {net['routing']} routing, {net['qps_per_connection']} QP(s) per "
-              f"connection, hash on {'+'.join(net['hash_inputs'])}, seed {net['seed']}; {mode}"
-              f"; {net['fail_links']} failed cable(s)")
+              f"connection, {how}, {seeds}; {mode}; {net['fail_links']} failed cable(s)")
 
 
 def cmd_route(args) -> int:

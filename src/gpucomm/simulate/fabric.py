@@ -29,7 +29,8 @@ messages the coupling is the same over a few messages).
   paths of equal capacity (ECMP ties are equal by construction) the fluid limit is the even
   split, so it is routed as spray. Known to be wrong: AR reacts to load from other jobs and
   to asymmetric failures, which a split fixed per flow does not; AR and spraying reorder
-  packets, which needs NIC support (not modelled: assumed present).
+  packets, which needs NIC support (not modelled: assumed present). Hence both reach ~100%
+  of a never-colliding fabric where 77-95% is published (benchmarks/fabric_ecmp.py).
 
 **Lossy RoCE: go-back-N goodput.** Without PFC a RoCE NIC (ConnectX before selective repeat)
 answers a lost packet by resending everything after it: W packets, the window in flight
@@ -55,8 +56,14 @@ when the switch buffer absorbs the whole incast (deep-buffer spines, as Meta's C
 reach the pause threshold, so there are no victims; the cost is recovery: when a flow's fair
 share rises (a competitor finished), DCQCN climbs back by halving the gap to its target every
 T = 55 us (fast recovery, F = 5 rounds; Zhu et al. 2015 defaults), losing about
-2·T·(1 - 2^-F) x (rate gained) bytes. The flow model charges exactly that debt at each event
-where a flow's rate rises. Receiver-driven schemes (Meta's NCCL clear-to-send) avoid the
+2·T·(1 - 2^-F) x (rate gained) bytes. The flow model runs a flow whose fair rate rose dR
+short by dR for 2·T·(1 - 2^-F) (the same bytes), but only while the rise lasts: when its rate
+falls again (the next step of a pipelined collective brings the competitor back within a hop
+latency, well inside one timer T) the fall cancels the deficit, as the limiter never climbed.
+So collisions that persist from step to step (a hashed ring) cost no ramp, and the analytic
+model, which prices every step at its contended share and charges no ramp, agrees with it;
+contention that ends for good (an incast whose other senders finish) costs the full ramp.
+Receiver-driven schemes (Meta's NCCL clear-to-send) avoid the
 ramp but cap bytes in flight; not modelled. Wrong when the timers are tuned (newer NICs
 recover faster) and for flows shorter than the recovery.
 """
@@ -149,8 +156,10 @@ class FabricPolicy:
     # ---- capacity --------------------------------------------------------------------------
     def capacity(self, capacity: Floats, link_class: npt.NDArray[np.signedinteger[Any]],
                  latency: Floats) -> Floats:
-        """Payload capacity of each link: network links lose go-back-N retransmissions on a
-        lossy fabric (window = capacity x base round trip / MTU)."""
+        """Payload capacity of each link: what other jobs leave of the switch-to-switch
+        cables (background), then network links lose go-back-N retransmissions on a lossy
+        fabric (window = capacity x base round trip / MTU)."""
+        capacity = self._background(capacity)
         if self.net.lossless or self.net.loss_rate == 0:
             return capacity
         rtt = 2.0 * _one_way(self.topo, latency)
@@ -160,6 +169,37 @@ class FabricPolicy:
             w = np.ceil(capacity[i] * rtt / self.net.mtu) + 1
             out[i] = capacity[i] * goodput(self.net.loss_rate, w)
         return out
+
+    def _background(self, capacity: Floats) -> Floats:
+        """Capacity left by other jobs on switch-to-switch cables. Their share of a cable is
+        drawn per cable (their flows are hashed too). Adaptive routing sends each packet to
+        the least loaded up-port of the leaf it leaves, and a spine's congested down-link to
+        the next leaf backs up into that up-port (InfiniBand's credit-based flow control), so
+        the choice sees the whole leaf-spine-leaf path: in the fluid limit the job's traffic
+        fills what the cables leave together, so a leaf's up-links count the mean of what
+        they leave, and so do the down-links into a leaf; a hashed, static or sprayed
+        (oblivious: an even split per path) flow meets each cable's own load."""
+        mean = self.net.background
+        if mean <= 0:
+            return capacity
+        rng = np.random.default_rng([self.net.seed, 0xB6])
+        share = np.minimum(rng.uniform(0.0, 2.0 * mean, len(capacity)), 0.95)
+        left = np.where(self.between, 1.0 - share, 1.0)
+        if self.net.routing == "adaptive":
+            leaves = self._leaves()
+            for end in (np.asarray(self.router.lsrc), np.asarray(self.router.ldst)):
+                group = self.between & np.isin(end, leaves)
+                for sw in np.unique(end[group]):
+                    sel = group & (end == sw)
+                    left[sel] = left[sel].mean()
+        return capacity * left
+
+    def _leaves(self) -> Ints:
+        """Device indices of the switches NICs hang off (the first tier)."""
+        kind = self.topo.device_kinds()
+        src, dst = np.asarray(self.router.lsrc), np.asarray(self.router.ldst)
+        nic = np.array([k == "nic" for k in kind])[src]
+        return np.unique(dst[nic & np.array([k == "switch" for k in kind])[dst]])
 
     # ---- routes ----------------------------------------------------------------------------
     def lane_routes(self, single: Routes, idx: Ints, gs: Ints, gd: Ints,

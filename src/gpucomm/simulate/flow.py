@@ -348,6 +348,7 @@ class _Sim:
         act_m = np.zeros((0, g["route"].shape[1]), dtype=np.int32)  # their links
         rem = np.zeros(0)
         rate = np.zeros(0)
+        gap, gap_end = np.zeros(0), np.zeros(0)  # congestion control's ramp: deficit, until
         land = np.zeros(0, dtype=np.int64)  # bytes sent, data in flight for alpha
         land_t = np.zeros(0)
         contended = False
@@ -384,9 +385,13 @@ class _Sim:
                             act_m = np.concatenate([act_m, fm])
                             rem = np.concatenate([rem, g["bytes"][flows]])
                             rate = np.concatenate([rate, np.zeros(len(flows))])
+                            gap = np.concatenate([gap, np.zeros(len(flows))])
+                            gap_end = np.concatenate([gap_end, np.zeros(len(flows))])
                             self._load(fm)
-                            rate, rem = self._rerate(act, rate, rem, contended, fm,
-                                                     float(self.start[flows].max()))
+                            old = rate.copy() if self.recovery_s else None
+                            rate = self._rerate(act, rate, contended, fm,
+                                                float(self.start[flows].max()))
+                            gap, gap_end = self._ramp(t, old, rate, gap, gap_end)
                             contended = self.shared > 0
                     if check:
                         continue  # zero-byte ops may free engines for more ops at this time
@@ -394,27 +399,31 @@ class _Sim:
             if len(land):
                 t_next = float(land_t.min())
             if len(act):
-                fin_t = t + rem / rate
-                t_next = min(t_next, float(fin_t.min()))
+                eff = self._effective(t, rate, gap, gap_end)
+                fin_t = t + rem / eff
+                t_next = min(t_next, float(fin_t.min()), self._ramp_end(t, gap_end))
             if not np.isfinite(t_next):
                 raise RuntimeError("flow model stalled: ops wait on ops that never run")
             tol = _TOL * max(t_next, 1e-9)
             self.events += 1
             if len(act):
                 gone = fin_t <= t_next + tol
-                rem = rem - rate * (t_next - t)
+                rem = rem - eff * (t_next - t)
                 if gone.any():
                     ids = act[gone]
                     freed = act_m[gone]
                     self._unload(freed)
                     keep = ~gone
                     act, act_m, rem, rate = act[keep], act_m[keep], rem[keep], rate[keep]
+                    gap, gap_end = gap[keep], gap_end[keep]
                     self._sent(ids, np.full(len(ids), t_next))
                     land = np.concatenate([land, ids])
                     land_t = np.concatenate([land_t, t_next + g["alpha_row"][g["row"][ids]]])
                     check = True
                     if len(act) and contended:
-                        rate, rem = self._rerate(act, rate, rem, contended, freed, t_next)
+                        old = rate.copy() if self.recovery_s else None
+                        rate = self._rerate(act, rate, contended, freed, t_next)
+                        gap, gap_end = self._ramp(t_next, old, rate, gap, gap_end)
                     contended = self.shared > 0
             t = t_next
             land, land_t, landed = self._land(land, land_t, t + tol)
@@ -431,23 +440,48 @@ class _Sim:
         self.time[land[due]] = land_t[due]
         return land[~due], land_t[~due], int(due.sum())
 
-    def _rerate(self, act: Ints, rate: Floats, rem: Floats, contended: bool, changed: Links,
-                now: float) -> tuple[Floats, Floats]:
-        """(rates, bytes left) of the moving flows `act` after those on `changed` links
-        started or ended at `now` (told to the observer)."""
-        old = rate.copy() if self.recovery_s else None
+    def _rerate(self, act: Ints, rate: Floats, contended: bool, changed: Links,
+                now: float) -> Floats:
+        """Rates of the moving flows `act` after those on `changed` links started or ended at
+        `now` (told to the observer)."""
         self.changed = changed
         rate = self._rates(act, rate, contended)
         if self.observer is not None:
             self.observer.rates(now, act, rate)
-        return rate, self._ramp(rem, old, rate)
+        return rate
 
-    def _ramp(self, rem: Floats, old: Floats | None, rate: Floats) -> Floats:
-        """Bytes a running flow's congestion control loses climbing to a higher rate (`old`:
-        the rates before, None without congestion control)."""
+    def _ramp(self, t: float, old: Floats | None, rate: Floats, gap: Floats,
+              gap_end: Floats) -> tuple[Floats, Floats]:
+        """Congestion control's ramp after the rates changed at time t (`old`: the rates
+        before, None without congestion control). A running flow whose fair rate rises by dR
+        climbs to it (DCQCN fast recovery): it runs dR short for `recovery_s` (the same bytes
+        as the halving climb, fabric.recovery_s), but only while the rise lasts: if its rate
+        falls again (a competitor is back, as the next step of a pipelined collective comes
+        within microseconds) the deficit shrinks by the fall, since the limiter never got
+        there. A flow that just started (old 0) starts at its share (it has no state to
+        climb from)."""
         if not self.recovery_s or old is None:
-            return rem
-        return rem + self.recovery_s * np.where(old > 0, np.maximum(rate - old, 0.0), 0.0)
+            return gap, gap_end
+        live = gap_end > t
+        gap = np.where(live, gap, 0.0)
+        change = np.where(old > 0, rate - old, 0.0)
+        gap = np.maximum(gap + np.minimum(change, 0.0), 0.0)  # a fall eats the deficit
+        rise = np.maximum(change, 0.0)
+        gap_end = np.where(rise > 0, t + self.recovery_s, np.where(gap > 0, gap_end, 0.0))
+        return gap + rise, gap_end
+
+    def _ramp_end(self, t: float, gap_end: Floats) -> float:
+        """The next time a ramp ends (a rate changes), inf if none runs."""
+        if not self.recovery_s:
+            return np.inf
+        return float(gap_end[gap_end > t].min(initial=np.inf))
+
+    @staticmethod
+    def _effective(t: float, rate: Floats, gap: Floats, gap_end: Floats) -> Floats:
+        """Rates less the ramps' deficits still running at t."""
+        if not len(gap) or not (gap_end > t).any():
+            return rate
+        return np.maximum(rate - np.where(gap_end > t, gap, 0.0), rate * 1e-3)
 
     def _sent(self, ids: Ints, when: Floats) -> None:
         """Record transfer ends; close engine barriers whose last member just finished."""

@@ -68,7 +68,10 @@ class Network:
     (InfiniBand's credit-based links never drop: lossy applies to Ethernet NICs only).
     cc: congestion control on a lossless fabric, "dcqcn" (rate control: no pause spreading,
     a rate-recovery cost) or "none" (PFC alone: pauses spread to victim flows).
-    fail_links: leaf-spine cables that are down.
+    fail_links: leaf-spine cables that are down. background: other jobs' mean share of each
+    leaf-spine cable (their flows are hashed too, so the share varies from cable to cable:
+    uniform in [0, 2 x background], capped at 0.95, drawn by the hash seed); 0: a fabric of
+    its own.
 
         >>> Network(qps_per_connection=4, lossless=False, loss_rate=1e-4).routing
         'auto'
@@ -84,6 +87,7 @@ class Network:
     mtu: int = 4096
     connections: int = 0  # connections per network peer; 0: NCCL's default (2)
     placement_seed: int = -1  # the random placement's seed; -1: `seed`
+    background: float = 0.0  # other jobs' mean share of each switch-to-switch cable
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
@@ -113,6 +117,10 @@ class Network:
         k = self.fail_links
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ConfigError(f"fail_links {k!r} not allowed: an integer >= 0")
+        bg = self.background
+        if isinstance(bg, bool) or not isinstance(bg, (int, float)) or not 0.0 <= bg < 0.5:
+            raise ConfigError(f"background {bg!r} not allowed: a mean share of a cable in "
+                              "[0, 0.5) (each cable's share is drawn up to twice the mean)")
         c = self.connections
         if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_QPS:
             raise ConfigError(f"connections {c!r} not allowed: an integer 0..{MAX_QPS} (0: auto)")
