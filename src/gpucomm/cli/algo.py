@@ -2,6 +2,7 @@
 their proofs, and MSCCL algorithm files out and in (`show`/`run` also take FILE.xml)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ from ..dtypes import format_size
 from ..errors import ConfigError, ScheduleError
 from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
                       check_ranks)
-from ..verify import verify
+from ..verify import prove_builder, verify
 from .common import (add_format, int_arg, param_pairs, positive_int, print_json, size_arg,
                      write_text)
 
@@ -184,30 +185,8 @@ def cmd_verify(args) -> int:
     else:
         raise ConfigError("say what to verify: an ALGORITHM with --collective, a --collective, "
                           "or --all")
-    results: list[dict[str, Any]] = []
-    failed = 0
-    for alg in todo:
-        t0, ok, skipped, err = time.perf_counter(), 0, 0, None
-        coll = get_collective(alg.collective)
-        for p in range(1, args.max_ranks + 1):
-            for root in _roots(coll, p):
-                try:
-                    sched = alg.build(p, root=root)
-                except ScheduleError:
-                    skipped += 1  # the builder says it cannot serve this rank count
-                    continue
-                try:
-                    verify(sched)
-                    ok += 1
-                except ScheduleError as e:
-                    err = f"{p} ranks, root {root}: {e}"
-                    break
-            if err:
-                break
-        failed += err is not None
-        results.append({"collective": alg.collective, "algorithm": alg.name, "verified": ok,
-                        "not_supported": skipped, "error": err,
-                        "seconds": round(time.perf_counter() - t0, 3)})
+    results = [dataclasses.asdict(prove_builder(alg, args.max_ranks)) for alg in todo]
+    failed = sum(r["error"] is not None for r in results)
     if args.format == "json":
         print_json({"max_ranks": args.max_ranks, "failed": failed, "results": results})
     else:
@@ -238,13 +217,6 @@ def _verify_file(args) -> int:
         print(f"{args.algorithm}: {sched.collective.name} on {sched.nranks} ranks "
               + ("verified" if err is None else f"FAIL {err}"))
     return 0 if err is None else 1
-
-
-def _roots(coll, p: int):
-    """Roots worth proving: all of them for small P, a spread for larger P."""
-    if not coll.rooted:
-        return [0]
-    return range(p) if p <= 8 else sorted({0, 1, p // 2, p - 1})
 
 
 def _schedule_of(args):
