@@ -3,6 +3,7 @@ their proofs, and MSCCL algorithm files out and in (`show`/`run` also take FILE.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, c
 from ..verify import prove_builder, verify
 from .common import (add_format, int_arg, param_pairs, positive_int, print_json, size_arg,
                      write_text)
+from .topo import add_topology_args, topology_from_args
 
 
 def register(sub) -> None:
@@ -51,17 +53,26 @@ def register(sub) -> None:
     add_format(rp)
     rp.set_defaults(func=cmd_run)
 
-    ep = asub.add_parser("export", help="write a schedule as an MSCCL algorithm file (XML)")
+    ep = asub.add_parser("export", help="write a schedule as an MSCCL algorithm file (XML)",
+                         description="A registered schedule, or (with --system/--topology) "
+                         "what `gpucomm sim` times for --size on that cluster: ALGORITHM may "
+                         "then be auto or an NCCL name; the protocol, channels and ring orders "
+                         "are the timed run's.")
     ep.add_argument("algorithm")
     ep.add_argument("collective")
+    ep.add_argument("--size", type=size_arg, default=None,
+                    help="with --system/--topology: the size whose prediction is exported "
+                         "(default 64M)")
     ep.add_argument("--ranks", "-n", type=positive_int, default=4)
     ep.add_argument("--root", type=int, default=0)
     ep.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     ep.add_argument("--format", choices=("msccl-xml",), default="msccl-xml")
-    ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default="simple")
+    ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default=None,
+                    help="default: simple; with --system, the timed run's")
     ep.add_argument("--min-bytes", type=size_arg, default=0, help="size range it is for")
     ep.add_argument("--max-bytes", type=size_arg, default=None)
     ep.add_argument("--output", "-o", metavar="FILE.xml", help="default: standard output")
+    add_topology_args(ep)
     ep.set_defaults(func=cmd_export)
 
     ip = asub.add_parser("import", help="read an MSCCL algorithm file: verify, simulate, run")
@@ -248,10 +259,23 @@ def _read_xml(path):
 
 def cmd_export(args) -> int:
     from ..interop.msccl import to_msccl_xml
-    sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
-                  **param_pairs(args.param))
+    protocol = args.protocol or "simple"
+    if args.system or args.topology:  # what sim timed on that cluster, as it was timed
+        from ..interop.msccl import timed_schedule
+        from ..simulate import predict
+        res = predict(args.collective, args.size or (64 << 20), topology_from_args(args),
+                      algorithm=args.algorithm, protocol=args.protocol or "auto",
+                      root=args.root, **param_pairs(args.param))
+        sched, protocol = timed_schedule(res), res.protocol
+        print(f"gpucomm algo export: {res.reason} at {res.size} B, {res.time_us:.2f} us "
+              "predicted", file=sys.stderr)
+    elif args.size is not None:
+        raise ConfigError("--size picks a prediction to export: give --system or --topology")
+    else:
+        sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
+                      **param_pairs(args.param))
     verify(sched)  # only proven schedules leave gpucomm
-    xml = to_msccl_xml(sched, protocol=args.protocol, min_bytes=args.min_bytes,
+    xml = to_msccl_xml(sched, protocol=protocol, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes)
     if args.output:
         write_text(args.output, xml)
