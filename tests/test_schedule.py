@@ -71,3 +71,30 @@ def test_verify_catches_out_of_range_rank():
 def test_steps_broadcast_scalars():
     s = step(np.arange(3), 0, 1, reduce=True)
     assert s.dst.tolist() == [0, 0, 0] and s.reduce.all() and not s.src.flags.writeable
+
+
+def test_prove_builder_counts_proofs_refusals_and_the_first_failure():
+    """`gpucomm algo verify`'s loop, as a library call (verify.prove_builder)."""
+    from gpucomm.algorithms import get_algorithm
+    from gpucomm.errors import ScheduleError
+    from gpucomm.verify import prove_builder, roots_to_prove
+
+    proof = prove_builder(get_algorithm("broadcast", "ring"), 4)
+    assert proof.error is None and proof.verified == sum(len(roots_to_prove("broadcast", p))
+                                                         for p in range(1, 5))
+
+    class Broken:
+        collective, name = "all_reduce", "broken"
+
+        def build(self, nranks, root=0):
+            if nranks == 2:
+                raise ScheduleError("no 2")
+            good = get_algorithm("all_reduce", "ring").build(nranks)
+            if nranks < 3:
+                return good
+            return Schedule(good.collective, nranks, "broken", good.chunks_per_block,
+                            tuple(good.steps())[:-1], good.scratch_blocks, good.root, good.channels,
+                            good.params)
+
+    proof = prove_builder(Broken(), 5)
+    assert (proof.verified, proof.not_supported) == (1, 1) and proof.error.startswith("3 ranks")

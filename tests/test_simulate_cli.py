@@ -56,8 +56,13 @@ def test_trace_is_chrome_json(capsys, tmp_path):
                    "--algorithm", "ring", "--trace", str(path))
     assert rc == 0
     doc = json.loads(path.read_text())
-    ops = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    ops = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "op"]
     assert len(ops) == 7 * 8 and all(e["dur"] > 0 for e in ops)
+    # then the protocol's fixed latency, up to the time sim printed (simulate.timed.phases)
+    after = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "model"]
+    assert after and after[-1]["ts"] + after[-1]["dur"] == pytest.approx(
+        doc["otherData"]["time_us"])
+    assert after[0]["ts"] == pytest.approx(max(e["ts"] + e["dur"] for e in ops))
 
 
 def test_compare_parses_a_log(capsys, tmp_path):

@@ -21,7 +21,8 @@ SYSTEMS = {"dgx-v100": dict(system="dgx-v100"), "pcie-no-p2p": dict(system="pcie
            "gb200-nvl72": dict(system="gb200-nvl72"), "mi300x": dict(system="mi300x"),
            "dgx-h100x2": dict(system="dgx-h100", nodes=2), "polaris": dict(system="polaris")}
 ALGORITHMS = ("auto", "ring", "tree", "nvls", "nvls_tree", "pat")
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv",
+               "all_to_all")
 SIZES = (1 << 16, 64 << 20)
 _TOPOS: dict = {}
 
@@ -61,7 +62,7 @@ def test_trace_html_and_heatmap_show_the_printed_time(system):
     t = topo(system)
     wrong, n = [], 0
     for coll in COLLECTIVES:
-        for alg in ALGORITHMS:
+        for alg in ALGORITHMS if coll not in ("sendrecv", "all_to_all") else ("auto",):
             for size in SIZES:
                 try:
                     res = predict(coll, size, t, algorithm=alg)
@@ -100,6 +101,9 @@ def test_the_timed_value_holds_what_sim_reports():
     assert f"{timed.channels}ch" in res.reason
     assert timed.nics == 8 and timed.topology is t
     assert timed.time_s == res.time_s
+    # a p2p limit that recomputes the same time keeps the printed value exactly
+    p2p = predict("sendrecv", 1 << 16, topo("dgx-v100"))
+    assert p2p.timed.time_s == p2p.time_s and not p2p.timed.bounds
     ring = predict("all_reduce", 64 << 20, topo("dgx-v100"), algorithm="ring").timed
     # no NVSwitch: NCCL's ring search lays each channel's ring out on its own
     assert ring.schedule is not None and np.asarray(ring.placement).shape == (6, 8)
@@ -112,3 +116,36 @@ def test_a_result_without_a_timed_run_is_refused_by_name():
     res = simulate(build("all_reduce", "ring", 4), topo("dgx-v100"), 1024)
     with pytest.raises(ValueError, match="no timed run"):
         traced(res)
+
+
+@pytest.mark.parametrize("system,coll", [("dgx-v100", "all_gather"), ("dgx-v100", "all_reduce"),
+                                         ("mi300x", "reduce_scatter"),
+                                         ("dgx-h100x2", "broadcast")])
+def test_algo_export_writes_the_timed_schedule_on_its_ring_orders(system, coll):
+    from gpucomm.interop.msccl import timed_schedule
+    from gpucomm.verify import verify
+    res = predict(coll, 64 << 20, topo(system), algorithm="ring")
+    sched = timed_schedule(res)
+    verify(sched)  # each channel's ring order moved onto the GPUs, still the collective
+    assert sched.channels == res.timed.schedule.channels
+    rows = np.atleast_2d(res.timed.placement)
+    if len(rows) > 1:  # the rings differ per channel: so do the exported channels' peers
+        ch0 = {(int(a), int(b)) for st in sched.steps() for a, b, c in
+               zip(st.src, st.dst, st.channel) if c == 0}
+        ch1 = {(int(a), int(b)) for st in sched.steps() for a, b, c in
+               zip(st.src, st.dst, st.channel) if c == 1}
+        assert ch0 != ch1
+
+
+def test_algo_export_with_a_system_exports_what_sim_timed(capsys, tmp_path):
+    from gpucomm.cli import main
+    out = tmp_path / "a.xml"
+    assert main(["algo", "export", "auto", "all_gather", "--system", "dgx-v100", "--size",
+                 "64M", "-o", str(out)]) == 0
+    res = predict("all_gather", 64 << 20, topo("dgx-v100"))
+    assert res.reason in capsys.readouterr().err
+    text = out.read_text()
+    assert f'proto="{res.protocol.capitalize()}"' in text.replace("Ll", "LL")
+    assert main(["algo", "export", "auto", "all_reduce", "--system", "dgx-h100", "--size",
+                 "1G"]) == 2  # NVLS: a closed form, nothing to export
+    assert "closed form" in capsys.readouterr().err

@@ -7,7 +7,11 @@ the end every chunk the collective defines holds exactly its postcondition.
 """
 from __future__ import annotations
 
-from .collectives import Value
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from .collectives import Value, get_collective
 from .errors import ScheduleError
 from .schedule import Schedule
 
@@ -146,3 +150,62 @@ def _check_postcondition(s: Schedule, state: State) -> None:
                               if extra else "")
                     raise VerifyError(f"ends with {_describe(got)}, want {_describe(want)} "
                                       f"({detail})", rank=r, chunk=b * cpb + k)
+
+
+class Builder(Protocol):
+    """What `prove_builder` needs of an algorithm (algorithms.Algorithm is one)."""
+    @property
+    def collective(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def build(self, nranks: int, root: int = 0) -> Schedule: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuilderProof:
+    """`prove_builder`'s answer: how many schedules were proven, how many rank counts the
+    builder refused, and the first failure (None: every schedule is right)."""
+    collective: str
+    algorithm: str
+    verified: int
+    not_supported: int
+    error: str | None
+    seconds: float
+
+
+def roots_to_prove(collective: str, nranks: int) -> list[int]:
+    """Roots worth proving: all of them for small P, a spread for larger P (0 if unrooted)."""
+    if not get_collective(collective).rooted:
+        return [0]
+    return list(range(nranks)) if nranks <= 8 else sorted({0, 1, nranks // 2, nranks - 1})
+
+
+def prove_builder(alg: Builder, max_ranks: int) -> BuilderProof:
+    """Build and verify `alg`'s schedule for 1..max_ranks ranks (and roots_to_prove), up to
+    the first wrong one; a rank count the builder refuses (ScheduleError) is not supported.
+
+        >>> from gpucomm.algorithms import get_algorithm
+        >>> prove_builder(get_algorithm("all_reduce", "ring"), 5).verified
+        5
+    """
+    t0, ok, skipped, err = time.perf_counter(), 0, 0, None
+    for p in range(1, max_ranks + 1):
+        for root in roots_to_prove(alg.collective, p):
+            try:
+                sched = alg.build(p, root=root)
+            except ScheduleError:
+                skipped += 1  # the builder says it cannot serve this rank count
+                continue
+            try:
+                verify(sched)
+                ok += 1
+            except ScheduleError as e:
+                err = f"{p} ranks, root {root}: {e}"
+                break
+        if err:
+            break
+    return BuilderProof(collective=alg.collective, algorithm=alg.name, verified=ok,
+                        not_supported=skipped, error=err,
+                        seconds=round(time.perf_counter() - t0, 3))

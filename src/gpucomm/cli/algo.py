@@ -2,6 +2,7 @@
 their proofs, and MSCCL algorithm files out and in (`show`/`run` also take FILE.xml)."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -13,10 +14,11 @@ from ..inputs import read_text
 from ..errors import ConfigError, ScheduleError
 from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
                       check_ranks)
-from ..verify import verify
+from ..verify import prove_builder, verify
 from ._nccltests import retire
 from .common import (add_format, int_arg, name_arg, param_pairs, positive_int, print_json,
                      size_arg, write_text)
+from .topo import add_topology_args, topology_from_args
 
 
 def register(sub) -> None:
@@ -55,14 +57,22 @@ def register(sub) -> None:
     add_format(rp)
     rp.set_defaults(func=cmd_run)
 
-    ep = asub.add_parser("export", help="write a schedule as an MSCCL algorithm file (XML)")
+    ep = asub.add_parser("export", help="write a schedule as an MSCCL algorithm file (XML)",
+                         description="A registered schedule, or (with --system/--topology) "
+                         "what `gpucomm sim` times for --size on that cluster: ALGORITHM may "
+                         "then be auto or an NCCL name; the protocol, channels and ring orders "
+                         "are the timed run's.")
     ep.add_argument("algorithm")
     ep.add_argument("collective")
+    ep.add_argument("--size", type=size_arg, default=None,
+                    help="with --system/--topology: the size whose prediction is exported "
+                         "(default 64M)")
     ep.add_argument("--ranks", type=positive_int, default=4)
     ep.add_argument("--root", type=int, default=0)
     ep.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     ep.add_argument("--format", choices=("msccl-xml",), default="msccl-xml")
-    ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default="simple")
+    ep.add_argument("--protocol", choices=("ll", "ll128", "simple"), default=None,
+                    help="default: simple; with --system, the timed run's")
     ep.add_argument("--min-bytes", type=size_arg, default=0, help="size range it is for")
     ep.add_argument("--max-bytes", type=size_arg, default=None)
     ep.add_argument("--out-of-place", action="store_true",
@@ -70,6 +80,7 @@ def register(sub) -> None:
                     "MSCCL uses the file for out-of-place calls too (default: in-place only)")
     ep.add_argument("--output", type=name_arg, metavar="FILE.xml",
                     help="default: standard output")
+    add_topology_args(ep)
     retire(ep, "-n", "-p", "-o")
     ep.set_defaults(func=cmd_export)
 
@@ -207,30 +218,8 @@ def cmd_verify(args) -> int:
     else:
         raise ConfigError("say what to verify: an ALGORITHM with --collective, a --collective, "
                           "or --all")
-    results: list[dict[str, Any]] = []
-    failed = 0
-    for alg in todo:
-        t0, ok, skipped, err = time.perf_counter(), 0, 0, None
-        coll = get_collective(alg.collective)
-        for p in range(1, args.max_ranks + 1):
-            for root in _roots(coll, p):
-                try:
-                    sched = alg.build(p, root=root)
-                except ScheduleError:
-                    skipped += 1  # the builder says it cannot serve this rank count
-                    continue
-                try:
-                    verify(sched)
-                    ok += 1
-                except ScheduleError as e:
-                    err = f"{p} ranks, root {root}: {e}"
-                    break
-            if err:
-                break
-        failed += err is not None
-        results.append({"collective": alg.collective, "algorithm": alg.name, "verified": ok,
-                        "not_supported": skipped, "error": err,
-                        "seconds": round(time.perf_counter() - t0, 3)})
+    results = [dataclasses.asdict(prove_builder(alg, args.max_ranks)) for alg in todo]
+    failed = sum(r["error"] is not None for r in results)
     if args.format == "json":
         print_json({"max_ranks": args.max_ranks, "failed": failed, "results": results})
     else:
@@ -263,13 +252,6 @@ def _verify_file(args) -> int:
     return 0 if err is None else 1
 
 
-def _roots(coll, p: int):
-    """Roots worth proving: all of them for small P, a spread for larger P."""
-    if not coll.rooted:
-        return [0]
-    return range(p) if p <= 8 else sorted({0, 1, p // 2, p - 1})
-
-
 def _schedule_of(args):
     """The schedule `show`/`run` name: a registered ALGORITHM COLLECTIVE, or an MSCCL FILE.xml
     (then COLLECTIVE must be the file's)."""
@@ -299,10 +281,23 @@ def cmd_export(args) -> int:
     if args.max_bytes is not None and args.max_bytes < args.min_bytes:
         raise ConfigError(f"--min-bytes {args.min_bytes} .. --max-bytes {args.max_bytes} is an "
                           "empty byte range: give --max-bytes >= --min-bytes")
-    sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
-                  **param_pairs(args.param))
+    protocol = args.protocol or "simple"
+    if args.system or args.topology:  # what sim timed on that cluster, as it was timed
+        from ..interop.msccl import timed_schedule
+        from ..simulate import predict
+        res = predict(args.collective, args.size or (64 << 20), topology_from_args(args),
+                      algorithm=args.algorithm, protocol=args.protocol or "auto",
+                      root=args.root, **param_pairs(args.param))
+        sched, protocol = timed_schedule(res), res.protocol
+        print(f"gpucomm algo export: {res.reason} at {res.size} B, {res.time_us:.2f} us "
+              "predicted", file=sys.stderr)
+    elif args.size is not None:
+        raise ConfigError("--size picks a prediction to export: give --system or --topology")
+    else:
+        sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
+                      **param_pairs(args.param))
     verify(sched)  # only proven schedules leave gpucomm
-    xml = to_msccl_xml(sched, protocol=args.protocol, min_bytes=args.min_bytes,
+    xml = to_msccl_xml(sched, protocol=protocol, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes, outofplace=args.out_of_place)
     problems = executor_problems(xml)  # left after spreading over channels: say so
     for line in problems[:5]:

@@ -800,3 +800,50 @@ def _pack(ops):
     if cur:
         steps.append(cur)
     return [step(*zip(*rows)) for rows in steps]
+
+
+def timed_schedule(result) -> Schedule:
+    """The schedule a prediction timed (`result.timed`), on communicator ranks: rank i is the
+    i-th GPU of its placement, and each channel's ops run on the GPUs its ring order gives
+    them (their ranks and, where the buffer has a block per rank, the blocks those ranks
+    own). Prove it (verify) before it leaves gpucomm: a layout the relabelling cannot carry
+    fails there.
+
+        >>> from gpucomm.simulate import predict
+        >>> from gpucomm.topology import build_topology
+        >>> r = predict("all_reduce", "64M", build_topology("dgx-v100"), algorithm="ring")
+        >>> s = timed_schedule(r)
+        >>> s.nranks, s.channels, r.timed.channels
+        (8, 6, 16)
+    """
+    import numpy as np
+    timed = getattr(result, "timed", None)
+    if timed is None or timed.schedule is None:
+        raise ScheduleError(f"{result.algorithm} {result.collective}: timed in closed form "
+                            "(no schedule to export); pick a schedule algorithm (ring, pat, ...)")
+    s = timed.schedule
+    rows = np.atleast_2d(np.asarray(timed.placement, dtype=np.int64))
+    perm = np.searchsorted(np.sort(rows[0]), rows)  # per row: schedule rank -> comm rank
+    if (perm == np.arange(s.nranks)).all():
+        return s
+    cpb, real = s.chunks_per_block, s.nblocks * s.chunks_per_block
+    owned = s.nblocks == s.nranks  # block b belongs to rank b: it moves with the rank
+
+    def chunk(c, p):
+        if not owned:
+            return c
+        block = np.minimum(c // cpb, s.nranks - 1)
+        return np.where(c < real, p[np.arange(len(c)), block] * cpb + c % cpb, c)
+
+    steps = []
+    for st in s.steps():
+        src, dst, sc, dc, n, red, ch = st.columns()
+        p = perm[ch % len(perm)]
+        at = np.arange(len(src))
+        steps.append(step(p[at, src], p[at, dst], chunk(sc, p), chunk(dc, p), n, red, ch))
+    roots = set(perm[:, s.root].tolist())
+    if len(roots) != 1:
+        raise ScheduleError(f"the timed {s.algorithm} puts root {s.root} on different GPUs per "
+                            "channel; MSCCL has one root")
+    return Schedule(s.collective, s.nranks, s.algorithm, cpb, tuple(steps), s.scratch_blocks,
+                    roots.pop(), s.channels, s.params)

@@ -9,8 +9,10 @@ multimem store that multicasts it. With a topology, one more process holds a cou
 per link: its utilisation (0..1 of achievable bandwidth) over the collective (links.py).
 
     >>> from gpucomm.simulate.result import SimResult
-    >>> events = trace_events(SimResult("all_reduce", "ring", "simple", "analytic", 2, 8, 2,
-    ...     "float32", 1e-5, 0.0, 0.0, timeline=((0, 0, 1, 0, 0, 0.0, 1e-5, 4),)))
+    >>> events = trace_events(SimResult(collective="all_reduce", algorithm="ring",
+    ...     protocol="simple", model="analytic", nranks=2, size=8, count=2, dtype="float32",
+    ...     time_s=1e-5, algbw_GBps=0.0, busbw_GBps=0.0,
+    ...     timeline=((0, 0, 1, 0, 0, 0.0, 1e-5, 4),)))
     >>> events[-1]["dur"]
     10.0
 """

@@ -228,10 +228,13 @@ def _result(schedule: Schedule, lay: BufferLayout, proto: Protocol, model: str, 
     t = (end + proto.base_latency_s) if schedule.nranks > 1 else 0.0
     algbw, busbw = lay.busbw(t) if t > 0 else (0.0, 0.0)
     link_busy = busy if isinstance(busy, LinkBusy) else LinkBusy(busy)
-    return SimResult(lay.collective.name, schedule.algorithm, proto.name, model, schedule.nranks,
-                     lay.size, lay.count, lay.dtype.name, t, algbw, busbw, link_busy, events, ops,
-                     tuple(timeline), redop, schedule.root if lay.collective.rooted else -1,
-                     schedule.channels, note=note)
+    return SimResult(collective=lay.collective.name, algorithm=schedule.algorithm,
+                     protocol=proto.name, model=model, nranks=schedule.nranks, size=lay.size,
+                     count=lay.count, dtype=lay.dtype.name, time_s=t, algbw_GBps=algbw,
+                     busbw_GBps=busbw, link_busy_s=link_busy, events=events, ops=ops,
+                     timeline=tuple(timeline), redop=redop,
+                     root=schedule.root if lay.collective.rooted else -1,
+                     channels=schedule.channels, note=note)
 
 
 def _from_sweep(schedule: Schedule, topology: Topology, dtype: DTypeLike, placement: Ints,

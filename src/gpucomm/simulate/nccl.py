@@ -187,8 +187,10 @@ def _result(coll: Collective, name: str, proto: str, model: str, lay: BufferLayo
             t: float, busy: Mapping[int, float], nch: int) -> SimResult:
     algbw, busbw = lay.busbw(t)
     timeline = RankTimeline(p, t, int(lay.size // p))
-    return SimResult(lay.collective.name, name, proto, model, p, lay.size, lay.count,
-                     lay.dtype.name, t, algbw, busbw, busy, 1, p, timeline, nccl_channels=nch)
+    return SimResult(collective=lay.collective.name, algorithm=name, protocol=proto,
+                     model=model, nranks=p, size=lay.size, count=lay.count,
+                     dtype=lay.dtype.name, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
+                     link_busy_s=busy, events=1, ops=p, timeline=timeline, nccl_channels=nch)
 
 
 def chain_link_load(paths: PathTable, fwd: npt.NDArray[np.int64], back: npt.NDArray[np.int64]

@@ -110,8 +110,9 @@ class RankTimeline(Sequence[TimelineRecord]):
         return RankTimeline, (self.nranks, self.time_s, self.nbytes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimResult:
+    """One timed collective, built by name. `timed` (from predict) says what was timed."""
     collective: str
     algorithm: str
     protocol: str

@@ -56,10 +56,15 @@ class Timed:
         return self.bounds[-1][1] if self.bounds else self.simulated_s
 
     def bounded(self, why: str, time_s: float) -> Timed:
-        """This run with one more bound (when `time_s` differs from the time so far)."""
-        if abs(time_s - self.time_s) <= 1e-15 * max(abs(time_s), 1e-30):
-            return self
-        return dataclasses.replace(self, bounds=self.bounds + ((why, float(time_s)),))
+        """This run with one more bound (when `time_s` differs from the time so far; a
+        limit that recomputed the same time to the last bit or two keeps its value)."""
+        time_s = float(time_s)
+        if abs(time_s - self.time_s) > 1e-12 * max(abs(time_s), 1e-30):
+            return dataclasses.replace(self, bounds=self.bounds + ((why, time_s),))
+        if self.bounds:
+            last = self.bounds[-1]
+            return dataclasses.replace(self, bounds=self.bounds[:-1] + ((last[0], time_s),))
+        return dataclasses.replace(self, simulated_s=time_s)
 
 
 def traced(result: SimResult) -> SimResult:

@@ -280,7 +280,7 @@ class CommTime:
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PredictedStep:
     """The predicted step: where its time goes, its throughput and its memory per GPU."""
     model: str
@@ -676,10 +676,13 @@ def _finish(model, lay, cluster, mem, timed, step_s, compute, comm_total, expose
     n = cluster.gpus
     used = [k for k in KINDS if comm_total[k] > 0 or exposed[k] > 0]
     return PredictedStep(
-        model.name, cluster.system, cluster.nic, cluster.nodes, n, cluster.gpu.name, lay,
-        step_s, compute, {k: comm_total[k] for k in used},
-        {k: exposed[k] for k in used}, sum(exposed.values()), bubble,
-        tokens / step_s, model_flops / step_s / n / 1e12, hw_flops / step_s / n / 1e12,
-        model_flops / step_s / n / gemm_peak(cluster.gpu, lay.precision), mem,
-        cluster.gpu.hbm_bytes,
-        timed, opt_s, (), ep_split, kernels(cluster.gpu, lay.framework))
+        model=model.name, system=cluster.system, nic=cluster.nic, nodes=cluster.nodes, gpus=n,
+        gpu=cluster.gpu.name, layout=lay, step_time_s=step_s, compute_time_s=compute,
+        comm_time_s={k: comm_total[k] for k in used},
+        exposed_by_kind={k: exposed[k] for k in used}, exposed_comm_s=sum(exposed.values()),
+        bubble_s=bubble, tokens_per_s=tokens / step_s,
+        tflops_per_gpu=model_flops / step_s / n / 1e12,
+        hw_tflops_per_gpu=hw_flops / step_s / n / 1e12,
+        mfu=model_flops / step_s / n / gemm_peak(cluster.gpu, lay.precision), memory=mem,
+        hbm_bytes=cluster.gpu.hbm_bytes, comms=timed, optimizer_s=opt_s, warnings=(),
+        ep_split=ep_split, kernels=kernels(cluster.gpu, lay.framework))
