@@ -332,7 +332,7 @@ class PredictedStep:
             "model": self.model, "system": self.system, "nic": self.nic, "nodes": self.nodes,
             "gpus": self.gpus, "gpu": self.gpu, "mode": lay.mode,
             "layout": {k: getattr(lay, k) for k in (
-                "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "recompute", "seq",
+                "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "recompute", "seq",
                 "global_batch", "micro_batch", "flash", "precision", "balanced_ends",
                 "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "ep_overlap",
                 "moe_imbalance", "framework", "recompute_modules", "fp8_activations",
@@ -449,7 +449,9 @@ def larger_fitting(model: ModelConfig, lay: Layout, gpu, gpus_per_node: int) -> 
             for label, change in savers:
                 if _fits(model, lay, gpu, pp=pp, dp=dp, global_batch=batch, **change):
                     return (f"--nodes {world // gpus_per_node} --tp {lay.tp} --pp {pp}"
-                            + (f" --cp {lay.cp}" if lay.cp > 1 else "") + label)
+                            + (f" --cp {lay.cp}" if lay.cp > 1 else "")
+                            + (f" --ep {lay.ep}" if lay.ep > 1 else "")
+                            + (f" --etp {lay.etp}" if lay.etp else "") + label)
     return None
 
 
