@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
-from .frameworks import get_framework
+from .frameworks import fp8_recipe, get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
                       activation_bytes_per_token, gemm_peak,
                       kernels, kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
@@ -485,7 +485,7 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     cluster = cluster or make_cluster(system, nodes, nic, **topology_options)
     lay = validate(model, layout, cluster.gpus)
     gpu = cluster.gpu
-    gemm_peak(gpu, lay.precision)  # refuses fp8 on a GPU without it
+    fp8_recipe(lay.precision, lay.framework, gpu)  # refuses a recipe the GPU has no path for
     mem = memory_per_gpu(model, lay)
     warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
