@@ -99,15 +99,31 @@ def _nemo(model, gpus, gb, mb, seq, tp, pp, cp, vp, pub, *, precision="fp8", sys
     return (source, model, "tokens_per_gpu", ["--model", model], args, pub, held_out)
 
 
+# torchtitan's published peak memory (GiB, max over ranks) by (model, GPUs, seq, tokens/s/GPU)
+TITAN_MEMORY_GIB = {
+    ("llama3-8b", 8, 8192, 5762): 82.4, ("llama3-8b", 8, 8192, 6667): 77.0,
+    ("llama3-8b", 8, 8192, 8532): 76.8, ("llama3-8b", 128, 8192, 5605): 67.0,
+    ("llama3-8b", 128, 8192, 6514): 62.0, ("llama3-8b", 128, 8192, 8380): 61.8,
+    ("llama3-8b", 8, 32768, 3890): 83.9, ("llama3-8b", 8, 65536, 2540): 84.2,
+    ("llama3-8b", 8, 131072, 1071): 84.0, ("llama3-8b", 8, 262144, 548): 84.5,
+    ("llama3-70b", 256, 8192, 829): 71.9, ("llama3-70b", 256, 8192, 876): 67.6,
+    ("llama3-405b", 512, 8192, 100): 82.5, ("llama3-405b", 512, 8192, 128): 72.7,
+    ("llama3-405b", 512, 32768, 76): 75.3, ("llama3-405b", 512, 65536, 47): 75.9,
+    ("llama3-405b", 512, 131072, 31): 77.1, ("llama3-405b", 512, 262144, 16): 84.9,
+}
+
+
 def _titan(model, gpus, lbs, seq, tp, pp, cp, pub, *, framework="torchtitan-compile",
            precision="bf16", ac="full", async_tp=False, vpp=1, source=TITAN, held_out=True):
     """A torchtitan run on Grand Teton (H100 96 GB at 500 W, 400 Gb/s RDMA per GPU): FSDP2
-    (ZeRO-3) over the dp (x cp) ranks; local batch = sequences per FSDP rank; pipeline
-    micro-batches of 1."""
+    (ZeRO-3) over the dp (x cp) ranks; local batch = sequences per FSDP rank in one step, run
+    as one forward/backward without PP (no gradient accumulation), in pipeline micro-batches
+    of 1 with PP (torchtitan's default pipeline micro-batch size)."""
     dp = gpus // (tp * pp * cp)
+    mb = lbs if pp == 1 else 1
     args = TITAN_H100 + ["--nodes", str(max(gpus // 8, 1)), "--zero", "3",
                          "--framework", framework, "--precision", precision,
-                         "--recompute", ac] + _lay(tp, pp, cp, vpp, 0, 1, lbs * dp, seq) \
+                         "--recompute", ac] + _lay(tp, pp, cp, vpp, 0, mb, lbs * dp, seq) \
         + (["--tp-overlap"] if async_tp else [])
     if gpus < 8:
         args += ["--gpus-per-node", str(gpus)]
@@ -255,6 +271,10 @@ def run_case(case) -> dict:
            "command": "gpucomm plan " + " ".join(common + layout), "accepted": rc == 0}
     if rc == 0:
         pred = _metric(d, metric)
+        gib = TITAN_MEMORY_GIB.get((name, d["gpus"], d["layout"]["seq"], pub)) \
+            if source == TITAN else None
+        if gib:
+            row["published_memory_gb"] = gib * 2**30 / 1e9
         row.update(gpus=d["gpus"], gpu=d["gpu"], layout=d["layout"], predicted=pred,
                    error=pred / pub - 1, memory_gb=d["memory_per_gpu_bytes"] / 1e9,
                    mfu=d["mfu"], warnings=d["warnings"], step_time_s=d["step_time_s"],
@@ -347,6 +367,9 @@ def _summary(rows) -> dict:
         out[f"median_abs_error_{k}"] = _median(v)
         out[f"max_abs_error_{k}"] = max(v) if v else None
     out["max_mfu"] = max((r["mfu"] for r in acc), default=None)
+    mem = [r["memory_gb"] / r["published_memory_gb"] for r in acc if "published_memory_gb" in r]
+    out["memory_vs_published_median_ratio"] = _median(mem)
+    out["memory_vs_published_runs"] = len(mem)
     adj = [abs(r["adjusted_error"]) for r in rows if "adjusted_error" in r]
     out["refused_then_fit_as_suggested"] = len(adj)
     out["median_abs_error_all_with_suggested"] = _median(err["all"] + adj)
@@ -385,6 +408,8 @@ def _print(rows, summary) -> None:
             continue
         lay = r["layout"]
         warn = "  (memory warning)" if r["warnings"] else ""
+        if "published_memory_gb" in r:
+            warn += f"  (published peak {r['published_memory_gb']:.1f} GB)"
         print(f"{mark} {r['model']:<18}{r['gpus']:>6}{lay['tp']:>3}{lay['pp']:>3}{lay['vpp']:>4}"
               f"{lay['cp']:>3}{lay['ep']:>4}{lay['dp']:>5} {lay['precision']:<10}"
               f"{lay['framework']:<19}{_fmt(r['published']):>8}{_fmt(r['predicted']):>8}"
@@ -403,6 +428,10 @@ def _print(rows, summary) -> None:
           f"{pct(s['median_abs_error_fp8'])}, held out {pct(s['median_abs_error_held_out'])}, "
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}; max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
+    if s["memory_vs_published_runs"]:
+        print(f"memory per GPU against torchtitan's published peaks: median ratio "
+              f"{s['memory_vs_published_median_ratio']:.2f} over {s['memory_vs_published_runs']} "
+              "runs (not scored: the estimate leaves out the allocator's reserve)")
     if "search_deepseek_v3" in s:
         print(f"--search on DeepSeek-V3's cluster: {s['search_deepseek_v3']}")
     for key in [k for k in s if k.startswith("bar_")]:

@@ -176,3 +176,24 @@ def test_plan_on_a_topology_file_matches_the_preset_it_was_written_from(tmp_path
     build_topology("dgx-h100", nodes=2).save(two)
     with pytest.raises(ConfigError, match="one node's description"):
         answer(PlanRequest("llama3-8b", system=str(two), layout=lay))
+
+
+def test_expert_tp_separate_from_attention_tp():
+    from gpucomm.workloads.layout import group_ranks, validate
+    m = get_model("mixtral-8x7b")
+    lay = Layout(tp=4, dp=2, ep=8, etp=1, seq=4096, global_batch=2)
+    validate(m, lay, 8)  # ep=8 > dp=2: EP takes the attention-TP ranks too (etp=1)
+    assert group_ranks(lay, "ep", 0) == tuple(range(8)) and lay.expert_dp == 1
+    with pytest.raises(ConfigError, match="valid ep are"):
+        validate(m, lay.with_(etp=4), 8)  # etp = tp: experts split over dp=2 only
+    with pytest.raises(ConfigError, match="etp must divide tp=4"):
+        Layout(tp=4, etp=3)
+    # experts: all 8 of them / ep=8, unsplit (etp=1), the MoE MLP leaves attention's TP group
+    from gpucomm.workloads.compute import layer_params_per_gpu
+    _, experts = layer_params_per_gpu(m, lay)
+    assert experts == pytest.approx(m.expert_params)
+    tp_calls = sum(c.count for c in training_comms(m, lay) if c.kind == "TP")
+    same = Layout(tp=4, dp=2, ep=2, seq=4096, global_batch=2)
+    assert tp_calls * 2 == sum(c.count for c in training_comms(m, same) if c.kind == "TP")
+    # default etp = tp keeps Megatron's "ep inside dp" placement
+    assert group_ranks(same, "ep", 0) == (0, 4) and group_ranks(same, "edp", 0) == (0,)

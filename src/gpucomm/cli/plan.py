@@ -24,7 +24,7 @@ from .common import (PLOT_SUFFIXES, add_format, html_arg, name_arg, nics_arg, ou
                      oversubscription_arg, positive_int, print_json)
 from .topo import add_network_args, network_from_args
 
-_INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "seq", "global_batch", "micro_batch", "zero",
+_INTS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "seq", "global_batch", "micro_batch", "zero",
          "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
@@ -63,7 +63,10 @@ def register(sub) -> None:
     p.add_argument("--dp", type=positive_int, default=None,
                    help="data parallel degree (default: GPUs / (tp*pp*cp))")
     p.add_argument("--cp", type=positive_int, default=1, help="context parallel degree")
-    p.add_argument("--ep", type=positive_int, default=1, help="expert parallel degree (within dp)")
+    p.add_argument("--ep", type=positive_int, default=1,
+                   help="expert parallel degree (over a stage's tp*cp*dp/etp ranks)")
+    p.add_argument("--etp", type=positive_int, default=None,
+                   help="tensor parallelism of the experts (default: --tp); must divide --tp")
     p.add_argument("--vpp", type=positive_int, default=1,
                    help="interleaved virtual stages per pipeline rank")
     p.add_argument("--seq", type=positive_int, default=4096,
@@ -274,6 +277,7 @@ def _header(r) -> str:
     nic = f", nic {r.nic}" if r.nic else ""
     return (f"{r.model} on {r.nodes} x {r.system} ({r.gpus} {r.gpu}{nic}): {what}\n"
             f"layout tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep}"
+            + (f" etp={lay.etp}" if lay.etp and lay.etp != lay.tp else "")
             + (f" vpp={lay.vpp}" if lay.vpp > 1 else "")
             + (f" sp={'on' if lay.sequence_parallel else 'off'} zero={lay.zero} "
                f"recompute={lay.recompute} mb={lay.micro_batch}" if lay.mode == "train" else "")

@@ -83,7 +83,7 @@ def _bucketed(kind, collective, total, bucket, group, what) -> list[Comm]:
 
 def ep_split(model: ModelConfig, lay: Layout, gpus_per_node: int) -> tuple[int, int, float]:
     """(EP ranks per node, nodes an EP group spans, remote nodes one token's copies reach)."""
-    stride = lay.tp * lay.cp  # EP ranks are dp neighbours: tp*cp global ranks apart
+    stride = lay.expert_tp  # EP ranks are etp global ranks apart (layout.group_ranks)
     local = max(1, min(lay.ep, gpus_per_node // stride)) if stride <= gpus_per_node else 1
     nodes = max(1, lay.ep // local)
     if nodes == 1:
@@ -132,18 +132,21 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
     act = int(BF16 * tokens * model.hidden)
     redo = 1 if lay.recompute == "full" else 0  # selective re-runs no collective
     out: list[Comm] = []
+    # with etp < tp the MoE layers' experts leave attention's TP group: their tokens travel
+    # by the EP all-to-all, and only attention keeps its TP pair of collectives
+    per_layer = 1 if model.moe and lay.expert_tp != lay.tp else 2
     if lay.tp > 1:
         if lay.sequence_parallel:
             for coll in ("all_gather", "reduce_scatter"):
-                out.append(Comm("TP", coll, act, 2 * n, "tp", "fwd", "microbatch",
+                out.append(Comm("TP", coll, act, per_layer * n, "tp", "fwd", "microbatch",
                                 f"SP {coll.replace('_', '-')} around attention and MLP"))
-                out.append(Comm("TP", coll, act, 2 * n * (1 + redo), "tp", "bwd", "microbatch",
-                                f"SP {coll.replace('_', '-')} in backward"
+                out.append(Comm("TP", coll, act, per_layer * n * (1 + redo), "tp", "bwd",
+                                "microbatch", f"SP {coll.replace('_', '-')} in backward"
                                 + (" (+ recompute)" if redo else "")))
         else:
-            out.append(Comm("TP", "all_reduce", act, 2 * n, "tp", "fwd", "microbatch",
+            out.append(Comm("TP", "all_reduce", act, per_layer * n, "tp", "fwd", "microbatch",
                             "all-reduce after attention and after MLP"))
-            out.append(Comm("TP", "all_reduce", act, 2 * n * (1 + redo), "tp", "bwd",
+            out.append(Comm("TP", "all_reduce", act, per_layer * n * (1 + redo), "tp", "bwd",
                             "microbatch", "all-reduce of input gradients"
                             + (" (+ recompute)" if redo else "")))
     if lay.cp > 1:

@@ -270,7 +270,7 @@ def layer_params_per_gpu(model: ModelConfig, lay: Layout) -> tuple[float, float]
     if not model.moe:
         return attn + model.expert_params / lay.tp, 0.0
     dense = attn + model.router_params + model.shared_experts * model.expert_params / lay.tp
-    experts = (model.experts / lay.ep) * model.expert_params / lay.tp
+    experts = (model.experts / lay.ep) * model.expert_params / lay.expert_tp
     return dense, experts
 
 

@@ -2,10 +2,11 @@
 
 Placement follows Megatron-LM's default order "tp-cp-ep-dp-pp": tensor parallelism is innermost
 (consecutive ranks, so a TP group sits inside one node's NVLink/NVSwitch domain), then context
-parallelism, then data parallelism (expert parallelism is carved out of the DP dimension, EP
-innermost within it), and pipeline stages outermost. With a node-major topology rank order,
-global rank g = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)) and
-dp_rank = ep_rank + ep * expert_dp_rank.
+parallelism, then data parallelism, and pipeline stages outermost. With a node-major topology
+rank order, global rank g = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)). Experts
+are laid out over the same tp x cp x dp ranks of a stage as Megatron-core's expert rank
+generator does: expert TP (etp) innermost, then EP, then expert data parallelism; with etp = tp
+and cp = 1 that is dp_rank = ep_rank + ep * expert_dp_rank.
 
     >>> lay = Layout(tp=8, pp=16, dp=128, seq=8192, global_batch=2048)
     >>> lay.world, lay.microbatches
@@ -62,6 +63,9 @@ class Layout:
     (Megatron-core --cpu-offloading), the optimizer states live and step on the CPU
     (DeepSpeed ZeRO-Offload; Megatron-core --optimizer-cpu-offload).
     `grad_bytes`: gradient width kept and reduced, 4 (fp32) or 2 (bf16); 0 = the framework's.
+    `etp`: tensor parallelism of the experts (0 = tp). Experts are laid out as Megatron-core
+    does ("etp-ep-edp" over a stage's tp x cp x dp ranks), so with etp < tp expert
+    parallelism also takes ranks of the attention TP dimension.
     """
     tp: int = 1
     pp: int = 1
@@ -91,12 +95,17 @@ class Layout:
     offload_activations: bool = False
     offload_optimizer: bool = False
     grad_bytes: int = 0
+    etp: int = 0
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "cp", "ep", "seq", "global_batch", "micro_batch", "vpp"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{f} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.etp, int) or isinstance(self.etp, bool) or self.etp < 0 \
+                or (self.etp and self.tp % self.etp):
+            raise ConfigError(f"etp must divide tp={self.tp} (0: the same as tp), "
+                              f"got {self.etp!r}")
         if self.grad_bytes not in (0, 2, 4):
             raise ConfigError(f"grad_bytes must be 0 (the framework's), 2 (bf16) or 4 (fp32), "
                               f"got {self.grad_bytes!r}")
@@ -139,9 +148,14 @@ class Layout:
         return self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
     def expert_dp(self) -> int:
-        """Ranks that hold the same experts (the expert-data-parallel group): dp x cp / ep."""
-        return max(self.shard_dp // self.ep, 1)
+        """Ranks that hold the same experts (the expert-data-parallel group):
+        tp x cp x dp / (etp x ep)."""
+        return max(self.tp * self.shard_dp // (self.expert_tp * self.ep), 1)
 
     @property
     def sequence_parallel(self) -> bool:
@@ -226,10 +240,13 @@ def _check_model_split(model: ModelConfig, lay: Layout) -> None:
     if lay.ep > 1:
         if not model.moe:
             raise ConfigError(f"ep={lay.ep} but {model.name} is dense: ep must be 1")
-        if model.experts % lay.ep or lay.dp % lay.ep:
-            ok = [d for d in _divisors(model.experts) if lay.dp % d == 0]
-            raise ConfigError(f"ep={lay.ep} must divide the {model.experts} experts and dp="
-                              f"{lay.dp}: valid ep are {', '.join(map(str, ok))}")
+        room = lay.tp * lay.cp * lay.dp // lay.expert_tp  # ranks of a stage per expert shard
+        if model.experts % lay.ep or room % lay.ep:
+            ok = [d for d in _divisors(model.experts) if room % d == 0]
+            raise ConfigError(f"ep={lay.ep} must divide the {model.experts} experts and "
+                              f"tp*cp*dp/etp={room}: valid ep are {', '.join(map(str, ok))}")
+    if model.ffn % lay.expert_tp:
+        raise ConfigError(f"etp={lay.expert_tp} does not divide ffn={model.ffn} of {model.name}")
 
 
 def stage_layers(model: ModelConfig, lay: Layout) -> list[int]:
@@ -258,7 +275,16 @@ def coords(lay: Layout, rank: int) -> dict:
     tp_r, rest = rank % lay.tp, rank // lay.tp
     cp_r, rest = rest % lay.cp, rest // lay.cp
     dp_r, pp_r = rest % lay.dp, rest // lay.dp
-    return {"tp": tp_r, "cp": cp_r, "dp": dp_r, "ep": dp_r % lay.ep, "pp": pp_r}
+    return {"tp": tp_r, "cp": cp_r, "dp": dp_r, "ep": _expert(lay, rank)[2], "pp": pp_r}
+
+
+def _expert(lay: Layout, rank: int) -> tuple[int, int, int, int]:
+    """(stage's first rank, etp rank, ep rank, expert-dp rank) of a global rank: Megatron-core
+    orders a stage's tp x cp x dp ranks as etp innermost, then ep, then expert dp."""
+    stage = lay.tp * lay.cp * lay.dp
+    base, i = rank - rank % stage, rank % stage
+    et = lay.expert_tp
+    return base, i % et, (i // et) % lay.ep, i // (et * lay.ep)
 
 
 def rank_of(lay: Layout, tp=0, cp=0, dp=0, pp=0) -> int:
@@ -281,15 +307,15 @@ def group_ranks(lay: Layout, kind: str, rank: int = 0) -> tuple[int, ...]:
         return tuple(rank_of(lay, c["tp"], x, c["dp"], c["pp"]) for x in range(lay.cp))
     if kind == "dp":
         return tuple(rank_of(lay, c["tp"], c["cp"], d, c["pp"]) for d in range(lay.dp))
-    if kind == "ep":
-        base = c["dp"] - c["dp"] % lay.ep
-        return tuple(rank_of(lay, c["tp"], c["cp"], base + e, c["pp"]) for e in range(lay.ep))
+    if kind in ("ep", "edp"):  # experts: etp-ep-edp inside the stage
+        base, et_r, ep_r, edp_r = _expert(lay, rank)
+        et = lay.expert_tp
+        if kind == "ep":
+            return tuple(base + et_r + et * (e + lay.ep * edp_r) for e in range(lay.ep))
+        return tuple(base + et_r + et * (ep_r + lay.ep * j) for j in range(lay.expert_dp))
     if kind == "dp_cp":  # gradient reduction and ZeRO shards: dp x cp
         return tuple(rank_of(lay, c["tp"], x, d, c["pp"]) for d in range(lay.dp)
                      for x in range(lay.cp))
-    if kind == "edp":
-        return tuple(sorted(rank_of(lay, c["tp"], x, c["ep"] + lay.ep * j, c["pp"])
-                            for j in range(lay.dp // lay.ep) for x in range(lay.cp)))
     if kind == "pp":
         return tuple(rank_of(lay, c["tp"], c["cp"], c["dp"], s) for s in range(lay.pp))
     raise ConfigError(f"unknown group kind {kind!r}: allowed are tp, cp, dp, dp_cp, ep, edp, "

@@ -3,7 +3,7 @@
 Candidates: TP a power of two up to the GPUs of one node (TP across nodes is never
 competitive); PP a power of two, a divisor of the layer count (or, with balanced ends, of
 layers + 2); interleaving v in 1, 2, 3, 4, 6, 8 up to the layers of a stage; CP a power of two
-up to 16 while each rank keeps >= 2K tokens; EP a divisor of the expert count and of DP;
+up to 16 while each rank keeps >= 2K tokens; EP a divisor of the expert count and of DP x CP;
 micro-batch 1, 2, 4, 8; DP takes the remaining GPUs. The global batch, sequence and the
 framework's switches (overlaps, precision, FlashAttention) stay as the request gives them, so
 step times compare like for like.
@@ -99,7 +99,7 @@ def structures(model: ModelConfig, gpus: int, gpus_per_node: int, base: Layout):
                 vpps = [v for v in VPPS if v == 1 or (train and pp > 1 and per_stage >= v)]
                 mbs = [b for b in MICRO_BATCHES if train] or [base.micro_batch]
                 for ep in eps:
-                    if dp % ep:
+                    if (dp * cp) % ep:  # experts over a stage's cp x dp ranks (etp = tp)
                         continue
                     for mb in mbs:
                         for vpp in vpps:

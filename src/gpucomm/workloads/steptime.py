@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from .comms import Comm, step_comms
 from .concurrent import time_together
-from .frameworks import get_framework
+from .frameworks import fp8_recipe, get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
                       activation_bytes_per_token, gemm_peak,
                       kernels, kv_cache_bytes_per_token, layer_forward_flops, layer_params_per_gpu,
@@ -332,7 +332,7 @@ class PredictedStep:
             "model": self.model, "system": self.system, "nic": self.nic, "nodes": self.nodes,
             "gpus": self.gpus, "gpu": self.gpu, "mode": lay.mode,
             "layout": {k: getattr(lay, k) for k in (
-                "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "recompute", "seq",
+                "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "recompute", "seq",
                 "global_batch", "micro_batch", "flash", "precision", "balanced_ends",
                 "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "ep_overlap",
                 "moe_imbalance", "framework", "recompute_modules", "fp8_activations",
@@ -449,7 +449,9 @@ def larger_fitting(model: ModelConfig, lay: Layout, gpu, gpus_per_node: int) -> 
             for label, change in savers:
                 if _fits(model, lay, gpu, pp=pp, dp=dp, global_batch=batch, **change):
                     return (f"--nodes {world // gpus_per_node} --tp {lay.tp} --pp {pp}"
-                            + (f" --cp {lay.cp}" if lay.cp > 1 else "") + label)
+                            + (f" --cp {lay.cp}" if lay.cp > 1 else "")
+                            + (f" --ep {lay.ep}" if lay.ep > 1 else "")
+                            + (f" --etp {lay.etp}" if lay.etp else "") + label)
     return None
 
 
@@ -483,7 +485,7 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     cluster = cluster or make_cluster(system, nodes, nic, **topology_options)
     lay = validate(model, layout, cluster.gpus)
     gpu = cluster.gpu
-    gemm_peak(gpu, lay.precision)  # refuses fp8 on a GPU without it
+    fp8_recipe(lay.precision, lay.framework, gpu)  # refuses a recipe the GPU has no path for
     mem = memory_per_gpu(model, lay)
     warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
