@@ -148,3 +148,23 @@ def test_sim_compare_with_collective_all_reduce_reads_an_unnamed_log(tmp_path, c
     path.write_text(POLARIS)
     assert main(["sim", "--compare", str(path), "-c", "all_reduce", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["collective"] == "all_reduce"
+
+
+def test_huge_logs_and_absurd_headers_are_refused_quickly():
+    head = POLARIS.split("#       size")[0]
+    rows = "\n".join(f"{8 * i} {2 * i} float sum -1 10.0 1.0 1.0 0 10.0 1.0 1.0 0"
+                     for i in range(1, 10_002))
+    with pytest.raises(ConfigError, match="more than 10000 result rows in one test"):
+        parse_logs(head + rows)
+    with pytest.raises(ConfigError, match="at most 64 threads and GPUs per process"):
+        parse_log(POLARIS.replace("nGpus 1 ", "nGpus 100000000000000000000 "))
+
+
+def test_inf_in_the_wrong_column_is_a_flagged_row_not_a_traceback():
+    lines = POLARIS.splitlines()
+    i = max(k for k, x in enumerate(lines) if x.strip().startswith("1073741824"))
+    parts = lines[i].split()
+    parts[8] = "inf"
+    lines[i] = "  ".join(parts)
+    d = _diag("\n".join(lines))
+    assert "wrong is inf" in next(r["flag"] for r in d.rows if r.get("flag"))
