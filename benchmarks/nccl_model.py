@@ -14,8 +14,9 @@ What NCCL reads from its topology search is taken here from gpucomm's topology: 
 NVLink/xGMI figure as NCCL's topo.h has it (catalog `nccl_GBps`, all links: NCCL's search
 packs rings over all of them; PCIe boxes get their PCIe figure: the host path's lower figures
 NCCL's search finds without peer-to-peer are not modelled), the node's NICs (catalog
-`nccl_GBps`), and the ring channel count gpucomm's model gives (what NCCL's search would find is not modelled). `net_latency_us` is
-the plugin's latency property (0 for NCCL's own IB/socket transports).
+`nccl_GBps`), and the ring channel count gpucomm's model gives (what NCCL's search would
+find is not modelled). `net_latency_us` is the plugin's latency property (0 for NCCL's own
+IB/socket transports; accuracy.py passes 0 everywhere: aws-ofi-nccl's figure is not read).
 """
 from __future__ import annotations
 
