@@ -213,7 +213,9 @@ def evaluate(data, model="analytic", verbose=False, calibration=None):
 
 def _nccl_baseline(out, coll, size, topo, channels, factor, meas_t, meas_bus):
     """NCCL's own estimate of the same row (benchmarks/nccl_model.py), beside gpucomm's."""
-    est = nccl_model.estimate(coll, size, topo, channels)
+    efa = any(d.kind == "nic" and d.model.startswith("efa") for d in topo.devices)
+    est = nccl_model.estimate(coll, size, topo, channels,
+                              nccl_model.AWS_OFI_LATENCY_US if efa else 0.0)
     if est is None or size == 0:
         return
     t_us, algo, proto = est
@@ -323,7 +325,8 @@ def main(argv=None) -> int:
         big, mid, small = bands(rs)
         nq, gq = _ratio(nsmall), _ratio(small)
         loses = [n for n, a, b in ((">=64MiB", _med(big), _med(nbig)),
-                                   ("1-64MiB", _med(mid), _med(nmid))) if a and b and a > b]
+                                   ("1-64MiB", _med(mid), _med(nmid)),
+                                   ("<=64KiB", gq, nq)) if a and b and a > b]
         print(f"{cls:20s} {len(rs):6d} | {_pct(_med(nbig)):>14s} {_pct(_med(big)):>8s} "
               f"{_pct(_med(nmid)):>14s} {_pct(_med(mid)):>8s} "
               f"{(f'{nq:.2f}x' if nq else '-'):>11s} {(f'{gq:.2f}x' if gq else '-'):>8s}"

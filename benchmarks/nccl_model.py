@@ -16,7 +16,7 @@ packs rings over all of them; PCIe boxes get their PCIe figure: the host path's 
 NCCL's search finds without peer-to-peer are not modelled), the node's NICs (catalog
 `nccl_GBps`), and the ring channel count gpucomm's model gives (what NCCL's search would
 find is not modelled). `net_latency_us` is the plugin's latency property (0 for NCCL's own
-IB/socket transports; accuracy.py passes 0 everywhere: aws-ofi-nccl's figure is not read).
+IB/socket transports; AWS_OFI_LATENCY_US for EFA, as aws-ofi-nccl reports it).
 """
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ HW = {"nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0, 
               "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
       "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0, 0, 18),
               "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14.0)}}
+# aws-ofi-nccl's latency property for EFA instances (p4d, p4de, p5, p5e: 75 us; p3dn 150), which
+# NCCL adds to every inter-node step (aws/aws-ofi-nccl src/platform-aws.cpp platform table
+# `.latency`, set as props->latency; snapshot 2daf7d3).
+AWS_OFI_LATENCY_US = 75.0
 NET_OVERHEAD_US = 1.0  # getNetOverhead: x86 Intel (2.0 on AMD CPUs; the tables rarely say)
 
 
