@@ -168,3 +168,16 @@ def test_inf_in_the_wrong_column_is_a_flagged_row_not_a_traceback():
     lines[i] = "  ".join(parts)
     d = _diag("\n".join(lines))
     assert "wrong is inf" in next(r["flag"] for r in d.rows if r.get("flag"))
+
+
+def test_a_socket_fallback_is_a_cause_and_plugins_are_named():
+    text = re.sub(r"NCCL INFO NET/IB : Using .*", "NCCL INFO NET/Socket : Using "
+                  "[0]eno2np0:172.18.62.151<0>", SNELLIUS)
+    text = text.replace("via NET/IB/", "via NET/Socket/")
+    d = _diag(text)
+    assert d.system["nic"] == "tcp-100g"
+    assert any("fell back to TCP sockets" in c for c in d.causes)
+    p5 = (LOGS / "aws-p5-2n-nccl2.22.3-tuner-efa.log").read_text()
+    d = _diag(p5)
+    assert "tuner plugin in use: nccl_ofi_tuner: it chooses algorithms" in "\n".join(d.notes)
+    assert "net plugin in use: AWS Libfabric" in d.notes

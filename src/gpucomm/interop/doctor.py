@@ -346,6 +346,10 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
         causes.append(f"P2P off: {info.transports['SHM']} intra-node connection(s) use the SHM "
                       "transport through host memory instead of NVLink/PCIe peer-to-peer "
                       "(NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, IOMMU/ACS, containers without IPC)")
+    if multi and (info.net or "").lower().startswith("socket"):
+        causes.append("NCCL fell back to TCP sockets (NET/Socket): no RDMA NIC was usable "
+                      "(NET/IB found no device, NCCL_IB_DISABLE=1, a missing net plugin or "
+                      "libibverbs, or NCCL_NET=Socket); modelled over the Ethernet ports")
     if multi and info.gdr is False:
         causes.append("GPUDirect RDMA off: network connections lack /GDRDMA, so NIC traffic is "
                       "staged through host memory (nvidia-peermem loaded? NCCL_NET_GDR_LEVEL?)")
@@ -371,6 +375,11 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
                 "NCCL_NET_GDR_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"):
         if key in info.env:
             notes.append(f"{key}={info.env[key]} set in the environment")
+    for kind, plugin in (("tuner", info.tuner_plugin), ("net", info.net_plugin)):
+        if plugin and plugin != "internal":
+            notes.append(f"{kind} plugin in use: {plugin}" + (
+                ": it chooses algorithms and protocols, not NCCL's own model"
+                if kind == "tuner" else ""))
     for w in info.warnings[:3]:
         causes.append(f"NCCL warned: {w}")
     if not info.present:

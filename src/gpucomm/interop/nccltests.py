@@ -374,7 +374,8 @@ def _info_plugins(info: NcclInfo, msg: str) -> None:
     elif re.search(r"NET/Plugin\s*:?.*(?:No plugin found|Could not find|using internal)", msg,
                    re.I):
         info.net_plugin = info.net_plugin or "internal"
-    m = re.search(r"TUNER/Plugin\s*:?\s*(?:Using|Loaded)\s+(?:tuner plugin\s+)?(.+)$", msg)
+    m = re.search(r"(?:TUNER/Plugin\s*:?\s*(?:Using|Loaded)\s+(?:tuner plugin\s+)?|"
+                  r"Using tuner plugin:?\s*)'?([^']+)'?$", msg)
     if m and "internal" not in m.group(1).lower():
         info.tuner_plugin = m.group(1).strip()
     elif "TUNER/Plugin" in msg:
@@ -452,6 +453,8 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
     m = re.search(r"Using network (.+)$", msg)
     if m:
         info.net = info.net or m.group(1).strip()
+        if info.net_plugin in (None, "internal") and m.group(1).strip() not in ("IB", "Socket"):
+            info.net_plugin = m.group(1).strip()
         return True
     m = re.search(r"[Ss]elected [Pp]rovider is (\w+)", msg)
     if m:
