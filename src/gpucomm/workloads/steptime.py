@@ -76,7 +76,13 @@ class Cluster:
 @functools.lru_cache(maxsize=64)
 def _topology(system: str, nodes: int, nic, options: tuple):
     from ..topology import build_topology
-    return build_topology(system, nodes=nodes, nic=nic, **dict(options))
+    opts = dict(options)
+    fitted = opts.pop("profile", None)  # a calibration profile builds a new Topology
+    topo = build_topology(system, nodes=nodes, nic=nic, **opts)
+    if fitted:
+        from ..topology.profile import apply_profile
+        topo = apply_profile(topo, dict(fitted))
+    return topo
 
 
 def make_cluster(system: str, nodes: int, nic: str | None = None, **options) -> Cluster:
