@@ -41,6 +41,9 @@ from gpucomm.simulate.nccl import from_nccl_algo  # noqa: E402
 from gpucomm.simulate.versions import parse_version  # noqa: E402
 from gpucomm.topology import build_topology  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import nccl_model  # noqa: E402  NCCL's own table-free estimate, the baseline column
+
 DATA = [ROOT / "data" / "published" / "nccl-tests-published.json",
         *sorted((ROOT / "data" / "measurements").glob("*.json"))]
 MIB = 1 << 20
@@ -199,12 +202,37 @@ def evaluate(data, model="analytic", verbose=False, calibration=None):
                 out["bus_err"] = (res.busbw_GBps - meas_bus) / meas_bus
             if meas_t:
                 out["time_ratio"] = res.time_us / meas_t
+            _nccl_baseline(out, coll, size, topo, res.channels, factor, meas_t, meas_bus)
             rows_out.append(out)
             if verbose:
                 print(f"  {t['id'][:40]:40s} {size:>12d} {res.reason:>30s}"
                       f" pred {res.time_us:10.1f}us {res.busbw_GBps:7.1f}  meas "
                       f"{(meas_t or float('nan')):10.1f}us {(meas_bus or float('nan')):7.1f}")
     return rows_out
+
+
+def _nccl_baseline(out, coll, size, topo, channels, factor, meas_t, meas_bus):
+    """NCCL's own estimate of the same row (benchmarks/nccl_model.py), beside gpucomm's."""
+    efa = any(d.kind == "nic" and d.model.startswith("efa") for d in topo.devices)
+    est = nccl_model.estimate(coll, size, topo, channels,
+                              nccl_model.AWS_OFI_LATENCY_US if efa else 0.0)
+    if est is None or size == 0:
+        return
+    t_us, algo, proto = est
+    out["nccl_choice"] = f"{algo}/{proto}"
+    bus = size / (t_us * 1e-6) / 1e9 * factor
+    if meas_bus:
+        out["nccl_bus_err"] = (bus - meas_bus) / meas_bus
+    if meas_t:
+        out["nccl_time_ratio"] = t_us / meas_t
+
+
+def nccl_bands(rows):
+    """bands() of the NCCL baseline, on the rows it has an estimate for."""
+    return bands([{"size": r["size"], **({"bus_err": r["nccl_bus_err"]} if "nccl_bus_err" in r
+                                          else {}),
+                   **({"time_ratio": r["nccl_time_ratio"]} if "nccl_time_ratio" in r else {})}
+                  for r in rows if "nccl_choice" in r])
 
 
 def leave_one_source_out(data, model="analytic"):
@@ -262,8 +290,10 @@ def main(argv=None) -> int:
         ratios = [r["time_ratio"] for r in rs if "time_ratio" in r and r["size"] <= 64 * KIB]
         chosen = sorted({f"{r['algorithm']}/{r['protocol']}" for r in rs})
         q = f"{statistics.median(ratios):.2f}x" if ratios else "-"
+        nerrs = [r["nccl_bus_err"] for r in rs if "nccl_bus_err" in r and r["size"] >= MIB]
         print(f"{tid[:48]:48s} {len(rs):4d} {_pct(_med(errs, False)):>14s} "
-              f"{_pct(_med(errs)):>7s} {q:>12s}  {', '.join(chosen)[:60]}")
+              f"{_pct(_med(errs)):>7s} {q:>12s}  {', '.join(chosen)[:60]}"
+              f"  | NCCL model |err| {_pct(_med(nerrs))}")
     print()
     print(f"{'class':20s} {'tables':>6s} | {'>=64MiB signed':>14s} {'|err|':>7s} "
           f"{'1-64MiB signed':>14s} {'|err|':>7s} {'<=64K ratio':>11s} | LOSO: "
@@ -283,6 +313,24 @@ def main(argv=None) -> int:
               f"{(f'{rq:.2f}x' if rq else '-'):>11s} | "
               f"{_pct(_med(lbig)):>13s} {_pct(_med(lmid)):>7s} "
               f"{(f'{lq:.2f}x' if lq else '-'):>6s}")
+    print()
+    print(f"{'NCCL model beside gpucomm':20s} {'rows':>6s} | {'>=64MiB |err|':>14s} "
+          f"{'gpucomm':>8s} {'1-64MiB |err|':>14s} {'gpucomm':>8s} {'<=64K ratio':>11s} "
+          f"{'gpucomm':>8s}")
+    for cls in CLASSES:
+        rs = [r for r in rows if r["class"] == cls and "nccl_choice" in r]
+        if not rs:
+            continue
+        nbig, nmid, nsmall = nccl_bands(rs)
+        big, mid, small = bands(rs)
+        nq, gq = _ratio(nsmall), _ratio(small)
+        loses = [n for n, a, b in ((">=64MiB", _med(big), _med(nbig)),
+                                   ("1-64MiB", _med(mid), _med(nmid)),
+                                   ("<=64KiB", gq, nq)) if a and b and a > b]
+        print(f"{cls:20s} {len(rs):6d} | {_pct(_med(nbig)):>14s} {_pct(_med(big)):>8s} "
+              f"{_pct(_med(nmid)):>14s} {_pct(_med(mid)):>8s} "
+              f"{(f'{nq:.2f}x' if nq else '-'):>11s} {(f'{gq:.2f}x' if gq else '-'):>8s}"
+              + (f"  gpucomm worse at {', '.join(loses)}" if loses else ""))
     ok = True
     print()
     for label, rs, bars in (("calibration", rows, (0.07, 0.15, 1.3)),

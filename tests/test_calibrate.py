@@ -95,3 +95,13 @@ def test_bad_profiles_are_refused(tmp_path):
     bad.write_text("nodes: 2\n")
     with pytest.raises(ConfigError, match="not a gpucomm profile"):
         load_profile(str(bad))
+
+
+def test_plan_takes_the_profile(polaris_profile, capsys):
+    base = ["plan", "--model", "llama3-8b", "--system", "polaris", "--nodes", "8", "--tp", "4",
+            "--format", "json"]
+    assert main(base) == 0
+    plain = json.dumps(json.loads(capsys.readouterr().out))
+    assert main(base + ["--profile", str(polaris_profile)]) == 0
+    fitted = json.dumps(json.loads(capsys.readouterr().out))
+    assert plain != fitted  # the fitted NICs (73% of line rate) slow the data-parallel step

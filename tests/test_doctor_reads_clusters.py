@@ -148,3 +148,36 @@ def test_sim_compare_with_collective_all_reduce_reads_an_unnamed_log(tmp_path, c
     path.write_text(POLARIS)
     assert main(["sim", "--compare", str(path), "-c", "all_reduce", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["collective"] == "all_reduce"
+
+
+def test_huge_logs_and_absurd_headers_are_refused_quickly():
+    head = POLARIS.split("#       size")[0]
+    rows = "\n".join(f"{8 * i} {2 * i} float sum -1 10.0 1.0 1.0 0 10.0 1.0 1.0 0"
+                     for i in range(1, 10_002))
+    with pytest.raises(ConfigError, match="more than 10000 result rows in one test"):
+        parse_logs(head + rows)
+    with pytest.raises(ConfigError, match="at most 64 threads and GPUs per process"):
+        parse_log(POLARIS.replace("nGpus 1 ", "nGpus 100000000000000000000 "))
+
+
+def test_inf_in_the_wrong_column_is_a_flagged_row_not_a_traceback():
+    lines = POLARIS.splitlines()
+    i = max(k for k, x in enumerate(lines) if x.strip().startswith("1073741824"))
+    parts = lines[i].split()
+    parts[8] = "inf"
+    lines[i] = "  ".join(parts)
+    d = _diag("\n".join(lines))
+    assert "wrong is inf" in next(r["flag"] for r in d.rows if r.get("flag"))
+
+
+def test_a_socket_fallback_is_a_cause_and_plugins_are_named():
+    text = re.sub(r"NCCL INFO NET/IB : Using .*", "NCCL INFO NET/Socket : Using "
+                  "[0]eno2np0:172.18.62.151<0>", SNELLIUS)
+    text = text.replace("via NET/IB/", "via NET/Socket/")
+    d = _diag(text)
+    assert d.system["nic"] == "tcp-100g"
+    assert any("fell back to TCP sockets" in c for c in d.causes)
+    p5 = (LOGS / "aws-p5-2n-nccl2.22.3-tuner-efa.log").read_text()
+    d = _diag(p5)
+    assert "tuner plugin in use: nccl_ofi_tuner: it chooses algorithms" in "\n".join(d.notes)
+    assert "net plugin in use: AWS Libfabric" in d.notes

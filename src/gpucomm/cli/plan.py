@@ -54,6 +54,9 @@ def register(sub) -> None:
     p.add_argument("--oversubscription", type=oversubscription_arg, default=None,
                    help="fabric oversubscription (1 = full bisection)")
     p.add_argument("--nics-per-node", type=nics_arg, default=None)
+    p.add_argument("--profile", dest="profile_file", metavar="PROFILE.yaml", default=None,
+                   help="a calibration profile (gpucomm calibrate): its fitted NIC, latency and "
+                   "NVLink parameters on the system given")
     p.add_argument("--gpus-per-node", type=positive_int, default=None,
                    help="use the first K GPUs of each node (e.g. 64 of a 72-GPU NVL72 rack)")
     p.add_argument("--no-p2p", dest="p2p", action="store_false", default=True,
@@ -151,6 +154,10 @@ def request(args) -> PlanRequest:
     network = network_from_args(args)
     if network is not None:
         topology += (("network", network),)
+    if getattr(args, "profile_file", None):
+        from ..topology.profile import load_profile
+        topology += (("profile", tuple(sorted(load_profile(args.profile_file).parameters
+                                              .items()))),)
     given = {k: getattr(args, k) for k in LAYOUT_KEYS if hasattr(args, k)}
     layout = tuple((k, v) for k, v in given.items() if v is not None)
     system = args.topology or args.system

@@ -334,6 +334,43 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _transport_causes(info, kw, nics, multi) -> list:
+    """What the log's transports say: SHM instead of P2P, TCP instead of RDMA, no GDR, NICs
+    unused."""
+    out = []
+    pcie_no_p2p = kw.get("system") == "pcie" and not kw.get("p2p", True)
+    if "SHM" in info.transports and not pcie_no_p2p:
+        out.append(f"P2P off: {info.transports['SHM']} intra-node connection(s) use the SHM "
+                   "transport through host memory instead of NVLink/PCIe peer-to-peer "
+                   "(NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, IOMMU/ACS, containers without IPC)")
+    if multi and (info.net or "").lower().startswith("socket"):
+        out.append("NCCL fell back to TCP sockets (NET/Socket): no RDMA NIC was usable "
+                   "(NET/IB found no device, NCCL_IB_DISABLE=1, a missing net plugin or "
+                   "libibverbs, or NCCL_NET=Socket); modelled over the Ethernet ports")
+    if multi and info.gdr is False:
+        out.append("GPUDirect RDMA off: network connections lack /GDRDMA, so NIC traffic is "
+                   "staged through host memory (nvidia-peermem loaded? NCCL_NET_GDR_LEVEL?)")
+    used = len(info.net_devices) or (len(info.nics) if info.nics else 0)
+    if multi and used and nics and used < nics:
+        out.append(f"{'one NIC' if used == 1 else f'{used} NICs'} in use of the {nics} per "
+                   "node the system has (NCCL_IB_HCA, NIC/GPU affinity, a NIC down)")
+    return out
+
+
+def _setting_notes(info) -> list:
+    """NCCL settings from the environment and the plugins in use."""
+    out = [f"{key}={info.env[key]} set in the environment"
+           for key in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+                       "NCCL_NET_GDR_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS")
+           if key in info.env]
+    for kind, plugin in (("tuner", info.tuner_plugin), ("net", info.net_plugin)):
+        if plugin and plugin != "internal":
+            out.append(f"{kind} plugin in use: {plugin}" + (
+                ": it chooses algorithms and protocols, not NCCL's own model"
+                if kind == "tuner" else ""))
+    return out
+
+
 def _causes(log, coll, kw, topo, rows, nics, ratio):
     info, causes, notes = log.info, [], []
     wrong = sum(r.get(k) or 0 for r in rows for k in ("wrong", "ip_wrong")
@@ -342,18 +379,7 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
         causes.append(f"{wrong or log.wrong_total} wrong values (#wrong): the results are "
                       "corrupt; check the GPUs and links before the speed")
     multi = kw.get("nodes", 1) > 1
-    pcie_no_p2p = kw.get("system") == "pcie" and not kw.get("p2p", True)
-    if "SHM" in info.transports and not pcie_no_p2p:
-        causes.append(f"P2P off: {info.transports['SHM']} intra-node connection(s) use the SHM "
-                      "transport through host memory instead of NVLink/PCIe peer-to-peer "
-                      "(NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, IOMMU/ACS, containers without IPC)")
-    if multi and info.gdr is False:
-        causes.append("GPUDirect RDMA off: network connections lack /GDRDMA, so NIC traffic is "
-                      "staged through host memory (nvidia-peermem loaded? NCCL_NET_GDR_LEVEL?)")
-    used = len(info.net_devices) or (len(info.nics) if info.nics else 0)
-    if multi and used and nics and used < nics:
-        causes.append(f"{'one NIC' if used == 1 else f'{used} NICs'} in use of the {nics} per "
-                      "node the system has (NCCL_IB_HCA, NIC/GPU affinity, a NIC down)")
+    causes += _transport_causes(info, kw, nics, multi)
     full_node = _full_nvswitch_node(kw, topo)
     nvls_capable = full_node and coll.name == "all_reduce" and _has_nvls(log)
     nvls_off = info.env.get("NCCL_NVLS_ENABLE") == "0" or info.nvls is False \
@@ -368,10 +394,7 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
         causes.append(f"fewer channels than expected: NCCL ran {info.coll_channels}, NVSwitch "
                       f"systems get {want} or more (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, "
                       "NCCL_MIN_CTAS, NCCL_NCHANNELS_PER_NET_PEER)")
-    for key in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
-                "NCCL_NET_GDR_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"):
-        if key in info.env:
-            notes.append(f"{key}={info.env[key]} set in the environment")
+    notes += _setting_notes(info)
     for w in info.warnings[:3]:
         causes.append(f"NCCL warned: {w}")
     if not info.present:

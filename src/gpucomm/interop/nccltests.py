@@ -40,6 +40,8 @@ _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)
 _VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?via\s+(\S+)")
 
 TEST_COLLECTIVE = {"alltoall": "all_to_all"}
+MAX_TEST_ROWS = 10_000  # 1000 sizes (limits.MAX_SWEEP_POINTS) x 10 cycles of nccl-tests -N
+MAX_HEADER_GPUS = 64  # nThread x nGpus of one process (limits.MAX_LOCAL_RANKS)
 
 
 @dataclass(frozen=True)
@@ -165,14 +167,18 @@ def parse_logs(text: str) -> list[NcclTestsLog]:
     test without its own device or INFO lines shares those of the test before it. ConfigError
     when no table row is found."""
     chunks: list[list[str]] = [[]]
-    has_rows = False
+    rows = 0
     for raw in text.splitlines():
         line = strip_prefix(raw.rstrip())
-        if has_rows and _starts_test(line):
+        if rows and _starts_test(line):
             chunks.append([])
-            has_rows = False
+            rows = 0
         chunks[-1].append(line)
-        has_rows = has_rows or (not line.lstrip().startswith("#") and _row(line) is not None)
+        if line[:1] != "#" and line.lstrip()[:1].isdigit() and _row(line) is not None:
+            rows += 1
+            if rows > MAX_TEST_ROWS:
+                raise ConfigError(f"more than {MAX_TEST_ROWS} result rows in one test: not an "
+                                  "nccl-tests sweep (at most 1000 sizes, a few cycles of -N)")
     logs: list[NcclTestsLog] = []
     pending: list[str] = []
     for chunk in chunks:
@@ -259,7 +265,10 @@ def _comment(log, devices, line):
         return
     m = _HEADER.search(line)
     if m:
-        vals = [None if v is None else int(v) for v in m.groups()]
+        vals = [None if v is None else int(v[:20]) for v in m.groups()]
+        if max(int(m.group(1)[:20]), int(m.group(2)[:20])) > MAX_HEADER_GPUS:
+            raise ConfigError(f"header 'nThread {m.group(1)} nGpus {m.group(2)}': at most "
+                              f"{MAX_HEADER_GPUS} threads and GPUs per process")
         (log.nthread, log.ngpus, _, _, log.warmup, log.iters, log.agg_iters, log.validation,
          log.graph) = vals
         return
@@ -365,7 +374,8 @@ def _info_plugins(info: NcclInfo, msg: str) -> None:
     elif re.search(r"NET/Plugin\s*:?.*(?:No plugin found|Could not find|using internal)", msg,
                    re.I):
         info.net_plugin = info.net_plugin or "internal"
-    m = re.search(r"TUNER/Plugin\s*:?\s*(?:Using|Loaded)\s+(?:tuner plugin\s+)?(.+)$", msg)
+    m = re.search(r"(?:TUNER/Plugin\s*:?\s*(?:Using|Loaded)\s+(?:tuner plugin\s+)?|"
+                  r"Using tuner plugin:?\s*)'?([^']+)'?$", msg)
     if m and "internal" not in m.group(1).lower():
         info.tuner_plugin = m.group(1).strip()
     elif "TUNER/Plugin" in msg:
@@ -443,6 +453,8 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
     m = re.search(r"Using network (.+)$", msg)
     if m:
         info.net = info.net or m.group(1).strip()
+        if info.net_plugin in (None, "internal") and m.group(1).strip() not in ("IB", "Socket"):
+            info.net_plugin = m.group(1).strip()
         return True
     m = re.search(r"[Ss]elected [Pp]rovider is (\w+)", msg)
     if m:

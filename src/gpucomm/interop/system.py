@@ -125,7 +125,8 @@ def label(kw: dict, nics: int | None = None, nic: str | None = None) -> str:
 
 def infer_system(log: NcclTestsLog) -> SystemGuess:
     """The machine of a log: ConfigError if it has neither device lines nor NCCL's rank counts."""
-    info, ev = log.info, []
+    info = log.info
+    ev: list[str] = []
     names = tuple(n for n in log.gpu_names if n)
     gpu_name = names[0] if names else None
     if gpu_name is None and log.rccl:

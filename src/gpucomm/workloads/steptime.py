@@ -81,15 +81,23 @@ class Cluster:
 
 @functools.lru_cache(maxsize=64)
 def _topology(system: str, nodes: int, nic, options: tuple):
-    """`nodes` copies of a preset, or of the one-node topology YAML `system` names."""
+    """`nodes` copies of a preset, or of the one-node topology YAML `system` names; a
+    calibration profile among the options builds a new Topology from it."""
     from ..topology import Topology, build_topology
+    opts = dict(options)
+    fitted = opts.pop("profile", None)
     if system.endswith((".yaml", ".yml")):
         node = Topology.load(system)
         if len({d.node for d in node.devices}) != 1:
             raise ConfigError(f"plan --topology {system}: give one node's description (the "
                               f"file holds {node.nodes} nodes); --nodes sets how many")
-        return build_topology(nodes=nodes, nic=nic, node_topology=node, **dict(options))
-    return build_topology(system, nodes=nodes, nic=nic, **dict(options))
+        topo = build_topology(nodes=nodes, nic=nic, node_topology=node, **opts)
+    else:
+        topo = build_topology(system, nodes=nodes, nic=nic, **opts)
+    if fitted:
+        from ..topology.profile import apply_profile
+        topo = apply_profile(topo, dict(fitted))
+    return topo
 
 
 def make_cluster(system: str, nodes: int, nic: str | None = None, **options) -> Cluster:
