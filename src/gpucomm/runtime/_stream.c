@@ -339,8 +339,10 @@ static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         self->posted = seq;
     }
-    /* wait for every peer's lines, reducing each line as soon as all ranks' copies are in */
-    double deadline = spin_ns > 0 ? now_ns() + spin_ns : 0;
+    /* wait for every peer's lines, reducing each line as soon as all ranks' copies are in;
+     * give up (return to Python, which yields the core) after spin_ns without a new line:
+     * a large payload whose lines keep arriving is progress, not a late peer */
+    double deadline = 0;  /* 0: not spinning yet */
     char *src[LL_MAX_RANKS];
     for (Py_ssize_t L = 0; L < lines && result == -1; L++) {
         for (int q = 0; q < p; q++) {
@@ -353,11 +355,17 @@ static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
             uint64_t v;
             while (((v = load_acquire(f)) >> 32) != seq) {
                 cpu_relax();
-                if ((++spins & 63) == 0 && now_ns() >= deadline) {
-                    result = q;
-                    goto done;
+                if ((++spins & 63) == 0) {
+                    double now = now_ns();
+                    if (deadline == 0)
+                        deadline = now + spin_ns;
+                    else if (now >= deadline) {
+                        result = q;
+                        goto done;
+                    }
                 }
             }
+            deadline = 0;  /* progress: a fresh budget for the next wait */
             if (v != flag) {
                 result = -2 - q;
                 goto done;

@@ -116,6 +116,8 @@ class Communicator:
         # the transport's small-message all-reduce (shm): tried first by a blocking `auto`
         # all_reduce of a numpy array from the owner thread; it declines what it cannot take
         self._ll = None if any_thread else getattr(transport, "ll_all_reduce", None)
+        self._inline_bytes = getattr(transport, "small_message_bytes", 0)
+        self._last: Future[Any] | None = None  # the worker's last call (FIFO: done = all done)
         atexit.register(self.close)
 
     @property
@@ -218,18 +220,29 @@ class Communicator:
         if sched.collective.reduces:
             dt.check_op(op, dtype)
         return self._submit(lambda: self.transport.execute(sched, inp, out, op, dtype,
-                                                           self.timeout), async_op)
+                                                           self.timeout), async_op,
+                            nbytes <= self._inline_bytes)
 
-    def _submit(self, fn, async_op):
+    def _submit(self, fn, async_op, inline=False):
+        """Run `fn` now (blocking, owner thread) or on the worker. `inline`: a call so small
+        that handing it to the worker costs more than running it (the small-message path):
+        with nothing queued, it runs here, under the lock, and its Work is already done."""
         self._check_usable()
         if not async_op and not self.any_thread:
             self._drain()
             fn()
             return None
         with self._lock:  # any_thread: every call runs on the one worker, in arrival order
+            if inline and (self._last is None or self._last.done()):
+                done: Future[Any] = Future()
+                try:
+                    done.set_result(fn())
+                except BaseException as e:  # delivered by wait(), as from the worker
+                    done.set_exception(e)
+                return Work(done) if async_op else done.result()
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucomm")
-            fut = self._pool.submit(fn)
+            fut = self._last = self._pool.submit(fn)
             self._pending.append(fut)
         if not async_op:
             self._drain()

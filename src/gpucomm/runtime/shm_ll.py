@@ -77,6 +77,11 @@ class SmallMessages:
             self._ll.close()
             self._ll = None
 
+    @property
+    def small_message_bytes(self) -> int:
+        """All-reduces up to this size run on the small-message path (0: it is off)."""
+        return self.options.ll_max_bytes if self._ll is not None else 0
+
     def _ll_serves(self, schedule: Schedule) -> bool:
         """Is this the registered one-shot all-reduce (the schedule this path runs)?"""
         if schedule is self._ll_sched:
