@@ -304,7 +304,9 @@ def check_number(value: object, what: str, lo: float, hi: float, *,
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             integer and not isinstance(value, int)):
         shown = repr(value) if len(repr(value)) <= 24 else repr(value)[:21] + "..."
-        raise ConfigError(f"{what} must be {kind} in {_range(lo, hi)}, got {shown}")
+        hint = (" (YAML 1.1 reads a number like 1.0e6 as text: write 1.0e+6)"
+                if isinstance(value, str) and _FLOAT.fullmatch(value.strip()) else "")
+        raise ConfigError(f"{what} must be {kind} in {_range(lo, hi)}, got {shown}{hint}")
     if isinstance(value, int) and not lo <= value <= hi:   # exact: no float overflow
         digits = len(str(value)) if value.bit_length() >= 100 else 0
         shown = f"an integer of {digits} digits" if digits else str(value)
