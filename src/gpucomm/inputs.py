@@ -241,7 +241,7 @@ def load_json(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        raise ConfigError(f"{where} is not JSON ({e.msg}, line {e.lineno})") from None
     except RecursionError:
         raise ConfigError(f"{where}: JSON nested too deeply") from None
 
