@@ -1,6 +1,8 @@
-"""The hostile CLI inputs of issue 11, run as a user runs them (`python -m gpucomm ...` in a
-fresh process, 60 s and 4 GiB each): every one must end in a one-line error and exit 2 (or,
-where the input is valid, exit 0) — no traceback, no hang, no silently wrong number.
+"""The hostile CLI inputs of issues 11 and 29, run as a user runs them (`python -m gpucomm
+...` in a fresh process, 60 s and 6 GiB each): every one must end in a one-line error and
+exit 2 (or, where the input is valid, exit 0) — no traceback, no hang, no silently wrong
+number. Issue 29's corpus is tests/data/hostile/cases.txt (also run in-process by
+tests/test_hostile_corpus.py); its error lines must also hold the text the case names.
 
     python benchmarks/hostile_cli.py            # prints one line per input and a summary
 """
@@ -14,7 +16,8 @@ import tempfile
 import time
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-LIMIT_S, MEMORY = 60, 4 << 30
+LIMIT_S, MEMORY = 60, 6 << 30
+sys.path.insert(0, os.path.join(os.path.dirname(SRC), "tests"))
 
 
 def corpus(tmp: str) -> list[list[str]]:
@@ -59,8 +62,13 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
-        cases = corpus(tmp)
-        for argv in cases:
+        from hostile_cases import cases as corpus29
+        from hostile_cases import prepare
+        prepare(tmp)
+        cases = [(argv, "") for argv in corpus(tmp)]
+        cases += [(list(c.argv), c.message if c.expect == "error" else None)
+                  for c in corpus29(tmp)]
+        for argv, message in cases:
             t0 = time.perf_counter()
             try:
                 p = subprocess.run([sys.executable, "-m", "gpucomm", *argv], capture_output=True,
@@ -70,7 +78,9 @@ def main() -> int:
                 code, err = None, "HANG"
             secs = time.perf_counter() - t0
             lines = err.strip().splitlines()
-            ok = code == 0 or (code == 2 and len(lines) == 1 and "Traceback" not in err)
+            ok = code == 0 if message is None else code == 0 and message == "" or (
+                code == 2 and len(lines) == 1 and "Traceback" not in err
+                and message.lower() in err.lower())
             bad += not ok
             shown = " ".join(a if len(a) < 40 else a[:37] + "..." for a in argv)
             print(f"{'ok ' if ok else 'BAD'} exit {code} {secs:5.1f} s  gpucomm {shown}\n"

@@ -213,13 +213,25 @@ def _gbps(v):
     return None if v is None else round(v / 1e9, 3)
 
 
+# The bisection is a max flow over every link (networkx, pure Python): about 10 s for 20,000
+# links (256 DGX nodes) on a busy 2-core host, minutes at 80,000. Above this it is not
+# computed (null in JSON, said in the table), so `topo show` answers at the 131,072-GPU limit.
+MAX_BISECTION_LINKS = 25_000
+
+
+def _bisection(topo, achievable: bool):
+    if len(topo.links) > MAX_BISECTION_LINKS:
+        return None
+    return _gbps(bisection_bandwidth(topo, achievable=achievable))
+
+
 def show_dict(topo, full: bool = False) -> dict:
     bw = gpu_bandwidths(topo)
     out = {"name": topo.name, "nodes": topo.nodes, "gpus_per_node": topo.gpus_per_node,
            "ranks": topo.nranks, "p2p": topo.p2p,
            "in_switch_reduction": topo.in_switch_reduction,
-           "bisection_GBps": _gbps(bisection_bandwidth(topo)),
-           "bisection_achievable_GBps": _gbps(bisection_bandwidth(topo, achievable=True)),
+           "bisection_GBps": _bisection(topo, False),
+           "bisection_achievable_GBps": _bisection(topo, True),
            "per_gpu_GBps": [{"rank": r["rank"], "gpu": r["gpu"], "model": r["model"],
                              "nvlink": _gbps(r["nvlink_Bps"]), "nic": r["nic"],
                              "to_nic": _gbps(r["to_nic_Bps"]),
@@ -264,9 +276,13 @@ def cmd_show(args) -> int:
         shown = "node 0" if topo.gpus_per_node <= 8 else "the first 8 GPUs of node 0"
         print(f"  ({shown} shown; --all for every rank)")
     _table(rows, ["rank", "gpu", "model", "nvlink", "nic", "to_nic", "to_host"], indent=2)
-    print(f"bisection bandwidth (first half of the {'nodes' if topo.nodes > 1 else 'GPUs'} "
-          f"to the rest): {info['bisection_GBps']:g} GB/s nominal, "
-          f"{info['bisection_achievable_GBps']:g} GB/s achievable")
+    half = f"first half of the {'nodes' if topo.nodes > 1 else 'GPUs'} to the rest"
+    if info["bisection_GBps"] is None:
+        print(f"bisection bandwidth ({half}): not computed for {len(topo.links)} links (a max "
+              f"flow above {MAX_BISECTION_LINKS} links takes minutes; see the fabric line)")
+    else:
+        print(f"bisection bandwidth ({half}): {info['bisection_GBps']:g} GB/s nominal, "
+              f"{info['bisection_achievable_GBps']:g} GB/s achievable")
     if info["fabric"]:
         _print_fabric(info["fabric"])
     if args.all:

@@ -49,10 +49,33 @@ def gpu_bandwidths(topo) -> list[dict]:
     router = topo.router
     ports = router.ports() if any(d.kind == "nic" for d in topo.devices) else \
         [-1] * topo.nranks
+    per, n = topo.gpus_per_node, topo.nranks
+    if (topo._cache.get("replica") and topo.nodes > 1 and n == topo.nodes * per
+            and all(topo.node_of(r) == r // per for r in range(0, n, per))):
+        # node k is node 0 shifted (build_topology): its GPUs' rows are node 0's, renamed;
+        # computing each of 131,072 GPUs' paths would take minutes
+        rows0 = _rows(topo, router, ports, range(per))
+        out = []
+        for r in range(n):
+            row = dict(rows0[r % per], rank=r, gpu=topo.ranks[r], node=r // per)
+            if row["nic"] is not None:
+                row["nic"] = topo.devices[ports[r]].name
+            out.append(row)
+        return out
+    return _rows(topo, router, ports, range(n))
+
+
+def _rows(topo, router, ports, ranks) -> list[dict]:
+    import numpy as np
+    gpus = [router.rank_dev[r] for r in ranks]
+    nics = [ports[r] for r in ranks if ports[r] >= 0]
+    src = router._ends[0]
+    mine = np.flatnonzero(np.isin(src, np.asarray(gpus + nics, dtype=np.int64)))
     nvlink: dict[str, float] = {}    # device -> NVLink (or xGMI) bandwidth out of it
     uplink: dict[str, float] = {}    # device -> its fastest link out of its node
     kinds: dict[str, str] = {}       # link tech -> catalog kind
-    for ln in topo.links:
+    for i in mine.tolist():          # only the links out of these GPUs and their NICs
+        ln = topo.links[i]
         if ln.tech not in kinds:
             kinds[ln.tech] = tech_kind(ln.tech)
         if kinds[ln.tech] in GPU_FABRIC_KINDS:   # NVLink, or xGMI between MI300X
@@ -60,7 +83,8 @@ def gpu_bandwidths(topo) -> list[dict]:
         if router.node[router.index[ln.src]] != router.node[router.index[ln.dst]]:
             uplink[ln.src] = max(uplink.get(ln.src, 0.0), ln.bandwidth_Bps)
     out = []
-    for r, name in enumerate(topo.ranks):
+    for r in ranks:
+        name = topo.ranks[r]
         g = router.rank_dev[r]
         nvl = nvlink.get(name, 0.0)
         row = {"rank": r, "gpu": name, "node": topo.node_of(r),
@@ -81,7 +105,7 @@ def gpu_bandwidths(topo) -> list[dict]:
             row["to_nic_Bps"] = row["to_nic_achievable_Bps"] = None
         best = None
         for m in router.memories.get(topo.devices[g].node, []):
-            for p in router._paths(g, m, True)[:1]:
+            for p in router._local_paths(g, m)[:1]:   # node 0's paths, shifted (replicas)
                 cand = (router._cost(p), p)
                 best = cand if best is None or cand < best else best
         if best:
