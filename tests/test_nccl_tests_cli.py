@@ -32,7 +32,7 @@ def test_the_issues_pasted_line_prints_nccl_tests_rows_and_one_note(capsys):
     assert code == 0, err
     rows = [line.split() for line in out.splitlines() if not line.startswith("#")]
     assert [int(r[0]) for r in rows] == [8 << k for k in range(18)]  # 8 B .. 1 MiB by 2
-    assert all(int(r[1]) == int(r[0]) // 4 and r[3] == "sum" for r in rows)
+    assert all(int(r[1]) == int(r[0]) // 4 and r[2:4] == ["float", "sum"] for r in rows)
     notes = [line for line in err.splitlines() if "note:" in line]
     assert len(notes) == 1 and err.count("\n") == 1
     for flag in ("-n 20", "-w 5", "-c 1", "-a 0", "-z 0"):  # no effect on a prediction

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..collectives import get_collective
 from ..dtypes import PREMULSUM, REDUCE_OPS, check_op, get_dtype
+from ..bench.table import NCCL_TYPE
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
 from ._nccltests import add_nccl_tests_args, resolve, retire
@@ -265,7 +266,8 @@ def _table(rows) -> str:
              "#" + "".join(f"{h:>13}" for h in ("(B)", "(elements)", "", "", "")) +
              f"{'(us)':>11}{'(GB/s)':>9}{'(GB/s)':>9}"]
     for r in rows:
-        lines.append(" " + f"{r['size']:>13}{r['count']:>13}{r['type']:>13}{r['redop']:>13}"
+        typ = NCCL_TYPE.get(r["type"], r["type"])  # as nccl-tests names it (-d float)
+        lines.append(" " + f"{r['size']:>13}{r['count']:>13}{typ:>13}{r['redop']:>13}"
                      f"{r['root']:>13}{r['time_us']:>11.2f}{r['algbw']:>9.2f}{r['busbw']:>9.2f}"
                      f"  {r.get('reason') or r['algorithm'] + '/' + r['protocol']}")
     return "\n".join(lines)
