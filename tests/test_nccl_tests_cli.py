@@ -32,7 +32,7 @@ def test_the_issues_pasted_line_prints_nccl_tests_rows_and_one_note(capsys):
     assert code == 0, err
     rows = [line.split() for line in out.splitlines() if not line.startswith("#")]
     assert [int(r[0]) for r in rows] == [8 << k for k in range(18)]  # 8 B .. 1 MiB by 2
-    assert all(int(r[1]) == int(r[0]) // 4 and r[3] == "sum" for r in rows)
+    assert all(int(r[1]) == int(r[0]) // 4 and r[2:4] == ["float", "sum"] for r in rows)
     notes = [line for line in err.splitlines() if "note:" in line]
     assert len(notes) == 1 and err.count("\n") == 1
     for flag in ("-n 20", "-w 5", "-c 1", "-a 0", "-z 0"):  # no effect on a prediction
@@ -207,3 +207,26 @@ def test_bench_takes_a_pasted_line_and_doctor_reads_its_output(tmp_path, monkeyp
     assert log.collective == "all_gather" and log.nranks == 2
     assert [(r["size"], r["count"]) for r in log.rows] == [(1024, 128)] * 2  # -N 2
     assert "cputime" in p.stdout and json.loads(out.read_text())["rows"][0]["count"] == 128
+
+
+def test_mulsum_is_nccl_tests_premulsum_and_its_check_can_fail(tmp_path, monkeypatch):
+    """-o mulsum: each rank's input times nccl-tests' scalar (1 even, 2 odd), then summed;
+    run on CPU ranks it checks clean, and a plain sum fails the same check."""
+    import numpy as np
+
+    from gpucomm import dtypes as dt
+    from gpucomm.bench import run_bench
+    from gpucomm.bench.sweep import count_wrong, pattern
+    from gpucomm.collectives import get_collective
+    host = tmp_path / "host.yaml"
+    host.write_text("bandwidth_Bps: 10.0e9\nlatency_s: 2.0e-5\n")
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(host))
+    rows = run_bench("shm", 3, "all_reduce", [96], op="mulsum", iters=1, warmup=1,
+                     dtype="bfloat16")
+    assert rows[0]["redop"] == "mulsum" and rows[0]["wrong"] == rows[0]["ip_wrong"] == 0
+    coll, f32 = get_collective("all_reduce"), dt.get_dtype("float32")
+    ins = [pattern(q, 24, f32, "sum", 1) for q in range(3)]
+    assert [dt.premul_scalar(q) for q in range(4)] == [1, 2, 1, 2]
+    premul = sum(x * dt.premul_scalar(q) for q, x in enumerate(ins))
+    assert count_wrong(coll, premul, 0, 3, 24, f32, "mulsum", 0, salt=1) == 0
+    assert count_wrong(coll, np.sum(ins, axis=0), 0, 3, 24, f32, "mulsum", 0, salt=1) > 0

@@ -54,6 +54,22 @@ ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "
            "fp64": "float64"}
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
+# nccl-tests' -o mulsum: NCCL's PreMulSum (ncclRedOpCreatePreMulSum), each rank's input times a
+# scalar, then summed; nccl-tests' scalar is 1 on even ranks, 2 on odd ones
+# (verifiable/verifiable.h ncclVerifiablePremulScalar). A sum of pre-scaled inputs.
+PREMULSUM = "mulsum"
+
+
+def premul_scalar(rank: int) -> int:
+    """nccl-tests' PreMulSum scalar of `rank`."""
+    return 1 if rank % 2 == 0 else 2
+
+
+def premultiply(src, dst, rank: int, dtype: "DType") -> None:
+    """dst = src x premul_scalar(rank), in dst's storage type (exact: x1 or x2)."""
+    s = premul_scalar(rank)
+    with np.errstate(over="ignore"):  # timed in-place calls scale what they summed before
+        dst[...] = src if s == 1 else to_storage(to_compute(src, dtype) * s, dtype)
 UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 
 

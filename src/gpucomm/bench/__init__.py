@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from ..collectives import get_collective
-from ..dtypes import get_dtype, check_op
+from ..dtypes import PREMULSUM, check_op, get_dtype
 from ..errors import ConfigError, TransportError
 from ..limits import (MAX_LOCAL_RANKS, check_finite, check_host_memory, check_ranks,
                       check_size)
@@ -49,7 +49,7 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         raise ConfigError(f"unknown backend {backend!r}: allowed are {', '.join(BACKENDS)}")
     _check_counts(nranks, iters, warmup, check, timeout)
     if coll.reduces:
-        check_op(op, d)
+        check_op("sum" if op == PREMULSUM else op, d)
     sizes = [check_size(int(s)) for s in sizes]
     # every rank holds an input and an output buffer of at most S each, and the transport
     # stages up to S more (the shm data segment, an engine's bounce buffers)
@@ -62,7 +62,7 @@ def run_bench(backend: str, nranks: int, collective, sizes, *, dtype="float32", 
         raise ConfigError(f"root {root} is out of range: allowed are 0..{nranks - 1}")
     if algorithm != "auto":
         _check_algorithm(coll, algorithm, nranks, root)
-    why = unsupported(backend, algorithm, d, op, coll.reduces)
+    why = unsupported(backend, algorithm, d, "sum" if op == PREMULSUM else op, coll.reduces)
     if why:
         raise ConfigError(f"--backend {backend}: {why}")
     with tempfile.TemporaryDirectory(prefix="gpucomm-bench-") as tmp:

@@ -89,6 +89,8 @@ def count_wrong(coll, got, rank, p, bc, dtype, op, root, salt=0) -> int:
     if got is None or rng is None:
         return 0
     first, nblocks = rng
+    premul = op == dt.PREMULSUM
+    op = "sum" if premul else op
     tol = tolerance(op, dtype, p) if coll.reduces else 0.0
     wrong = 0
     for k in range(nblocks):
@@ -100,10 +102,29 @@ def count_wrong(coll, got, rank, p, bc, dtype, op, root, salt=0) -> int:
             parts = []
             for q, block in sorted(value):
                 off = (block - coll.inputs(q, p, root)[0]) * bc
-                parts.append(pattern_range(q, off + lo, off + hi, dtype, op, salt))
+                part = pattern_range(q, off + lo, off + hi, dtype, op, salt)
+                if premul and coll.reduces:
+                    dt.premultiply(part, part, q, dtype)
+                parts.append(part)
             want = reduce_all(parts, op, dtype) if coll.reduces else parts[0]
             wrong += _mismatches(got[k * bc + lo:k * bc + hi], want, tol, p, dtype)
     return wrong
+
+
+def _prepare(backend, coll, inp, outb, op, dtype, root, cfg, size, inplace, rank):
+    """The call to time: the collective, or for nccl-tests' mulsum (NCCL's PreMulSum) the
+    scaling of this rank's input by its scalar and then a sum (NCCL fuses the two)."""
+    if op != dt.PREMULSUM or not coll.reduces:
+        return backend.prepare(coll.name, inp, outb, op, dtype, root, cfg["algorithm"], size,
+                               inplace)
+    src = inp if inplace else np.empty_like(inp)  # in place: scaled where it lies
+    run = backend.prepare(coll.name, src, outb, "sum", dtype, root, cfg["algorithm"], size,
+                          inplace)
+
+    def premulsum():
+        dt.premultiply(inp, src, rank, dtype)
+        run()
+    return premulsum
 
 
 def _mismatches(got, want, tol, p, dtype) -> int:
@@ -184,8 +205,8 @@ def run_rank(cfg: dict) -> None:
                                           inplace)
                 view = _engine_view(backend, coll.name, inplace, rank, root, inp, view,
                                     lay.block_count)
-                run = backend.prepare(coll.name, inp, outb, op, dtype, root, cfg["algorithm"],
-                                      lay.size, inplace)
+                run = _prepare(backend, coll, inp, outb, op, dtype, root, cfg, lay.size,
+                                   inplace, rank)
                 for _ in range(cfg["warmup"]):
                     run()
                 backend.barrier()
@@ -204,8 +225,8 @@ def run_rank(cfg: dict) -> None:
                                               inplace, salt=1)
                     view = _engine_view(backend, coll.name, inplace, rank, root, inp,
                                         view, lay.block_count)
-                    backend.prepare(coll.name, inp, outb, op, dtype, root, cfg["algorithm"],
-                                    lay.size, inplace)()
+                    _prepare(backend, coll, inp, outb, op, dtype, root, cfg, lay.size,
+                             inplace, rank)()
                     mine = count_wrong(coll, view, rank, p, lay.block_count, dtype, op, root,
                                        salt=1)
                     wrong = int(backend.allreduce_max(float(mine)))

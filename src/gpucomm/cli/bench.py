@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..dtypes import DTYPES, REDUCE_OPS
+from ..dtypes import DTYPES, PREMULSUM, REDUCE_OPS
 from ..errors import ConfigError
 from ..bench.table import TIME_STRING_FORMAT
 from ._nccltests import add_nccl_tests_args, resolve
@@ -152,7 +152,7 @@ def _runs(args, coll, nranks) -> list:
     every = [d for d in DTYPES if getattr(args, "backend", "shm") not in ("torch", "gloo")
              or not d.startswith("uint") or d == "uint8"]  # torch.distributed: no uint32/64
     runs = [(d, o, r) for d in _all(args.datatype, every) for o in
-            (_all(args.op, REDUCE_OPS) if coll.reduces else [args.op])
+            (_all(args.op, (*REDUCE_OPS, PREMULSUM)) if coll.reduces else [args.op])
             for r in (range(nranks) if args.root == "all" and coll.rooted else [_root(args)])]
     if coll.reduces and "all" in (args.datatype, args.op):
         runs = [x for x in runs if _supported(x[0], x[1])] or runs  # as -o all skips them
@@ -162,7 +162,7 @@ def _runs(args, coll, nranks) -> list:
 def _supported(dtype: str, op: str) -> bool:
     from ..dtypes import check_op, get_dtype
     try:
-        check_op(op, get_dtype(dtype))
+        check_op("sum" if op == PREMULSUM else op, get_dtype(dtype))
         return True
     except ConfigError:
         return False

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ..collectives import get_collective
-from ..dtypes import REDUCE_OPS, check_op, get_dtype
+from ..dtypes import PREMULSUM, REDUCE_OPS, check_op, get_dtype
+from ..bench.table import NCCL_TYPE
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
 from ._nccltests import add_nccl_tests_args, resolve, retire
@@ -84,7 +85,7 @@ def cmd_sim(args) -> int:
     t1, c1 = time.perf_counter(), time.process_time()
     coll = get_collective(args.collective or "all_reduce")
     if coll.reduces:
-        check_op(args.op, get_dtype(args.datatype))  # as bench and algo: no avg on integers
+        check_op(_op(args), get_dtype(args.datatype))  # as bench and algo: no avg on integers
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     params = _builder_params(args, coll)
     if args.seeds:
@@ -100,9 +101,8 @@ def cmd_sim(args) -> int:
               f"{time.perf_counter() - t1:.3f} s ({time.process_time() - c1:.3f} CPU)",
               file=sys.stderr)
     rows = [r.to_row() for r in results]
-    if not coll.reduces:
-        for row in rows:
-            row["redop"] = "none"
+    for row in rows:
+        row["redop"] = args.op if coll.reduces else "none"
     doc = {"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
            "model": args.model, "rows": rows}
     if args.output_file:
@@ -151,8 +151,9 @@ def _nccl_tests_meaning(args) -> None:
 
 def _check_outputs(args) -> None:
     """The op and every output file, before any work."""
-    if args.op not in REDUCE_OPS:
-        raise ConfigError(f"unknown reduction op {args.op!r}: allowed are {', '.join(REDUCE_OPS)}")
+    if args.op not in (*REDUCE_OPS, PREMULSUM):
+        raise ConfigError(f"unknown reduction op {args.op!r}: allowed are "
+                          f"{', '.join(REDUCE_OPS)}, {PREMULSUM}")
     if args.plot:
         output_file(args.plot, "--plot", PLOT_SUFFIXES)
     if args.trace:
@@ -184,10 +185,16 @@ def _predict(args, coll, size, topo, params):
     from ..simulate import predict
     return predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
                    model=args.model, protocol=args.protocol,
-                   root=args.root if coll.rooted else 0, redop=args.op,
+                   root=args.root if coll.rooted else 0, redop=_op(args),
                    gpus_per_thread=args.ngpus or 1,
                    cuda_graph=bool(args.cuda_graph),
                    nccl_version=getattr(args, "nccl_version", None), **params)
+
+
+def _op(args) -> str:
+    """The reduction timed: nccl-tests' mulsum (NCCL's PreMulSum) moves and sums as sum does
+    (NCCL scales each input as it loads it)."""
+    return "sum" if args.op == PREMULSUM else args.op
 
 
 def _seeded(args, coll, params, sizes) -> int:
@@ -243,7 +250,8 @@ def _table(rows) -> str:
              "#" + "".join(f"{h:>13}" for h in ("(B)", "(elements)", "", "", "")) +
              f"{'(us)':>11}{'(GB/s)':>9}{'(GB/s)':>9}"]
     for r in rows:
-        lines.append(" " + f"{r['size']:>13}{r['count']:>13}{r['type']:>13}{r['redop']:>13}"
+        typ = NCCL_TYPE.get(r["type"], r["type"])  # as nccl-tests names it (-d float)
+        lines.append(" " + f"{r['size']:>13}{r['count']:>13}{typ:>13}{r['redop']:>13}"
                      f"{r['root']:>13}{r['time_us']:>11.2f}{r['algbw']:>9.2f}{r['busbw']:>9.2f}"
                      f"  {r.get('reason') or r['algorithm'] + '/' + r['protocol']}")
     return "\n".join(lines)

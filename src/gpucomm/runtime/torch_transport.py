@@ -43,7 +43,11 @@ def _require_torch():
 
 def torch_dtype(dtype) -> "torch.dtype":
     _require_torch()
-    return getattr(torch, dt.get_dtype(dtype).name)
+    name = dt.get_dtype(dtype).name
+    if name not in _NAMES:  # uint32/uint64: torch stores them but has no CPU arithmetic
+        raise ConfigError(f"the torch transport cannot reduce {name}: allowed are "
+                          f"{', '.join(_NAMES)}")
+    return getattr(torch, name)
 
 
 def gpucomm_dtype(tdtype) -> dt.DType:
