@@ -11,7 +11,7 @@ import sys
 from ..dtypes import parse_size
 from ..errors import ConfigError
 from ..inputs import float_flag, int_flag, parse_int
-from ..limits import MAX_SWEEP_POINTS, check_size, sweep_points
+from ..limits import MAX_MODEL_RANKS, MAX_SWEEP_POINTS, check_size, sweep_points
 
 
 def size_arg(text: str) -> int:
@@ -193,5 +193,7 @@ def param_pairs(pairs: list[str]) -> dict:
 
 
 # -p NAME=VALUE parameters with a range of their own: NCCL runs at most MAXCHANNELS = 32
-# channels (src/include/device.h; simulate/constants.py MAX_CHANNELS).
-PARAM_RANGES = {"channels": (1, 32)}
+# channels (src/include/device.h; simulate/constants.py MAX_CHANNELS); a pipeline of more
+# than 256 chunks per block only multiplies the ops (chunks=10^6 ran for minutes), and a
+# group holds at most every GPU gpucomm models.
+PARAM_RANGES = {"channels": (1, 32), "chunks": (1, 256), "group_size": (1, MAX_MODEL_RANKS)}
