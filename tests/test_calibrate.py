@@ -63,7 +63,7 @@ def test_doctor_and_tune_take_the_profile(polaris_profile, capsys):
     assert main(["doctor", str(log), "--profile", str(polaris_profile), "--format",
                  "json"]) == 0
     assert json.loads(capsys.readouterr().out)["ratio"] > plain + 0.15
-    assert main(["tune", "--profile", str(polaris_profile), "-c", "all_reduce"]) == 0
+    assert main(["tune", "--profile", str(polaris_profile), "--collective", "all_reduce"]) == 0
     assert "polaris" in capsys.readouterr().out
 
 
@@ -73,13 +73,13 @@ def test_too_few_rows_two_machines_and_unphysical_fits_are_one_line_errors(tmp_p
     lines = POLARIS_2N.read_text().splitlines()
     short.write_text("\n".join(x for x in lines if not x.strip()[:1].isdigit()
                                or int(x.split()[0]) in (1 << 20, 1 << 21)))
-    assert main(["calibrate", str(short), "-o", str(out)]) == 2
+    assert main(["calibrate", str(short), "--output", str(out)]) == 2
     err = capsys.readouterr().err
     assert "too few rows to fit" in err and len(err.strip().splitlines()) == 1
     assert main(["calibrate", str(POLARIS_2N), str(LOGS / "snellius-h100-2n-all_reduce.log"),
-                 "-o", str(out)]) == 2
+                 "--output", str(out)]) == 2
     assert "two different machines" in capsys.readouterr().err
-    assert main(["calibrate", str(POLARIS_2N), "--nic", "tcp-10g", "-o", str(out)]) == 2
+    assert main(["calibrate", str(POLARIS_2N), "--nic", "tcp-10g", "--output", str(out)]) == 2
     assert "unphysical fit" in capsys.readouterr().err
     assert not out.exists() and not list(tmp_path.glob(".gpucomm-*"))
 

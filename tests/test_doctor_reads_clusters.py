@@ -76,7 +76,7 @@ def test_truly_ambiguous_logs_ask_and_name_the_candidates(tmp_path, capsys):
     assert main(["doctor", str(path)]) == 2
     err = capsys.readouterr().err
     assert "all_gather or all_to_all: give --collective" in err
-    assert main(["doctor", str(path), "-c", "all_to_all"]) == 0
+    assert main(["doctor", str(path), "--collective", "all_to_all"]) == 0
 
 
 def test_nics_come_from_the_log_and_a_lone_management_port_is_not_counted():
@@ -143,10 +143,12 @@ def test_a_row_beyond_the_size_limit_is_flagged():
 def test_sim_compare_with_collective_all_reduce_reads_an_unnamed_log(tmp_path, capsys):
     path = tmp_path / "run.log"  # no test name, no hint in the file name
     path.write_text((LOGS / "polaris-nccl221-2n-all_gather.log").read_text())
-    assert main(["sim", "--compare", str(path), "-c", "all_gather", "--format", "json"]) == 0
+    assert main(["sim", "--compare", str(path), "--collective", "all_gather",
+                 "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["collective"] == "all_gather"
     path.write_text(POLARIS)
-    assert main(["sim", "--compare", str(path), "-c", "all_reduce", "--format", "json"]) == 0
+    assert main(["sim", "--compare", str(path), "--collective", "all_reduce",
+                 "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["collective"] == "all_reduce"
 
 

@@ -43,14 +43,14 @@ def test_tuner_channels_are_what_sim_reports(capsys):
     16; each rule's channels now equal sim's at the sizes the rule covers."""
     import json
     import re
-    assert main(["tune", "--system", "dgx-h100", "--nodes", "2", "-c", "all_reduce",
-                 "-c", "all_gather", "-e", "256M", "--no-sub-communicators",
+    assert main(["tune", "--system", "dgx-h100", "--nodes", "2", "--collective", "all_reduce",
+                 "--collective", "all_gather", "-e", "256M", "--no-sub-communicators",
                  "--format", "json"]) == 0
     rules = json.loads(capsys.readouterr().out)["rules"]
     names = {"allreduce": "all_reduce", "allgather": "all_gather"}
     for coll in names:
-        assert main(["sim", "-c", names[coll], "--system", "dgx-h100", "--nodes", "2", "-b",
-                     "1K", "-e", "256M", "-f", "4", "--format", "json"]) == 0
+        assert main(["sim", "--collective", names[coll], "--system", "dgx-h100", "--nodes", "2",
+                     "-b", "1K", "-e", "256M", "-f", "4", "--format", "json"]) == 0
         for row in json.loads(capsys.readouterr().out)["rows"]:
             rule = next(r for r in rules if r["collective"] == coll and
                         r["min_bytes"] <= row["size"] <= r["max_bytes"])

@@ -141,7 +141,7 @@ def test_algo_export_with_a_system_exports_what_sim_timed(capsys, tmp_path):
     from gpucomm.cli import main
     out = tmp_path / "a.xml"
     assert main(["algo", "export", "auto", "all_gather", "--system", "dgx-v100", "--size",
-                 "64M", "-o", str(out)]) == 0
+                 "64M", "--output", str(out)]) == 0
     res = predict("all_gather", 64 << 20, topo("dgx-v100"))
     assert res.reason in capsys.readouterr().err
     text = out.read_text()

@@ -21,8 +21,8 @@ def register(sub) -> None:
                        "from its nccl-tests logs into a profile",
                        description=__doc__.split("\n\n")[2] if __doc__ else None)
     p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
-    p.add_argument("--output", "-o", required=True, metavar="PROFILE.yaml")
-    p.add_argument("-c", "--collective", help="when a log does not name its test")
+    p.add_argument("--output", required=True, metavar="PROFILE.yaml")
+    p.add_argument("--collective", help="when a log does not name its test")
     p.add_argument("--system", "-s", metavar="PRESET", help="override the inferred node preset")
     p.add_argument("--nodes", "-N", type=positive_int, help="override the inferred node count")
     p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
