@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from .common import add_format, output_file, positive_int, print_json
+from ._nccltests import retire
+from .common import add_format, name_arg, nics_arg, output_file, positive_int, print_json
 
 
 def register(sub) -> None:
@@ -23,14 +24,17 @@ def register(sub) -> None:
     p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
     p.add_argument("--output", required=True, metavar="PROFILE.yaml")
     p.add_argument("--collective", help="when a log does not name its test")
-    p.add_argument("--system", "-s", metavar="PRESET", help="override the inferred node preset")
-    p.add_argument("--nodes", "-N", type=positive_int, help="override the inferred node count")
+    p.add_argument("--system", "-s", type=name_arg, metavar="PRESET",
+                   help="override the inferred node preset")
+    p.add_argument("--nodes", type=positive_int, help="override the inferred node count")
     p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
     p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
-    p.add_argument("--nics-per-node", type=positive_int, help="override NICs per node")
+    p.add_argument("--nics-per-node", type=nics_arg, help="override NICs per node")
     p.add_argument("--gpu", help="override the GPU model the device lines name")
     p.add_argument("--topology", metavar="FILE", help="a topology YAML file instead of a preset")
-    p.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
+                   help="the simulator: analytic (alpha-beta) or flow (link sharing)")
+    retire(p, "-c", "-N", "-o", "--model")
     add_format(p)
     p.set_defaults(func=cmd_calibrate, algorithm=None, protocol=None)
 
