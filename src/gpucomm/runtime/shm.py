@@ -14,13 +14,12 @@ stores (`memcopy`), so an output nobody reads soon costs no read-for-ownership a
 evict the input the rank is about to send on.
 
 Synchronisation is one 64-bit counter per rank, `seq << 32 | actions done`: a dependency
-"peer q has done k actions of call seq" is one load. Waits spin briefly, then yield, then sleep
-with a growing interval, so more ranks than cores still progress; every wait has a deadline and,
-while sleeping, checks that the peer is alive (pid), not failed and not closed.
+"peer q has done k actions of call seq" is one load. Waits spin, yield, then sleep with a growing
+interval (more ranks than cores still progress); every wait has a deadline and, while sleeping,
+checks that the peer is alive (pid), not failed and not closed.
 
-Memory ordering: a counter is stored after the data it announces and read before that data.
-x86-64 keeps stores and loads in program order (TSO), which is what this relies on.
-"""
+Memory ordering: a counter is stored after the data it announces and read before that data;
+x86-64 keeps stores and loads in program order (TSO). Small all-reduces: `shm_ll`."""
 from __future__ import annotations
 
 import os
@@ -38,10 +37,9 @@ from .interpret import Call, Interpreter
 from .options import RuntimeOptions, current
 from .plan import ActionPlan, is_direct, plan_call
 from .segment import Segment, new_name, unlink_name
-from .shm_control import (ACK, CAP, COLL_IDS, CTRL_BYTES, DESC, DONE, DTYPE_IDS, FAILED, GEN,
-                          IN_ADDR, IN_PLACE, MAX_RANKS, MSG_OFF, NAME_OFF, OP_IDS, OUT_ADDR,
-                          PID, PROG, RUNNING, STATE, CLOSED, block_count, pid_alive,
-                          unalias)
+from .shm_control import (ACK, CAP, CLOSED, COLL_IDS, CTRL_BYTES, DESC, DONE, DTYPE_IDS, FAILED,
+                          GEN, IN_ADDR, IN_PLACE, MAX_RANKS, MSG_OFF, NAME_OFF, OP_IDS, OUT_ADDR,
+                          PID, PROG, RUNNING, STATE, block_count, pid_alive, unalias)
 from .shm_ll import SmallMessages
 from .shm_p2p import PointToPoint
 from .shm_wait import PeerWaits
@@ -267,8 +265,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
                                  f"error: {self.broken}")
         if not isinstance(dtype, dt.DType):
             dtype = dt.get_dtype(dtype)
-        if self._ll is not None and inp is not None and out is not None and \
-                self._ll_serves(schedule) and self.ll_all_reduce(inp, out, op):
+        if self._ll is not None and self._ll_try(schedule, inp, out, op):
             return
         coll, p = schedule.collective, self.nranks
         if schedule.nranks != p:
@@ -365,9 +362,8 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
 
     def barrier(self, timeout: float | None = None) -> None:
         """No rank leaves before every rank has arrived."""
-        # An empty schedule: entering a call and checking every peer's entry is a barrier.
-        # One object for the communicator's life: plans are cached by schedule identity (a
-        # new one each call recompiled the plan every time: ~3x an 8-byte all-reduce).
+        # An empty schedule (entering a call and checking every peer's entry is a barrier),
+        # made once: plans are cached by schedule identity, so a new one would recompile.
         if self._barrier is None:
             self._barrier = Schedule("barrier", self.nranks, "shm", 1, ())
         self.execute(self._barrier, None, None, timeout=timeout)

@@ -82,6 +82,11 @@ class SmallMessages:
         """All-reduces up to this size run on the small-message path (0: it is off)."""
         return self.options.ll_max_bytes if self._ll is not None else 0
 
+    def _ll_try(self, schedule: Schedule, inp, out, op) -> bool:
+        """Ran this call on the small-message path (False: not a call it serves)."""
+        return (inp is not None and out is not None and self._ll_serves(schedule)
+                and self.ll_all_reduce(inp, out, op))
+
     def _ll_serves(self, schedule: Schedule) -> bool:
         """Is this the registered one-shot all-reduce (the schedule this path runs)?"""
         if schedule is self._ll_sched:
