@@ -289,7 +289,7 @@ def test_nccl_tests_flags_and_output_are_read_back_by_doctor(host_yaml, tmp_path
     log = parse_log(p.stdout)
     assert log.collective == "all_reduce" and log.nranks == 2 and log.hosts
     assert (log.ngpus, log.iters, log.agg_iters, log.graph, log.validation) == (2, 2, 2, 1, 1)
-    assert {r["redop"] for r in log.rows} == {"sum", "prod", "min", "max", "avg"}
+    assert {r["redop"] for r in log.rows} == {"sum", "prod", "min", "max", "avg", "mulsum"}
     assert {r["type"] for r in log.rows} == {"float"}
     assert all(r["wrong"] == 0 for r in log.rows) and log.wrong_total == 0
     assert "# Collective test concluded: all_reduce_perf" in p.stdout.splitlines()
@@ -298,8 +298,8 @@ def test_nccl_tests_flags_and_output_are_read_back_by_doctor(host_yaml, tmp_path
     from gpucomm.cli.bench import _runs
     runs = _runs(Namespace(datatype="all", op="all", root="0"), get_collective("all_reduce"), 2)
     assert ("int8", "avg", 0) not in runs and ("int8", "max", 0) in runs
-    assert {d for d, _, _ in runs} == {"int8", "uint8", "int32", "int64", "float16", "bfloat16",
-                                       "float32", "float64"}
+    assert {d for d, _, _ in runs} == {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+                                       "float16", "bfloat16", "float32", "float64"}
     runs = _runs(Namespace(datatype="float32", op="sum", root="all"), get_collective("reduce"), 3)
     assert runs == [("float32", "sum", r) for r in range(3)]
     bad = _cli("bench", "--nranks", "3", "-g", "2", "-e", "8")

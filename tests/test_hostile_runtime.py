@@ -61,7 +61,7 @@ def _gone(pids, timeout=15) -> list:
 
 def test_sigkill_to_the_launcher_ends_its_ranks_and_their_children(tmp_path):
     script = _script(tmp_path, SLEEPER)
-    launcher = subprocess.Popen([sys.executable, "-m", "gpucomm", "launch", "-n", "2",
+    launcher = subprocess.Popen([sys.executable, "-m", "gpucomm", "launch", "--nproc", "2",
                                  str(script), str(tmp_path)], env=ENV,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -75,7 +75,7 @@ def test_sigkill_to_the_launcher_ends_its_ranks_and_their_children(tmp_path):
 
 def test_a_failed_rank_takes_its_children(tmp_path):
     script = _script(tmp_path, SLEEPER)
-    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "-n", "2", str(script),
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "--nproc", "2", str(script),
                         str(tmp_path), "fail"], env=ENV, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 1 and "rank 0 exited with status 1" in p.stderr
@@ -123,7 +123,7 @@ def test_a_deadlock_is_a_timeout_naming_both_ranks(tmp_path):
         comm = gpucomm.init()
         comm.recv(np.zeros(4, np.float32), 1 - comm.rank)   # both receive: nobody sends
     """)
-    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "-n", "2", str(script)],
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "--nproc", "2", str(script)],
                        env=dict(ENV, GPUCOMM_TIMEOUT="2"), capture_output=True, text=True,
                        timeout=120)
     assert p.returncode != 0
@@ -150,7 +150,7 @@ def test_a_forked_child_cannot_use_its_parents_communicator(tmp_path):
         comm.all_reduce(y)
         print("parent:", y.tolist())
     """)
-    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "-n", "2", str(script)],
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "launch", "--nproc", "2", str(script)],
                        env=dict(ENV, GPUCOMM_TIMEOUT="20"), capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

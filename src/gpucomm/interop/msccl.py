@@ -26,6 +26,7 @@ from collections import defaultdict
 from ..collectives import get_collective
 from ..errors import ConfigError, ScheduleError
 from ..inputs import parse_int
+from ..limits import MAX_SIZE_BYTES
 from ..schedule import Schedule, step
 
 # gpucomm collective <-> MSCCL `coll` attribute, as the executor's parser spells them
@@ -410,14 +411,14 @@ def executor_problems(text: str) -> list[str]:
 MAX_XML_INT = 1 << 16
 
 
-def _int(el, attr, where, default=None, lo=None):
+def _int(el, attr, where, default=None, lo=None, hi=MAX_XML_INT):
     v = el.get(attr)
     if v is None:
         if default is not None:
             return default
         raise MscclError(f"{where}: missing attribute {attr!r}")
     try:
-        return parse_int(v, f"{where}: {attr}", -1 if lo is None else lo, MAX_XML_INT)
+        return parse_int(v, f"{where}: {attr}", -1 if lo is None else lo, hi)
     except ConfigError as e:
         raise MscclError(str(e)) from None
 
@@ -477,8 +478,8 @@ def from_msccl_xml(text: str, *, name: str | None = None) -> Schedule:
     programs = {r: _threadblocks(gpus[r], r, p) for r in range(p)}
     ops, channels, scratch_blocks = _replay(programs, lay)
     steps = _pack(ops)
-    lo = _int(algo, "minBytes", "<algo>", default=0, lo=0)
-    hi = _int(algo, "maxBytes", "<algo>", default=0, lo=0)
+    lo = _int(algo, "minBytes", "<algo>", default=0, lo=0, hi=MAX_SIZE_BYTES)
+    hi = _int(algo, "maxBytes", "<algo>", default=0, lo=0, hi=MAX_SIZE_BYTES)
     return Schedule(coll, p, name or algo.get("name") or "msccl", cpb, tuple(steps),
                     scratch_blocks=scratch_blocks, root=root_rank, channels=channels,
                     params=(("protocol", PROTOCOLS[proto.lower()]), ("min_bytes", lo),

@@ -134,7 +134,7 @@ class Communicator:
         if self._ll is not None and buf.__class__ is np.ndarray and dtype is None and \
                 algorithm == "auto" and not async_op and not self._pending and \
                 not self._closed and threading.get_ident() == self._owner and \
-                self._ll(buf, buf, op):
+                os.getpid() == self._pid and self._ll(buf, buf, op):
             return None
         a, d = _array(buf, "buf", dtype)
         return self._call("all_reduce", a, a, op, d, algorithm, 0, async_op)

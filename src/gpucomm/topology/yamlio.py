@@ -241,9 +241,10 @@ def topology_fields(data: object, where: str = "topology") -> dict:
 
 def _check_models(devices: list[Device], where: str) -> None:
     """Every GPU's `model`, where given, is in the hardware catalog (its FLOP/s and HBM
-    bandwidth are looked up by that name)."""
+    bandwidth are looked up by that name); "process" is a rank of an emulated cluster
+    (`gpucomm.emulate`: a host process standing in for a GPU)."""
     from ..hardware import get_gpu
-    for model in sorted({d.model for d in devices if d.kind == "gpu" and d.model}):
+    for model in sorted({d.model for d in devices if d.kind == "gpu" and d.model} - {"process"}):
         try:
             get_gpu(model)
         except ConfigError as e:
