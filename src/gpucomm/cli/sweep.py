@@ -11,6 +11,7 @@ Kubernetes; Ray would do too, but is a heavier dependency for tasks this simple.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 from .progress import Progress
@@ -18,8 +19,23 @@ from ._nccltests import retire
 from .common import workers_arg
 
 
+GRID_HELP = """Run the cartesian product of a command's options, one JSON line per point.
+
+GRID.yaml has three keys:
+  command: a gpucomm command (sim, plan, tune, doctor, ...)
+  fixed:   options every point gets, e.g. {collective: all_reduce, minbytes: 1G}
+  grid:    a list of values per option; the points are every combination,
+           e.g. {nodes: [2, 4], nic: [ib-ndr, roce-400g]}
+Options are the command's long names without the dashes (gpus_per_node or gpus-per-node),
+or nccl-tests' one-letter flags (f: 4 is -f 4); true/false give a switch or its --no- form.
+A grid holds at most 10,000 points. Running the same command again skips the points the
+output file already holds."""
+
+
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="run a grid of sim/plan/... runs, one JSON line each")
+    p = sub.add_parser(
+        "sweep", help="run a grid of sim/plan/... runs, one JSON line each",
+        formatter_class=argparse.RawDescriptionHelpFormatter, description=GRID_HELP)
     p.add_argument("grid", metavar="GRID.yaml")
     p.add_argument("--output", required=True, metavar="RESULTS.jsonl",
                    help="JSON lines, appended; points already there are skipped (resume)")
