@@ -152,9 +152,8 @@ row = st.tuples(st.sampled_from(["8", "1048576", "2199023255552", "-8", "1e400",
                 st.sampled_from(["0", "inf", "N/A", "-3", "1e20"]))
 
 
-# nccl-tests rows (nan, inf, negative, oversize) are the doctor helper's (issue 29 item 4, on
-# its branch); until that merges, `inf` in #wrong still raises OverflowError here.
-@pytest.mark.xfail(strict=False, reason="doctor rows: issue 29 item 4, the doctor branch")
+# nccl-tests rows with nan, inf, negative or oversize values, and an absurd nGpus header:
+# doctor flags or refuses them in one line (issue 29 item 4), never a traceback
 @settings(max_examples=15, deadline=30_000, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(row, min_size=1, max_size=6),
