@@ -349,25 +349,23 @@ def check_number(value: object, what: str, lo: float, hi: float, *,
     return value
 
 
-def int_flag(lo: int, hi: int) -> Callable[[str], int]:
-    """argparse `type=` for an integer in lo..hi (the range is in the error message)."""
-    def parse(text: str) -> int:
+def _flag(number: Callable[..., Any], lo: Any, hi: Any, name: str) -> Callable[[str], Any]:
+    """argparse `type=` reading `number(text, what, lo, hi)`; its range is in the error."""
+    def parse(text: str) -> Any:
         try:
-            return parse_int(text, "value", lo, hi)
+            return number(text, "value", lo, hi)
         except ConfigError as e:
             raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")
                                              .removeprefix("value ")) from None
-    parse.__name__ = f"integer in {lo}..{hi}"
+    parse.__name__ = name
     return parse
+
+
+def int_flag(lo: int, hi: int) -> Callable[[str], int]:
+    """argparse `type=` for an integer in lo..hi (the range is in the error message)."""
+    return _flag(parse_int, lo, hi, f"integer in {lo}..{hi}")
 
 
 def float_flag(lo: float, hi: float) -> Callable[[str], float]:
     """argparse `type=` for a finite number in lo..hi (the range is in the error message)."""
-    def parse(text: str) -> float:
-        try:
-            return parse_float(text, "value", lo, hi)
-        except ConfigError as e:
-            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")
-                                             .removeprefix("value ")) from None
-    parse.__name__ = f"number in {lo:g}..{hi:g}"
-    return parse
+    return _flag(parse_float, lo, hi, f"number in {lo:g}..{hi:g}")

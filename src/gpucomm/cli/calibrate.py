@@ -14,24 +14,16 @@ import os
 import tempfile
 
 from ._nccltests import retire
-from .common import add_format, name_arg, nics_arg, output_file, positive_int, print_json
+from .common import add_format, output_file, print_json
+from .doctor import add_log_args
 
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="fit a cluster's NIC, latency and NVLink parameters "
                        "from its nccl-tests logs into a profile",
                        description=__doc__.split("\n\n")[2] if __doc__ else None)
-    p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
+    add_log_args(p)
     p.add_argument("--output", required=True, metavar="PROFILE.yaml")
-    p.add_argument("--collective", help="when a log does not name its test")
-    p.add_argument("--system", "-s", type=name_arg, metavar="PRESET",
-                   help="override the inferred node preset")
-    p.add_argument("--nodes", type=positive_int, help="override the inferred node count")
-    p.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
-    p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
-    p.add_argument("--nics-per-node", type=nics_arg, help="override NICs per node")
-    p.add_argument("--gpu", help="override the GPU model the device lines name")
-    p.add_argument("--topology", metavar="FILE", help="a topology YAML file instead of a preset")
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (alpha-beta) or flow (link sharing)")
     retire(p, "-c", "-N", "-o", "--model")

@@ -15,9 +15,9 @@ from ._nccltests import retire
 from .common import add_format, name_arg, nics_arg, positive_int, print_json
 
 
-def register(sub) -> None:
-    p = sub.add_parser("doctor", help="is an nccl-tests log normal for its machine? (and why not)",
-                       description=__doc__.split("\n\n")[2] if __doc__ else None)
+def add_log_args(p) -> None:
+    """The logs and the machine they ran on, as doctor infers it from them; each flag overrides
+    only what it names (doctor and calibrate)."""
     p.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output file(s)")
     p.add_argument("--collective", help="when a log does not name its test")
     p.add_argument("--system", "-s", type=name_arg, metavar="PRESET",
@@ -29,6 +29,12 @@ def register(sub) -> None:
     p.add_argument("--gpu", help="override the GPU model the device lines name (catalog name)")
     p.add_argument("--topology", metavar="FILE", help="a topology YAML file to model instead of "
                    "a preset (a one-node file is replicated to the log's node count)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="is an nccl-tests log normal for its machine? (and why not)",
+                       description=__doc__.split("\n\n")[2] if __doc__ else None)
+    add_log_args(p)
     p.add_argument("--profile", metavar="PROFILE.yaml", help="judge against a calibrated "
                    "cluster (gpucomm calibrate): its fitted NIC, latency and NVLink figures")
     p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
