@@ -17,6 +17,7 @@ import threading
 import time
 
 from ..errors import ConfigError
+from .reaper import group_alive, signal_group
 from .segment import leftovers, unlink_name
 from .signals import trapped
 
@@ -257,25 +258,10 @@ def _stop(procs, grace_s) -> None:
             _signal(p, signal.SIGKILL)
             p.wait()
     for p in procs:   # children that outlived their rank's SIGTERM
-        if _group_alive(p.pid):
-            while _group_alive(p.pid) and time.monotonic() < end:
+        if group_alive(p.pid):
+            while group_alive(p.pid) and time.monotonic() < end:
                 time.sleep(0.02)
-            _killpg(p.pid, signal.SIGKILL)
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-        return True
-    except OSError:
-        return False
-
-
-def _killpg(group: int, sig) -> None:
-    try:
-        os.killpg(group, sig)
-    except OSError:
-        pass
+            signal_group(p.pid, signal.SIGKILL)
 
 
 def _signal(p, sig) -> None:

@@ -38,7 +38,8 @@ def _read_groups() -> list[int] | None:
                 groups.append(int(line))
 
 
-def _alive(group: int) -> bool:
+def group_alive(group: int) -> bool:
+    """Is any process of this process group still there? (the launcher asks it too)"""
     try:
         os.killpg(group, 0)
         return True
@@ -46,15 +47,20 @@ def _alive(group: int) -> bool:
         return False
 
 
+def signal_group(group: int, sig) -> None:
+    """Send `sig` to a process group that may be gone already."""
+    try:
+        os.killpg(group, sig)
+    except OSError:
+        pass
+
+
 def _kill(groups: list[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for g in groups:
-            try:
-                os.killpg(g, sig)
-            except OSError:
-                pass
+            signal_group(g, sig)
         end = time.monotonic() + GRACE_S
-        while any(_alive(g) for g in groups) and time.monotonic() < end:
+        while any(group_alive(g) for g in groups) and time.monotonic() < end:
             time.sleep(0.05)
 
 
