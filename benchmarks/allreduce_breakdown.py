@@ -36,10 +36,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from gpucomm.bench import run_bench  # noqa: E402
 
 
-def _loop(fn, n: int) -> float:
-    """Seconds per call of `fn`, best of 3 loops of n."""
+def _loop(fn, n: int, before=None) -> float:
+    """Seconds per call of `fn`, best of 3 loops of n (each after `before()`, if given)."""
     best = float("inf")
     for _ in range(3):
+        if before is not None:
+            before()
         t = time.perf_counter()
         for _ in range(n):
             fn()
@@ -49,14 +51,7 @@ def _loop(fn, n: int) -> float:
 
 def _synced(comm, fn, n: int) -> float:
     """nccl-tests' timing: barrier, n back-to-back calls, divided by n (best of 3)."""
-    best = float("inf")
-    for _ in range(3):
-        comm.barrier()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t) / n)
-    return best
+    return _loop(fn, n, before=comm.barrier)
 
 
 def _median_call(comm, fn, n: int) -> float:
