@@ -24,24 +24,43 @@ import math
 
 from gpucomm.collectives import get_collective
 from gpucomm.hardware import get_gpu, get_link_tech
+from gpucomm.simulate import constants as K
 from gpucomm.simulate.constants import TREE_CORRECTION
 
+# tuning.cc's tables are gpucomm's own (simulate/constants.py), indexed here as tuning.cc
+# indexes them: by compute-capability class and protocol
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 ARCH = {"sm70": 0, "sm80": 1, "sm86": 1, "sm89": 1, "sm90": 2, "sm100": 3}
-LL_MAX = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
-RING_LL128 = ((20.0,) * 3, (20.0,) * 3, (36.7,) * 3, (40.0,) * 3)
-TREE_LL128 = ((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
-TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
-NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
-NVLS_EFF = (0.0, 0.0, 0.85, 0.74)
 PROTOS = ("ll", "ll128", "simple")
-BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0, 0, 0),
+LL_MAX = tuple(K.LL_MAX_BW[g] for g in GENERATIONS)
+RING_LL128 = tuple(K.LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
+TREE_LL128 = tuple(K.TREE_LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
+TREE_BW = tuple(K.TREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
+NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+NVLS_EFF = tuple(K.NVLS_EFFICIENCY[g] for g in GENERATIONS)
+
+
+def _us(seconds: dict) -> tuple:
+    return tuple(round(seconds[p] / K.US, 6) for p in PROTOS)
+
+
+BASE = {"tree": _us(K.TREE_BASE_LATENCY_S), "ring": _us(K.BASE_LATENCY_S), "nvls": (0, 0, 0),
         "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)}
-HW = {"nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0, 0, 25),
-                 "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
-      "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0, 0, 0),
-              "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
-      "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0, 0, 18),
-              "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14.0)}}
+
+
+def _hw(i: int, path: str, **others) -> dict:
+    """hwLatencies[hw][algorithm][protocol], us: Tree (column i) and Ring (path class) from
+    constants, the other algorithms as tuning.cc gives them."""
+    return {"tree": _us({p: K.TREE_HOP_LATENCY_S[p][i] for p in PROTOS}),
+            "ring": _us({p: K.HOP_LATENCY_S[p][path] for p in PROTOS}), **others}
+
+
+NVLS_US = round(K.NVLS_LATENCY_S / K.US, 6)
+HW = {"nvlink": _hw(0, "nvlink", nvls=(0, 0, NVLS_US), nvls_tree=(0, 0, NVLS_US), pat=(0, 0, 4.0)),
+      "pci": _hw(1, "pcie", nvls=(0, 0, 0), nvls_tree=(0, 0, 0), pat=(0, 0, 4.0)),
+      "net": _hw(2, "net", nvls=(0, 0, 18), pat=(0, 0, 14.0),
+                 nvls_tree=(0, 0, round(K.NVLSTREE_NET_LATENCY_S / K.US, 6)))}
+
 # aws-ofi-nccl's latency property for EFA instances (p4d, p4de, p5, p5e: 75 us; p3dn 150), which
 # NCCL adds to every inter-node step (aws/aws-ofi-nccl src/platform-aws.cpp platform table
 # `.latency`, set as props->latency; snapshot 2daf7d3).
