@@ -88,7 +88,7 @@ ALLOWED = {
     "errors": set(),
     "dtypes": {"errors"},
     "inputs": {"errors"},
-    "limits": {"errors", "inputs"},
+    "limits": {"errors"},
     "hardware": {"errors"},
     "collectives": {"dtypes", "errors"},
     "schedule": {"collectives", "errors"},

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from .errors import ConfigError
+
 # A text input and how it is read (size, type, UTF-8, YAML/JSON budgets): gpucomm.inputs.
-from .inputs import MAX_TEXT_FILE_BYTES, read_text  # noqa: F401  (callers import them here too)
 
 # One buffer (nccl-tests' size S) of at most 1 TiB: over 3x the memory of the largest GPU
 # (B300, 288 GB) and of typical hosts, so nothing real is refused; above it the simulator's

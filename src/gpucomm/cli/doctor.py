@@ -52,7 +52,7 @@ def requests_of(args, path: str, **extra) -> list:
     the command line's overrides."""
     from ..interop.doctor import DoctorRequest
     from ..interop.nccltests import parse_logs
-    from ..limits import read_text
+    from ..inputs import read_text
     text = read_text(path, "nccl-tests log")
     try:
         logs = parse_logs(text)

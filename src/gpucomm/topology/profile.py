@@ -79,7 +79,7 @@ def _round(v: float) -> float:
 
 def load_profile(path: str) -> Profile:
     """A profile YAML file, validated; ConfigError (one line) naming what is wrong."""
-    from ..limits import read_text
+    from ..inputs import read_text
     text = read_text(path, "profile")
     try:
         data = yaml.safe_load(text)
