@@ -31,9 +31,11 @@ def test_locations_name_themselves_and_their_peer_twin():
 
 
 def test_lower_numbers_references_once_through_removals_and_replacements():
-    a0, a1 = Op(0, False, IN, 0, 0, OUT, 0, 4), Op(0, False, IN, 0, 4, OUT, 4, 4)
-    b0 = Op(1, False, PEER_IN, 0, 0, OUT, 0, 4, deps=[a1, Entry(0)])
-    b1 = Op(1, False, PEER_IN, 0, 0, OUT, 0, 4, deps=[a0])
+    a0 = Op(rank=0, src=IN, peer=0, src_off=0, dst=OUT, dst_off=0, n=4)
+    a1 = Op(rank=0, src=IN, peer=0, src_off=4, dst=OUT, dst_off=4, n=4)
+    b0 = Op(rank=1, src=PEER_IN, peer=0, src_off=0, dst=OUT, dst_off=0, n=4,
+            deps=[a1, Entry(0)])
+    b1 = Op(rank=1, src=PEER_IN, peer=0, src_off=0, dst=OUT, dst_off=0, n=4, deps=[a0])
     ranks = [[a0, a1], [b0, b1]]
     assert lower(ranks)[1][0].deps == ((0, 2),)  # the latest reference per peer wins
     a1.stands_for = a0  # a removed op: a reference to it means the op before it
@@ -45,16 +47,17 @@ def test_lower_numbers_references_once_through_removals_and_replacements():
     wait = Op.wait(1, 0, [b0])
     b1.stands_for = wait  # replaced: a reference means what replaced it
     ranks[1][1] = wait
-    c = Op(0, False, PEER_OUT, 1, 0, OUT, 0, 4, deps=[b1])
+    c = Op(rank=0, src=PEER_OUT, peer=1, src_off=0, dst=OUT, dst_off=0, n=4, deps=[b1])
     ranks[0].append(c)
     assert lower(ranks)[0][0].deps == ((1, 2),)
     assert lower(ranks)[1][1].describe() == "wait r1>=1"
 
 
 def test_drop_empty_forwards_references_to_the_op_before():
-    keep = Op(0, False, IN, 0, 0, OUT, 0, 4)
-    empty = Op(0, False, IN, 0, 4, OUT, 4, 0)
-    reader = Op(1, False, PEER_IN, 0, 4, OUT, 4, 0 + 1, deps=[empty])
+    keep = Op(rank=0, src=IN, peer=0, src_off=0, dst=OUT, dst_off=0, n=4)
+    empty = Op(rank=0, src=IN, peer=0, src_off=4, dst=OUT, dst_off=4, n=0)
+    reader = Op(rank=1, src=PEER_IN, peer=0, src_off=4, dst=OUT, dst_off=4, n=1,
+                deps=[empty])
     rows = lower(drop_empty([[keep, empty], [reader]]))
     assert len(rows[0]) == 1 and rows[1][0].deps == ((0, 1),)
 

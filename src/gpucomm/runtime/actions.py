@@ -95,8 +95,8 @@ class Op:
     __slots__ = ("rank", "reduce", "src", "peer", "src_off", "dst", "dst_off", "n", "cur",
                  "cur_off", "deps", "stands_for")
 
-    def __init__(self, rank: int, reduce: bool, src: Loc, peer: int, src_off: int, dst: Loc,
-                 dst_off: int, n: int, cur: Loc = SHM, cur_off: int = 0, deps=()):
+    def __init__(self, *, rank: int, reduce: bool = False, src: Loc, peer: int, src_off: int,
+                 dst: Loc, dst_off: int, n: int, cur: Loc = SHM, cur_off: int = 0, deps=()):
         self.rank, self.reduce, self.src, self.peer, self.src_off = rank, reduce, src, peer, \
             src_off
         self.dst, self.dst_off, self.n, self.cur, self.cur_off = dst, dst_off, n, cur, cur_off
@@ -106,11 +106,12 @@ class Op:
     @classmethod
     def wait(cls, rank: int, peer: int, deps) -> "Op":
         """A zero-length action whose only content is its dependencies."""
-        return cls(rank, False, SHM, peer, 0, SHM, 0, 0, SHM, 0, deps)
+        return cls(rank=rank, src=SHM, peer=peer, src_off=0, dst=SHM, dst_off=0, n=0, deps=deps)
 
     def copy(self, **changes) -> "Op":
-        op = Op(self.rank, self.reduce, self.src, self.peer, self.src_off, self.dst,
-                self.dst_off, self.n, self.cur, self.cur_off, self.deps)
+        op = Op(rank=self.rank, reduce=self.reduce, src=self.src, peer=self.peer,
+                src_off=self.src_off, dst=self.dst, dst_off=self.dst_off, n=self.n,
+                cur=self.cur, cur_off=self.cur_off, deps=self.deps)
         for k, v in changes.items():
             setattr(op, k, v)
         return op
@@ -119,8 +120,9 @@ class Op:
         return f"Op(r{self.rank}: {self.frozen(()).describe()})"
 
     def frozen(self, deps: tuple) -> Action:
-        return Action(self.reduce, self.src, self.peer, self.src_off, self.dst, self.dst_off,
-                      self.n, self.cur, self.cur_off, deps)
+        return Action(reduce=self.reduce, src=self.src, peer=self.peer, src_off=self.src_off,
+                      dst=self.dst, dst_off=self.dst_off, n=self.n, cur=self.cur,
+                      cur_off=self.cur_off, deps=deps)
 
 
 def resolve(ref):

@@ -129,10 +129,12 @@ def copy_ins(lay: SliceMap, ver: Versions, t: Tracker) -> None:
         out_too = ver.final[r, c] == 0 and lay.is_output(r, c)
         for k, (lo, hi) in enumerate(lay.slices[c]):
             src_off = lay.offset(IN, r, lo)
-            t.writer[r][c][k] = t.emit(Op(r, False, IN, r, src_off, SHM, lo, hi - lo, SHM, lo))
+            t.writer[r][c][k] = t.emit(Op(rank=r, src=IN, peer=r, src_off=src_off, dst=SHM,
+                                          dst_off=lo, n=hi - lo, cur=SHM, cur_off=lo))
             t.loc[r][c][k] = SHM
             if out_too:
-                t.emit(Op(r, False, IN, r, src_off, OUT, lay.offset(OUT, r, lo), hi - lo, OUT))
+                t.emit(Op(rank=r, src=IN, peer=r, src_off=src_off, dst=OUT,
+                          dst_off=lay.offset(OUT, r, lo), n=hi - lo, cur=OUT))
         if out_too:
             t.copied_out.add((r, c))
 
@@ -155,8 +157,8 @@ def lower_steps(lay: SliceMap, ver: Versions, t: Tracker, direct: bool) -> None:
                     _emit_slice(lay, t, s, d, (cs, cd, k), bool(red), target)
                     if final_out and target == SHM:  # read by a peer: copy out while hot
                         (slo, shi), (dlo, _) = lay.slices[cs][k], lay.slices[cd][k]
-                        t.emit(Op(d, False, SHM, d, dlo, OUT, lay.offset(OUT, d, dlo),
-                                  shi - slo, OUT))
+                        t.emit(Op(rank=d, src=SHM, peer=d, src_off=dlo, dst=OUT,
+                                  dst_off=lay.offset(OUT, d, dlo), n=shi - slo, cur=OUT))
                 cur_ver[d, cd] = v
 
 
@@ -165,8 +167,9 @@ def _emit_slice(lay: SliceMap, t: Tracker, s: int, d: int, where: tuple, red: bo
     """dst (d, chunk cd, slice k) = [its value (op)] (s, chunk cs, slice k)."""
     cs, cd, k = where
     (slo, shi), (dlo, _) = lay.slices[cs][k], lay.slices[cd][k]
-    op = Op(d, red, SHM, s, 0, target, lay.offset(target, d, dlo), shi - slo,
-            t.loc[d][cd][k], lay.offset(t.loc[d][cd][k], d, dlo))
+    op = Op(rank=d, reduce=red, src=SHM, peer=s, src_off=0, dst=target,
+            dst_off=lay.offset(target, d, dlo), n=shi - slo, cur=t.loc[d][cd][k],
+            cur_off=lay.offset(t.loc[d][cd][k], d, dlo))
     deps = op.deps
     if s != d:  # read after write: the peer's last write of the source
         held = t.loc[s][cs][k]
@@ -194,8 +197,8 @@ def fill_outputs(lay: SliceMap, ver: Versions, t: Tracker) -> None:
                 continue
             for k, (lo, hi) in enumerate(lay.slices[c]):
                 where = t.loc[r][c][k]
-                t.emit(Op(r, False, where, r, lay.offset(where, r, lo), OUT,
-                          lay.offset(OUT, r, lo), hi - lo, OUT))
+                t.emit(Op(rank=r, src=where, peer=r, src_off=lay.offset(where, r, lo), dst=OUT,
+                          dst_off=lay.offset(OUT, r, lo), n=hi - lo, cur=OUT))
 
 
 def tail_waits(lay: SliceMap, t: Tracker) -> None:

@@ -52,8 +52,8 @@ def push_results(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
     if not fuse:
         return acts
     for a, b in fuse.items():
-        push = Op(a.rank, False, OUT, b.rank, a.dst_off, PEER_OUT, b.dst_off, a.n, OUT, 0,
-                  [Entry(b.rank)])
+        push = Op(rank=a.rank, src=OUT, peer=b.rank, src_off=a.dst_off, dst=PEER_OUT,
+                  dst_off=b.dst_off, n=a.n, cur=OUT, deps=[Entry(b.rank)])
         row = acts[a.rank]
         row.insert(_index(row, a) + 1, push)
         a.stands_for = push  # waiting for the reduction now means for its push too
@@ -128,8 +128,9 @@ def _copy_pull_pairs(acts: Ops, rng: Ranges) -> dict[Op, Op]:
 def _reorder(acts: Ops, pairs: dict[Op, Op], wait_at: dict[int, Op | None]) -> Ops:
     """The new lists: each paired copy followed by its push; each pull gone, a wait for the
     push in its place (before `wait_at`'s op); undone if the result could deadlock."""
-    pushes = {id(b): Op(a.rank, False, a.src, b.rank, a.src_off, PEER_OUT, b.dst_off, a.n,
-                        a.src, 0, [Entry(b.rank)]) for a, b in pairs.items()}
+    pushes = {id(b): Op(rank=a.rank, src=a.src, peer=b.rank, src_off=a.src_off, dst=PEER_OUT,
+                        dst_off=b.dst_off, n=a.n, cur=a.src, deps=[Entry(b.rank)])
+              for a, b in pairs.items()}
     pulls = {id(b): b for b in pairs.values()}
     out: Ops = []
     forwarded: list[Op] = []
@@ -214,8 +215,9 @@ def push_split(acts: Ops, s: int, in_rng: Span | None, out_rng: Span | None) -> 
         # s writes the tail once d has started this action (so d's earlier work, which
         # might touch that memory, is done)
         started = row[at - 1] if at else Entry(d)
-        push = Op(s, False, loc, d, a.src_off + keep, PEER_OUT, a.dst_off + keep, give, loc,
-                  0, [ref for ref in a.deps if ref.rank != s] + [started])
+        push = Op(rank=s, src=loc, peer=d, src_off=a.src_off + keep, dst=PEER_OUT,
+                  dst_off=a.dst_off + keep, n=give, cur=loc,
+                  deps=[ref for ref in a.deps if ref.rank != s] + [started])
         pushes.append(push)
         kept = a.copy(peer=s, dst=OUT, n=keep)
         wait = Op.wait(d, s, [push])

@@ -21,6 +21,7 @@ and the closed form against the recurrence.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,20 +39,42 @@ if TYPE_CHECKING:
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 Bytes = npt.NDArray[np.number[Any]]  # payload bytes per op (and per size of a sweep)
-# a ring's answer for one size: (end, ops, busy bytes per chunk byte per link, mean chunk bytes)
-RingOut = tuple[float, int, Floats, float]
-
 DENSE_LIMIT = 64_000_000  # (ranks x chunks) cells of per-chunk state the general engine accepts
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Run:
+    """The general engine's answer. `end_s` is a float for 1-D bounds and a float64 array (K,)
+    for a table of K sizes (then `busy_bytes` is (links, K)), hence `Any`."""
+    end_s: Any
+    events: int
+    busy_bytes: Floats  # bytes each link carried
+    timeline: list[TimelineRecord]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RingOut:
+    """A ring's answer for one size, from its frontier."""
+    end_s: float
+    ops: int
+    busy_per_byte: Floats  # busy bytes per link per chunk byte
+    chunk_bytes: float  # mean chunk bytes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RingShape:
+    """What every size of a ring shares (memoised on the coster)."""
+    curve: RingCurve
+    busy_per_byte: Floats
+    ops: int
+
+
 def run(sched: Schedule, coster: StepCoster, bounds: npt.ArrayLike, itemsize: int,
-        trace: bool = False) -> tuple[Any, int, Floats, list[TimelineRecord]]:
-    """(end time, events, link busy seconds, timeline) of a schedule, general engine.
+        trace: bool = False) -> Run:
+    """End time, events, link busy bytes and timeline of a schedule, general engine.
 
     `bounds` may be a 2-D table, one row of chunk bounds per size of a sweep: the sizes then
-    run side by side through one pass over the steps (ends (K,), busy (links, K)). The end is
-    a float for 1-D bounds and a float64 array (K,) for a table, hence `Any` (which one is
-    decided by the argument's number of dimensions, not its type)."""
+    run side by side through one pass over the steps (ends (K,), busy (links, K))."""
     p, t = sched.nranks, sched.total_chunks
     if p * t > DENSE_LIMIT:
         raise ConfigError(f"{sched.algorithm} {sched.collective.name} on {p} ranks has {p * t} "
@@ -109,8 +132,8 @@ def run(sched: Schedule, coster: StepCoster, bounds: npt.ArrayLike, itemsize: in
     for pat, nb in carried.values():
         _account(busy, pat, nb)
     if sweep:
-        return end, events, busy, timeline
-    return float(end[0]), events, busy[:, 0], timeline
+        return Run(end_s=end, events=events, busy_bytes=busy, timeline=timeline)
+    return Run(end_s=float(end[0]), events=events, busy_bytes=busy[:, 0], timeline=timeline)
 
 
 def scatter_max(arr: Floats, idx: Ints, vals: Floats) -> None:
@@ -191,26 +214,19 @@ def is_ring(sched: Schedule) -> bool:
     return hit[1]
 
 
-def run_ring(sched: Schedule, coster: StepCoster, block_count: int,
-             itemsize: int) -> tuple[float, int, Floats] | None:
-    """The ring schedule's (end, ops, link busy bytes) from its per-rank frontier, without
-    generating its steps; None where unequal chunks leave the end open by more than 0.1%."""
-    out = ring_many(sched, coster, [block_count], itemsize)[0]
-    return None if out is None else (out[0], out[1], out[2] * out[3])
-
-
 def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
               itemsize: int) -> list[RingOut | None]:
-    """Per block size (elements): (end, ops, busy bytes per chunk byte, mean chunk bytes), or
-    None where the general engine must answer.
+    """Per block size (elements): the ring's answer from its frontier, or None where the
+    general engine must answer (unequal chunks leave the end open by more than 0.1%).
 
     Every size is a point of one curve per (schedule shape, coster): frontier.RingCurve,
     kept on the coster, so a sweep's sizes (and later calls) solve only the points the
     curve's pieces need."""
     p = sched.nranks
-    curve, unit, nops = _ring_curve(sched, coster)
+    shape = _ring_curve(sched, coster)
     if p == 1:
-        return [(0.0, 0, unit, 0.0) for _ in block_counts]
+        return [RingOut(end_s=0.0, ops=0, busy_per_byte=shape.busy_per_byte, chunk_bytes=0.0)
+                for _ in block_counts]
     cpb = sched.chunks_per_block
     wanted: list[float] = []
     spans: list[tuple[float, float, float]] = []
@@ -219,7 +235,7 @@ def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
         lo, hi = float(q * itemsize), float((q + (extra > 0)) * itemsize)
         spans.append((lo, hi, float(count) * itemsize / cpb))
         wanted += [lo, hi]
-    ends = curve.values(wanted)
+    ends = shape.curve.values(wanted)
     out: list[RingOut | None] = []
     for lo, hi, mean in spans:
         e_lo, e_hi = ends[lo], ends[hi]
@@ -230,13 +246,14 @@ def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
         if e_hi - e_lo > 1e-3 * max(e_lo, 1e-30):
             out.append(None)
         else:
-            out.append((e_lo if lo == hi else 0.5 * (e_lo + e_hi), nops, unit, mean))
+            out.append(RingOut(end_s=e_lo if lo == hi else 0.5 * (e_lo + e_hi), ops=shape.ops,
+                               busy_per_byte=shape.busy_per_byte, chunk_bytes=mean))
     return out
 
 
 def ring_note(sched: Schedule, coster: StepCoster) -> str:
     """How ring_many answered: what SimResult.note says."""
-    curve = _ring_curve(sched, coster)[0]
+    curve = _ring_curve(sched, coster).curve
     p, c = sched.nranks, max(int(sched.channels), 1)
     periods = sorted({d for _, _, d in curve.rows})
     text = (f"ring frontier in closed form, steps not generated; {len(curve.rows)} of {c} "
@@ -247,14 +264,14 @@ def ring_note(sched: Schedule, coster: StepCoster) -> str:
     return text
 
 
-def _ring_curve(sched: Schedule, coster: StepCoster) -> tuple[RingCurve, Floats, int]:
-    """(RingCurve, busy bytes per chunk byte, ops) of a ring's shape, memoised on the coster."""
+def _ring_curve(sched: Schedule, coster: StepCoster) -> RingShape:
+    """What the sizes of a ring's shape share, memoised on the coster."""
     p, c = sched.nranks, max(int(sched.channels), 1)
     key = ("ring", sched.collective.name, p, c)
     hit = coster.memo.get(key)
     if hit is not None:
-        memo_curve, memo_unit, memo_ops = hit
-        return memo_curve, memo_unit, memo_ops
+        known: RingShape = hit
+        return known
     from ..schedule import step
     from .frontier import RingCurve
     r = np.arange(p)
@@ -284,5 +301,6 @@ def _ring_curve(sched: Schedule, coster: StepCoster) -> tuple[RingCurve, Floats,
         unit = np.zeros(coster.paths.nlinks)
         _account(unit, pat, np.full(len(probe), float(nsteps)))
         coster.paths._cache[("ring_busy",) + key[1:]] = unit
-    made = coster.memo[key] = (RingCurve(zip(x0, a), nsteps), unit, nsteps * len(probe))
+    made = coster.memo[key] = RingShape(curve=RingCurve(zip(x0, a), nsteps), busy_per_byte=unit,
+                                        ops=nsteps * len(probe))
     return made

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import numpy as np
@@ -30,8 +31,15 @@ Ranks = Iterable[int] | Iterable[Iterable[int]]
 PlacementKey = tuple[int, bytes]
 # (id(schedule), id(topology), placement, protocol, lanes, dtype, redop)
 SweepKey = tuple[int, int, bytes, Protocol, float, str, str]
-# (end s, ops, busy per link, note) of one size of a sweep
-SweepOut = tuple[float, int, "LinkBusy | Floats", str]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SweepOut:
+    """The analytic answer for one size of a sweep."""
+    end_s: float
+    ops: int
+    busy: LinkBusy | Floats  # seconds per link
+    note: str
 
 
 class _Sweep(TypedDict):
@@ -177,13 +185,14 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
         if not trace and analytic.is_ring(schedule):
             ring = analytic.ring_many(schedule, cst, [lay.block_count], itemsize)[0]
             if ring is not None:
-                end, ops = ring[0], ring[1]
-                busy = LinkBusy(_ring_unit(paths, ring[2]), ring[3])
+                end, ops = ring.end_s, ring.ops
+                busy = LinkBusy(_ring_unit(paths, ring.busy_per_byte), ring.chunk_bytes)
                 events = ops
                 note = analytic.ring_note(schedule, cst)
         if end is None:
-            end, ops, busy, timeline = analytic.run(schedule, cst, bounds, itemsize, trace)
-            busy = busy / paths.capacity / paths.lane_scale
+            run = analytic.run(schedule, cst, bounds, itemsize, trace)
+            end, ops, timeline = run.end_s, run.events, run.timeline
+            busy = run.busy_bytes / paths.capacity / paths.lane_scale
             events = ops
     else:
         # node-shift symmetry holds only where routing is deterministic (no fabric policy:
@@ -192,11 +201,12 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
         out = symmetry.ring_all_reduce_flow(schedule, cst, bounds, itemsize, placement) \
             if symmetric else None
         if out is not None:
-            end, events, ops, busy, reps, extrapolated = out
-            note = (f"node-shift symmetry: {reps} of {ops // (2 * (schedule.nranks - 1))} "
-                    f"ops per step simulated, one node standing for all")
-            if extrapolated:
-                note += (f"; periodic from a step on: the last {extrapolated} of "
+            end, events, ops, busy = out.end_s, out.events, out.ops, out.busy_s
+            note = (f"node-shift symmetry: {out.simulated} of "
+                    f"{ops // (2 * (schedule.nranks - 1))} ops per step simulated, one node "
+                    "standing for all")
+            if out.extrapolated:
+                note += (f"; periodic from a step on: the last {out.extrapolated} of "
                          f"{2 * (schedule.nranks - 1)} steps extrapolated")
         else:
             if schedule.nranks > FLOW_MAX_RANKS:
@@ -213,10 +223,11 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
                     f"{schedule.collective.name} on {schedule.nranks:,} ranks op by op, more "
                     f"than {FLOW_MAX_OPS:,} ops ({why}): use --model analytic, which times the "
                     "same routes and fabric, or fewer nodes")
-            end, events, ops, busy, times = flow.run(schedule, cst, bounds, itemsize, trace)
-            busy = busy / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
-            if trace and times is not None:
-                timeline = _flow_timeline(schedule, times, bounds, itemsize)
+            fl = flow.run(schedule, cst, bounds, itemsize, trace)
+            end, events, ops = fl.end_s, fl.events, fl.ops
+            busy = fl.busy_s / paths.lane_scale  # a link in m of L lanes carries m/L of the bytes
+            if trace and fl.times is not None:
+                timeline = _flow_timeline(schedule, fl.times, bounds, itemsize)
     if end is None:  # every branch above sets it; say so rather than time a None
         raise ConfigError(f"no time for {schedule.algorithm} {schedule.collective.name}")
     return _result(schedule, lay, proto, model, end, events, ops, busy, timeline, redop, note)
@@ -274,7 +285,9 @@ def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayo
         counts = [lay.block_count for lay in lays]
         for i, out in enumerate(analytic.ring_many(schedule, cst, counts, itemsize)):
             if out is not None:
-                outs[i] = (out[0], out[1], LinkBusy(_ring_unit(paths, out[2]), out[3]), note)
+                outs[i] = SweepOut(end_s=out.end_s, ops=out.ops, note=note,
+                                   busy=LinkBusy(_ring_unit(paths, out.busy_per_byte),
+                                                 out.chunk_bytes))
     rest = [i for i, o in enumerate(outs) if o is None]
     if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
         rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
@@ -282,11 +295,12 @@ def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayo
     for at in range(0, len(rest), batch):
         part = rest[at:at + batch]
         rows = np.array([schedule.chunk_bounds(lays[i].block_count) for i in part])
-        ends, ops, busy, _ = analytic.run(schedule, cst, rows, itemsize)
+        run = analytic.run(schedule, cst, rows, itemsize)
         for j, i in enumerate(part):
-            outs[i] = (float(ends[j]), ops, busy[:, j] / scale, "")
-    return [_result(schedule, lay, proto, "analytic", out[0], out[1], out[1], out[2], (), redop,
-                    out[3])
+            outs[i] = SweepOut(end_s=float(run.end_s[j]), ops=run.events,
+                               busy=run.busy_bytes[:, j] / scale, note="")
+    return [_result(schedule, lay, proto, "analytic", out.end_s, out.ops, out.ops, out.busy, (),
+                    redop, out.note)
             for lay, out in zip(lays, outs) if out is not None]
 
 

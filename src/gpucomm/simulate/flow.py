@@ -19,6 +19,7 @@ the first step with an op not yet started); below `EXACT_OPS` ops every op is ch
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict, cast
 
 import numpy as np
@@ -265,13 +266,23 @@ def _per_op(values: Ints, owner: Ints | None, n: int) -> Ints:
     return out
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Run:
+    """The flow model's answer for a schedule."""
+    end_s: float
+    events: int  # event batches
+    ops: int
+    busy_s: Floats  # per link
+    times: tuple[Floats, Floats] | None  # (start, end) per op, when traced
+
+
 def run(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int, trace: bool = False
-        ) -> tuple[float, int, int, Floats, tuple[Floats, Floats] | None]:
-    """(end time, event batches, ops, link busy seconds, (start, end) per op or None)."""
+        ) -> Run:
+    """The flow model's end time, event batches, ops, link busy seconds and op times."""
     g = build(sched, coster, bounds, itemsize)
     nl = coster.paths.nlinks
     if g is None:
-        return 0.0, 0, 0, np.zeros(nl), None
+        return Run(end_s=0.0, events=0, ops=0, busy_s=np.zeros(nl), times=None)
     sim = simulate_graph(g, coster.link_cap, getattr(coster.paths.fabric, "recovery_s", 0.0))
     n = g["nops"]
     busy = np.zeros(nl)
@@ -280,7 +291,8 @@ def run(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int, trace:
     np.add.at(busy, links[valid], np.broadcast_to(g["bytes"][:, None], links.shape)[valid])
     busy = busy / np.where(coster.paths.capacity > 0, coster.paths.capacity, 1.0)
     times = (sim.start, sim.time[:n]) if trace else None
-    return float(sim.time[:n].max()), sim.events, n, busy, times
+    return Run(end_s=float(sim.time[:n].max()), events=sim.events, ops=n, busy_s=busy,
+               times=times)
 
 
 def simulate_graph(g: FlowGraph, link_cap: Floats, recovery_s: float = 0.0,

@@ -28,7 +28,7 @@ are closed forms here, costed from the topology's links and the same protocol mo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -147,8 +147,14 @@ def _node_groups(topology: Topology, placed: npt.NDArray[np.int64]) -> dict[int,
     return {k: groups[k] for k in ns[starts][first].tolist()}
 
 
-# (GPUs on the chain, capacity per transfer, path class, latency, transfers per link, links)
-_Chain = tuple[int, float, int, float, npt.NDArray[np.float64], npt.NDArray[np.int64]]
+class _Chain(NamedTuple):
+    """The longest node's chain of a tree (built by name; the tree unpacks it)."""
+    gpus: int  # GPUs on the chain
+    capacity: float  # per transfer (shared links)
+    cls: int  # path class
+    latency_s: float
+    transfers: npt.NDArray[np.float64]  # per link
+    links: npt.NDArray[np.int64]
 
 
 class _Shape(TypedDict, total=False):
@@ -233,8 +239,9 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
         back = paths.routes(idx[1:], idx[:-1], 0)
         lat_s, cls, capf = paths.properties(fwd)
         links, count, share = chain_link_load(paths, fwd, back)
-        out["chain"] = (len(chain), min(float(capf.min()), share), int(cls.max()),
-                        float(lat_s.max()), count, links)
+        out["chain"] = _Chain(gpus=len(chain), capacity=min(float(capf.min()), share),
+                              cls=int(cls.max()), latency_s=float(lat_s.max()),
+                              transfers=count, links=links)
         out["pair"] = float(paths.properties(paths.routes(idx[:1], idx[1:2], 0))[2][0])
     p = len(np.asarray(placement).reshape(-1))
     ring = paths.routes(np.arange(p), np.roll(np.arange(p), -1), 0)
@@ -358,7 +365,7 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
                                                             t_net)
     busy: Mapping[int, float] = {}
     if shape["chain"] is not None:
-        count, links = shape["chain"][4], shape["chain"][5]
+        count, links = shape["chain"].transfers, shape["chain"].links
         busy = _busy(links, size * count / 2, paths.capacity, t)
     return _result(coll, "tree", proto, model, lay, p, t, busy, nch)
 

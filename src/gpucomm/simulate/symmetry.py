@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -35,9 +36,17 @@ _NODE = re.compile(r"^n(\d+)\.(.*)$")
 
 # (perm, orbit, free): the link each link shifts to, its orbit, whether an orbit is free
 NodeShift = tuple[Ints, Ints, npt.NDArray[np.bool_]]
-# (end s, event batches, ops stood for, busy s per link, ops simulated per step, steps
-# extrapolated)
-RingFlow = tuple[float, int, int, Floats, int, int]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RingFlow:
+    """flow.Run's answer for a ring all-reduce, from one node's ops."""
+    end_s: float
+    events: int  # event batches
+    ops: int  # ops stood for
+    busy_s: Floats  # per link
+    simulated: int  # ops simulated per step
+    extrapolated: int  # steps extrapolated from the periodic regime
 
 
 def node_shift(topology: Topology) -> NodeShift | None:
@@ -113,7 +122,7 @@ def ring_all_reduce_flow(sched: Schedule, coster: StepCoster, bounds: Ints, item
         return None
     perm, orbit, free = shift
     r = np.arange(p)
-    # the probe step as analytic.run_ring builds it: channel-major rows (ch * P + r)
+    # the probe step as analytic._ring_curve builds it: channel-major rows (ch * P + r)
     from ..schedule import step
     probe = step(np.tile(r, c), np.tile((r + 1) % p, c),
                  (np.arange(c) * p)[:, None].repeat(p, 1).reshape(-1) + np.tile(r, c),
@@ -162,7 +171,8 @@ def ring_all_reduce_flow(sched: Schedule, coster: StepCoster, bounds: Ints, item
         crossings *= nsteps
     cap = coster.paths.capacity
     busy = crossings[orbit] / np.where(cap > 0, cap, 1.0)
-    return end, events, nsteps * p * c, busy, q * c, extrapolated
+    return RingFlow(end_s=end, events=events, ops=nsteps * p * c, busy_s=busy, simulated=q * c,
+                    extrapolated=extrapolated)
 
 
 STEADY_PROBE_STEPS = 96  # ring steps simulated before looking for the periodic regime
