@@ -96,7 +96,7 @@ def test_nvlink_partitions_split_the_domain():
     # partitions per rack x racks
     t = build_topology("gb200-nvl72", nodes=2, nvlink_partition=24)
     assert (t.nodes, t.gpus_per_node) == (6, 24)
-    assert t._cache.get("replica")                                # partitions are replicas
+    assert t.cache.replica                              # partitions are replicas
 
 
 def test_nvlink_partition_errors_name_what_is_allowed():

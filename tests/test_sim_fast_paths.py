@@ -10,7 +10,7 @@ import pytest
 from gpucomm.algorithms import algorithms, build
 from gpucomm.collectives import COLLECTIVES
 from gpucomm.simulate import predict, simulate
-from gpucomm.simulate.core import size_sweep
+from gpucomm.simulate.core import SizeSweep
 from gpucomm.simulate.paths import PathTable
 from gpucomm.topology import build_topology
 
@@ -66,8 +66,9 @@ def test_sweep_pass_equals_size_by_size(coll, name):
     sched = build(coll, name, topo.nranks)
     sizes = [8, 4096, 3 << 17, 1 << 24]
     alone = [simulate(sched, topo, s, protocol=pr) for s in sizes for pr in ("ll", "simple")]
-    with size_sweep(sizes):
-        swept = [simulate(sched, topo, s, protocol=pr) for s in sizes for pr in ("ll", "simple")]
+    sweep = SizeSweep(sizes)
+    swept = [simulate(sched, topo, s, protocol=pr, sweep=sweep) for s in sizes
+             for pr in ("ll", "simple")]
     for a, b in zip(alone, swept):
         assert b.time_s == pytest.approx(a.time_s, rel=1e-12)
         assert b.link_busy_s.keys() == a.link_busy_s.keys()
@@ -78,8 +79,8 @@ def test_predicted_sweep_equals_point_by_point(model):
     topo = build_topology("dgx-h100", nodes=2)
     sizes = [8, 1 << 16, 1 << 22] if model == "analytic" else [1 << 16, 1 << 22]
     alone = [predict("all_reduce", s, topo, model=model) for s in sizes]
-    with size_sweep(sizes):
-        swept = [predict("all_reduce", s, topo, model=model) for s in sizes]
+    sweep = SizeSweep(sizes)
+    swept = [predict("all_reduce", s, topo, model=model, sweep=sweep) for s in sizes]
     for a, b in zip(alone, swept):
         assert (b.algorithm, b.protocol) == (a.algorithm, a.protocol)
         assert b.time_s == pytest.approx(a.time_s, rel=1e-12)

@@ -80,7 +80,7 @@ def test_columns_are_the_object_by_object_cluster(opts):
 def test_routes_equal_a_full_search(opts):
     t = build_topology(**opts)
     ref = _eager(t, opts)
-    assert "replica" in t._cache and "replica" not in ref._cache
+    assert t.cache.replica is not None and ref.cache.replica is None
     R = t.nranks
     for s in range(R):
         for d in range(R):
@@ -106,7 +106,7 @@ def test_switch_graph_search_equals_the_whole_fabric():
 
 def test_big_cluster_stays_columnar():
     t = build_topology("dgx-h100", nodes=2000)   # 16,000 GPUs
-    nlinks = t._cache["replica"][1]
+    nlinks = t.cache.replica[1]
     assert t.nranks == 16000 and len(t.links) == 2000 * nlinks + 2 * 16000 + 2 * 8 * 8
     assert t.links._items is None and t.devices._items is None   # no object per link made
     hops = [(t.links[i].src, t.links[i].dst) for i in t.route(0, 15999)]

@@ -29,6 +29,7 @@ from numpy.typing import ArrayLike
 
 from .collectives import Collective, get_collective
 from .errors import ScheduleError
+from .memo import Memo
 
 FIELDS = ("src", "dst", "src_chunk", "dst_chunk", "nchunks", "reduce", "channel")
 
@@ -104,6 +105,8 @@ class Schedule:
     root: int = 0
     channels: int = 1
     params: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs the builder was given
+    # what the layers above derive from this schedule (memo.py), e.g. whether it is a ring
+    cache: Memo = field(default_factory=Memo, init=False, repr=False, compare=False)
 
     if TYPE_CHECKING:  # builders pass the collective by name; __post_init__ resolves it
         def __init__(self, collective: Collective | str, nranks: int, algorithm: str,

@@ -90,11 +90,12 @@ def cmd_sim(args) -> int:
     params = _builder_params(args, coll)
     if args.seeds:
         return _seeded(args, coll, params, sizes)
-    from ..simulate.core import size_sweep
+    from ..simulate.core import SizeSweep
     results = []
-    with size_sweep(sizes), Progress(len(sizes), "sizes") as bar:
+    sweep = SizeSweep(sizes)
+    with Progress(len(sizes), "sizes") as bar:
         for size in sizes:
-            results.append(_predict(args, coll, size, topo, params))
+            results.append(_predict(args, coll, size, topo, params, sweep))
             bar.advance(f"{size} B")
     if os.environ.get("GPUCOMM_SIM_TIMING"):  # benchmarks/sim_speed.py: where the time went
         print(f"gpucomm sim timing: topology {t1 - t0:.3f} s ({c1 - c0:.3f} CPU), prediction "
@@ -181,14 +182,14 @@ def _json_text(doc) -> str:
     return buf.getvalue()
 
 
-def _predict(args, coll, size, topo, params):
+def _predict(args, coll, size, topo, params, sweep=None):
     from ..simulate import predict
     return predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
                    model=args.model, protocol=args.protocol,
                    root=args.root if coll.rooted else 0, redop=_op(args),
                    gpus_per_thread=args.ngpus or 1,
                    cuda_graph=bool(args.cuda_graph),
-                   nccl_version=getattr(args, "nccl_version", None), **params)
+                   nccl_version=getattr(args, "nccl_version", None), sweep=sweep, **params)
 
 
 def _op(args) -> str:

@@ -95,7 +95,7 @@ def tune(req: TuneRequest) -> list[dict]:
 
 
 def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int]) -> list[dict]:
-    from ..simulate.core import size_sweep
+    from ..simulate.core import SizeSweep
     unit = get_dtype(req.dtype).itemsize * coll.size_blocks(len(ranks))
     probes, s = [], 1  # the smallest size every rank gets data of, and its multiples
     while s <= req.max_bytes:
@@ -106,15 +106,15 @@ def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int]) -> 
     if not probes:
         raise ConfigError(f"no sizes between {req.min_bytes} and {req.max_bytes}")
     choices = []
-    with size_sweep(probes):
-        for size in probes:
-            res = predict(coll, size, req.topology, ranks=ranks, dtype=req.dtype,
-                          model=req.model)
-            algo = NCCL_ALGORITHM.get(res.algorithm)
-            if algo is None or res.timed is None:
-                raise ConfigError(f"{coll.name} at {size} B: the model chose {res.algorithm}, "
-                                  "which NCCL does not have")
-            choices.append((algo, res.protocol, res.timed.channels))
+    sweep = SizeSweep(probes)
+    for size in probes:
+        res = predict(coll, size, req.topology, ranks=ranks, dtype=req.dtype, model=req.model,
+                      sweep=sweep)
+        algo = NCCL_ALGORITHM.get(res.algorithm)
+        if algo is None or res.timed is None:
+            raise ConfigError(f"{coll.name} at {size} B: the model chose {res.algorithm}, "
+                              "which NCCL does not have")
+        choices.append((algo, res.protocol, res.timed.channels))
     rules, start = [], 0
     for i, (size, choice) in enumerate(zip(probes, choices)):
         last = i == len(probes) - 1

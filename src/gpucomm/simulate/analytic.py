@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError
+from .caches import schedule_memo
 from .steps import StepCoster, expand
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class RingOut:
     """A ring's answer for one size, from its frontier."""
     end_s: float
     ops: int
-    busy_per_byte: Floats  # busy bytes per link per chunk byte
+    busy_s_per_byte: Floats  # busy seconds per link per chunk byte
     chunk_bytes: float  # mean chunk bytes
 
 
@@ -65,7 +66,7 @@ class RingOut:
 class RingShape:
     """What every size of a ring shares (memoised on the coster)."""
     curve: RingCurve
-    busy_per_byte: Floats
+    busy_s_per_byte: Floats  # per link per chunk byte
     ops: int
 
 
@@ -199,19 +200,14 @@ def _records(si: int, st: Step, start: Floats, fin: Floats,
 
 
 # ---- the ring frontier -------------------------------------------------------------------
-_RINGS: dict[int, tuple[Schedule, bool]] = {}  # id(schedule) -> (schedule, is a ring)
-
-
 def is_ring(sched: Schedule) -> bool:
     """Whether `sched` is a ring by its steps, whatever its name (frontier.is_ring_schedule);
-    remembered per schedule object."""
+    remembered on the schedule (ScheduleMemo)."""
     from .frontier import is_ring_schedule
-    hit = _RINGS.get(id(sched))
-    if hit is None or hit[0] is not sched:
-        if len(_RINGS) > 256:
-            _RINGS.clear()
-        hit = _RINGS[id(sched)] = (sched, is_ring_schedule(sched))
-    return hit[1]
+    memo = schedule_memo(sched)
+    if memo.is_ring is None:
+        memo.is_ring = is_ring_schedule(sched)
+    return memo.is_ring
 
 
 def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
@@ -225,8 +221,8 @@ def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
     p = sched.nranks
     shape = _ring_curve(sched, coster)
     if p == 1:
-        return [RingOut(end_s=0.0, ops=0, busy_per_byte=shape.busy_per_byte, chunk_bytes=0.0)
-                for _ in block_counts]
+        return [RingOut(end_s=0.0, ops=0, busy_s_per_byte=shape.busy_s_per_byte,
+                        chunk_bytes=0.0) for _ in block_counts]
     cpb = sched.chunks_per_block
     wanted: list[float] = []
     spans: list[tuple[float, float, float]] = []
@@ -247,7 +243,7 @@ def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
             out.append(None)
         else:
             out.append(RingOut(end_s=e_lo if lo == hi else 0.5 * (e_lo + e_hi), ops=shape.ops,
-                               busy_per_byte=shape.busy_per_byte, chunk_bytes=mean))
+                               busy_s_per_byte=shape.busy_s_per_byte, chunk_bytes=mean))
     return out
 
 
@@ -267,8 +263,8 @@ def ring_note(sched: Schedule, coster: StepCoster) -> str:
 def _ring_curve(sched: Schedule, coster: StepCoster) -> RingShape:
     """What the sizes of a ring's shape share, memoised on the coster."""
     p, c = sched.nranks, max(int(sched.channels), 1)
-    key = ("ring", sched.collective.name, p, c)
-    hit = coster.memo.get(key)
+    key = (sched.collective.name, p, c)
+    hit = coster.rings.get(key)
     if hit is not None:
         known: RingShape = hit
         return known
@@ -296,11 +292,13 @@ def _ring_curve(sched: Schedule, coster: StepCoster) -> RingShape:
     x0 = shape(np.where(pat.local, 0.0, 1.0 / pat.share_rate))
     a = shape(np.asarray(pat.alpha, dtype=np.float64))
     # the protocols' costers share it
-    unit: Floats | None = coster.paths._cache.get(("ring_busy",) + key[1:])
+    paths = coster.paths
+    unit = paths.cache.ring_busy.get(key)
     if unit is None:
-        unit = np.zeros(coster.paths.nlinks)
+        unit = np.zeros(paths.nlinks)
         _account(unit, pat, np.full(len(probe), float(nsteps)))
-        coster.paths._cache[("ring_busy",) + key[1:]] = unit
-    made = coster.memo[key] = RingShape(curve=RingCurve(zip(x0, a), nsteps), busy_per_byte=unit,
-                                        ops=nsteps * len(probe))
+        paths.cache.ring_busy[key] = unit
+    made = coster.rings[key] = RingShape(curve=RingCurve(zip(x0, a), nsteps),
+                                         busy_s_per_byte=unit / paths.capacity / paths.lane_scale,
+                                         ops=nsteps * len(probe))
     return made

@@ -1,10 +1,9 @@
 """simulate(): time one schedule on one topology with the analytic or the flow model."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +12,7 @@ from ..collectives import BufferLayout, layout
 from ..dtypes import DTypeLike, get_dtype
 from ..errors import ConfigError
 from . import analytic, flow, symmetry
+from .caches import per_placement, topology_memo
 from .paths import PathTable
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
 from .result import LinkBusy, SimResult, TimelineRecord
@@ -24,12 +24,10 @@ if TYPE_CHECKING:
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
-T = TypeVar("T")
 # schedule rank -> topology rank, or one such row per channel (a 2-D table)
 Ranks = Iterable[int] | Iterable[Iterable[int]]
-# (id(topology), placement bytes) -> (topology, what was built for it)
-PlacementKey = tuple[int, bytes]
-# (id(schedule), id(topology), placement, protocol, lanes, dtype, redop)
+# (id(schedule), id(topology), placement, protocol, lanes, dtype, redop): the answers of a
+# SizeSweep, each kept with its schedule and topology (so an id stays theirs)
 SweepKey = tuple[int, int, bytes, Protocol, float, str, str]
 
 
@@ -42,16 +40,7 @@ class SweepOut:
     note: str
 
 
-class _Sweep(TypedDict):
-    sizes: frozenset[int]
-    memo: dict[SweepKey, tuple[Schedule, Topology, dict[int, SimResult]]]
-
-
 MODELS = ("analytic", "flow")
-_PATHS: dict[PlacementKey, tuple[Topology, PathTable]] = {}
-_NODES: dict[PlacementKey, tuple[Topology, int]] = {}
-_COSTERS: dict[tuple[int, Protocol, float, int], tuple[PathTable, StepCoster]] = {}
-_SWEEP: _Sweep = {"sizes": frozenset(), "memo": {}}
 FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.py) is answered
 # op by op, the flow model holds ~100 bytes per op and events cost ~0.1 ms per 1,000 ops on
 # one core (a 128-GPU contended ring, 260,000 ops: 20 s, 85 MB): beyond this many ops it
@@ -60,39 +49,45 @@ FLOW_MAX_OPS = 8_000_000
 SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
 
 
-@contextmanager
-def size_sweep(sizes: Iterable[int]) -> Iterator[None]:
-    """Within this block the analytic model answers one schedule for every size of `sizes`
-    at its first call: one pass over the schedule's steps with the sizes side by side (the
-    same arithmetic, vectorised), remembered for the calls of the other sizes.
+class SizeSweep:
+    """The sizes of one sweep, passed as `sweep=` to simulate() (or predict()): the analytic
+    model then answers a schedule for every size of `sizes` at its first call, in one pass
+    over the schedule's steps with the sizes side by side (the same arithmetic, vectorised),
+    and keeps the answers here for the calls of the other sizes. `clear()` forgets them.
 
     >>> from gpucomm.algorithms import build
     >>> from gpucomm.topology import build_topology
     >>> sched, topo = build("all_reduce", "ring", 8), build_topology("dgx-h100")
-    >>> with size_sweep([1024, 1 << 20]):
-    ...     a = simulate(sched, topo, 1024).time_s
-    >>> a == simulate(sched, topo, 1024).time_s
-    True
+    >>> sweep = SizeSweep([1024, 1 << 20])
+    >>> a = simulate(sched, topo, 1024, sweep=sweep).time_s
+    >>> a == simulate(sched, topo, 1024).time_s, len(sweep.answers)  # one pass per protocol
+    (True, 3)
     """
-    old = _SWEEP.copy()
-    _SWEEP["sizes"], _SWEEP["memo"] = frozenset(int(x) for x in sizes), {}
-    try:
-        yield
-    finally:
-        _SWEEP.update(old)
+
+    def __init__(self, sizes: Iterable[int]) -> None:
+        self.sizes = frozenset(int(x) for x in sizes)
+        self.answers: dict[SweepKey, tuple[Schedule, Topology, dict[int, SimResult]]] = {}
+
+    def clear(self) -> None:
+        self.answers = {}
+
+    def __repr__(self) -> str:
+        return f"SizeSweep({len(self.sizes)} sizes, {len(self.answers)} answered)"
 
 
 def simulate(schedule: Schedule, topology: Topology, nbytes: int | str, *,
              dtype: DTypeLike = "float32", model: str = "analytic",
              protocol: str | Protocol = "auto", ranks: Ranks | None = None,
-             trace: bool = False, lanes: float = 1.0, redop: str = "sum") -> SimResult:
+             trace: bool = False, lanes: float = 1.0, redop: str = "sum",
+             sweep: SizeSweep | None = None) -> SimResult:
     """Time `schedule` moving an nccl-tests size of `nbytes` on `topology`.
 
     `ranks[i]` is the topology rank that runs schedule rank i (default 0..P-1); a 2-D table
     gives channel c the row c % rows (rings laid out differently per channel, as NCCL's ring
     search does: valid for schedules whose channels are independent, like ring). `protocol`
     is "ll", "ll128", "simple", "auto" (the fastest) or a Protocol value. `lanes`: NCCL
-    channels each schedule channel stands for (scales per-channel caps).
+    channels each schedule channel stands for (scales per-channel caps). `sweep`: the sizes
+    this call is one of (SizeSweep), answered together by the analytic model.
 
     >>> from gpucomm.algorithms import build
     >>> from gpucomm.topology import build_topology
@@ -105,16 +100,17 @@ def simulate(schedule: Schedule, topology: Topology, nbytes: int | str, *,
     placement = _placement(schedule.nranks, topology, ranks)
     lay = layout(schedule.collective, nbytes, dtype, schedule.nranks)
     gen = generation_of(topology)
-    nodes = per_placement(_NODES, topology, placement, _node_count)
+    nodes = per_placement(topology_memo(topology).nodes, topology, placement, _node_count)
     if isinstance(protocol, Protocol):
         protos = [protocol]
     elif str(protocol).lower() == "auto":
         protos = [get_protocol(p, gen, nodes) for p in PROTOCOLS]
     else:
         protos = [get_protocol(protocol, gen, nodes)]
-    swept = model == "analytic" and not trace and lay.size in _SWEEP["sizes"]
+    swept = sweep is not None and model == "analytic" and not trace and lay.size in sweep.sizes
     results = (
-        _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) if swept
+        _from_sweep(sweep, schedule, topology, dtype, placement, proto, lanes, redop, lay)
+        if sweep is not None and swept
         else _one(schedule, topology, lay, placement, proto, model, trace, lanes, redop)
         for proto in protos)
     return min(results, key=lambda res: res.time_s)  # the first of the fastest
@@ -145,30 +141,20 @@ def _node_count(topology: Topology, placement: Ints) -> int:
     return int((nodes[1:] != nodes[:-1]).sum()) + 1 if nodes.size else 0
 
 
-def per_placement(cache: dict[PlacementKey, tuple[Topology, T]], topology: Topology,
-                  placement: Ints, build: Callable[[Topology, Ints], T]) -> T:
-    """`build(topology, placement)`, memoised per (topology object, placement) in `cache`."""
-    key = (id(topology), placement.tobytes())
-    hit = cache.get(key)
-    if hit is None or hit[0] is not topology:  # an id reused by a new topology is a miss
-        if len(cache) > 64:
-            cache.clear()
-        hit = cache[key] = (topology, build(topology, placement))
-    return hit[1]
-
-
 def path_table(topology: Topology, placement: Ints) -> PathTable:
-    return per_placement(_PATHS, topology, placement, PathTable)
+    """The placement's PathTable, kept on the topology (TopologyMemo.paths)."""
+    return per_placement(topology_memo(topology).paths, topology, placement, PathTable)
 
 
 def coster(paths: PathTable, proto: Protocol, lanes: float, channels: int) -> StepCoster:
-    key = (id(paths), proto, float(lanes), int(channels))
-    hit = _COSTERS.get(key)
-    if hit is None or hit[0] is not paths:
-        if len(_COSTERS) > 256:
-            _COSTERS.clear()
-        hit = _COSTERS[key] = (paths, StepCoster(paths, proto, lanes, channels))
-    return hit[1]
+    """The protocol's StepCoster of a placement, kept on its PathTable (PathMemo.costers)."""
+    key = (proto, float(lanes), int(channels))
+    hit = paths.cache.costers.get(key)
+    if hit is None:
+        if len(paths.cache.costers) > 256:
+            paths.cache.costers.clear()
+        hit = paths.cache.costers[key] = StepCoster(paths, proto, lanes, channels)
+    return hit
 
 
 def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: Ints,
@@ -186,7 +172,7 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
             ring = analytic.ring_many(schedule, cst, [lay.block_count], itemsize)[0]
             if ring is not None:
                 end, ops = ring.end_s, ring.ops
-                busy = LinkBusy(_ring_unit(paths, ring.busy_per_byte), ring.chunk_bytes)
+                busy = LinkBusy(ring.busy_s_per_byte, ring.chunk_bytes)
                 events = ops
                 note = analytic.ring_note(schedule, cst)
         if end is None:
@@ -248,21 +234,22 @@ def _result(schedule: Schedule, lay: BufferLayout, proto: Protocol, model: str, 
                      channels=schedule.channels, note=note)
 
 
-def _from_sweep(schedule: Schedule, topology: Topology, dtype: DTypeLike, placement: Ints,
-                proto: Protocol, lanes: float, redop: str, lay: BufferLayout) -> SimResult:
-    """The analytic answer for `lay` from a pass over every size of the sweep (size_sweep)."""
+def _from_sweep(sweep: SizeSweep, schedule: Schedule, topology: Topology, dtype: DTypeLike,
+                placement: Ints, proto: Protocol, lanes: float, redop: str,
+                lay: BufferLayout) -> SimResult:
+    """The analytic answer for `lay` from a pass over every size of the sweep."""
     key: SweepKey = (id(schedule), id(topology), placement.tobytes(), proto, float(lanes),
                      str(dtype), redop)
-    hit = _SWEEP["memo"].get(key)
+    hit = sweep.answers.get(key)
     if hit is None or hit[0] is not schedule or hit[1] is not topology:
         lays = []
-        for size in sorted(_SWEEP["sizes"]):
+        for size in sorted(sweep.sizes):
             try:
                 lays.append(layout(schedule.collective, size, dtype, schedule.nranks))
             except ConfigError:  # a size this dtype cannot hold: asked for alone, if ever
                 continue
         results = _analytic_many(schedule, topology, lays, placement, proto, lanes, redop)
-        hit = _SWEEP["memo"][key] = (schedule, topology, {r.size: r for r in results})
+        hit = sweep.answers[key] = (schedule, topology, {r.size: r for r in results})
     res = hit[2].get(lay.size)
     if res is None:
         res = _one(schedule, topology, lay, placement, proto, "analytic", False, lanes, redop)
@@ -286,8 +273,7 @@ def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayo
         for i, out in enumerate(analytic.ring_many(schedule, cst, counts, itemsize)):
             if out is not None:
                 outs[i] = SweepOut(end_s=out.end_s, ops=out.ops, note=note,
-                                   busy=LinkBusy(_ring_unit(paths, out.busy_per_byte),
-                                                 out.chunk_bytes))
+                                   busy=LinkBusy(out.busy_s_per_byte, out.chunk_bytes))
     rest = [i for i, o in enumerate(outs) if o is None]
     if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
         rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
@@ -302,17 +288,6 @@ def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayo
     return [_result(schedule, lay, proto, "analytic", out.end_s, out.ops, out.ops, out.busy, (),
                     redop, out.note)
             for lay, out in zip(lays, outs) if out is not None]
-
-
-def _ring_unit(paths: PathTable, unit_bytes: Floats) -> Floats:
-    """A ring's busy seconds per chunk byte, per link, from its busy bytes (memoised on the
-    array: every size of a sweep scales the same one)."""
-    key = ("ring_unit", id(unit_bytes))
-    hit = paths._cache.get(key)
-    if hit is None or hit[0] is not unit_bytes:
-        hit = paths._cache[key] = (unit_bytes, unit_bytes / paths.capacity / paths.lane_scale)
-    unit: Floats = hit[1]
-    return unit
 
 
 def _flow_timeline(schedule: Schedule, times: tuple[Floats, Floats], bounds: Ints,

@@ -37,7 +37,7 @@ from ..collectives import BufferLayout, Collective, layout
 from ..dtypes import DTypeLike
 from ..errors import ConfigError
 from . import constants as K
-from .core import PlacementKey, per_placement
+from .caches import per_placement, topology_memo
 from .paths import NET, PathTable
 from .protocol import Protocol, generation_of, get_protocol, net_stack_floor_s
 from .result import LinkBusy, RankTimeline, SimResult
@@ -46,7 +46,6 @@ from .versions import value
 if TYPE_CHECKING:
     from ..topology import Topology
 
-_GROUPS: dict[PlacementKey, tuple[Topology, dict[int, list[int]]]] = {}
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
 # NCCL_ALGO's spellings (any case, with or without underscores) -> the names above
@@ -129,7 +128,7 @@ def node_groups(topology: Topology, placement: npt.ArrayLike) -> dict[int, list[
     Remembered per (topology, placement): the closed forms ask for it several times per
     prediction (a new dict each time; the rank lists are shared: read them, do not edit)."""
     placed = np.asarray(placement, dtype=np.int64).reshape(-1)
-    groups = per_placement(_GROUPS, topology, placed, _node_groups)
+    groups = per_placement(topology_memo(topology).groups, topology, placed, _node_groups)
     return dict(groups)
 
 
@@ -223,7 +222,7 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
     node's chain (its capacity per transfer where its routes share links, class, latency,
     transfers per link, links; chain_link_load), the NICs, and the ring of neighbours' links
     (for NVLS's busy time). Cached on the placement's path table: a sweep's sizes share it."""
-    hit: _Shape | None = paths._cache.get("nccl_shape")
+    hit: _Shape | None = paths.cache.nccl_shape
     if hit is not None:
         return hit
     nodes = node_groups(topology, placement)
@@ -246,7 +245,7 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
     p = len(np.asarray(placement).reshape(-1))
     ring = paths.routes(np.arange(p), np.roll(np.arange(p), -1), 0)
     out["ring_links"] = np.unique(ring[ring >= 0])
-    paths._cache["nccl_shape"] = out
+    paths.cache.nccl_shape = out
     return out
 
 

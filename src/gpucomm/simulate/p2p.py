@@ -90,7 +90,7 @@ def pairs(coll_name: str, p: int) -> tuple[npt.NDArray[np.int_], npt.NDArray[np.
 
 def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> P2PPlan:
     """NCCL's p2p channel counts for a communicator on these ranks (cached on `paths`)."""
-    hit = paths._cache.get("p2p_plan")
+    hit = paths.cache.p2p_plan
     if hit is not None:  # what this function stored below
         return cast(P2PPlan, hit)
     p = len(np.asarray(placement).reshape(-1))
@@ -137,7 +137,7 @@ def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> P2PP
     out: P2PPlan = {"nodes": nodes, "p2p_channels": p2p_channels, "cmax": per_peer,
                     "cmin": cmin, "chunk": chunk, "nvl_Bps": nvl_bw * K.GB,
                     "classes": np.unique(cls)}
-    paths._cache["p2p_plan"] = out
+    paths.cache.p2p_plan = out
     return out
 
 
@@ -230,8 +230,7 @@ def fill_s(per_op: float, n: int, info: P2PPlan, paths: PathTable,
     P2P_FILL_STAGES): per batch of k operations, k chunks through the extra stages at the
     channel's rate plus one hop, summed over the channel's batches; also the hop of that
     channel's first batch (the one a flow bound already counts)."""
-    key = ("p2p_rounds", n)
-    hit = paths._cache.get(key)
+    hit = paths.cache.p2p_rounds.get(n)
     if hit is None:
         peers, group = round_peers(node)
         cls = np.full(len(peers), -1, dtype=np.int64)  # -1: the copy to self
@@ -239,8 +238,8 @@ def fill_s(per_op: float, n: int, info: P2PPlan, paths: PathTable,
         _, cls[other], _ = paths.properties(paths.routes(np.zeros(int(other.sum()), np.int64),
                                                          peers[other], 0))
         hit = (cls, channel_batches(info["nodes"], group, len(peers), n, info["p2p_channels"]))
-        paths._cache[key] = hit
-    cls, chans = cast(tuple[npt.NDArray[np.int64], list[list[list[int]]]], hit)
+        paths.cache.p2p_rounds[n] = hit
+    cls, chans = hit
     part = per_op / n
     stage = {}
     for c in {int(x) for x in cls}:

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from ..errors import ConfigError
 from ..topology.elements import DEVICE_KINDS
+from .caches import PathMemo, topology_memo
 from .frontier import distinct
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class PathTable:
                                        np.asarray(ranks, dtype=np.int64))
         self.node = np.asarray(topology.router.rank_node, dtype=np.int64)
         self._rails, self._home = _placed_rails(topology, self.node, self.placement[0])
-        self._cache: dict[Any, Any] = {}
+        self.cache = PathMemo()  # what this placement's routes give (caches.py); clear()
         # a network (routing policy, loss) changes routes and payload capacity: fabric.py
         self.fabric: FabricPolicy | None = None
         self.lane_scale: Floats = np.ones(self.nlinks)  # capacity x lanes on links lanes split
@@ -86,10 +87,10 @@ class PathTable:
 
     @property
     def rails_per_node(self) -> int:
-        if "rails_per_node" not in self._cache:
-            self._cache["rails_per_node"] = min((len(v) for v in self._rails.values()),
-                                                default=1) or 1
-        return int(self._cache["rails_per_node"])
+        if self.cache.rails_per_node is None:
+            self.cache.rails_per_node = min((len(v) for v in self._rails.values()),
+                                            default=1) or 1
+        return int(self.cache.rails_per_node)
 
     def routes(self, src: npt.ArrayLike, dst: npt.ArrayLike, channel: npt.ArrayLike) -> Routes:
         """Padded link table (ops, hops) for schedule ranks src -> dst on channels."""
@@ -224,7 +225,7 @@ def _replica_routes(topo: Topology, node_of_rank: Ints) -> Replica | None:
     replica of node 0 laid out in the same order (build_topology's clusters) and each pair of
     a node's GPUs has one shortest route (no ECMP choice by channel), else None. Intra-node
     routes then cost a gather instead of a Python call per op."""
-    replica = topo._cache.get("replica")
+    replica = topo.cache.replica
     gpn, nodes = int(topo.gpus_per_node or 0), int(topo.nodes or 1)
     if not replica or nodes < 2 or gpn < 1 or len(node_of_rank) != gpn * nodes \
             or not np.array_equal(node_of_rank, np.arange(len(node_of_rank)) // gpn):
@@ -262,7 +263,8 @@ def _join(parts: list[Routes]) -> Routes:
 def _link_props(topology: Topology) -> tuple[Floats, Floats, Classes]:
     """(payload capacity, latency, path class) per link, once per topology object (every
     placement's table shares them; a 100,000-GPU cluster has a million links)."""
-    hit = topology._cache.get("sim_link_props")
+    memo = topology_memo(topology)
+    hit = memo.link_props
     if hit is None:
         bw, lat, eff = topology.link_arrays()
         capacity = np.asarray(bw, dtype=np.float64) * np.asarray(eff, dtype=np.float64)
@@ -280,8 +282,7 @@ def _link_props(topology: Topology) -> tuple[Floats, Floats, Classes]:
         cls = np.where(ends & 4, NET, np.where(ends & 2, PCIE, NVLINK)).astype(np.int8)
         for arr in (capacity, cls):
             arr.flags.writeable = False
-        hit = topology._cache["sim_link_props"] = (capacity, np.asarray(lat, dtype=np.float64),
-                                                   cls)
+        hit = memo.link_props = (capacity, np.asarray(lat, dtype=np.float64), cls)
     capacity, lat, cls = hit
     return capacity, lat, cls
 
@@ -289,10 +290,11 @@ def _link_props(topology: Topology) -> tuple[Floats, Floats, Classes]:
 def _placed_rails(topo: Topology, node_of_rank: Ints, placed: Ints) -> tuple[Rails, Home]:
     """_rails, once per topology and set of placed GPUs (the rails depend on the set, not on
     the order: the channels' ring orders of one group share them)."""
-    key = "sim_rails:" + distinct(np.asarray(placed, dtype=np.int64)).tobytes().hex()
-    hit = topo._cache.get(key)
+    memo = topology_memo(topo).rails
+    key = distinct(np.asarray(placed, dtype=np.int64)).tobytes()
+    hit = memo.get(key)
     if hit is None:
-        hit = topo._cache[key] = _rails(topo, node_of_rank, placed)
+        hit = memo[key] = _rails(topo, node_of_rank, placed)
     rails, home = hit
     return rails, home
 
@@ -305,13 +307,14 @@ def _rails(topo: Topology, node_of_rank: Ints, placed: Ints) -> tuple[Rails, Hom
         if not any(d.kind == "nic" for d in topo.devices):
             return {}, {}
         affinity = tuple(_closest_nic(topo, r) for r in range(topo.nranks))
-    index = topo._cache.get("sim_nic_index")
+    memo = topology_memo(topo)
+    index = memo.nic_index
     if index is None or len(index) != len(affinity):  # device index of each rank's NIC
-        pos = topo._cache.get("nic_pos")  # device positions of the NICs, known when built
-        if pos is None or len(pos) != len(affinity):
-            pos = [None if a is None else topo.index_of(a) for a in affinity]
-        index = topo._cache["sim_nic_index"] = np.array(
-            [-1 if i is None else i for i in pos], dtype=np.int64)
+        known = topo.cache.nic_pos  # device positions of the NICs, known when built
+        at: list[int | None] = list(known) if known is not None and len(known) == len(
+            affinity) else [None if a is None else topo.index_of(a) for a in affinity]
+        index = memo.nic_index = np.array(
+            [-1 if i is None else i for i in at], dtype=np.int64)
     ranks = distinct(np.asarray(placed, dtype=np.int64))
     ranks = ranks[index[ranks] >= 0]
     if not ranks.size:

@@ -32,7 +32,8 @@ from ..collectives import Collective, get_collective, layout
 from ..dtypes import DTypeLike, parse_size
 from ..errors import ConfigError
 from . import constants as K
-from .core import _placement, path_table, per_placement, simulate
+from .caches import PLACEMENTS_KEPT, per_placement, topology_memo
+from .core import SizeSweep, _placement, path_table, simulate
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol
 from . import nccl, p2p, ranking, shm, versions
 from .paths import NVLINK, PathTable
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 ProtocolChoice = str | Collection[str]  # "auto", one name, or the names auto may pick
 Ranks = npt.NDArray[np.int64]  # schedule rank i runs on topology rank placement[i]
-_Memo = dict[tuple[int, bytes], tuple["Topology", Any]]  # core.per_placement's cache
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
 MAX_PIPELINE_CHUNKS = 64
@@ -58,7 +58,8 @@ def predict(collective: Collective | str, nbytes: int | str, topology: Topology,
             protocol: ProtocolChoice = "auto", ranks: Iterable[int] | None = None,
             root: int = 0, redop: str = "sum", exclude: Iterable[str] = (),
             gpus_per_thread: int = 1, cuda_graph: bool = False, also: Iterable[str] = (),
-            nccl_version: str | Sequence[int] | None = None, **params: Any) -> SimResult:
+            nccl_version: str | Sequence[int] | None = None, sweep: SizeSweep | None = None,
+            **params: Any) -> SimResult:
     """Predict one nccl-tests point: the time of `collective` on `nbytes` (size S).
 
     `algorithm`: "auto", an NCCL algorithm (ring, tree, nvls, nvls_tree, pat, ...) or a
@@ -71,7 +72,8 @@ def predict(collective: Collective | str, nbytes: int | str, topology: Topology,
     `gpus_per_thread` (nccl-tests `-g`) and `cuda_graph` (`-G`): how the host issues the
     collective; the time is at least the host's issue time (`host_issue_s`).
     `nccl_version` ("2.18", "2.18.5-1", (2, 18); None: the newest): the NCCL whose constants
-    and algorithms the model takes (versions.py).
+    and algorithms the model takes (versions.py). `sweep`: the sizes this call is one of
+    (core.SizeSweep), timed together by the analytic model.
 
         >>> from gpucomm.topology import build_topology
         >>> t = build_topology("dgx-a100")
@@ -83,13 +85,14 @@ def predict(collective: Collective | str, nbytes: int | str, topology: Topology,
         version = None  # tuning.cc's constants describe NCCL's collectives, not its p2p
     with versions.use(version):
         return _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ranks,
-                        root, redop, exclude, gpus_per_thread, cuda_graph, also, params)
+                        root, redop, exclude, gpus_per_thread, cuda_graph, also, params, sweep)
 
 
 def _predict(collective: Collective | str, nbytes: int | str, topology: Topology, algorithm: str,
              dtype: DTypeLike, model: str, protocol: ProtocolChoice, ranks: Iterable[int] | None,
              root: int, redop: str, exclude: Iterable[str], gpus_per_thread: int,
-             cuda_graph: bool, also: Iterable[str], params: dict[str, Any]) -> SimResult:
+             cuda_graph: bool, also: Iterable[str], params: dict[str, Any],
+             sweep: SizeSweep | None) -> SimResult:
     coll = get_collective(collective)
     size = parse_size(nbytes)
     host_s = host_issue_s(gpus_per_thread, cuda_graph)
@@ -114,14 +117,14 @@ def _predict(collective: Collective | str, nbytes: int | str, topology: Topology
             not _ll128_allowed_memo(topology, placement):
         protos = [pr for pr in protos if pr != "ll128"] or protos
     tried, errors, skipped = _rank(coll, names, protos, size, topology, placement, dtype, root,
-                                   redop, params)
+                                   redop, params, sweep)
     if not tried:
         detail = "; ".join(errors) or "none applies"
         raise ConfigError(f"no algorithm can run {coll.name} on {p} ranks ({detail})")
     best = min(tried, key=lambda r: r.time_s)
     if model != "analytic":
         timed = _time(coll, best.algorithm, size, topology, placement, dtype, model,
-                      best.protocol, root, redop, params)
+                      best.protocol, root, redop, params, sweep)
         # the analytic pass timed this pair: closed forms and the p2p limit refuse a pair by
         # protocol and size, never by model
         assert timed is not None
@@ -136,15 +139,15 @@ def _predict(collective: Collective | str, nbytes: int | str, topology: Topology
 
 
 def _rank(coll: Collective, names: list[str], protos: list[str], nbytes: int, topology: Topology,
-          placement: Ranks, dtype: DTypeLike, root: int, redop: str, params: dict[str, Any]
-          ) -> tuple[list[SimResult], list[str], list[ranking.Pair]]:
+          placement: Ranks, dtype: DTypeLike, root: int, redop: str, params: dict[str, Any],
+          sweep: SizeSweep | None) -> tuple[list[SimResult], list[str], list[ranking.Pair]]:
     """auto's candidates: closed forms first, a simulation only where it can win (ranking.py).
     Returns (results, error lines, pairs not simulated)."""
     p = len(placement)
 
     def time_fn(name: str, pr: str) -> SimResult | None:
         return _time(coll, name, nbytes, topology, placement, dtype, "analytic", pr, root,
-                     redop, params)
+                     redop, params, sweep)
 
     def floor_fn(name: str, pr: str) -> float | None:
         if len(names) * len(protos) < 3 or nccl.schedule_of(coll.name, name) != "ring":
@@ -213,23 +216,20 @@ def _version_text() -> str:
     return f"{v[0]}.{v[1]}" if v else "(newest)"
 
 
-_LL128: _Memo = {}
-
-
 def _ll128_allowed_memo(topology: Topology, placement: Ranks) -> bool:
     """_ll128_allowed, once per (topology, placement): a sweep asks it for every size."""
-    allowed: bool = per_placement(_LL128, topology, placement, _ll128_allowed)
-    return allowed
-
-
-_CANDIDATES: dict[str, _Memo] = {}
+    return per_placement(topology_memo(topology).ll128, topology, placement, _ll128_allowed)
 
 
 def _nccl_candidates(coll: Collective, topology: Topology, placement: Ranks) -> list[str]:
     """nccl.candidates, once per (collective, topology, placement): a sweep's sizes share it."""
-    cache = _CANDIDATES.setdefault(coll.name, {})
-    return list(per_placement(cache, topology, placement,
-                              lambda t, pl: nccl.candidates(coll, t, pl)))
+    memo = topology_memo(topology).candidates
+    key = (coll.name, placement.tobytes())
+    if key not in memo:
+        if len(memo) >= PLACEMENTS_KEPT:
+            memo.clear()
+        memo[key] = nccl.candidates(coll, topology, placement)
+    return list(memo[key])
 
 
 def _ll128_allowed(topology: Topology, placement: Ranks) -> bool:
@@ -253,12 +253,12 @@ def _ll128_allowed(topology: Topology, placement: Ranks) -> bool:
 
 def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placement: Ranks,
           dtype: DTypeLike, model: str, proto: str, root: int, redop: str,
-          params: dict[str, Any]) -> SimResult | None:
+          params: dict[str, Any], sweep: SizeSweep | None = None) -> SimResult | None:
     """One (algorithm, protocol) timed on the links, then held to what NCCL's SHM transport
     allows where the ranks' hops go through host memory (shm.py); None: NCCL would not run it."""
     paths = path_table(topology, placement)
     res = _time_on_links(coll, name, nbytes, topology, placement, dtype, model, proto, root,
-                         redop, params, paths)
+                         redop, params, paths, sweep)
     if res is None:
         return None
     limited = p2p.limit(res, coll, res.size, topology, placement, paths, dtype, proto)
@@ -281,7 +281,8 @@ def _bound(res: SimResult, before: SimResult, why: str) -> SimResult:
 
 def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
                    placement: Ranks, dtype: DTypeLike, model: str, proto: str, root: int,
-                   redop: str, params: dict[str, Any], paths: PathTable) -> SimResult | None:
+                   redop: str, params: dict[str, Any], paths: PathTable,
+                   sweep: SizeSweep | None = None) -> SimResult | None:
     p = len(placement)
     if name in nccl.CLOSED:
         res = nccl.CLOSED[name](coll, nbytes, topology, placement, dtype, proto, paths, model)
@@ -327,7 +328,7 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
                                float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
                                nccl.net_hop_floor(topology, placement, proto, paths))
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
-                   ranks=ranks, lanes=lanes, redop=redop)
+                   ranks=ranks, lanes=lanes, redop=redop, sweep=sweep)
     channels = int(sched.channels * lanes)
     timed = Timed(algorithm=name, schedule=sched, topology=topology,
                   placement=np.asarray(ranks, dtype=np.int64),
@@ -338,7 +339,6 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     return dataclasses.replace(res, algorithm=name, nccl_channels=channels, timed=timed)
 
 
-_ORDERS: _Memo = {}
 _BUILT: dict[tuple[str, str, int, int, tuple[tuple[str, Any], ...]], Schedule] = {}
 
 
@@ -358,8 +358,7 @@ def _build(alg: Algorithm, p: int, root: int, kw: dict[str, Any]) -> Schedule:
 
 
 def _ring_orders(topology: Topology, placement: Ranks) -> Ranks | None:
-    orders: Ranks | None = per_placement(_ORDERS, topology, placement, ring_orders)
-    return orders
+    return per_placement(topology_memo(topology).orders, topology, placement, ring_orders)
 
 
 def _rails(topology: Topology, placement: Ranks, paths: PathTable) -> int:

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from ..errors import ConfigError
 from . import constants as K
+from .caches import TopologyMemo, topology_memo
 from .versions import value
 from .paths import CLASS_NAMES, NET
 
@@ -136,9 +137,9 @@ def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
 def _nic_model(topology: Topology) -> str:
     """The model of the topology's first NIC with one (read by position: a cluster's devices
     are not all made)."""
-    cache = getattr(topology, "_cache", None)
-    if cache is not None and "sim_nic_model" in cache:
-        return str(cache["sim_nic_model"])
+    memo = _memo(topology)
+    if memo is not None and memo.nic_model is not None:
+        return memo.nic_model
     from ..topology.elements import DEVICE_KINDS
     if hasattr(topology, "device_kind_codes"):
         nics = np.flatnonzero(topology.device_kind_codes() == DEVICE_KINDS.index("nic"))
@@ -146,8 +147,8 @@ def _nic_model(topology: Topology) -> str:
     else:
         devices = (d for d in topology.devices if d.kind == "nic")
     model = next((d.model for d in devices if d.model), "")
-    if cache is not None:
-        cache["sim_nic_model"] = model
+    if memo is not None:
+        memo.nic_model = model
     return model
 
 
@@ -159,13 +160,18 @@ def ideal_protocol() -> Protocol:
 
 def generation_of(topology: Topology) -> str:
     """The GPU generation of a topology's ranks (from the catalog's SM architecture)."""
-    cache = getattr(topology, "_cache", None)
-    if cache is not None and "sim_generation" in cache:
-        return str(cache["sim_generation"])
+    memo = _memo(topology)
+    if memo is not None and memo.generation is not None:
+        return memo.generation
     gen = _generation_of_model(_gpu_model(topology))
-    if cache is not None:
-        cache["sim_generation"] = gen
+    if memo is not None:
+        memo.generation = gen
     return gen
+
+
+def _memo(topology: Topology) -> TopologyMemo | None:
+    """The simulator's record on a Topology; None for a stand-in without a cache."""
+    return topology_memo(topology) if getattr(topology, "cache", None) is not None else None
 
 
 def _gpu_model(topology: Topology) -> str:

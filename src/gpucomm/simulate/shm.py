@@ -74,6 +74,7 @@ from ..errors import GpucommError
 from ..hardware import get_gpu, get_link_tech
 from ..topology.elements import DEVICE_KINDS
 from . import constants as K
+from .caches import UNSET
 from .paths import PathTable
 from .result import SimResult
 
@@ -205,8 +206,8 @@ def search(caps_GBps: dict[int, float], load: dict[int, float], sm90: bool = Fal
 def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> ShmPlan | None:
     """NCCL's SHM ring on these ranks, or None where no ring hop goes through host memory
     (p2p on, one rank, or every hop across nodes). Cached on `paths`."""
-    if "shm_plan" in paths._cache:
-        hit: ShmPlan | None = paths._cache["shm_plan"]
+    if paths.cache.shm_plan is not UNSET:
+        hit: ShmPlan | None = paths.cache.shm_plan
         return hit
     place = np.asarray(placement, dtype=np.int64).reshape(-1)
     hops = _hops(topology, place, paths)
@@ -223,7 +224,7 @@ def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> ShmP
         threads = SIMPLE_THREADS_PCI if bw * rings <= PCI_BW else SIMPLE_THREADS
         out = ShmPlan(bound, SHM_RECV_GBPS, bw, rings, min(2 * rings, K.MAX_CHANNELS), threads,
                       intel)
-    paths._cache["shm_plan"] = out
+    paths.cache.shm_plan = out
     return out
 
 

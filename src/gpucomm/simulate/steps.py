@@ -16,7 +16,7 @@ Timing semantics shared by the engines (schedule.py gives the data flow):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from .protocol import Protocol
 
 if TYPE_CHECKING:
     from ..schedule import Step
+    from .analytic import RingShape
 
 # (routes, latency, class, even link share, bottleneck) of a step's ops
 Geometry = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -44,18 +45,20 @@ class Pattern:
 class StepCoster:
     def __init__(self, paths: PathTable, protocol: Protocol, lanes: float, channels: int):
         self.paths, self.proto, self.lanes, self.channels = paths, protocol, lanes, channels
-        # Patterns by (src, dst, channel) bytes; analytic.py keeps its ring curves here too
-        self.memo: dict[tuple[Any, ...], Any] = {}
+        # Patterns by (src, dst, channel) bytes; analytic.py's ring shapes by (collective,
+        # ranks, channels)
+        self.patterns: dict[tuple[bytes, bytes, bytes], Pattern] = {}
+        self.rings: dict[tuple[str, int, int], RingShape] = {}
         # payload B/s per link; x lanes where a connection is split over paths (fabric.py)
         self.link_cap = paths.capacity * protocol.wire_efficiency * paths.lane_scale
 
     def pattern(self, step: Step) -> Pattern:
         key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
-        pat: Pattern | None = self.memo.get(key)
+        pat = self.patterns.get(key)
         if pat is None:
-            if len(self.memo) > 4096:  # schedules whose steps never repeat: bound the memory
-                self.memo.clear()
-            pat = self.memo[key] = self._build(step)
+            if len(self.patterns) > 4096:  # schedules whose steps never repeat: bound memory
+                self.patterns.clear()
+            pat = self.patterns[key] = self._build(step)
         return pat
 
     def _build(self, step: Step) -> Pattern:
@@ -79,7 +82,7 @@ class StepCoster:
 def _geometry(paths: PathTable, step: Step) -> Geometry:
     """(routes, latency, class, even link share, bottleneck) of a step's ops: what does not
     depend on the protocol, so the protocols' costers of one placement share it."""
-    memo = paths._cache.setdefault("geometry", {})
+    memo = paths.cache.geometry
     key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
     hit: Geometry | None = memo.get(key)
     if hit is not None:

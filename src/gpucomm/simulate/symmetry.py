@@ -19,12 +19,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from . import flow
+from .caches import UNSET, topology_memo
 from .flow import Floats, Ints
 from .steps import StepCoster
 
@@ -53,16 +54,15 @@ def node_shift(topology: Topology) -> NodeShift | None:
     """(perm, orbit, free) for a shift by one node, or None: perm[link] is the link the shift
     maps it to, orbit[link] its orbit id, free[orbit] whether the orbit holds one link per
     node (links the shift fixes, like a spine, do not; a reduced ring must not use them)."""
-    cache = topology._cache
-    if "node_shift" in cache:  # what this function stored below
-        return cast("NodeShift | None", cache["node_shift"])
-    cache["node_shift"] = out = _node_shift(topology)
-    return out
+    memo = topology_memo(topology)
+    if memo.node_shift is UNSET:
+        memo.node_shift = _node_shift(topology)
+    return memo.node_shift
 
 
 def _node_shift(topology: Topology) -> NodeShift | None:
     nodes = int(topology.nodes or 1)
-    if nodes < 2 or not topology._cache.get("replica"):
+    if nodes < 2 or not topology.cache.replica:
         return None
     index: dict[tuple[str, str], int] = {}
     keys: dict[tuple[str, str], int] = {}

@@ -50,7 +50,7 @@ def gpu_bandwidths(topo) -> list[dict]:
     ports = router.ports() if any(d.kind == "nic" for d in topo.devices) else \
         [-1] * topo.nranks
     per, n = topo.gpus_per_node, topo.nranks
-    if (topo._cache.get("replica") and topo.nodes > 1 and n == topo.nodes * per
+    if (topo.cache.replica and topo.nodes > 1 and n == topo.nodes * per
             and all(topo.node_of(r) == r // per for r in range(0, n, per))):
         # node k is node 0 shifted (build_topology): its GPUs' rows are node 0's, renamed;
         # computing each of 131,072 GPUs' paths would take minutes

@@ -183,7 +183,7 @@ def build_topology(system: str = "dgx-h100", nodes: int = 1, gpus_per_node: int 
     # Nodes are exact replicas laid out in the same order: the router derives node k's
     # local routes from node 0's by shifting indices instead of recomputing them.
     if len({_shape(b) for b in blocks}) == 1:
-        topo._cache["replica"] = (len(blocks[0][0]), len(blocks[0][1]))
+        topo.cache.replica = (len(blocks[0][0]), len(blocks[0][1]))
     if network is not None:
         return with_network(topo, network)  # checks the routes that are left
     topo.check_routes()

@@ -166,8 +166,8 @@ def with_network(topo, network: Network | None):
             down.update(pair)
         links = [ln for i, ln in enumerate(links) if i not in down]
     out = dataclasses.replace(topo, links=tuple(links), network=network)
-    if "replica" in topo._cache:  # node-internal links come first and are never failed
-        out._cache["replica"] = topo._cache["replica"]
+    if topo.cache.replica is not None:  # node-internal links come first and are never failed
+        out.cache.replica = topo.cache.replica
     try:
         out.check_routes()
     except TopologyError as e:

@@ -1,8 +1,9 @@
 """The topology value: devices, directed links, ranks — plus routing and YAML round trips.
 
 A Topology is a frozen value. Routing state (shortest paths, ECMP alternatives, the vectorised
-route tables) is computed lazily by `gpucomm.topology.routing.Router` and kept in a private
-cache that takes no part in equality or hashing.
+route tables) is computed lazily by `gpucomm.topology.routing.Router` and kept in its `cache`
+(TopologyCache: named slots, plus the typed records of the layers above), which takes no part
+in equality or hashing; `topology.cache.clear()` drops what can be derived again.
 
 Example:
     >>> t = Topology.from_yaml('''
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..errors import GpucommError, TopologyError
 from ..inputs import load_yaml, read_text
+from ..memo import Memo
 from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device, Link
 from .routing import Router
 from .tables import DeviceTable, LinkTable, NameIndex
@@ -35,6 +37,34 @@ from .yamlio import topology_fields
 
 __all__ = ["DEVICE_KINDS", "TRANSIT_KINDS", "Device", "Link", "Topology", "load_topology",
            "topology_from_dict"]
+
+class TopologyCache(Memo):
+    """What a Topology knows of itself beyond its fields, one named slot each. Set when it is
+    made: `index` (device name -> index), `kinds`, `rank_pos` (device index of each rank),
+    `nic_pos` (of each rank's NIC, with nic_affinity), `replica` ((GPUs, links) per node where
+    a builder laid every node out as a copy of node 0; None: unknown). Derived on demand and
+    dropped by `clear()` (with the records of the layers above, `of`): the rest."""
+    __slots__ = ("index", "kinds", "rank_pos", "nic_pos", "replica", "hash", "arrays", "ends",
+                 "nodes", "kind_codes", "router")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index: Any = None  # NameIndex | dict[str, int]
+        self.kinds: list[str] = []
+        self.rank_pos: list[int] = []
+        self.nic_pos: list[int] | None = None
+        self.replica: tuple[int, int] | None = None
+        self.clear()
+
+    def clear(self) -> None:
+        super().clear()
+        self.hash: int | None = None
+        self.arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.ends: tuple[np.ndarray, np.ndarray] | None = None
+        self.nodes: np.ndarray | None = None
+        self.kind_codes: np.ndarray | None = None
+        self.router: Router | None = None
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -57,8 +87,8 @@ class Topology:
     p2p: bool = True
     nic_affinity: tuple[str, ...] = ()
     network: object = None  # a topology.fabric.Network: routing, loss, failures (None: plain)
-    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False,
-                         hash=False)
+    cache: TopologyCache = field(default_factory=TopologyCache, init=False, repr=False,
+                                 compare=False, hash=False)
 
     def __post_init__(self):
         for name in ("devices", "links", "ranks", "nic_affinity"):
@@ -81,8 +111,8 @@ class Topology:
                     if end not in index:
                         raise TopologyError(f"link {i} ({ln.src}->{ln.dst}) is dangling: no "
                                             f"device named {end!r}")
-        self._cache["index"] = index
-        self._cache["kinds"] = kinds
+        self.cache.index = index
+        self.cache.kinds = kinds
         self._check_ranks(index, kinds)
 
     def _check_devices(self) -> tuple[dict[str, int], list[str]]:
@@ -105,7 +135,7 @@ class Topology:
         if None in pos or _kinds_of(kinds, pos) != {"gpu"}:
             r = next(r for r, i in zip(self.ranks, pos) if i is None or kinds[i] != "gpu")
             raise TopologyError(f"rank device {r!r} is not a GPU in this topology")
-        self._cache["rank_pos"] = pos
+        self.cache.rank_pos = pos
         for name in ("nodes", "gpus_per_node"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -122,11 +152,11 @@ class Topology:
                     if i is None or kinds[i] != "nic" or nodes[i] != nodes[g]:
                         raise TopologyError(f"nic_affinity of {r!r} is {n!r}, which is not a "
                                             "NIC on the same node")
-            self._cache["nic_pos"] = aff
+            self.cache.nic_pos = aff
 
     def _positions(self, names) -> list:
         """Device index of each name (None where there is none)."""
-        index = self._cache["index"]
+        index = self.cache.index
         if isinstance(index, NameIndex):
             return index.table.positions(names)
         return list(map(index.get, names))
@@ -134,12 +164,12 @@ class Topology:
     def __hash__(self) -> int:
         # from the sizes, not every device and link: equal topologies have equal sizes, and
         # hashing 10^6 links (or making them, for a cluster's columns) on a dict lookup is slow
-        if "hash" not in self._cache:
-            self._cache["hash"] = hash((self.name, len(self.devices), len(self.links),
+        if self.cache.hash is None:
+            self.cache.hash = hash((self.name, len(self.devices), len(self.links),
                                         self.ranks[:1], len(self.ranks), self.gpus_per_node,
                                         self.nodes, self.in_switch_reduction, self.p2p,
                                         self.network))
-        return self._cache["hash"]
+        return self.cache.hash
 
     # ---- lookups -------------------------------------------------------------------------
     @property
@@ -148,7 +178,7 @@ class Topology:
 
     def index_of(self, device_name: str) -> int:
         try:
-            return self._cache["index"][device_name]
+            return self.cache.index[device_name]
         except KeyError:
             raise TopologyError(f"no device named {device_name!r}") from None
 
@@ -159,7 +189,7 @@ class Topology:
         return self.devices[self.index_of(self.ranks[self._check_rank(rank)])]
 
     def node_of(self, rank: int) -> int:
-        return int(self.device_nodes()[self._cache["rank_pos"][self._check_rank(rank)]])
+        return int(self.device_nodes()[self.cache.rank_pos[self._check_rank(rank)]])
 
     def _check_rank(self, rank) -> int:
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) \
@@ -170,62 +200,62 @@ class Topology:
 
     def link_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(bandwidth_Bps, latency_s, efficiency) as float64 arrays indexed by link."""
-        if "arrays" not in self._cache:
+        if self.cache.arrays is None:
             if isinstance(self.links, LinkTable):
-                self._cache["arrays"] = (self.links.bw, self.links.lat, self.links.eff)
+                self.cache.arrays = (self.links.bw, self.links.lat, self.links.eff)
             else:
                 arr = np.array([(ln.bandwidth_Bps, ln.latency_s, ln.efficiency)
                                 for ln in self.links], dtype=np.float64).reshape(-1, 3)
                 arr.flags.writeable = False
-                self._cache["arrays"] = (arr[:, 0], arr[:, 1], arr[:, 2])
-        return self._cache["arrays"]
+                self.cache.arrays = (arr[:, 0], arr[:, 1], arr[:, 2])
+        return self.cache.arrays
 
     def link_ends(self) -> tuple[np.ndarray, np.ndarray]:
         """(source, destination) device indices of every link, int64 arrays (read-only)."""
-        if "ends" not in self._cache:
+        if self.cache.ends is None:
             ends: tuple[np.ndarray, np.ndarray]
             if isinstance(self.links, LinkTable):
                 ends = (self.links.src, self.links.dst)
             else:
-                index = self._cache["index"]
+                index = self.cache.index
                 ends = (np.array([index[ln.src] for ln in self.links], dtype=np.int64),
                         np.array([index[ln.dst] for ln in self.links], dtype=np.int64))
                 for a in ends:
                     a.flags.writeable = False
-            self._cache["ends"] = ends
-        return self._cache["ends"]
+            self.cache.ends = ends
+        return self.cache.ends
 
     def device_nodes(self) -> np.ndarray:
         """The node of every device (-1: fabric), an int64 array (read-only)."""
-        if "nodes" not in self._cache:
+        if self.cache.nodes is None:
             nodes = self.devices.node_array() if isinstance(self.devices, DeviceTable) else \
                 np.array([d.node for d in self.devices], dtype=np.int64)
             nodes.flags.writeable = False
-            self._cache["nodes"] = nodes
-        return self._cache["nodes"]
+            self.cache.nodes = nodes
+        return self.cache.nodes
 
     def device_kinds(self) -> list[str]:
         """The kind of every device, by index."""
-        return self._cache["kinds"]
+        return self.cache.kinds
 
     def device_kind_codes(self) -> np.ndarray:
         """The kind of every device as its index in DEVICE_KINDS (int8, read-only)."""
-        if "kind_codes" not in self._cache:
+        if self.cache.kind_codes is None:
             if isinstance(self.devices, DeviceTable):
                 codes = self.devices.kind_codes(DEVICE_KINDS)
             else:
                 code = {k: i for i, k in enumerate(DEVICE_KINDS)}
                 codes = np.array([code[k] for k in self.device_kinds()], dtype=np.int8)
             codes.flags.writeable = False
-            self._cache["kind_codes"] = codes
-        return self._cache["kind_codes"]
+            self.cache.kind_codes = codes
+        return self.cache.kind_codes
 
     # ---- routing (see routing.py) --------------------------------------------------------
     @property
     def router(self) -> Router:
-        if "router" not in self._cache:
-            self._cache["router"] = Router(self)
-        return self._cache["router"]
+        if self.cache.router is None:
+            self.cache.router = Router(self)
+        return self.cache.router
 
     def route(self, src_rank: int, dst_rank: int, channel: int = 0) -> tuple[int, ...]:
         """Link indices of one shortest path; ECMP ties are picked by a hash of

@@ -93,7 +93,7 @@ class RoutedTopology(Protocol):
     """What the router reads of a topology (model.Topology; a protocol, so that routing
     does not import the model that imports it)."""
     @property
-    def _cache(self) -> dict[str, Any]: ...   # "index", "rank_pos", "nic_pos"; "replica"
+    def cache(self) -> Any: ...   # model.TopologyCache: index, rank_pos, nic_pos, replica
     @property
     def devices(self) -> Sequence[Device]: ...
     @property
@@ -116,7 +116,7 @@ class Router:
 
     def __init__(self, topo: RoutedTopology):
         self.topo = topo
-        self.index = topo._cache["index"]      # name -> device index (a dict or NameIndex)
+        self.index = topo.cache.index      # name -> device index (a dict or NameIndex)
         nodes = topo.device_nodes()
         self.node = nodes.tolist()
         self.kind = topo.device_kinds()
@@ -131,7 +131,7 @@ class Router:
         # device (or ("sw", switch): its links to switches) -> its out-links, on first use
         self._adj: dict[int | tuple[str, int], list[Edge]] = {}
         self._csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self.rank_dev = list(topo._cache["rank_pos"])
+        self.rank_dev = list(topo.cache.rank_pos)
         self.rank_node = nodes[np.asarray(self.rank_dev, dtype=np.int64)] if self.rank_dev \
             else np.zeros(0, dtype=np.int64)
         self.memories: dict[int, list[int]] = {}    # node -> its host memory devices
@@ -260,7 +260,7 @@ class Router:
 
     def _local_paths(self, a, b):
         """Node-local paths device a -> device b, bouncing through memory if P2P is off."""
-        replica = self.topo._cache.get("replica")
+        replica = self.topo.cache.replica
         if replica and self.node[a] > 0:
             # node k is node 0 shifted by k devices/links blocks (set by build_topology)
             ndev, nlink = replica
@@ -329,7 +329,7 @@ class Router:
         """Per rank: the device where its inter-node traffic enters the fabric."""
         if self._port is None:
             if self.topo.nic_affinity:
-                self._port = list(self.topo._cache["nic_pos"])
+                self._port = list(self.topo.cache.nic_pos)
                 return self._port
             has_uplink = ((self._port_arrays()[0] > 0)
                           & (np.asarray(self.node) != -1)).tolist()
@@ -488,7 +488,7 @@ class Router:
         """The GPU <-> NIC segments of every rank from node 0's, shifted by node k's device
         and link offsets, when the nodes are replicas (build_topology) with ranks and ports
         laid out alike in every node; else None."""
-        replica = self.topo._cache.get("replica")
+        replica = self.topo.cache.replica
         R = len(self.rank_dev)
         nodes = int(self.topo.nodes)
         if not replica or nodes < 2 or R % nodes:
@@ -584,7 +584,7 @@ class Router:
         order = np.argsort(rank_node, kind="stable")
         cuts = np.flatnonzero(np.diff(rank_node[order])) + 1
         groups = sorted(np.split(order, cuts), key=lambda g: g[0]) if R else []
-        if self.topo._cache.get("replica"):
+        if self.topo.cache.replica:
             groups = groups[:1]
         for ranks in groups:
             ranks = ranks.tolist()

@@ -68,7 +68,7 @@ class _Table(Sequence[_T]):
     def __getstate__(self):
         state = dict(self.__dict__, _items=None)   # the columns only: made again on use
         if "_names" in state:
-            state["_names"], state["_resolved"] = None, {}
+            state["_names"], state["_remembered"] = None, []
         return state
 
     def __repr__(self):
@@ -92,7 +92,8 @@ class DeviceTable(_Table[Device]):
         self.base = self.nodes * self.per
         self._pos = {d.name: j for j, d in enumerate(self.template)}
         self._fabric_pos = {d.name: self.base + j for j, d in enumerate(self.fabric)}
-        self._resolved: dict = {}   # id(names) -> (names, positions), from remember()
+        # (names, their positions) of the tuples remember() made (a cluster's ranks, its NICs)
+        self._remembered: list[tuple[tuple[str, ...], list[int]]] = []
         self._names: list[str] | None = None
         if len(self._pos) != self.per or len(self._fabric_pos) != len(self.fabric):
             raise ValueError("device names must be unique in the template and in the fabric")
@@ -162,9 +163,9 @@ class DeviceTable(_Table[Device]):
 
     def positions(self, names) -> list:
         """position() of each name (None where there is no such device)."""
-        hit = self._resolved.get(id(names))
-        if hit is not None and hit[0] is names:   # made by remember(): known positions
-            return hit[1]
+        for known, at in self._remembered:
+            if known is names:   # made by remember(): known positions
+                return at
         return [self.position(n) for n in names]
 
     def remember(self, template_names) -> tuple[str, ...]:
@@ -177,7 +178,7 @@ class DeviceTable(_Table[Device]):
         pos = np.asarray([self._pos[t] for t in template_names], dtype=np.int64)
         at = ((np.arange(self.nodes, dtype=np.int64) * self.per)[:, None] + pos).ravel()
         out = tuple(names)
-        self._resolved[id(out)] = (out, at.tolist())
+        self._remembered.append((out, at.tolist()))
         return out
 
     def node_array(self) -> np.ndarray:
