@@ -32,14 +32,30 @@ messages the coupling is the same over a few messages).
   packets, which needs NIC support (not modelled: assumed present). Hence both reach ~100%
   of a never-colliding fabric where 77-95% is published (benchmarks/fabric_ecmp.py).
 
-**Lossy RoCE: go-back-N goodput.** Without PFC a RoCE NIC (ConnectX before selective repeat)
-answers a lost packet by resending everything after it: W packets, the window in flight
-(bandwidth x round trip / MTU). With independent losses of probability p per packet the
-fraction of the wire that is goodput is (1 - p) / (1 + (W - 1) p) (Bertsekas & Gallager,
-Data Networks, go-back-N efficiency; the collapse of RoCE under loss is measured in Mittal
-et al., "Revisiting Network Support for RDMA", SIGCOMM 2018). It scales every network link.
-Wrong when losses come in bursts (one rollback covers a burst: pessimistic), with selective
-repeat (ConnectX-6 Dx+, IRN: close to 1 - p), and when p·W nears 1 (timeouts dominate).
+**Lossy RoCE: go-back-N goodput, and its retransmission timeouts.** Without PFC a RoCE NIC
+(ConnectX before selective repeat) answers a lost packet by resending everything after it:
+W packets, the window in flight (bandwidth x round trip / MTU). The receiver reports the gap
+with one NAK (sequence error) and then drops every packet until the one it expects arrives;
+it does not NAK again (InfiniBand Architecture Specification vol. 1, chapter 9, the RC
+responder's sequence-error handling; RoCEv2 keeps IB's transport). So if that NAK is lost, or the
+resent packet it asked for is lost, nothing more arrives at the sender and it waits for the
+QP's local ACK timeout: RTO = 4.096 us x 2^timeout, with the timeout NCCL gives its QPs,
+NCCL_IB_TIMEOUT (NCCL src/transport/net_ib.cc `NCCL_PARAM(IbTimeout, "IB_TIMEOUT", 20)`,
+18 in older releases: ~4.3 s and ~1.07 s), set as the QP's `timeout` attribute (IB spec,
+chapter 9: the requester's transport timer is 4.096 us x 2^value). With independent losses of probability p per
+packet (data and NAKs alike) a loss costs W packets, and with probability 2p also an RTO of
+R = RTO x packet rate packet times, so the fraction of the wire that is goodput is
+(1 - p) / (1 + (W - 1) p + 2 p^2 R) (Bertsekas & Gallager, Data Networks, go-back-N
+efficiency, plus the timeout term; the collapse of RoCE without PFC at percent-level loss:
+Mittal et al., "Revisiting Network Support for RDMA", SIGCOMM 2018). At 400 Gb/s and 4 KiB
+packets R is ~5e7: one timeout per 10^4 losses already halves the wire, so RoCE without PFC
+collapses once p^2 R nears 1 (p ~ 1e-4 with NCCL's default timeout), whatever the window.
+It scales every network link's capacity, so the analytic and flow models carry the same
+collapse. Wrong when losses come in bursts (one rollback covers a burst), with selective
+repeat or hardware-adapted timeouts (ConnectX-6 Dx+ lossy-RoCE offloads, IRN: close to
+1 - p), and optimistic for a pipeline (a timeout on one QP stalls every ring step behind it,
+counted here once per link) and for tail losses (the last packet of a burst has no later
+packet to reveal its loss: another timeout, not counted).
 
 **Lossless: PFC pauses and their spreading (cc="none").** Flows converging on one port
 (incast) get their max-min share of it. PFC keeps the excess from being dropped by pausing the
@@ -94,20 +110,30 @@ MAX_LANES = 32
 CONNECTIONS_PER_PEER = 2
 DCQCN_TIMER_S = 55e-6   # DCQCN rate-increase timer T (Zhu et al., SIGCOMM 2015, §5)
 DCQCN_FAST_RECOVERY = 5  # F: fast-recovery rounds, each halving the gap to the target rate
+# NCCL_IB_TIMEOUT's default (NCCL src/transport/net_ib.cc, NCCL_PARAM(IbTimeout, ...)): the
+# QP's local ACK timeout exponent; the timer is 4.096 us x 2^value (IB spec vol. 1, ch. 9)
+NCCL_IB_TIMEOUT = 20
+RTO_S = 4.096e-6 * 2.0 ** NCCL_IB_TIMEOUT
 _NET = 2  # paths.NET: the link class of NIC and switch links
 _NET_KINDS = ("nic", "switch")
 
 
-def goodput(loss_rate: float, window_packets: float) -> float:
-    """Go-back-N goodput fraction: (1 - p) / (1 + (W - 1) p).
+def goodput(loss_rate: float, window_packets: float, rto_packets: float = 0.0) -> float:
+    """Go-back-N goodput fraction: (1 - p) / (1 + (W - 1) p + 2 p^2 R), R the retransmission
+    timeout in packet times (0: NAKs and resent packets never lost).
 
         >>> round(goodput(1e-3, 61), 4)
         0.9425
+        >>> goodput(1e-2, 61, rto_packets=5e7) < 1e-3
+        True
     """
     p, w = float(loss_rate), max(float(window_packets), 1.0)
+    r = float(rto_packets)
     if not 0.0 <= p < 1.0:
         raise ConfigError(f"loss_rate {p!r} must be in [0, 1)")
-    return (1.0 - p) / (1.0 + (w - 1.0) * p)
+    if not r >= 0.0:
+        raise ConfigError(f"rto_packets {r!r} must be >= 0")
+    return (1.0 - p) / (1.0 + (w - 1.0) * p + 2.0 * p * p * r)
 
 
 def recovery_s() -> float:
@@ -157,8 +183,9 @@ class FabricPolicy:
     def capacity(self, capacity: Floats, link_class: npt.NDArray[np.signedinteger[Any]],
                  latency: Floats) -> Floats:
         """Payload capacity of each link: what other jobs leave of the switch-to-switch
-        cables (background), then network links lose go-back-N retransmissions on a lossy
-        fabric (window = capacity x base round trip / MTU)."""
+        cables (background), then network links lose go-back-N retransmissions and timeouts
+        on a lossy fabric (window = capacity x base round trip / MTU, the timeout RTO_S in
+        packet times at the link's rate)."""
         capacity = self._background(capacity)
         if self.net.lossless or self.net.loss_rate == 0:
             return capacity
@@ -167,7 +194,8 @@ class FabricPolicy:
         net = link_class == _NET
         for i in np.flatnonzero(net):
             w = np.ceil(capacity[i] * rtt / self.net.mtu) + 1
-            out[i] = capacity[i] * goodput(self.net.loss_rate, w)
+            rto = RTO_S * capacity[i] / self.net.mtu
+            out[i] = capacity[i] * goodput(self.net.loss_rate, w, rto)
         return out
 
     def _background(self, capacity: Floats) -> Floats:
