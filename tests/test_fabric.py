@@ -56,6 +56,37 @@ def test_adaptive_and_spray_split_the_two_flows(routing):
         assert _time(_tiny(net), [(0, 2), (1, 3)]).time_s == pytest.approx(one, rel=0.02)
 
 
+def test_flowlet_routing_places_each_unit_on_the_least_loaded_path():
+    # two one-QP flows out of leaf 0: ECMP collides on some seeds, the least-loaded choice
+    # never does, and moves them as fast as the even split
+    one = _time(_tiny(Network(routing="flowlet", connections=1)), [(0, 2)]).time_s
+    for net in _seeds("flowlet"):
+        assert not _collide(_tiny(net))
+        assert _time(_tiny(net), [(0, 2), (1, 3)]).time_s == pytest.approx(one, rel=0.02)
+
+
+def test_flowlet_routing_sees_the_down_links_of_the_path():
+    # three leaves (two one-GPU nodes each), two spines: 0->4 and 2->5 leave different leaves
+    # for one leaf; placed one after the other, the second avoids the spine whose down-link
+    # into leaf 2 the first took (CONGA's leaf-to-leaf congestion feedback), which ECMP's
+    # independent hashes do not on some seeds
+    def downs(net):
+        topo = build_topology("dgx-h100", nodes=6, gpus_per_node=1, nics_per_node=1,
+                              nic="roce-400g", fabric="rail-2tier", leaf_ports=2, network=net)
+        t = PathTable(topo).routes(np.array([0, 2]), np.array([4, 5]), 0)
+        return [set(r[r >= 0]) for r in t]
+    assert all(not (a & b & _spine_set(net)) for net in _seeds("flowlet")
+               for a, b in [downs(net)])
+    assert any(a & b & _spine_set(net) for net in _seeds("ecmp") for a, b in [downs(net)])
+
+
+def _spine_set(net):
+    topo = build_topology("dgx-h100", nodes=6, gpus_per_node=1, nics_per_node=1,
+                          nic="roce-400g", fabric="rail-2tier", leaf_ports=2, network=net)
+    kind = {d.name: d.kind for d in topo.devices}
+    return {i for i, ln in enumerate(topo.links) if kind[ln.src] == kind[ln.dst] == "switch"}
+
+
 def _spine_links(net):
     paths = PathTable(_tiny(net))
     row = paths.routes(np.array([0]), np.array([2]), 0)[0]

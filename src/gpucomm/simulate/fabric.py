@@ -25,37 +25,18 @@ messages the coupling is the same over a few messages).
   ftree's D-mod-k); every QP and connection to that NIC follows it (L = 1). On a two-leaf
   rail no two flows into one leaf share a spine; with more leaves, flows to the same place
   under different leaves do.
-- adaptive (InfiniBand AR): switches send each packet to the least loaded tied port. For tied
-  paths of equal capacity (ECMP ties are equal by construction) the fluid limit is the even
-  split, so it is routed as spray. Known to be wrong: AR reacts to load from other jobs and
-  to asymmetric failures, which a split fixed per flow does not; AR and spraying reorder
-  packets, which needs NIC support (not modelled: assumed present). Hence both reach ~100%
-  of a never-colliding fabric where 77-95% is published (benchmarks/fabric_ecmp.py).
+- flowlet (adaptive routing where the NIC cannot reorder: a queue pair moves only between
+  flowlets, and an NCCL queue pair streaming a collective is one): L = connections x
+  qps_per_connection units, each placed once on the tied path whose up-port carries the
+  fewest units so far (fabric_ar.py).
+- adaptive (InfiniBand AR; per-packet adaptive routing with a NIC that reorders, as
+  Spectrum-X's): each packet goes to the least loaded tied port; for tied paths of equal
+  capacity the fluid limit is the even split, so it is routed as spray (other jobs' load:
+  `_background`). What keeps published adaptive routing under it (queueing, reaction time,
+  transport overheads) is below a fluid model's resolution (benchmarks/fabric_ecmp.py).
 
-**Lossy RoCE: go-back-N goodput, and its retransmission timeouts.** Without PFC a RoCE NIC
-(ConnectX before selective repeat) answers a lost packet by resending everything after it:
-W packets, the window in flight (bandwidth x round trip / MTU). The receiver reports the gap
-with one NAK (sequence error) and then drops every packet until the one it expects arrives;
-it does not NAK again (InfiniBand Architecture Specification vol. 1, chapter 9, the RC
-responder's sequence-error handling; RoCEv2 keeps IB's transport). So if that NAK is lost, or the
-resent packet it asked for is lost, nothing more arrives at the sender and it waits for the
-QP's local ACK timeout: RTO = 4.096 us x 2^timeout, with the timeout NCCL gives its QPs,
-NCCL_IB_TIMEOUT (NCCL src/transport/net_ib.cc `NCCL_PARAM(IbTimeout, "IB_TIMEOUT", 20)`,
-18 in older releases: ~4.3 s and ~1.07 s), set as the QP's `timeout` attribute (IB spec,
-chapter 9: the requester's transport timer is 4.096 us x 2^value). With independent losses of probability p per
-packet (data and NAKs alike) a loss costs W packets, and with probability 2p also an RTO of
-R = RTO x packet rate packet times, so the fraction of the wire that is goodput is
-(1 - p) / (1 + (W - 1) p + 2 p^2 R) (Bertsekas & Gallager, Data Networks, go-back-N
-efficiency, plus the timeout term; the collapse of RoCE without PFC at percent-level loss:
-Mittal et al., "Revisiting Network Support for RDMA", SIGCOMM 2018). At 400 Gb/s and 4 KiB
-packets R is ~5e7: one timeout per 10^4 losses already halves the wire, so RoCE without PFC
-collapses once p^2 R nears 1 (p ~ 1e-4 with NCCL's default timeout), whatever the window.
-It scales every network link's capacity, so the analytic and flow models carry the same
-collapse. Wrong when losses come in bursts (one rollback covers a burst), with selective
-repeat or hardware-adapted timeouts (ConnectX-6 Dx+ lossy-RoCE offloads, IRN: close to
-1 - p), and optimistic for a pipeline (a timeout on one QP stalls every ring step behind it,
-counted here once per link) and for tail losses (the last packet of a burst has no later
-packet to reveal its loss: another timeout, not counted).
+**Lossy RoCE: go-back-N goodput with retransmission timeouts** (fabric_loss.py) scales every
+network link's capacity, so the analytic and flow models carry the same collapse.
 
 **Lossless: PFC pauses and their spreading (cc="none").** Flows converging on one port
 (incast) get their max-min share of it. PFC keeps the excess from being dropped by pausing the
@@ -91,8 +72,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError
 from ..topology.routing import lane_key, mix
+from .fabric_ar import flowlet_paths
+from .fabric_loss import RTO_S, goodput
 
 if TYPE_CHECKING:
     from ..topology import Topology
@@ -110,30 +92,8 @@ MAX_LANES = 32
 CONNECTIONS_PER_PEER = 2
 DCQCN_TIMER_S = 55e-6   # DCQCN rate-increase timer T (Zhu et al., SIGCOMM 2015, §5)
 DCQCN_FAST_RECOVERY = 5  # F: fast-recovery rounds, each halving the gap to the target rate
-# NCCL_IB_TIMEOUT's default (NCCL src/transport/net_ib.cc, NCCL_PARAM(IbTimeout, ...)): the
-# QP's local ACK timeout exponent; the timer is 4.096 us x 2^value (IB spec vol. 1, ch. 9)
-NCCL_IB_TIMEOUT = 20
-RTO_S = 4.096e-6 * 2.0 ** NCCL_IB_TIMEOUT
 _NET = 2  # paths.NET: the link class of NIC and switch links
 _NET_KINDS = ("nic", "switch")
-
-
-def goodput(loss_rate: float, window_packets: float, rto_packets: float = 0.0) -> float:
-    """Go-back-N goodput fraction: (1 - p) / (1 + (W - 1) p + 2 p^2 R), R the retransmission
-    timeout in packet times (0: NAKs and resent packets never lost).
-
-        >>> round(goodput(1e-3, 61), 4)
-        0.9425
-        >>> goodput(1e-2, 61, rto_packets=5e7) < 1e-3
-        True
-    """
-    p, w = float(loss_rate), max(float(window_packets), 1.0)
-    r = float(rto_packets)
-    if not 0.0 <= p < 1.0:
-        raise ConfigError(f"loss_rate {p!r} must be in [0, 1)")
-    if not r >= 0.0:
-        raise ConfigError(f"rto_packets {r!r} must be >= 0")
-    return (1.0 - p) / (1.0 + (w - 1.0) * p + 2.0 * p * p * r)
 
 
 def recovery_s() -> float:
@@ -154,7 +114,7 @@ class FabricPolicy:
         self.topo: Topology = paths.topo
         router = self.topo.router
         self.router = router
-        if network.routing == "ecmp":
+        if network.routing in ("ecmp", "flowlet"):
             # NCCL opens several connections to a network peer (each its own QPs, hashed on
             # their own); a schedule op stands for all of them
             self.connections = network.connections or CONNECTIONS_PER_PEER
@@ -240,9 +200,16 @@ class FabricPolicy:
         if L == 1 and not len(idx):
             return single
         blocks = [single.copy() for _ in range(L)]
+        placed = None
+        if self.net.routing == "flowlet" and len(idx):  # each unit on one path (fabric_ar)
+            placed = flowlet_paths(self.router, np.asarray(gs, dtype=np.int64),
+                                   np.asarray(gd, dtype=np.int64), L, self.net.seed)
         for j in range(L):
             if len(idx):
-                lane = self._lane(gs, gd, channel, j)
+                lane = self._lane(gs, gd, channel, j) if placed is None else \
+                    np.asarray(self.router.route_matrix(gs, gd, channel,
+                                                        key=lane_key(placed[:, j])),
+                               dtype=np.int32)
                 w = max(blocks[j].shape[1], lane.shape[1])
                 blocks[j] = _widen(blocks[j], w)
                 blocks[j][idx] = _widen(lane, w)
