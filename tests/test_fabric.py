@@ -5,7 +5,7 @@ import pytest
 from gpucomm.errors import ConfigError, TopologyError
 from gpucomm.schedule import Schedule, step
 from gpucomm.simulate import predict, simulate
-from gpucomm.simulate.fabric import goodput, recovery_s
+from gpucomm.simulate.fabric import RTO_S, goodput, recovery_s
 from gpucomm.simulate.paths import PathTable
 from gpucomm.topology import build_topology
 from gpucomm.topology.fabric import Network, fabric_summary
@@ -54,6 +54,37 @@ def test_adaptive_and_spray_split_the_two_flows(routing):
     one = _time(_tiny(Network(routing=routing)), [(0, 2)]).time_s
     for net in _seeds(routing)[:4]:
         assert _time(_tiny(net), [(0, 2), (1, 3)]).time_s == pytest.approx(one, rel=0.02)
+
+
+def test_flowlet_routing_places_each_unit_on_the_least_loaded_path():
+    # two one-QP flows out of leaf 0: ECMP collides on some seeds, the least-loaded choice
+    # never does, and moves them as fast as the even split
+    one = _time(_tiny(Network(routing="flowlet", connections=1)), [(0, 2)]).time_s
+    for net in _seeds("flowlet"):
+        assert not _collide(_tiny(net))
+        assert _time(_tiny(net), [(0, 2), (1, 3)]).time_s == pytest.approx(one, rel=0.02)
+
+
+def test_flowlet_routing_sees_the_down_links_of_the_path():
+    # three leaves (two one-GPU nodes each), two spines: 0->4 and 2->5 leave different leaves
+    # for one leaf; placed one after the other, the second avoids the spine whose down-link
+    # into leaf 2 the first took (CONGA's leaf-to-leaf congestion feedback), which ECMP's
+    # independent hashes do not on some seeds
+    def downs(net):
+        topo = build_topology("dgx-h100", nodes=6, gpus_per_node=1, nics_per_node=1,
+                              nic="roce-400g", fabric="rail-2tier", leaf_ports=2, network=net)
+        t = PathTable(topo).routes(np.array([0, 2]), np.array([4, 5]), 0)
+        return [set(r[r >= 0]) for r in t]
+    assert all(not (a & b & _spine_set(net)) for net in _seeds("flowlet")
+               for a, b in [downs(net)])
+    assert any(a & b & _spine_set(net) for net in _seeds("ecmp") for a, b in [downs(net)])
+
+
+def _spine_set(net):
+    topo = build_topology("dgx-h100", nodes=6, gpus_per_node=1, nics_per_node=1,
+                          nic="roce-400g", fabric="rail-2tier", leaf_ports=2, network=net)
+    kind = {d.name: d.kind for d in topo.devices}
+    return {i for i, ln in enumerate(topo.links) if kind[ln.src] == kind[ln.dst] == "switch"}
 
 
 def _spine_links(net):
@@ -123,11 +154,50 @@ def test_lossy_fabric_scales_network_links_by_goodput():
     ratio = lossy.capacity[net] / plain.capacity[net]
     rtt = 2 * sum(plain.latency[i] for i in topo.route(0, 3))
     w = np.ceil(plain.capacity[net] * rtt / 4096) + 1
-    assert np.allclose(ratio, [(1 - 1e-3) / (1 + (x - 1) * 1e-3) for x in w])
+    r = RTO_S * plain.capacity[net] / 4096  # the timeout in packet times at each link's rate
+    assert np.allclose(ratio, [(1 - 1e-3) / (1 + (x - 1) * 1e-3 + 2e-6 * y) for x, y in zip(w, r)])
     assert np.array_equal(lossy.capacity[~net], plain.capacity[~net])
     times = [_time(_tiny(Network(lossless=False, loss_rate=p)), [(0, 2)]).time_s
              for p in (0.0, 1e-4, 1e-3, 1e-2)]
     assert times == sorted(times) and times[-1] > times[0] * 1.2
+
+
+def _gbn_timeout_sender(p, w, r, losses=20_000, seed=2):
+    """A go-back-N sender on an RC QP, in packet times: a loss wastes its slot and the w-1
+    sent before the receiver's one NAK comes back; a lost NAK, or each loss of the resent
+    packet (the receiver does not NAK twice), costs a timeout of r instead."""
+    rng = np.random.default_rng(seed)
+    good = rng.geometric(p, losses) - 1  # delivered before each loss
+    t = float(good.sum()) + losses
+    nak_lost = rng.random(losses) < p
+    t += float(np.where(nak_lost, r, w - 1).sum())
+    t += r * float((rng.geometric(1 - p, losses) - 1).sum())  # resent head lost again
+    return float(good.sum()) / t
+
+
+@pytest.mark.parametrize("p,w,r", [(1e-3, 61, 1e5), (1e-2, 20, 1e3), (1e-2, 61, 5e4)])
+def test_go_back_n_with_timeouts_matches_a_simulated_sender(p, w, r):
+    assert goodput(p, w, r) == pytest.approx(_gbn_timeout_sender(p, w, r), rel=0.05)
+    assert goodput(p, w, r) < goodput(p, w)
+
+
+def test_lossy_roce_collapses_at_percent_loss_in_both_models():
+    # NCCL's QP timeout (NCCL_IB_TIMEOUT 20: ~4.3 s) makes every lost NAK or resent packet
+    # a multi-second stall: at 1% loss the wire carries well under 1% goodput, in the
+    # analytic and the flow model alike (one capacity), on a contended (hashed) ring
+    assert RTO_S == pytest.approx(4.096e-6 * 2 ** 20)
+    kw = dict(algorithm="ring", protocol="simple")
+    t = {}
+    for p in (0.0, 1e-5, 1e-2):
+        net = Network(routing="ecmp", lossless=p == 0.0, loss_rate=p)
+        topo = build_topology("dgx-h100", nodes=4, nic="roce-400g", fabric="rail-2tier",
+                              leaf_ports=2, placement="spread", network=net)
+        a = predict("all_reduce", 64 << 20, topo, **kw).time_s
+        f = predict("all_reduce", 64 << 20, topo, model="flow", **kw).time_s
+        assert abs(f / a - 1) <= 0.15
+        t[p] = a
+    assert t[1e-5] < t[0.0] * 1.1  # a clean lossy fabric is fine
+    assert t[1e-2] > t[0.0] * 20  # collapse: under 5% of lossless
 
 
 def test_pfc_without_cc_holds_a_victim_to_the_incast_rate():

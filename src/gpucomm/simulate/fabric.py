@@ -25,21 +25,18 @@ messages the coupling is the same over a few messages).
   ftree's D-mod-k); every QP and connection to that NIC follows it (L = 1). On a two-leaf
   rail no two flows into one leaf share a spine; with more leaves, flows to the same place
   under different leaves do.
-- adaptive (InfiniBand AR): switches send each packet to the least loaded tied port. For tied
-  paths of equal capacity (ECMP ties are equal by construction) the fluid limit is the even
-  split, so it is routed as spray. Known to be wrong: AR reacts to load from other jobs and
-  to asymmetric failures, which a split fixed per flow does not; AR and spraying reorder
-  packets, which needs NIC support (not modelled: assumed present). Hence both reach ~100%
-  of a never-colliding fabric where 77-95% is published (benchmarks/fabric_ecmp.py).
+- flowlet (adaptive routing where the NIC cannot reorder: a queue pair moves only between
+  flowlets, and an NCCL queue pair streaming a collective is one): L = connections x
+  qps_per_connection units, each placed once on the tied path whose up-port carries the
+  fewest units so far (fabric_ar.py).
+- adaptive (InfiniBand AR; per-packet adaptive routing with a NIC that reorders, as
+  Spectrum-X's): each packet goes to the least loaded tied port; for tied paths of equal
+  capacity the fluid limit is the even split, so it is routed as spray (other jobs' load:
+  `_background`). What keeps published adaptive routing under it (queueing, reaction time,
+  transport overheads) is below a fluid model's resolution (benchmarks/fabric_ecmp.py).
 
-**Lossy RoCE: go-back-N goodput.** Without PFC a RoCE NIC (ConnectX before selective repeat)
-answers a lost packet by resending everything after it: W packets, the window in flight
-(bandwidth x round trip / MTU). With independent losses of probability p per packet the
-fraction of the wire that is goodput is (1 - p) / (1 + (W - 1) p) (Bertsekas & Gallager,
-Data Networks, go-back-N efficiency; the collapse of RoCE under loss is measured in Mittal
-et al., "Revisiting Network Support for RDMA", SIGCOMM 2018). It scales every network link.
-Wrong when losses come in bursts (one rollback covers a burst: pessimistic), with selective
-repeat (ConnectX-6 Dx+, IRN: close to 1 - p), and when p·W nears 1 (timeouts dominate).
+**Lossy RoCE: go-back-N goodput with retransmission timeouts** (fabric_loss.py) scales every
+network link's capacity, so the analytic and flow models carry the same collapse.
 
 **Lossless: PFC pauses and their spreading (cc="none").** Flows converging on one port
 (incast) get their max-min share of it. PFC keeps the excess from being dropped by pausing the
@@ -75,8 +72,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError
 from ..topology.routing import lane_key, mix
+from .fabric_ar import flowlet_paths
+from .fabric_loss import RTO_S, goodput
 
 if TYPE_CHECKING:
     from ..topology import Topology
@@ -98,18 +96,6 @@ _NET = 2  # paths.NET: the link class of NIC and switch links
 _NET_KINDS = ("nic", "switch")
 
 
-def goodput(loss_rate: float, window_packets: float) -> float:
-    """Go-back-N goodput fraction: (1 - p) / (1 + (W - 1) p).
-
-        >>> round(goodput(1e-3, 61), 4)
-        0.9425
-    """
-    p, w = float(loss_rate), max(float(window_packets), 1.0)
-    if not 0.0 <= p < 1.0:
-        raise ConfigError(f"loss_rate {p!r} must be in [0, 1)")
-    return (1.0 - p) / (1.0 + (w - 1.0) * p)
-
-
 def recovery_s() -> float:
     """Seconds of lost full rate per unit of rate regained under DCQCN fast recovery."""
     return DCQCN_TIMER_S * 2.0 * (1.0 - 2.0 ** -DCQCN_FAST_RECOVERY)
@@ -128,7 +114,7 @@ class FabricPolicy:
         self.topo: Topology = paths.topo
         router = self.topo.router
         self.router = router
-        if network.routing == "ecmp":
+        if network.routing in ("ecmp", "flowlet"):
             # NCCL opens several connections to a network peer (each its own QPs, hashed on
             # their own); a schedule op stands for all of them
             self.connections = network.connections or CONNECTIONS_PER_PEER
@@ -157,8 +143,9 @@ class FabricPolicy:
     def capacity(self, capacity: Floats, link_class: npt.NDArray[np.signedinteger[Any]],
                  latency: Floats) -> Floats:
         """Payload capacity of each link: what other jobs leave of the switch-to-switch
-        cables (background), then network links lose go-back-N retransmissions on a lossy
-        fabric (window = capacity x base round trip / MTU)."""
+        cables (background), then network links lose go-back-N retransmissions and timeouts
+        on a lossy fabric (window = capacity x base round trip / MTU, the timeout RTO_S in
+        packet times at the link's rate)."""
         capacity = self._background(capacity)
         if self.net.lossless or self.net.loss_rate == 0:
             return capacity
@@ -167,7 +154,8 @@ class FabricPolicy:
         net = link_class == _NET
         for i in np.flatnonzero(net):
             w = np.ceil(capacity[i] * rtt / self.net.mtu) + 1
-            out[i] = capacity[i] * goodput(self.net.loss_rate, w)
+            rto = RTO_S * capacity[i] / self.net.mtu
+            out[i] = capacity[i] * goodput(self.net.loss_rate, w, rto)
         return out
 
     def _background(self, capacity: Floats) -> Floats:
@@ -212,9 +200,16 @@ class FabricPolicy:
         if L == 1 and not len(idx):
             return single
         blocks = [single.copy() for _ in range(L)]
+        placed = None
+        if self.net.routing == "flowlet" and len(idx):  # each unit on one path (fabric_ar)
+            placed = flowlet_paths(self.router, np.asarray(gs, dtype=np.int64),
+                                   np.asarray(gd, dtype=np.int64), L, self.net.seed)
         for j in range(L):
             if len(idx):
-                lane = self._lane(gs, gd, channel, j)
+                lane = self._lane(gs, gd, channel, j) if placed is None else \
+                    np.asarray(self.router.route_matrix(gs, gd, channel,
+                                                        key=lane_key(placed[:, j])),
+                               dtype=np.int32)
                 w = max(blocks[j].shape[1], lane.shape[1])
                 blocks[j] = _widen(blocks[j], w)
                 blocks[j][idx] = _widen(lane, w)

@@ -30,7 +30,7 @@ from ..errors import ConfigError, TopologyError
 from ..hardware import get_link_tech
 from .model import Device, Link
 
-ROUTINGS = ("auto", "static", "ecmp", "adaptive", "spray")
+ROUTINGS = ("auto", "static", "ecmp", "flowlet", "adaptive", "spray")
 # What each NIC technology gets when no routing is named:
 # - InfiniBand: its subnet manager's static routing. OpenSM's and UFM's routing engines
 #   (minhop, updn, ftree; NVIDIA UFM Enterprise User Manual, "Network Management": routing
@@ -56,6 +56,8 @@ class Network:
     else ecmp), "static" (an InfiniBand subnet manager's destination-based tables: every flow
     to one NIC takes the up-port its destination's place under its leaf picks, D-mod-k),
     "ecmp" (a switch hashes each flow, one queue pair, onto one of the tied paths),
+    "flowlet" (adaptive routing in flowlets, for NICs that cannot reorder: each queue pair
+    placed once on the least loaded up-port; simulate/fabric_ar.py),
     "adaptive" (InfiniBand adaptive routing: packets go to the least loaded port) or "spray"
     (per-packet spraying over every path, as Spectrum-X). qps_per_connection: queue pairs per
     NCCL connection (NCCL_IB_QPS_PER_CONNECTION); the connection's data is split over them.

@@ -1,0 +1,76 @@
+"""Adaptive routing at flow granularity: where a unit that must stay on one path goes, given
+the load the deciding switch sees.
+
+Adaptive routing moves traffic to the least loaded of the tied up-ports, but only in units
+the receiver can take out of order. Per packet (InfiniBand AR with ConnectX NICs placing
+out-of-order RDMA writes, which NCCL arranges by sending data and its completion separately,
+NCCL_IB_ADAPTIVE_ROUTING / NCCL_IB_AR_THRESHOLD in src/transport/net_ib.cc; Spectrum-X with
+the SuperNIC's direct data placement) the fluid limit is the even split over the paths, the
+`adaptive` and `spray` routings of fabric.py. A NIC that delivers in order only (RoCE on a
+NIC without reordering, the common Ethernet case) lets the switch move a flow only between
+flowlets: bursts separated by an idle gap longer than the delay difference of the paths, so
+the packets of one burst stay in order (Kandula et al., "Dynamic Load Balancing Without
+Packet Reordering" (FLARE), CCR 2007; Alizadeh et al., CONGA, SIGCOMM 2014: flowlet
+switching on the least congested uplink; Vanini et al., LetFlow, NSDI 2017). A queue pair
+streaming a collective's steps back to back never idles that long, so it is one flowlet:
+the `flowlet` routing places each unit (a queue pair of an NCCL connection, as ECMP's units)
+once, on the tied path whose up-port at the source leaf carries the least of the job's
+units placed before it (the switch sees its own egress queues). Decisions are taken one
+unit at a time in a seeded order (a switch decides on packets one at a time).
+
+What it shows: on a leaf whose up-ports reach every destination leaf through distinct spines
+(one source leaf per destination, as a two-leaf rail) the least-loaded choice at the source
+balances the down-links too, so it reaches the even split; with many leaves the down-links
+into a leaf gather units that different source leaves placed without seeing each other
+(Geoffray & Hoefler, HOTI 2008: adaptive routing 100% of the full bisection at small node
+counts, 77% at 512). Wrong: the queue a switch sees also grows when a downstream port pushes
+back (InfiniBand credits, PFC pauses), which moves later flowlets away from congested
+down-links (a path view, better than modelled); other jobs' load is not in the view; the
+units of one op are taken to move at one rate (fabric.py).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ..topology.routing import Router
+
+Ints = npt.NDArray[np.int64]
+
+
+def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> Ints:
+    """Per op (NIC-owning ranks gs -> gd) and unit: the index of the tied leaf-to-leaf path
+    the unit is placed on (what `topology.routing.lane_key` selects), least loaded up-port
+    first, one unit at a time in an order drawn by `seed`."""
+    n = len(gs)
+    out = np.zeros((n, units), dtype=np.int64)
+    t = router._ensure_tables()
+    if t is None or not n:
+        return out
+    paths, count = t["sw"]
+    x0 = np.asarray(t["x"], dtype=np.int64)[gs]
+    y0 = np.asarray(t["y"], dtype=np.int64)[gd]
+    width = np.asarray(count, dtype=np.int64)[x0, y0]
+    ups: Any = paths[x0, y0, :, 0]  # (ops, alternatives): each path's up-port cable
+    last = np.maximum((paths[x0, y0] >= 0).sum(axis=-1) - 1, 0)
+    downs: Any = np.take_along_axis(paths[x0, y0], last[..., None], axis=-1)[..., 0]
+    load: dict[int, int] = {}
+    rng = np.random.default_rng([seed, 0xF1])
+    order = rng.permutation(n * units)
+    ties = rng.random((n * units, max(int(width.max(initial=1)), 1)))
+    for k in order.tolist():
+        i, j = divmod(k, units)
+        w = int(width[i])
+        if w <= 1:
+            continue
+        up, down = ups[i, :w].tolist(), downs[i, :w].tolist()
+        used = [max(load.get(u, 0), load.get(d, 0)) + ties[k, a]
+                for a, (u, d) in enumerate(zip(up, down))]
+        a = int(np.argmin(used))
+        out[i, j] = a
+        load[up[a]] = load.get(up[a], 0) + 1
+        load[down[a]] = load.get(down[a], 0) + 1
+    return out
