@@ -229,3 +229,21 @@ def test_torchtitan_pipeline_runs_as_many_microbatches_as_stages():
     # the added runs are held out and named as such
     added = [c for c in pv.cases() if c[0] in pv.ADDED]
     assert len(added) >= 16 and all(c[6] for c in added)
+
+
+def test_torchtitan_keeps_fsdp_weights_gathered_over_a_pipelined_step():
+    from gpucomm.workloads.compute import fsdp_unsharded_over_step
+    m = get_model("llama3-405b")
+    lay = Layout(tp=8, pp=8, dp=8, zero=3, seq=8192, micro_batch=4, global_batch=256,
+                 recompute="full", framework="torchtitan-compile")
+    mega = lay.with_(framework="megatron")
+    assert fsdp_unsharded_over_step(lay) and not fsdp_unsharded_over_step(mega)
+    assert not fsdp_unsharded_over_step(lay.with_(pp=1, dp=64))
+    ours, theirs = memory_per_gpu(m, lay), memory_per_gpu(m, mega)
+    # the whole stage's bf16 weights and fp32 gradients, not one FSDP unit and a shard
+    assert ours.weights > 4 * theirs.weights and ours.gradients > 4 * theirs.gradients
+    gathers = [c for c in training_comms(m, lay) if c.kind == "DP" and
+               c.collective == "all_gather"]
+    assert gathers and all(c.per == "step" and c.phase == "fwd" for c in gathers)
+    assert {c.per for c in training_comms(m, mega) if c.collective == "all_gather"
+            and c.kind == "DP"} == {"microbatch"}

@@ -53,6 +53,13 @@ OPTIMIZER_BYTES = 12  # fp32 master copy + Adam m and v
 HBM_EFFICIENCY = 0.85  # STREAM-like kernels on A100/H100 reach 80-90% of the data-sheet figure
 
 
+def fsdp_unsharded_over_step(lay: Layout) -> bool:
+    """ZeRO-3 under a pipeline whose framework keeps each stage's weights gathered and its
+    gradients unsharded from the first microbatch to the last (torchtitan with PP)."""
+    return lay.mode == "train" and lay.zero == 3 and lay.pp > 1 \
+        and get_framework(lay.framework).pp_fsdp_unsharded
+
+
 def kernels(gpu, framework: str = "megatron") -> Kernels:
     """The kernel rates of `gpu`'s class under `framework` (data/frameworks/*.yaml)."""
     return get_framework(framework).kernels_for(gpu)
@@ -414,7 +421,11 @@ def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
         opt = (OPTIMIZER_BYTES + (GRAD_BYTES if gbytes < GRAD_BYTES else 0)) \
             * _shard(lay, dense, expert, 1)
         grads = gbytes * _shard(lay, dense, expert, 2)
-        if lay.zero == 3:  # weights sharded; one layer (FSDP unit) gathered, the next prefetched
+        if fsdp_unsharded_over_step(lay):  # the stage's weights gathered all step, its
+            # gradients accumulated unsharded (the sharded copies are in the optimizer's 12)
+            grads = gbytes * (dense + expert)
+        elif lay.zero == 3:  # weights sharded; one layer (FSDP unit) gathered, the next
+            # prefetched
             d, e = layer_params_per_gpu(model, lay)
             weights = WEIGHT_BYTES * (_shard(lay, dense, expert, 3) + 2 * (d + e))
     tokens = lay.batch * lay.seq / lay.cp  # tokens one GPU's sequence shard holds
