@@ -197,3 +197,53 @@ def test_expert_tp_separate_from_attention_tp():
     assert tp_calls * 2 == sum(c.count for c in training_comms(m, same) if c.kind == "TP")
     # default etp = tp keeps Megatron's "ep inside dp" placement
     assert group_ranks(same, "ep", 0) == (0, 4) and group_ranks(same, "edp", 0) == (0,)
+
+
+def test_moe_token_copies_cost_hbm_time_forward_and_backward():
+    from gpucomm.workloads.compute import moe_permute_elements
+    m, h = get_model("deepseek-v3"), get_model("deepseek-v3").hidden
+    one = Layout(ep=256, dp=256, seq=4096)  # one expert per rank: no local sort
+    many = one.with_(ep=8)  # 32 experts per rank: received chunks sorted and unsorted
+    assert moe_permute_elements(m, one) == 2 * h + 2 * 8 * h
+    assert moe_permute_elements(m, many) == 2 * h + 6 * 8 * h
+    assert moe_permute_elements(get_model("llama3-8b"), one) == 0
+    t = layer_times(m, many, H100, 1, 4096)
+    hbm = H100.hbm_bandwidth_Bps * 0.85
+    assert t.permute_s == pytest.approx(moe_permute_elements(m, many) * 2 * 4096 / hbm)
+    # counted once in forward and once in backward (the gradients take the reverse trip)
+    assert t.forward_s == pytest.approx(t.gemm_s + t.attention_s + t.elementwise_s
+                                        + t.cast_fwd_s + t.permute_s)
+    assert t.backward_s() == pytest.approx(2 * t.gemm_s + t.attention_bwd_factor
+                                           * t.attention_s + 2 * t.elementwise_s
+                                           + t.cast_bwd_s + t.permute_s)
+    assert layer_times(m, one, H100, 1, 4096).permute_s < t.permute_s
+
+
+def test_torchtitan_pipeline_runs_as_many_microbatches_as_stages():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import planner_validation as pv
+    # Table 5: local batch 32 over 8 pipeline ranks -> 8 microbatches of 4 sequences
+    t5 = [c for c in pv.cases() if c[0] == pv.TITAN and c[1] == "llama3-405b"][0][4]
+    assert t5[t5.index("--micro-batch") + 1] == "4" and t5[t5.index("--pp") + 1] == "8"
+    assert t5[t5.index("--global-batch") + 1] == "256"
+    # the added runs are held out and named as such
+    added = [c for c in pv.cases() if c[0] in pv.ADDED]
+    assert len(added) >= 16 and all(c[6] for c in added)
+
+
+def test_torchtitan_keeps_fsdp_weights_gathered_over_a_pipelined_step():
+    from gpucomm.workloads.compute import fsdp_unsharded_over_step
+    m = get_model("llama3-405b")
+    lay = Layout(tp=8, pp=8, dp=8, zero=3, seq=8192, micro_batch=4, global_batch=256,
+                 recompute="full", framework="torchtitan-compile")
+    mega = lay.with_(framework="megatron")
+    assert fsdp_unsharded_over_step(lay) and not fsdp_unsharded_over_step(mega)
+    assert not fsdp_unsharded_over_step(lay.with_(pp=1, dp=64))
+    ours, theirs = memory_per_gpu(m, lay), memory_per_gpu(m, mega)
+    # the whole stage's bf16 weights and fp32 gradients, not one FSDP unit and a shard
+    assert ours.weights > 4 * theirs.weights and ours.gradients > 4 * theirs.gradients
+    gathers = [c for c in training_comms(m, lay) if c.kind == "DP" and
+               c.collective == "all_gather"]
+    assert gathers and all(c.per == "step" and c.phase == "fwd" for c in gathers)
+    assert {c.per for c in training_comms(m, mega) if c.collective == "all_gather"
+            and c.kind == "DP"} == {"microbatch"}

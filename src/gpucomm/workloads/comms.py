@@ -25,9 +25,10 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
 - DP: gradients reduced once per step, in buckets of max(40M, 1M*dp) elements (Megatron-core's
   default): all-reduce (ZeRO-0), or reduce-scatter of gradients + all-gather of updated bf16
   parameters (ZeRO-1/2, same volume). ZeRO-3/FSDP all-gathers each layer's parameters in
-  forward and again in backward for every microbatch, and reduce-scatters gradients once;
-  with fp8 per-tensor recipes under torchtitan (torchao float8 + FSDP2) the gathered weights
-  are fp8, half the bytes.
+  forward and again in backward for every microbatch, and reduce-scatters gradients once
+  (under a pipeline, frameworks with `pp_fsdp_unsharded` (torchtitan) gather each layer once
+  per step and keep it); with fp8 per-tensor recipes under torchtitan (torchao float8 +
+  FSDP2) the gathered weights are fp8, half the bytes.
   The group is dp x cp: context-parallel ranks hold the same weights and their gradients
   are reduced with the data-parallel ones (Megatron-core's data-parallel group with context
   parallelism; torchtitan shards FSDP over dp_shard x cp), so a dp=1 run with cp>1 still
@@ -43,8 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .compute import BF16, COMM_GRAD_BYTES, grad_bytes, kv_heads_per_gpu, layer_params_per_gpu, \
-    stage_params_per_gpu
+from .compute import BF16, COMM_GRAD_BYTES, fsdp_unsharded_over_step, grad_bytes, \
+    kv_heads_per_gpu, layer_params_per_gpu, stage_params_per_gpu
 from .frameworks import fp8_recipe, get_framework
 from .layout import Layout, layers_per_stage
 from .models import ModelConfig
@@ -192,10 +193,14 @@ def _dp_comms(model: ModelConfig, lay: Layout) -> list[Comm]:
             d, e = layer_params_per_gpu(model, lay)
             layer_bytes = int(_gather_bytes(lay) * (d if label == "dense" else e))
             n = layers_per_stage(model, lay)
-            out.append(Comm("DP", "all_gather", layer_bytes, n, group, "fwd", "microbatch",
-                            f"FSDP gather of {label} layer weights"))
-            out.append(Comm("DP", "all_gather", layer_bytes, n, group, "bwd", "microbatch",
-                            f"FSDP re-gather of {label} layer weights"))
+            if fsdp_unsharded_over_step(lay):  # gathered once, kept for the whole step
+                out.append(Comm("DP", "all_gather", layer_bytes, n, group, "fwd", "step",
+                                f"FSDP gather of {label} layer weights, once per step"))
+            else:
+                out.append(Comm("DP", "all_gather", layer_bytes, n, group, "fwd", "microbatch",
+                                f"FSDP gather of {label} layer weights"))
+                out.append(Comm("DP", "all_gather", layer_bytes, n, group, "bwd", "microbatch",
+                                f"FSDP re-gather of {label} layer weights"))
             out += _bucketed("DP", "reduce_scatter", gbytes, max(layer_bytes, 1), group,
                              f"FSDP reduce-scatter of {label} gradients")
             continue

@@ -53,6 +53,13 @@ OPTIMIZER_BYTES = 12  # fp32 master copy + Adam m and v
 HBM_EFFICIENCY = 0.85  # STREAM-like kernels on A100/H100 reach 80-90% of the data-sheet figure
 
 
+def fsdp_unsharded_over_step(lay: Layout) -> bool:
+    """ZeRO-3 under a pipeline whose framework keeps each stage's weights gathered and its
+    gradients unsharded from the first microbatch to the last (torchtitan with PP)."""
+    return lay.mode == "train" and lay.zero == 3 and lay.pp > 1 \
+        and get_framework(lay.framework).pp_fsdp_unsharded
+
+
 def kernels(gpu, framework: str = "megatron") -> Kernels:
     """The kernel rates of `gpu`'s class under `framework` (data/frameworks/*.yaml)."""
     return get_framework(framework).kernels_for(gpu)
@@ -154,14 +161,16 @@ class LayerTimes:
     cast_bwd_s: float = 0.0  # fp8: quantizing the output gradients
     selective_s: float = -1.0  # what --recompute selective re-runs (-1: the attention core)
     modules_s: float = 0.0  # what recompute_modules re-run in backward
+    permute_s: float = 0.0  # MoE: routed token copies into and out of expert order
 
     @property
     def forward_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s + self.cast_fwd_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.cast_fwd_s \
+            + self.permute_s
 
     def backward_s(self) -> float:
         return 2 * self.gemm_s + self.attention_bwd_factor * self.attention_s \
-            + 2 * self.elementwise_s + self.cast_bwd_s
+            + 2 * self.elementwise_s + self.cast_bwd_s + self.permute_s
 
     def recompute_s(self, recompute: str) -> float:
         selective = self.attention_s if self.selective_s < 0 else self.selective_s
@@ -251,7 +260,25 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
         "moe": (2 * tokens * n_routed * model.expert_params / t / rate
                 + mlp * per_elem) if model.moe else 0.0}
     modules = sum(module_s[m] for m in set(lay.recompute_modules))
-    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b, selective, modules)
+    permute = moe_permute_elements(model, lay) * BF16 * tokens / hbm
+    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b, selective, modules, permute)
+
+
+def moe_permute_elements(model: ModelConfig, lay: Layout) -> float:
+    """bf16 elements per token one MoE layer moves through HBM to put its routed copies in
+    expert order and back (forward; the backward moves their gradients the same way), as
+    Megatron-core's all-to-all token dispatcher does (transformer/moe/token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher): `permute` reads each token and writes its top_k copies
+    before the dispatch all-to-all, `unpermute` reads the copies and writes their
+    probability-weighted sum after the combine, and a rank holding several experts sorts the
+    received chunks into local-expert order and back (`sort_chunks_by_idxs`, a read and a
+    write of every copy each way). Fused kernels (moe_permute_fusion) still make these
+    passes; what they save is the index bookkeeping."""
+    if not model.moe:
+        return 0.0
+    copies = model.top_k * lay.moe_imbalance * model.hidden
+    local_experts = model.experts / lay.ep
+    return 2 * model.hidden + 2 * copies + (4 * copies if local_experts > 1 else 0.0)
 
 
 # -- parameters per GPU --------------------------------------------------------------------
@@ -394,7 +421,11 @@ def memory_per_gpu(model: ModelConfig, lay: Layout) -> Memory:
         opt = (OPTIMIZER_BYTES + (GRAD_BYTES if gbytes < GRAD_BYTES else 0)) \
             * _shard(lay, dense, expert, 1)
         grads = gbytes * _shard(lay, dense, expert, 2)
-        if lay.zero == 3:  # weights sharded; one layer (FSDP unit) gathered, the next prefetched
+        if fsdp_unsharded_over_step(lay):  # the stage's weights gathered all step, its
+            # gradients accumulated unsharded (the sharded copies are in the optimizer's 12)
+            grads = gbytes * (dense + expert)
+        elif lay.zero == 3:  # weights sharded; one layer (FSDP unit) gathered, the next
+            # prefetched
             d, e = layer_params_per_gpu(model, lay)
             weights = WEIGHT_BYTES * (_shard(lay, dense, expert, 3) + 2 * (d + e))
     tokens = lay.batch * lay.seq / lay.cp  # tokens one GPU's sequence shard holds

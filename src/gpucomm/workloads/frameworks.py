@@ -58,6 +58,8 @@ class Framework:
     grad_bytes: int = 4  # gradient element width kept and reduced
     selective: str = "attention"  # what --recompute selective keeps: "attention" (Korthikanti
     # et al.: the attention core re-run) or "op" (torchtitan per-op SAC)
+    pp_fsdp_unsharded: bool = False  # with PP, FSDP keeps the stage's weights gathered and
+    # accumulates unsharded gradients for the whole step (one gather, one reduce-scatter)
 
     def kernels_for(self, gpu) -> Kernels:
         sm = getattr(gpu, "sm", "")
@@ -100,7 +102,8 @@ def _framework(d: dict, where: str) -> Framework:
                      {k: bool(ov[k]["default"]) for k in OVERLAP_KEYS},
                      {k: ov[k]["source"] for k in OVERLAP_KEYS}, kern,
                      int(_choice(d, "grad_bytes", (4, 2), where)),
-                     _choice(d, "selective", ("attention", "op"), where))
+                     _choice(d, "selective", ("attention", "op"), where),
+                     bool(_choice(d, "pp_fsdp_unsharded", (False, True), where)))
 
 
 def _choice(d: dict, key: str, allowed: tuple, where: str) -> str:
