@@ -13,7 +13,7 @@ from ..dtypes import DTypeLike, get_dtype
 from ..errors import ConfigError
 from . import analytic, flow, symmetry
 from .paths import PathTable
-from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol
+from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, with_plugin_latency
 from .result import LinkBusy, SimResult, TimelineRecord
 from .steps import StepCoster
 
@@ -104,6 +104,8 @@ def simulate(schedule: Schedule, topology: Topology, nbytes: int | str, *,
         protos = [get_protocol(p, gen, nodes) for p in PROTOCOLS]
     else:
         protos = [get_protocol(protocol, gen, nodes)]
+    if nodes > 1 and not isinstance(protocol, Protocol):  # a given Protocol value is as given
+        protos = [with_plugin_latency(p, topology) for p in protos]
     swept = model == "analytic" and not trace and lay.size in _SWEEP["sizes"]
     results = (
         _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) if swept

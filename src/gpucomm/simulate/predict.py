@@ -33,7 +33,8 @@ from ..dtypes import DTypeLike, parse_size
 from ..errors import ConfigError
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
-from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol
+from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
+                       with_plugin_latency)
 from . import nccl, p2p, ranking, shm, versions
 from .paths import NVLINK, PathTable
 from .result import SimResult
@@ -323,9 +324,10 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
-        timing = ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
-                               float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
-                               nccl.net_hop_floor(topology, placement, proto, paths))
+        timing = with_plugin_latency(
+            ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
+                          float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
+                          nccl.net_hop_floor(topology, placement, proto, paths)), topology)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop)
     channels = int(sched.channels * lanes)
