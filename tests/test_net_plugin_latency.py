@@ -73,3 +73,15 @@ def test_one_node_never_pays_it():
     ib = build_topology("dgx-a100")
     assert predict("all_reduce", 8, one).time_s == pytest.approx(predict("all_reduce", 8,
                                                                           ib).time_s)
+
+
+def test_ll128_off_across_nodes_when_the_nic_sits_behind_the_host():
+    """tuning.cc enables LL128 only for typeInter <= PATH_PXB (PXN on Hopper+): Polaris's
+    Slingshot NICs hang off the CPU's root ports (PHB), so NCCL keeps LL128 off across its
+    nodes; one node (NVLink only) and DGX nodes (NIC under the GPU's PCIe switch) keep it."""
+    polaris2 = build_topology("polaris", nodes=2)
+    chosen = {predict("all_reduce", 1 << k, polaris2).protocol for k in range(10, 27)}
+    assert "ll128" not in chosen
+    for allowed in (build_topology("polaris"), build_topology("dgx-a100", nodes=2)):
+        assert "ll128" in {predict("all_reduce", 1 << k, allowed).protocol
+                           for k in range(10, 27)}

@@ -31,6 +31,7 @@ from ..algorithms import Algorithm, algorithms, get_algorithm
 from ..collectives import Collective, get_collective, layout
 from ..dtypes import DTypeLike, parse_size
 from ..errors import ConfigError
+from ..hardware import get_link_tech
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
@@ -249,7 +250,36 @@ def _ll128_allowed(topology: Topology, placement: Ranks) -> bool:
     if not same.any():
         return True
     _, cls, _ = paths.properties(paths.routes(src[same], dst[same], 0))
+    if len(set(node.tolist())) > 1 and _nic_behind_host(topology, ring[0]):
+        return False
     return bool((cls == NVLINK).all())
+
+
+def _nic_behind_host(topology: Topology, rank: int) -> bool:
+    """Whether a GPU reaches every NIC of its node only through the host's PCIe root complex
+    (NCCL's path type PHB or worse), as on nodes whose NICs sit on CPU root ports. NCCL then
+    keeps LL128 off across nodes: tuning.cc enables it only for typeInter <= PATH_PXB (GPU and
+    NIC under one PCIe switch), or <= PATH_PXN on Hopper and newer (NCCL_LL128_C2C, which
+    also admits a GPU reaching the NIC over its C2C link to the CPU, PATH_P2C)."""
+    gpu = topology.rank_device(int(rank))
+    hopper_on = generation_of(topology) not in ("volta", "ampere")
+    adj: dict[str, list[tuple[str, str]]] = {}
+    for ln in topology.links:
+        adj.setdefault(ln.src, []).append((ln.dst, ln.tech))
+    kinds = {d.name: d.kind for d in topology.devices if d.node == gpu.node}
+    seen, todo = {gpu.name}, [gpu.name]
+    while todo:
+        here = todo.pop()
+        for nxt, tech in adj.get(here, ()):
+            kind = kinds.get(nxt)
+            if kind == "nic":
+                return False
+            c2c = kind == "cpu" and here == gpu.name and hopper_on and \
+                get_link_tech(tech).kind == "c2c"
+            if nxt not in seen and (kind == "pcie_switch" or c2c):
+                seen.add(nxt)
+                todo.append(nxt)
+    return True
 
 
 def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placement: Ranks,
