@@ -213,9 +213,7 @@ def evaluate(data, model="analytic", verbose=False, calibration=None):
 
 def _nccl_baseline(out, coll, size, topo, channels, factor, meas_t, meas_bus):
     """NCCL's own estimate of the same row (benchmarks/nccl_model.py), beside gpucomm's."""
-    efa = any(d.kind == "nic" and d.model.startswith("efa") for d in topo.devices)
-    est = nccl_model.estimate(coll, size, topo, channels,
-                              nccl_model.AWS_OFI_LATENCY_US if efa else 0.0)
+    est = nccl_model.estimate(coll, size, topo, channels, nccl_model.net_latency_us(topo))
     if est is None or size == 0:
         return
     t_us, algo, proto = est

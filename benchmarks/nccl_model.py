@@ -16,14 +16,14 @@ packs rings over all of them; PCIe boxes get their PCIe figure: the host path's 
 NCCL's search finds without peer-to-peer are not modelled), the node's NICs (catalog
 `nccl_GBps`), and the ring channel count gpucomm's model gives (what NCCL's search would
 find is not modelled). `net_latency_us` is the plugin's latency property (0 for NCCL's own
-IB/socket transports; AWS_OFI_LATENCY_US for EFA, as aws-ofi-nccl reports it).
+IB/socket transports; the catalog's plugin_latency_us, net_latency_us()).
 """
 from __future__ import annotations
 
 import math
 
 from gpucomm.collectives import get_collective
-from gpucomm.hardware import get_gpu, get_link_tech
+from gpucomm.hardware import get_gpu, get_link_tech, get_nic
 from gpucomm.simulate import constants as K
 from gpucomm.simulate.constants import TREE_CORRECTION
 
@@ -61,10 +61,15 @@ HW = {"nvlink": _hw(0, "nvlink", nvls=(0, 0, NVLS_US), nvls_tree=(0, 0, NVLS_US)
       "net": _hw(2, "net", nvls=(0, 0, 18), pat=(0, 0, 14.0),
                  nvls_tree=(0, 0, round(K.NVLSTREE_NET_LATENCY_S / K.US, 6)))}
 
-# aws-ofi-nccl's latency property for EFA instances (p4d, p4de, p5, p5e: 75 us; p3dn 150), which
-# NCCL adds to every inter-node step (aws/aws-ofi-nccl src/platform-aws.cpp platform table
-# `.latency`, set as props->latency; snapshot 2daf7d3).
-AWS_OFI_LATENCY_US = 75.0
+
+def net_latency_us(topo) -> float:
+    """The latency property the net plugin of the topology's NICs reports, which NCCL adds to
+    every inter-node step: the catalog's plugin_latency_us (aws-ofi-nccl's 75 us on p4d/p5 EFA,
+    src/platform-aws.cpp; 0 for NCCL's own IB and socket transports)."""
+    nic = next((d.model for d in topo.devices if d.kind == "nic" and d.model), None)
+    return get_nic(nic).plugin_latency_s * 1e6 if nic else 0.0
+
+
 NET_OVERHEAD_US = 1.0  # getNetOverhead: x86 Intel (2.0 on AMD CPUs; the tables rarely say)
 
 

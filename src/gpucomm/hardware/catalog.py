@@ -41,6 +41,9 @@ class LinkTech:
     links: int = 1                 # NVLink / xGMI: links per GPU; others 1
     unit_Bps: float = 0.0          # one link (NVLink) / one port; = bandwidth_Bps if not NVLink
     nccl_Bps: float | None = None  # what NCCL's topology model assumes (for comparison)
+    # NICs: the latency NCCL's net plugin reports (ncclNetProperties_t.latency), which NCCL's
+    # tuning adds to every step across nodes (simulate/protocol.py plugin_latency_s)
+    plugin_latency_s: float = 0.0
 
     @property
     def bidirectional_Bps(self) -> float:
@@ -114,8 +117,13 @@ def _link(name, e) -> LinkTech:
     if not e.get("source"):
         raise ConfigError(f"hardware catalog: {where} has no source")
     nccl = _num(e, "nccl_GBps", where) * 1e9 if "nccl_GBps" in e else None
+    plugin = _num(e, "plugin_latency_us", where) * 1e-6 if "plugin_latency_us" in e else 0.0
+    if plugin and e["kind"] not in NIC_KINDS:
+        raise ConfigError(f"hardware catalog: {where}: plugin_latency_us is a NIC's property; "
+                          f"kind {e['kind']!r} is not a NIC")
     return LinkTech(name, e["kind"], bw, _num(e, "efficiency", where),
-                    _num(e, "latency_us", where) * 1e-6, e["source"], links, unit, nccl)
+                    _num(e, "latency_us", where) * 1e-6, e["source"], links, unit, nccl,
+                    plugin)
 
 
 def _gpu(name, e) -> GPU:

@@ -31,10 +31,12 @@ from ..algorithms import Algorithm, algorithms, get_algorithm
 from ..collectives import Collective, get_collective, layout
 from ..dtypes import DTypeLike, parse_size
 from ..errors import ConfigError
+from ..hardware import get_link_tech
 from . import constants as K
 from .caches import PLACEMENTS_KEPT, per_placement, topology_memo
 from .core import SizeSweep, _placement, path_table, simulate
-from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol
+from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
+                       with_plugin_latency)
 from . import nccl, p2p, ranking, shm, versions
 from .paths import NVLINK, PathTable
 from .result import SimResult
@@ -248,7 +250,36 @@ def _ll128_allowed(topology: Topology, placement: Ranks) -> bool:
     if not same.any():
         return True
     _, cls, _ = paths.properties(paths.routes(src[same], dst[same], 0))
+    if len(set(node.tolist())) > 1 and _nic_behind_host(topology, ring[0]):
+        return False
     return bool((cls == NVLINK).all())
+
+
+def _nic_behind_host(topology: Topology, rank: int) -> bool:
+    """Whether a GPU reaches every NIC of its node only through the host's PCIe root complex
+    (NCCL's path type PHB or worse), as on nodes whose NICs sit on CPU root ports. NCCL then
+    keeps LL128 off across nodes: tuning.cc enables it only for typeInter <= PATH_PXB (GPU and
+    NIC under one PCIe switch), or <= PATH_PXN on Hopper and newer (NCCL_LL128_C2C, which
+    also admits a GPU reaching the NIC over its C2C link to the CPU, PATH_P2C)."""
+    gpu = topology.rank_device(int(rank))
+    hopper_on = generation_of(topology) not in ("volta", "ampere")
+    adj: dict[str, list[tuple[str, str]]] = {}
+    for ln in topology.links:
+        adj.setdefault(ln.src, []).append((ln.dst, ln.tech))
+    kinds = {d.name: d.kind for d in topology.devices if d.node == gpu.node}
+    seen, todo = {gpu.name}, [gpu.name]
+    while todo:
+        here = todo.pop()
+        for nxt, tech in adj.get(here, ()):
+            kind = kinds.get(nxt)
+            if kind == "nic":
+                return False
+            c2c = kind == "cpu" and here == gpu.name and hopper_on and \
+                get_link_tech(tech).kind == "c2c"
+            if nxt not in seen and (kind == "pcie_switch" or c2c):
+                seen.add(nxt)
+                todo.append(nxt)
+    return True
 
 
 def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placement: Ranks,
@@ -324,9 +355,10 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
-        timing = ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
-                               float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
-                               nccl.net_hop_floor(topology, placement, proto, paths))
+        timing = with_plugin_latency(
+            ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
+                          float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
+                          nccl.net_hop_floor(topology, placement, proto, paths)), topology)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop, sweep=sweep)
     channels = int(sched.channels * lanes)

@@ -134,6 +134,34 @@ def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
     return floor
 
 
+def plugin_latency_s(topology: Topology, proto_name: str) -> float:
+    """The latency the net plugin of this topology's NICs reports to NCCL (the catalog's
+    plugin_latency_us), as NCCL's tuning charges it to one step across nodes: NVIDIA/nccl
+    src/graph/tuning.cc ncclTopoTuneModel, `interLat += graphs[a]->latencyInter`, and once
+    more for Simple ("Also add the flush extra latency"), for every algorithm; latencyInter
+    is the NIC's `latency` property (src/graph/search.cc, from ncclNetProperties_t via
+    src/graph/topo.cc). 0 for NCCL's own IB and socket transports."""
+    model = _nic_model(topology)
+    if not model:
+        return 0.0
+    try:
+        from ..hardware import get_nic
+        latency = get_nic(model).plugin_latency_s
+    except Exception:  # not a catalog NIC: no plugin figure
+        return 0.0
+    return latency * (2.0 if proto_name == "simple" else 1.0)
+
+
+def with_plugin_latency(proto: Protocol, topology: Topology) -> Protocol:
+    """`proto` with the net plugin's latency (plugin_latency_s) added to its network hop: every
+    op that crosses nodes pays it, whatever the algorithm."""
+    extra = plugin_latency_s(topology, proto.name)
+    if extra <= 0:
+        return proto
+    hop = tuple(h + extra if c == "net" else h for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
+    return replace(proto, hop_latency_s=hop)
+
+
 def _nic_model(topology: Topology) -> str:
     """The model of the topology's first NIC with one (read by position: a cluster's devices
     are not all made)."""
