@@ -48,15 +48,38 @@ def test_tuner_channels_are_what_sim_reports(capsys):
                  "--format", "json"]) == 0
     rules = json.loads(capsys.readouterr().out)["rules"]
     names = {"allreduce": "all_reduce", "allgather": "all_gather"}
-    for coll in names:
-        assert main(["sim", "--collective", names[coll], "--system", "dgx-h100", "--nodes", "2",
-                     "-b", "1K", "-e", "256M", "-f", "4", "--format", "json"]) == 0
-        for row in json.loads(capsys.readouterr().out)["rows"]:
-            rule = next(r for r in rules if r["collective"] == coll and
-                        r["min_bytes"] <= row["size"] <= r["max_bytes"])
-            ch = int(re.search(r"(\d+)ch", row["reason"]).group(1))
-            assert (rule["algorithm"], rule["protocol"], rule["channels"]) == \
-                (row["algorithm"], row["protocol"], ch), row["size"]
+    rows = []
+    for coll in names:  # probe sizes (powers of 2) and sizes between them (3 x 2^k)
+        for first in ("1K", "3K"):
+            assert main(["sim", "--collective", names[coll], "--system", "dgx-h100", "--nodes",
+                         "2", "-b", first, "-e", "256M", "-f", "4", "--format", "json"]) == 0
+            rows += [(coll, row) for row in json.loads(capsys.readouterr().out)["rows"]]
+    for coll, row in rows:
+        rule = next(r for r in rules if r["collective"] == coll and
+                    r["min_bytes"] <= row["size"] <= r["max_bytes"])
+        ch = int(re.search(r"(\d+)ch", row["reason"]).group(1))
+        assert (rule["algorithm"], rule["protocol"], rule["channels"]) == \
+            (row["algorithm"], row["protocol"], ch), row["size"]
+
+
+def test_rule_boundaries_are_where_the_choice_switches_to_the_element():
+    """Bisection between the power-of-two probes: the last size of a rule (one float per
+    rank below the next rule's first) still gets the rule's choice, the next rule's first
+    size the next choice."""
+    from gpucomm.interop.tuner import TuneRequest, tune
+    from gpucomm.simulate import predict
+    from gpucomm.topology import build_topology
+    topo = build_topology("dgx-h100", nodes=2)
+    for coll, unit in (("all_reduce", 4), ("all_gather", 4 * 16)):
+        rules = tune(TuneRequest(topology=topo, collectives=(coll,), sub_communicators=False,
+                                 max_bytes=1 << 28))
+        assert len(rules) >= 2
+        for a, b in zip(rules, rules[1:]):
+            assert b["min_bytes"] % unit == 0 and a["max_bytes"] == b["min_bytes"] - 1
+            for size, rule in ((b["min_bytes"] - unit, a), (b["min_bytes"], b)):
+                res = predict(coll, size, topo)
+                assert (res.algorithm, res.protocol, res.timed.channels) == \
+                    (rule["algorithm"], rule["protocol"], rule["channels"]), (coll, size)
 
 
 def test_a_name_cannot_inject_a_rule_and_every_line_fits_the_plugin_buffer():

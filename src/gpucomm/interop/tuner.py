@@ -13,6 +13,7 @@ matching, so a -1 channel field leaves 1 channel, not NCCL's default.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,9 +80,12 @@ def _powers(n: int) -> list[int]:
 
 def tune(req: TuneRequest) -> list[dict]:
     """Rules, contiguous per communicator shape and collective from 0 to MAX_BYTES: sizes are
-    probed at powers of two, and each probe's choice covers the sizes from halfway below it
-    (log scale) on. The channels are those of the run that was timed (simulate.timed), so the
-    plugin sets what `gpucomm sim` reports; never -1, which that plugin turns into 1."""
+    probed at the first and last size of each octave (powers of two: where the cost models
+    step), and where two neighbours differ the size where the choice switches is found by
+    bisection to the element (of every rank), so a rule holds `sim`'s choice at the sizes
+    it covers, not only at the probes. The channels are those of the run that was timed
+    (simulate.timed), so the plugin sets what `gpucomm sim` reports; never -1, which that
+    plugin turns into 1."""
     for name in req.collectives:
         coll = get_collective(name)
         if coll.name not in NCCL_COLLECTIVES:
@@ -97,36 +101,55 @@ def tune(req: TuneRequest) -> list[dict]:
 def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int]) -> list[dict]:
     from ..simulate.core import SizeSweep
     unit = get_dtype(req.dtype).itemsize * coll.size_blocks(len(ranks))
-    probes, s = [], 1  # the smallest size every rank gets data of, and its multiples
+    # in units: the first and the last size of each octave (NCCL's and gpucomm's costs step
+    # at powers of two, e.g. treeCorrectionFactor by log2 size), bisected in between
+    probes, s = [], 1
     while s <= req.max_bytes:
         if s >= req.min_bytes:
-            probes.append(-(-s // unit) * unit)
+            probes += [-(-s // unit), max(1, -(-2 * s // unit) - 1)]
         s *= 2
     probes = sorted(set(probes))
     if not probes:
         raise ConfigError(f"no sizes between {req.min_bytes} and {req.max_bytes}")
-    choices = []
-    sweep = SizeSweep(probes)
-    for size in probes:
-        res = predict(coll, size, req.topology, ranks=ranks, dtype=req.dtype, model=req.model,
-                      sweep=sweep)
+
+    sweep = SizeSweep([n * unit for n in probes])
+
+    def choice(n_units: int) -> tuple[str, str, int]:
+        res = predict(coll, n_units * unit, req.topology, ranks=ranks, dtype=req.dtype,
+                      model=req.model, sweep=sweep)
         algo = NCCL_ALGORITHM.get(res.algorithm)
         if algo is None or res.timed is None:
-            raise ConfigError(f"{coll.name} at {size} B: the model chose {res.algorithm}, "
-                              "which NCCL does not have")
-        choices.append((algo, res.protocol, res.timed.channels))
-    rules, start = [], 0
-    for i, (size, choice) in enumerate(zip(probes, choices)):
-        last = i == len(probes) - 1
-        if last or choices[i + 1] != choice:
-            end = MAX_BYTES if last else (size + probes[i + 1]) // 2 - 1
-            algo, proto, ch = choice
-            rules.append({"collective": NCCL_COLLECTIVES[coll.name], "min_bytes": start,
-                          "max_bytes": end, "algorithm": algo, "protocol": proto,
-                          "channels": ch, "nNodes": nodes, "nRanks": len(ranks),
-                          "numPipeOps": -1, "regBuff": -1})
-            start = end + 1
+            raise ConfigError(f"{coll.name} at {n_units * unit} B: the model chose "
+                              f"{res.algorithm}, which NCCL does not have")
+        return algo, res.protocol, res.timed.channels
+
+    choices = [choice(n) for n in probes]
+    # (first unit, choice): each switch between two probes found exactly by bisection
+    starts = [(0, choices[0])]
+    for a, b, ca, cb in zip(probes, probes[1:], choices, choices[1:]):
+        starts += _switches(choice, a, ca, b, cb) if ca != cb else []
+    rules = []
+    for i, (first, (algo, proto, ch)) in enumerate(starts):
+        last = i == len(starts) - 1
+        rules.append({"collective": NCCL_COLLECTIVES[coll.name], "min_bytes": first * unit,
+                      "max_bytes": MAX_BYTES if last else starts[i + 1][0] * unit - 1,
+                      "algorithm": algo, "protocol": proto, "channels": ch, "nNodes": nodes,
+                      "nRanks": len(ranks), "numPipeOps": -1, "regBuff": -1})
     return rules
+
+
+def _switches(choice: Callable[[int], tuple], a: int, ca: tuple, b: int, cb: tuple
+              ) -> list[tuple[int, tuple]]:
+    """Where the choice changes in (a, b] (sizes in units; ca at a, cb at b, ca != cb): the
+    first unit of each new choice, by bisection (every switch a bisection meets)."""
+    if b - a == 1:
+        return [(b, cb)]
+    mid = (a + b) // 2
+    cm = choice(mid)
+    if cm == ca:
+        return _switches(choice, mid, cm, b, cb)
+    out = _switches(choice, a, ca, mid, cm)
+    return out + (_switches(choice, mid, cm, b, cb) if cm != cb else [])
 
 
 def comment_lines(text: str) -> list[str]:
