@@ -29,12 +29,12 @@ import numpy.typing as npt
 
 from ..errors import ConfigError
 from .caches import schedule_memo
+from .result import TimelineRecord
 from .steps import StepCoster, expand
 
 if TYPE_CHECKING:
     from ..schedule import Schedule, Step
     from .frontier import RingCurve
-    from .result import TimelineRecord
     from .steps import Pattern
 
 Floats = npt.NDArray[np.float64]
@@ -194,7 +194,8 @@ def _account(busy: Floats, pat: Pattern, nbytes: Bytes) -> None:
 
 def _records(si: int, st: Step, start: Floats, fin: Floats,
              nbytes: npt.NDArray[Any]) -> list[TimelineRecord]:
-    return [(si, int(s), int(d), int(c), int(ch), float(a), float(b), int(n))
+    return [TimelineRecord(step=si, src=int(s), dst=int(d), chunk=int(c), channel=int(ch),
+                           start_s=float(a), end_s=float(b), nbytes=int(n))
             for s, d, c, ch, a, b, n in zip(st.src, st.dst, st.dst_chunk, st.channel, start,
                                             fin, nbytes)]
 

@@ -301,7 +301,9 @@ def _flow_timeline(schedule: Schedule, times: tuple[Floats, Floats], bounds: Int
             continue
         nb = (bounds[st.src_chunk + st.nchunks] - bounds[st.src_chunk]) * itemsize
         for j in range(n):
-            out.append((si, int(st.src[j]), int(st.dst[j]), int(st.dst_chunk[j]),
-                        int(st.channel[j]), float(start[k + j]), float(end[k + j]), int(nb[j])))
+            out.append(TimelineRecord(step=si, src=int(st.src[j]), dst=int(st.dst[j]),
+                                      chunk=int(st.dst_chunk[j]), channel=int(st.channel[j]),
+                                      start_s=float(start[k + j]), end_s=float(end[k + j]),
+                                      nbytes=int(nb[j])))
         k += n
     return out
