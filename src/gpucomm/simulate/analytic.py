@@ -194,10 +194,10 @@ def _account(busy: Floats, pat: Pattern, nbytes: Bytes) -> None:
 
 def _records(si: int, st: Step, start: Floats, fin: Floats,
              nbytes: npt.NDArray[Any]) -> list[TimelineRecord]:
-    return [TimelineRecord(step=si, src=int(s), dst=int(d), chunk=int(c), channel=int(ch),
-                           start_s=float(a), end_s=float(b), nbytes=int(n))
-            for s, d, c, ch, a, b, n in zip(st.src, st.dst, st.dst_chunk, st.channel, start,
-                                            fin, nbytes)]
+    cols = zip(st.src.tolist(), st.dst.tolist(), st.dst_chunk.tolist(), st.channel.tolist(),
+               start.tolist(), fin.tolist(), nbytes.astype(np.int64).tolist())
+    return [TimelineRecord(step=si, src=s, dst=d, chunk=c, channel=ch, start_s=a, end_s=b,
+                           nbytes=n) for s, d, c, ch, a, b, n in cols]
 
 
 # ---- the ring frontier -------------------------------------------------------------------

@@ -300,10 +300,9 @@ def _flow_timeline(schedule: Schedule, times: tuple[Floats, Floats], bounds: Int
         if n == 0:
             continue
         nb = (bounds[st.src_chunk + st.nchunks] - bounds[st.src_chunk]) * itemsize
-        for j in range(n):
-            out.append(TimelineRecord(step=si, src=int(st.src[j]), dst=int(st.dst[j]),
-                                      chunk=int(st.dst_chunk[j]), channel=int(st.channel[j]),
-                                      start_s=float(start[k + j]), end_s=float(end[k + j]),
-                                      nbytes=int(nb[j])))
+        cols = zip(st.src.tolist(), st.dst.tolist(), st.dst_chunk.tolist(), st.channel.tolist(),
+                   start[k:k + n].tolist(), end[k:k + n].tolist(), nb.astype(np.int64).tolist())
+        out += [TimelineRecord(step=si, src=s, dst=d, chunk=c, channel=ch, start_s=a, end_s=b,
+                               nbytes=m) for s, d, c, ch, a, b, m in cols]
         k += n
     return out
