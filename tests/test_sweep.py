@@ -4,7 +4,8 @@ import json
 import pytest
 
 from gpucomm.cli import main
-from gpucomm.cli._grid import expand, run_grid
+from gpucomm.cli._grid import expand, run_point
+from gpucomm.grid import run_grid
 from gpucomm.errors import ConfigError
 
 SPEC = {"command": "sim",
@@ -68,7 +69,7 @@ def test_sweep_streams_a_line_per_point_and_resumes(tmp_path, capsys):
 def test_a_failing_point_is_a_line_with_its_error(tmp_path):
     _, points = expand({"command": "sim", "grid": {"nodes": [1], "algorithm": ["nope"]}})
     out = tmp_path / "r.jsonl"
-    stats = run_grid(points, out, workers=1)
+    stats = run_grid(points, out, run_point, workers=1)
     assert stats["errors"] == 1
     (line,) = _lines(out)
     assert "nope" in line["error"] and "result" not in line
@@ -77,8 +78,8 @@ def test_a_failing_point_is_a_line_with_its_error(tmp_path):
 def test_local_worker_processes_give_the_one_process_results(tmp_path):
     _, points = expand(SPEC)
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
-    run_grid(points, one, workers=1)
-    stats = run_grid(points, two, workers=2)     # forked workers, points in pairs
+    run_grid(points, one, run_point, workers=1)
+    stats = run_grid(points, two, run_point, workers=2)     # forked workers, points in pairs
     assert stats == {"total": 8, "skipped": 0, "ran": 8, "errors": 0}
     lines = _lines(two)
     assert sorted(x["key"] for x in lines) == sorted(p.key for p in points)
@@ -96,7 +97,7 @@ def test_a_point_refused_by_the_parser_stops_the_sweep_with_nothing_written(tmp_
     command, points = expand(spec, check=False)
     out = tmp_path / "r.jsonl"
     with pytest.raises(ConfigError, match=r"\-\-nodes"):
-        run_grid(points, out, workers=workers, check=point_checker(command))
+        run_grid(points, out, run_point, workers=workers, check=point_checker(command))
     assert not out.exists()
 
 
@@ -114,11 +115,11 @@ def test_points_run_on_a_local_dask_cluster_of_two_workers(tmp_path):
     distributed = pytest.importorskip("distributed")
     _, points = expand(SPEC)
     local = tmp_path / "local.jsonl"
-    run_grid(points, local, workers=1)
+    run_grid(points, local, run_point, workers=1)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
         remote = tmp_path / "dask.jsonl"
-        stats = run_grid(points, remote, cluster=cluster.scheduler_address)
+        stats = run_grid(points, remote, run_point, cluster=cluster.scheduler_address)
         assert stats == {"total": 8, "skipped": 0, "ran": 8, "errors": 0}
     by_key = {x["key"]: x["result"] for x in _lines(local)}
     assert {x["key"]: x["result"] for x in _lines(remote)} == by_key
@@ -128,7 +129,7 @@ def test_an_unreachable_cluster_is_one_error(tmp_path):
     pytest.importorskip("distributed")
     _, points = expand(SPEC)
     with pytest.raises(ConfigError, match="Dask scheduler"):
-        run_grid(points, tmp_path / "r.jsonl", cluster="tcp://127.0.0.1:9")
+        run_grid(points, tmp_path / "r.jsonl", run_point, cluster="tcp://127.0.0.1:9")
 
 
 class _Stream:

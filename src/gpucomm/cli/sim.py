@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..collectives import get_collective
 from ..dtypes import PREMULSUM, REDUCE_OPS, check_op, get_dtype
 from ..bench.table import NCCL_TYPE
@@ -90,13 +88,10 @@ def cmd_sim(args) -> int:
     params = _builder_params(args, coll)
     if args.seeds:
         return _seeded(args, coll, params, sizes)
-    from ..simulate.core import SizeSweep
-    results = []
-    sweep = SizeSweep(sizes)
+    from ..simulate.sweep import predict_sizes
     with Progress(len(sizes), "sizes") as bar:
-        for size in sizes:
-            results.append(_predict(args, coll, size, topo, params, sweep))
-            bar.advance(f"{size} B")
+        results = predict_sizes(coll, sizes, topo, **_options(args, coll, params),
+                                on_size=lambda size: bar.advance(f"{size} B"))
     if os.environ.get("GPUCOMM_SIM_TIMING"):  # benchmarks/sim_speed.py: where the time went
         print(f"gpucomm sim timing: topology {t1 - t0:.3f} s ({c1 - c0:.3f} CPU), prediction "
               f"{time.perf_counter() - t1:.3f} s ({time.process_time() - c1:.3f} CPU)",
@@ -182,14 +177,12 @@ def _json_text(doc) -> str:
     return buf.getvalue()
 
 
-def _predict(args, coll, size, topo, params, sweep=None):
-    from ..simulate import predict
-    return predict(coll, size, topo, algorithm=args.algorithm, dtype=args.datatype,
-                   model=args.model, protocol=args.protocol,
-                   root=args.root if coll.rooted else 0, redop=_op(args),
-                   gpus_per_thread=args.ngpus or 1,
-                   cuda_graph=bool(args.cuda_graph),
-                   nccl_version=getattr(args, "nccl_version", None), sweep=sweep, **params)
+def _options(args, coll, params) -> dict:
+    """predict()'s options, from the flags."""
+    return dict(algorithm=args.algorithm, dtype=args.datatype, model=args.model,
+                protocol=args.protocol, root=args.root if coll.rooted else 0, redop=_op(args),
+                gpus_per_thread=args.ngpus or 1, cuda_graph=bool(args.cuda_graph),
+                nccl_version=getattr(args, "nccl_version", None), **params)
 
 
 def _op(args) -> str:
@@ -201,19 +194,16 @@ def _op(args) -> str:
 def _seeded(args, coll, params, sizes) -> int:
     """--seeds N: one prediction per fabric seed; per size the median seed's row, with the
     busbw median, min and max over the seeds (hash collisions make it a distribution)."""
-    runs = []
-    for seed in range(args.seeds):
+    from ..simulate.sweep import seeded_rows
+
+    last: list = []
+
+    def seeded(seed):  # one cluster at a time: each is dropped once predicted
         args.seed = seed
-        topo = topology_from_args(args)
-        runs.append([_predict(args, coll, size, topo, params).to_row() for size in sizes])
-    rows = []
-    for i in range(len(sizes)):
-        per = sorted((run[i] for run in runs), key=lambda r: r["busbw"])
-        bw = [r["busbw"] for r in per]
-        row = dict(per[(len(per) - 1) // 2])
-        row.update(seeds=args.seeds, busbw_median=float(np.median(bw)), busbw_min=bw[0],
-                   busbw_max=bw[-1])
-        rows.append(row)
+        last[:] = [topology_from_args(args)]
+        return last[0]
+    rows = seeded_rows(coll, sizes, map(seeded, range(args.seeds)), **_options(args, coll, params))
+    topo = last[0]
     if args.format == "json":
         print_json({"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
                     "model": args.model, "seeds": args.seeds, "rows": rows})
@@ -270,6 +260,7 @@ def parse_log(text: str) -> dict:
 def _compare(args, topo) -> int:
     """Predict a log row by row on the cluster the flags give (the log's own machine where
     they give none), warning where the flags contradict the log."""
+    from ..interop.compare import compared
     from ..interop.doctor import diagnose
     from .doctor import request_of
     given = args.system or args.topology or args.nodes or args.nic or args.gpus_per_node
@@ -281,18 +272,8 @@ def _compare(args, topo) -> int:
     if not given:
         print(f"gpucomm sim: note: no --system given; using the log's machine ({d.label})",
               file=sys.stderr)
-    out = []
-    for r in d.rows:
-        err = (r["predicted_busbw"] - r["busbw"]) / r["busbw"] if r["busbw"] > 0 else None
-        row = dict(r)
-        row.update(measured_time_us=r["time_us"], measured_busbw=r["busbw"],
-                   busbw_error=None if err is None else round(err, 4),
-                   time_ratio=round(r["predicted_time_us"] / r["time_us"], 4)
-                   if r["time_us"] else None)
-        out.append(row)
-    doc = {"collective": d.collective, "topology": d.system.get("system"),
-           "nranks": d.guess.nranks, "system": d.system, "warnings": list(d.warnings),
-           "rows": out}
+    doc = compared(d)
+    out = doc["rows"]
     if args.html:
         from ..report.html import write_html
         from ..topology import build_topology

@@ -66,13 +66,15 @@ def _check_cluster(address: str | None) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from ._grid import done_keys, load_grid, point_checker, run_grid
+    from ..grid import done_keys, run_grid
+    from ._grid import load_grid, point_checker, run_point
     _check_cluster(args.cluster)
     # the points' options are checked as they are handed to the workers (run_grid)
     command, points = load_grid(args.grid, check=False)
     left = len(points) - len(done_keys(args.output) & {p.key for p in points})
     with Progress(left, "points") as bar:
-        stats = run_grid(points, args.output, workers=args.workers, cluster=args.cluster,
+        stats = run_grid(points, args.output, run_point, workers=args.workers,
+                         cluster=args.cluster,
                          on_point=lambda point, answer: bar.advance(),
                          check=point_checker(command, args.grid))
     print(f"# gpucomm sweep: {stats['ran']} point(s) run, {stats['skipped']} already in "

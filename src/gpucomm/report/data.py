@@ -148,7 +148,7 @@ def trace_data(result, topo, schedule=None) -> dict:
     if result.algorithm in NVLS_ALGORITHMS:  # every rank streams the same chunks
         counts = np.full(result.nranks, len(nvls_ops(result, topo, [0])))
     else:
-        src = np.fromiter((rec[1] for rec in result.timeline), dtype=np.int64,
+        src = np.fromiter((rec.src for rec in result.timeline), dtype=np.int64,
                           count=len(result.timeline))
         counts = np.bincount(src, minlength=result.nranks)
     shown: list = []

@@ -78,7 +78,8 @@ def link_usage(result, topology, schedule=None) -> LinkUsage | None:
     tl = result.timeline
     if not tl:
         return None
-    arr = np.asarray([rec[1:8] for rec in tl], dtype=np.float64)
+    arr = np.asarray([(rec.src, rec.dst, rec.chunk, rec.channel, rec.start_s, rec.end_s,
+                       rec.nbytes) for rec in tl], dtype=np.float64)
     src, dst = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64)
     ch = arr[:, 3].astype(np.int64)
     start, end, nbytes = arr[:, 4], arr[:, 5], arr[:, 6]

@@ -8,11 +8,12 @@ chunk a multimem load-reduce, (across nodes) its trip through the inter-node tre
 multimem store that multicasts it. With a topology, one more process holds a counter track
 per link: its utilisation (0..1 of achievable bandwidth) over the collective (links.py).
 
-    >>> from gpucomm.simulate.result import SimResult
+    >>> from gpucomm.simulate.result import SimResult, TimelineRecord
     >>> events = trace_events(SimResult(collective="all_reduce", algorithm="ring",
     ...     protocol="simple", model="analytic", nranks=2, size=8, count=2, dtype="float32",
     ...     time_s=1e-5, algbw_GBps=0.0, busbw_GBps=0.0,
-    ...     timeline=((0, 0, 1, 0, 0, 0.0, 1e-5, 4),)))
+    ...     timeline=(TimelineRecord(step=0, src=0, dst=1, chunk=0, channel=0, start_s=0.0,
+    ...                               end_s=1e-5, nbytes=4),)))
     >>> events[-1]["dur"]
     10.0
 """
@@ -42,7 +43,7 @@ def trace_events(result, topology=None, counters=True, ranks=None, schedule=None
                 {"step": step, "dst": dst, "chunk": chunk, "bytes": nbytes})
                for step, src, dst, chunk, channel, start, end, nbytes in result.timeline
                if keep is None or src in keep]
-    named = {op[2] for op in ops} | {r for rec in result.timeline for r in rec[1:3]}
+    named = {op[2] for op in ops} | {r for rec in result.timeline for r in (rec.src, rec.dst)}
     events = []
     for r in sorted(named if ranks is None else named & set(ranks)):
         name = topology.ranks[r] if topology is not None and r < topology.nranks else f"rank {r}"

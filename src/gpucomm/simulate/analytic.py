@@ -29,12 +29,12 @@ import numpy.typing as npt
 
 from ..errors import ConfigError
 from .caches import schedule_memo
+from .result import TimelineRecord
 from .steps import StepCoster, expand
 
 if TYPE_CHECKING:
     from ..schedule import Schedule, Step
     from .frontier import RingCurve
-    from .result import TimelineRecord
     from .steps import Pattern
 
 Floats = npt.NDArray[np.float64]
@@ -194,9 +194,10 @@ def _account(busy: Floats, pat: Pattern, nbytes: Bytes) -> None:
 
 def _records(si: int, st: Step, start: Floats, fin: Floats,
              nbytes: npt.NDArray[Any]) -> list[TimelineRecord]:
-    return [(si, int(s), int(d), int(c), int(ch), float(a), float(b), int(n))
-            for s, d, c, ch, a, b, n in zip(st.src, st.dst, st.dst_chunk, st.channel, start,
-                                            fin, nbytes)]
+    cols = zip(st.src.tolist(), st.dst.tolist(), st.dst_chunk.tolist(), st.channel.tolist(),
+               start.tolist(), fin.tolist(), nbytes.astype(np.int64).tolist())
+    return [TimelineRecord(step=si, src=s, dst=d, chunk=c, channel=ch, start_s=a, end_s=b,
+                           nbytes=n) for s, d, c, ch, a, b, n in cols]
 
 
 # ---- the ring frontier -------------------------------------------------------------------

@@ -302,8 +302,9 @@ def _flow_timeline(schedule: Schedule, times: tuple[Floats, Floats], bounds: Int
         if n == 0:
             continue
         nb = (bounds[st.src_chunk + st.nchunks] - bounds[st.src_chunk]) * itemsize
-        for j in range(n):
-            out.append((si, int(st.src[j]), int(st.dst[j]), int(st.dst_chunk[j]),
-                        int(st.channel[j]), float(start[k + j]), float(end[k + j]), int(nb[j])))
+        cols = zip(st.src.tolist(), st.dst.tolist(), st.dst_chunk.tolist(), st.channel.tolist(),
+                   start[k:k + n].tolist(), end[k:k + n].tolist(), nb.astype(np.int64).tolist())
+        out += [TimelineRecord(step=si, src=s, dst=d, chunk=c, channel=ch, start_s=a, end_s=b,
+                               nbytes=m) for s, d, c, ch, a, b, m in cols]
         k += n
     return out

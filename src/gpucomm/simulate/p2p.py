@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -215,13 +215,19 @@ def channel_batches(nodes: int, group: int, nrounds: int, n: int,
     return chans
 
 
-def _stage_s(cls: int, chunk: float, p: P2PPlan) -> tuple[float, float]:
-    """(one chunk through the extra FIFO stages, the hop latency) on a path of class `cls`."""
+class _Stage(NamedTuple):
+    fill_s: float  # one chunk through the extra FIFO stages
+    hop_s: float  # the hop latency
+
+
+def _stage_s(cls: int, chunk: float, p: P2PPlan) -> _Stage:
+    """The fill and hop of one chunk on a path of class `cls`."""
     name = {NET: "net", NVLINK: "nvlink", PCIE: "pcie"}.get(int(cls))
     if name is None:  # a copy to self: no FIFO, no hop
-        return 0.0, 0.0
+        return _Stage(fill_s=0.0, hop_s=0.0)
     rate = float(channel_Bps(np.asarray([cls]), p)[0])
-    return (K.P2P_FILL_STAGES[name] * chunk / rate, K.HOP_LATENCY_S["simple"][name])
+    return _Stage(fill_s=K.P2P_FILL_STAGES[name] * chunk / rate,
+                  hop_s=K.HOP_LATENCY_S["simple"][name])
 
 
 def fill_s(per_op: float, n: int, info: P2PPlan, paths: PathTable,
@@ -250,8 +256,8 @@ def fill_s(per_op: float, n: int, info: P2PPlan, paths: PathTable,
         t, first = 0.0, 0.0
         for i, b in enumerate(batches):
             s = [stage[int(cls[r])] for r in b]
-            hop = max(x[1] for x in s)
-            t += len(b) * max(x[0] for x in s) + hop
+            hop = max(x.hop_s for x in s)
+            t += len(b) * max(x.fill_s for x in s) + hop
             first = hop if i == 0 else first
         worst = max(worst, (t, first))
     return worst

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypedDict, overload
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -11,8 +11,16 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from .timed import Timed
 
-# one op of a timeline: (step, src, dst, chunk, channel, start s, end s, bytes)
-TimelineRecord = tuple[int, int, int, int, int, float, float, int]
+class TimelineRecord(NamedTuple):
+    """One op of a timeline (built by name; a tuple, so it serialises as one)."""
+    step: int
+    src: int
+    dst: int
+    chunk: int  # the destination chunk
+    channel: int
+    start_s: float
+    end_s: float
+    nbytes: int
 
 
 class SimRow(TypedDict):
@@ -83,7 +91,8 @@ class RankTimeline(Sequence[TimelineRecord]):
         self.nranks, self.time_s, self.nbytes = int(nranks), float(time_s), int(nbytes)
 
     def _record(self, r: int) -> TimelineRecord:
-        return (0, r, r, r, 0, 0.0, self.time_s, self.nbytes)
+        return TimelineRecord(step=0, src=r, dst=r, chunk=r, channel=0, start_s=0.0,
+                              end_s=self.time_s, nbytes=self.nbytes)
 
     def __len__(self) -> int:
         return self.nranks

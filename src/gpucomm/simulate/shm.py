@@ -63,7 +63,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -185,22 +185,27 @@ def _nccl_link_GBps(topology: Topology, link: int) -> float:
     return float(bps) / K.GB
 
 
-def search(caps_GBps: dict[int, float], load: dict[int, float], sm90: bool = False
-           ) -> tuple[float, int]:
-    """NCCL's ring search reduced to one ring pattern: (bw per ring, rings). Speeds from the
+class Rings(NamedTuple):
+    """What the ring search found: `rings` rings of `bw_GBps` each."""
+    bw_GBps: float
+    rings: int
+
+
+def search(caps_GBps: dict[int, float], load: dict[int, float], sm90: bool = False) -> Rings:
+    """NCCL's ring search reduced to one ring pattern: bw per ring, rings. Speeds from the
     highest that fits, as many rings as fit at each; a lower speed is tried while it is more
     than .49 of the best so far and kept only if rings x speed grows (search.cc
     ncclTopoCompute, pass 1); nothing fits at the lowest speed: one ring at the bound."""
     speeds = SPEEDS_INTRA_SM90 if sm90 else SPEEDS_INTRA
     bound = min(caps_GBps[i] / load[i] for i in load)
-    best: tuple[float, int] | None = None
+    best: Rings | None = None
     for s in speeds:
-        if best is not None and s / best[0] <= 0.49:
+        if best is not None and s / best.bw_GBps <= 0.49:
             break
         rings = min(int(math.floor(bound / s + 1e-9)), RING_MAX_CHANNELS)
-        if rings >= 1 and (best is None or rings * s > best[1] * best[0]):
-            best = (s, rings)
-    return best if best is not None else (bound, 1)
+        if rings >= 1 and (best is None or rings * s > best.rings * best.bw_GBps):
+            best = Rings(bw_GBps=s, rings=rings)
+    return best if best is not None else Rings(bw_GBps=bound, rings=1)
 
 
 def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> ShmPlan | None:

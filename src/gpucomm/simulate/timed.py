@@ -95,7 +95,7 @@ def phases(result: SimResult) -> list[tuple[str, float, float]]:
     end s): the protocol's fixed latency (launch and synchronisation, NCCL's baseLat) and
     each bound that held the time higher."""
     t = result.timed
-    ops_end = max((rec[6] for rec in result.timeline), default=0.0)
+    ops_end = max((rec.end_s for rec in result.timeline), default=0.0)
     out = []
     start = ops_end
     if t is None:
