@@ -105,7 +105,8 @@ def simulate(schedule: Schedule, topology: Topology, nbytes: int | str, *,
     else:
         protos = [get_protocol(protocol, gen, nodes)]
     if nodes > 1 and not isinstance(protocol, Protocol):  # a given Protocol value is as given
-        protos = [with_plugin_latency(p, topology) for p in protos]
+        share = lay.size / max(schedule.nranks, 1)
+        protos = [with_plugin_latency(p, topology, share) for p in protos]
     swept = model == "analytic" and not trace and lay.size in _SWEEP["sizes"]
     results = (
         _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) if swept

@@ -354,10 +354,11 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
+        size = float(layout(coll, nbytes, dtype, p).size)
         timing = with_plugin_latency(
-            ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
-                          float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
-                          nccl.net_hop_floor(topology, placement, proto, paths)), topology)
+            ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name, size, p,
+                          CHANNELS, nccl.net_hop_floor(topology, placement, proto, paths)),
+            topology, size / p)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop)
     channels = int(sched.channels * lanes)

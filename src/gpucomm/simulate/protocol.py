@@ -133,28 +133,37 @@ def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
     return floor
 
 
-def plugin_latency_s(topology: Topology, proto_name: str) -> float:
+def plugin_latency_s(topology: Topology, proto_name: str, share_bytes: float = 0.0) -> float:
     """The latency the net plugin of this topology's NICs reports to NCCL (the catalog's
     plugin_latency_us), as NCCL's tuning charges it to one step across nodes: NVIDIA/nccl
     src/graph/tuning.cc ncclTopoTuneModel, `interLat += graphs[a]->latencyInter`, and once
     more for Simple ("Also add the flush extra latency"), for every algorithm; latencyInter
     is the NIC's `latency` property (src/graph/search.cc, from ncclNetProperties_t via
-    src/graph/topo.cc). 0 for NCCL's own IB and socket transports."""
+    src/graph/topo.cc). 0 for NCCL's own IB and socket transports.
+
+    Plus a calibrated cluster's per-step synchronisation cost (Topology.net_sync_s, from a
+    profile's network_sync_us) where the collective's per-rank share `share_bytes` reaches
+    Topology.net_sync_from_bytes: what the net plugin and its provider add to each network
+    step of larger messages (a rendezvous), which NCCL's tuning does not know."""
+    sync = float(getattr(topology, "net_sync_s", 0.0) or 0.0)
+    if sync and share_bytes < float(getattr(topology, "net_sync_from_bytes", 0.0)):
+        sync = 0.0
     model = _nic_model(topology)
     if not model:
-        return 0.0
+        return sync
     try:
         from ..hardware import get_nic
         latency = get_nic(model).plugin_latency_s
     except Exception:  # not a catalog NIC: no plugin figure
-        return 0.0
-    return latency * (2.0 if proto_name == "simple" else 1.0)
+        return sync
+    return latency * (2.0 if proto_name == "simple" else 1.0) + sync
 
 
-def with_plugin_latency(proto: Protocol, topology: Topology) -> Protocol:
+def with_plugin_latency(proto: Protocol, topology: Topology,
+                        share_bytes: float = 0.0) -> Protocol:
     """`proto` with the net plugin's latency (plugin_latency_s) added to its network hop: every
     op that crosses nodes pays it, whatever the algorithm."""
-    extra = plugin_latency_s(topology, proto.name)
+    extra = plugin_latency_s(topology, proto.name, share_bytes)
     if extra <= 0:
         return proto
     hop = tuple(h + extra if c == "net" else h for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
