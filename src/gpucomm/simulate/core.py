@@ -13,7 +13,7 @@ from ..dtypes import DTypeLike, get_dtype
 from ..errors import ConfigError
 from . import analytic, flow, symmetry
 from .paths import PathTable
-from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, with_plugin_latency
+from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, with_net_sync
 from .result import LinkBusy, SimResult, TimelineRecord
 from .steps import StepCoster
 
@@ -106,7 +106,7 @@ def simulate(schedule: Schedule, topology: Topology, nbytes: int | str, *,
         protos = [get_protocol(protocol, gen, nodes)]
     if nodes > 1 and not isinstance(protocol, Protocol):  # a given Protocol value is as given
         share = lay.size / max(schedule.nranks, 1)
-        protos = [with_plugin_latency(p, topology, share) for p in protos]
+        protos = [with_net_sync(p, topology, share) for p in protos]
     swept = model == "analytic" and not trace and lay.size in _SWEEP["sizes"]
     results = (
         _from_sweep(schedule, topology, dtype, placement, proto, lanes, redop, lay) if swept

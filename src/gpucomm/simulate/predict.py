@@ -35,7 +35,7 @@ from ..hardware import get_link_tech
 from . import constants as K
 from .core import _placement, path_table, per_placement, simulate
 from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
-                       with_plugin_latency)
+                       with_net_sync)
 from . import nccl, p2p, ranking, shm, versions
 from .paths import NVLINK, PathTable
 from .result import SimResult
@@ -355,7 +355,7 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
         size = float(layout(coll, nbytes, dtype, p).size)
-        timing = with_plugin_latency(
+        timing = with_net_sync(
             ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name, size, p,
                           CHANNELS, nccl.net_hop_floor(topology, placement, proto, paths)),
             topology, size / p)
