@@ -1,6 +1,6 @@
 """Calibrate on one run of a cluster, predict its other runs: uncalibrated vs calibrated error.
 
-    PYTHONPATH=src python3 benchmarks/calibration.py [--cluster NAME] [-v]
+    PYTHONPATH=src python3 benchmarks/calibration.py [--cluster NAME] [-v] [--residuals]
 
 For every cluster of data/logs/index.json with several runs (other node counts, GPUs per node
 or collectives), `gpucomm calibrate`'s library call fits a profile on the run marked
@@ -8,6 +8,8 @@ or collectives), `gpucomm calibrate`'s library call fits a profile on the run ma
 machine (nodes, GPUs per node as its log says), without and with the profile. Printed: median
 |busbw error| of the held-out rows per size class, side by side, and the bars of issue 23:
 median within 10% at >= 64 MiB and within 20% at 1-64 MiB, calibrated, on held-out runs.
+`--residuals`: per cluster and per size, the held-out rows' median measured/predicted time,
+calibrated, and what the model ran there (where the mid sizes miss, and why).
 """
 from __future__ import annotations
 
@@ -38,8 +40,9 @@ def requests(entry) -> list:
     return [DoctorRequest(log, name=entry["file"]) for log in parse_logs(path.read_text())]
 
 
-def errors(reqs, profile) -> dict:
-    """class -> list of |predicted/measured - 1| busbw over the requests' rows."""
+def errors(reqs, profile, resid=None) -> dict:
+    """class -> list of |predicted/measured - 1| busbw over the requests' rows; `resid`, when
+    given, collects size -> [(measured/predicted time, algorithm/protocol)]."""
     out: dict = defaultdict(list)
     for req in reqs:
         if profile is not None:
@@ -47,10 +50,23 @@ def errors(reqs, profile) -> dict:
         for r in diagnose(req).rows:
             if not r.get("ratio"):
                 continue
+            if resid is not None and r.get("predicted_time_us"):
+                resid[r["size"]].append((r["time_us"] / r["predicted_time_us"],
+                                         f"{r.get('algorithm')}/{r.get('protocol')}"))
             for name, keep, _ in CLASSES:
                 if keep(r["size"]):
                     out[name].append(abs(1 / r["ratio"] - 1))
     return out
+
+
+def print_residuals(resid) -> None:
+    """One line per size: median measured/predicted time of the held-out rows, calibrated
+    (> 1: the model is too fast), and the model's most frequent algorithm/protocol."""
+    for size in sorted(resid):
+        ratios = [r for r, _ in resid[size]]
+        runs = [c for _, c in resid[size]]
+        print(f"      {size:>12d} B  t_meas/t_pred {statistics.median(ratios):5.2f}  "
+              f"({len(ratios)} row(s), model ran {max(set(runs), key=runs.count)})")
 
 
 def med(xs) -> str:
@@ -61,6 +77,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", help="only this cluster of data/logs/index.json")
     ap.add_argument("-v", action="store_true", help="print every held-out run")
+    ap.add_argument("--residuals", action="store_true",
+                    help="per cluster and size: median measured/predicted time, calibrated")
     args = ap.parse_args(argv)
     index = json.loads((LOGS / "index.json").read_text())
     clusters: dict = defaultdict(list)
@@ -82,15 +100,18 @@ def main(argv=None) -> int:
             print(f"{name}: calibration refused: {e}")
             continue
         un, ca = defaultdict(list), defaultdict(list)
+        resid: dict = defaultdict(list)
         for e in held:
             reqs = requests(e)
-            u, c = errors(reqs, None), errors(reqs, prof)
+            u, c = errors(reqs, None), errors(reqs, prof, resid)
             for k in u:
                 un[k] += u[k]
                 ca[k] += c.get(k, [])
             if args.v:
                 print(f"    {e['file']:54s} " + "  ".join(
                     f"{med(u.get(n, []))} {med(c.get(n, []))}" for n, _, _ in CLASSES))
+        if args.residuals:
+            print_residuals(resid)
         for k in un:
             pooled["uncal"][k] += un[k]
             pooled["cal"][k] += ca[k]

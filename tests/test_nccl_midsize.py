@@ -96,16 +96,15 @@ def test_multi_node_ll_cap_uses_nccls_cpu_row():
 def test_efa_network_step_costs_aws_tuner_latency():
     """aws-ofi-nccl's tuner: 20 us per inter-node step, +3 us completion for Simple; NICs on
     IB verbs keep NCCL's own latencies. A tree all-reduce of 8 B on 2 nodes crosses the
-    network twice, so it is about 2 x (20 us - NCCL's 5 us LL hop - IB's path) slower, plus
-    the 75 us latency property aws-ofi-nccl reports on each crossing (test_net_plugin_latency)."""
-    efa = build_topology("dgx-a100", nodes=2, nic="efa-100g", nics_per_node=4)
+    network twice, so it is about 2 x (20 us - NCCL's 5 us LL hop - IB's path) slower."""
+    efa = build_topology("dgx-a100", nodes=2, nic="efa-400g", nics_per_node=4)
     ib = build_topology("dgx-a100", nodes=2)
     assert net_stack_floor_s(efa, "ll") == pytest.approx(20e-6)
     assert net_stack_floor_s(efa, "simple") == pytest.approx(23e-6)
     assert net_stack_floor_s(ib, "simple") == 0.0
     gap = (predict("all_reduce", 8, efa, algorithm="tree", protocol="ll").time_s
            - predict("all_reduce", 8, ib, algorithm="tree", protocol="ll").time_s)
-    assert 2 * (20 - 5 - 2 + 75) * 1e-6 < gap < 2 * (20 - 5 + 75) * 1e-6
+    assert 2 * (20 - 5 - 3) * 1e-6 < gap < 2 * (20 - 5) * 1e-6
 
 
 @pytest.mark.parametrize("mib, measured_us", [(1, 156.9), (2, 156.6), (4, 178.1)])

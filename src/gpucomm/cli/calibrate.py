@@ -47,7 +47,8 @@ def cmd_calibrate(args) -> int:
           + ", ".join(f"{k}={v}" for k, v in prof.machine.items()))
     for name, value in prof.parameters.items():
         d = prof.details[name]
-        print(f"  {name:20s} {value:8.4g}  (catalog {d['catalog']}): {d['note']}")
+        shown = f"{int(value):8d}" if name.endswith("_bytes") else f"{value:8.4g}"
+        print(f"  {name:23s} {shown}  (catalog {d['catalog']}): {d['note']}")
     for when in ("before", "after"):
         errs = ", ".join(f"{k} {100 * v:.1f}%" for k, v in prof.fit[when].items())
         print(f"  median |busbw error| {when:6s} calibration: {errs}")

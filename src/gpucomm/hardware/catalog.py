@@ -42,8 +42,11 @@ class LinkTech:
     unit_Bps: float = 0.0          # one link (NVLink) / one port; = bandwidth_Bps if not NVLink
     nccl_Bps: float | None = None  # what NCCL's topology model assumes (for comparison)
     # NICs: the latency NCCL's net plugin reports (ncclNetProperties_t.latency), which NCCL's
-    # tuning adds to every step across nodes (simulate/protocol.py plugin_latency_s)
+    # tuning adds to every step across nodes when it chooses (benchmarks/nccl_model.py)
     plugin_latency_s: float = 0.0
+    # NICs: the least software latency of one network step on this NIC generation, where it is
+    # measured and above NCCL's (simulate/protocol.py net_stack_floor_s); 0 = the kind's
+    stack_latency_s: float = 0.0
 
     @property
     def bidirectional_Bps(self) -> float:
@@ -117,13 +120,15 @@ def _link(name, e) -> LinkTech:
     if not e.get("source"):
         raise ConfigError(f"hardware catalog: {where} has no source")
     nccl = _num(e, "nccl_GBps", where) * 1e9 if "nccl_GBps" in e else None
-    plugin = _num(e, "plugin_latency_us", where) * 1e-6 if "plugin_latency_us" in e else 0.0
-    if plugin and e["kind"] not in NIC_KINDS:
-        raise ConfigError(f"hardware catalog: {where}: plugin_latency_us is a NIC's property; "
-                          f"kind {e['kind']!r} is not a NIC")
+    nic = {}
+    for key in ("plugin_latency_us", "stack_latency_us"):
+        nic[key] = _num(e, key, where) * 1e-6 if key in e else 0.0
+        if nic[key] and e["kind"] not in NIC_KINDS:
+            raise ConfigError(f"hardware catalog: {where}: {key} is a NIC's property; kind "
+                              f"{e['kind']!r} is not a NIC")
     return LinkTech(name, e["kind"], bw, _num(e, "efficiency", where),
                     _num(e, "latency_us", where) * 1e-6, e["source"], links, unit, nccl,
-                    plugin)
+                    nic["plugin_latency_us"], nic["stack_latency_us"])
 
 
 def _gpu(name, e) -> GPU:

@@ -10,7 +10,12 @@ Topology built with the candidate value (topology.profile.apply_profile):
 - intra_efficiency on single-node tests' rows of 64 MiB and more (NVLink / xGMI bound);
 - nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound);
 - network_latency_us on multi-node tests' rows of 64 KiB and less (latency bound), by
-  bisection on the median predicted/measured time.
+  bisection on the median predicted/measured time;
+- network_sync_us, the per-step synchronisation cost across nodes, on multi-node rows between
+  64 KiB and 64 MiB: from the per-rank share where the measured time jumps most against the
+  model (network_sync_from_bytes: where the net plugin starts to synchronise each step) up,
+  by bisection on their median predicted/measured time; nic_efficiency is then fitted again
+  with it in place (large messages pay it too).
 A value outside what physics allows (a NIC above its line rate) is an error, not a profile.
 """
 from __future__ import annotations
@@ -31,7 +36,13 @@ MEANING = {
     "nic_efficiency": "fraction of the NICs' line rate the network delivers to NCCL",
     "network_latency_us": "one-way latency of a network hop per message, NIC + proxy + plugin",
     "intra_efficiency": "fraction of NVLink/xGMI nominal bandwidth GPUs reach inside a node",
+    "network_sync_us": "synchronisation cost of one network step of a larger message "
+                       "(rendezvous in the net plugin/provider), beyond the catalog's latency",
+    "network_sync_from_bytes": "per-rank share of a collective from which each network step "
+                               "pays network_sync_us",
 }
+SYNC_JUMP = 1.5  # a jump of measured over predicted time this large between two sizes
+MAX_SYNC_US = 10000.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,12 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     small_multi = _rows(multi, lambda r: r["size"] <= SMALL)
     if len(small_multi) >= MIN_ROWS and "network_latency_us" in catalog:
         params["network_latency_us"] = _fit_latency(multi, params)
+    sync = _fit_sync(multi, params) if "network_sync_us" in catalog else None
+    if sync is not None:
+        params.update(sync)
+        if "nic_efficiency" in params:
+            params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
+                                                  params["nic_efficiency"], _big)
     if not params:
         raise ConfigError(
             f"too few rows to fit: {len(big_single)} single-node and {len(big_multi)} multi-node "
@@ -165,6 +182,48 @@ def _fit_latency(tests, params) -> float:
     return (lo + hi) / 2
 
 
+def _mid(row) -> bool:
+    return SMALL < row["size"] < BIG
+
+
+def _fit_sync(tests, params) -> dict | None:
+    """network_sync_us and network_sync_from_bytes, or None where the log shows no step in
+    time the model lacks (no jump of measured over predicted time of SYNC_JUMP or more between
+    two sizes of a test, or nothing left to explain)."""
+    per_test = []
+    for t in tests:
+        ranks = max(int(t.kw.get("nodes", 1)) * int(t.kw.get("gpus_per_node", 1)), 1)
+        rows = sorted((r for r in _diagnose_on(t, params, lambda r: r["size"] < BIG)
+                       if r.get("predicted_time_us") and r["time_us"] > 0),
+                      key=lambda r: r["size"])
+        per_test.append((ranks, rows))
+    best, start = SYNC_JUMP, None
+    for ranks, rows in per_test:
+        for a, b in zip(rows, rows[1:]):
+            jump = (b["time_us"] / b["predicted_time_us"]) / (a["time_us"] / a["predicted_time_us"])
+            if jump >= best:
+                best, start = jump, b["size"] / ranks
+    if start is None:
+        return None
+
+    def median_ratio(us):
+        trial = {**params, "network_sync_us": us, "network_sync_from_bytes": start}
+        ratios = [r["predicted_time_us"] / r["time_us"] for t in tests
+                  for r in _diagnose_on(t, trial, _mid) if r["time_us"] > 0]
+        return statistics.median(ratios) if ratios else 1.0
+    if median_ratio(0.0) >= 1.0:
+        return None
+    if median_ratio(MAX_SYNC_US) < 1.0:
+        raise ConfigError(f"unphysical fit: mid-size messages take longer than a "
+                          f"{MAX_SYNC_US / 1000:.0f} ms synchronisation per network step would "
+                          "explain; the log's machine is not the one modelled")
+    lo, hi = 0.0, MAX_SYNC_US
+    for _ in range(16):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if median_ratio(mid) < 1.0 else (lo, mid)
+    return {"network_sync_us": (lo + hi) / 2, "network_sync_from_bytes": float(start)}
+
+
 def _detail(name, value, catalog) -> dict:
     out = {"meaning": MEANING[name], "catalog": None if catalog is None else
            float(f"{float(catalog):.4g}")}
@@ -176,6 +235,12 @@ def _detail(name, value, catalog) -> dict:
         out["note"] = f"GPUs reach {100 * value:.0f}% of NVLink/xGMI nominal inside a node" + (
             ": check nvidia-smi nvlink -s, clocks, and NCCL_P2P settings"
             if catalog and value < 0.85 * catalog else "")
+    elif name == "network_sync_us":
+        out["note"] = (f"{value:.0f} us more per network step of larger messages: the net "
+                       "plugin synchronises each step (rendezvous); check the provider's "
+                       "rendezvous/eager settings (e.g. FI_CXI_RDZV_*, FI_EFA_*) and its version")
+    elif name == "network_sync_from_bytes":
+        out["note"] = f"from {value / 1024:.0f} KiB per rank"
     else:
         out["note"] = f"{value:.2f} us per network hop per message" + (
             f" against the catalog's {catalog:.2f}: proxy threads, the net plugin and the "

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from . import analytic, flow, symmetry
 from .caches import per_placement, topology_memo
 from .paths import PathTable
-from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, with_plugin_latency
+from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, with_net_sync
 from .result import LinkBusy, SimResult, TimelineRecord
 from .steps import StepCoster
 
@@ -108,7 +108,8 @@ def simulate(schedule: Schedule, topology: Topology, nbytes: int | str, *,
     else:
         protos = [get_protocol(protocol, gen, nodes)]
     if nodes > 1 and not isinstance(protocol, Protocol):  # a given Protocol value is as given
-        protos = [with_plugin_latency(p, topology) for p in protos]
+        share = lay.size / max(schedule.nranks, 1)
+        protos = [with_net_sync(p, topology, share) for p in protos]
     swept = sweep is not None and model == "analytic" and not trace and lay.size in sweep.sizes
     results = (
         _from_sweep(sweep, schedule, topology, dtype, placement, proto, lanes, redop, lay)

@@ -40,7 +40,7 @@ from . import constants as K
 from .caches import per_placement, topology_memo
 from .paths import NET, PathTable
 from .protocol import (Protocol, generation_of, get_protocol, net_stack_floor_s,
-                       plugin_latency_s)
+                       net_sync_s)
 from .result import LinkBusy, RankTimeline, SimResult
 from .versions import value
 
@@ -358,7 +358,7 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         rate = min(_rate(pr, nic, NET, nch), cap)
         t_net = size * f / rate
         hop_net = max(hop[NET], net_hop_floor(topology, placement, proto, paths)) + \
-            plugin_latency_s(topology, proto)
+            net_sync_s(topology, size / p)
         lat += 2 * np.ceil(np.log2(n)) * (hop_net + lat_net)
     table = value("TREE_CORRECTION")[proto]
     correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
@@ -436,7 +436,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         t_net = size * f / nic
         hop_net = max(K.NVLSTREE_NET_LATENCY_S,
                       net_hop_floor(topology, placement, proto, paths)) + \
-            plugin_latency_s(topology, proto)
+            net_sync_s(topology, size / len(placement))
         lat += 2 * np.log2(n) * (hop_net + lat_net)
         # the pipeline's fill: a chunk crosses the switch twice and 2 log2(n) network hops;
         # every hop but the slowest adds its time for one chunk (per channel)

@@ -36,7 +36,7 @@ from . import constants as K
 from .caches import PLACEMENTS_KEPT, per_placement, topology_memo
 from .core import SizeSweep, _placement, path_table, simulate
 from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
-                       with_plugin_latency)
+                       with_net_sync)
 from . import nccl, p2p, ranking, shm, versions
 from .paths import NVLINK, PathTable
 from .result import SimResult
@@ -355,10 +355,11 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
-        timing = with_plugin_latency(
-            ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name,
-                          float(layout(coll, nbytes, dtype, p).size), p, CHANNELS,
-                          nccl.net_hop_floor(topology, placement, proto, paths)), topology)
+        size = float(layout(coll, nbytes, dtype, p).size)
+        timing = with_net_sync(
+            ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name, size, p,
+                          CHANNELS, nccl.net_hop_floor(topology, placement, proto, paths)),
+            topology, size / p)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop, sweep=sweep)
     channels = int(sched.channels * lanes)

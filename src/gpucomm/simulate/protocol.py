@@ -119,43 +119,45 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
 
 def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
     """Least latency of one network step (software stack and wire) on this topology's NICs,
-    beyond NCCL's InfiniBand-measured one: the libfabric plugins' (constants.py), else 0."""
+    beyond NCCL's InfiniBand-measured one: the NIC's own (catalog stack_latency_us), else the
+    libfabric plugins' by NIC kind (constants.py), else 0."""
     model = _nic_model(topology)
     if not model:
         return 0.0
     try:
         from ..hardware import get_nic
-        kind = get_nic(model).kind
+        nic = get_nic(model)
     except Exception:  # not a catalog NIC: no stack figure
         return 0.0
-    floor = K.NET_STACK_LATENCY_S.get(kind, 0.0)
+    floor = nic.stack_latency_s or K.NET_STACK_LATENCY_S.get(nic.kind, 0.0)
+    kind = nic.kind
     if proto_name == "simple":
         floor += K.NET_STACK_COMPLETION_S.get(kind, 0.0)
     return floor
 
 
-def plugin_latency_s(topology: Topology, proto_name: str) -> float:
-    """The latency the net plugin of this topology's NICs reports to NCCL (the catalog's
-    plugin_latency_us), as NCCL's tuning charges it to one step across nodes: NVIDIA/nccl
-    src/graph/tuning.cc ncclTopoTuneModel, `interLat += graphs[a]->latencyInter`, and once
-    more for Simple ("Also add the flush extra latency"), for every algorithm; latencyInter
-    is the NIC's `latency` property (src/graph/search.cc, from ncclNetProperties_t via
-    src/graph/topo.cc). 0 for NCCL's own IB and socket transports."""
-    model = _nic_model(topology)
-    if not model:
+def net_sync_s(topology: Topology, share_bytes: float = 0.0) -> float:
+    """A calibrated cluster's per-step synchronisation cost across nodes (Topology.net_sync_s,
+    from a profile's network_sync_us) where the collective's per-rank share `share_bytes`
+    reaches Topology.net_sync_from_bytes: what the net plugin and its provider add to each
+    network step of larger messages (a rendezvous), which NCCL's tuning does not know. 0 on a
+    catalog topology.
+
+    Not the latency the net plugin reports to NCCL (the catalog's plugin_latency_us, which
+    NCCL's tuning adds to every inter-node step): aws-ofi-nccl chose that value to steer NCCL's
+    algorithm choice (its commit bf7ca48d: "tried to see which chose the correct algorithm
+    (tree or ring) most times"), and a p5 log whose plugin reports 75 us runs a 2-node 1 KiB
+    all-reduce in 65 us in all, so it is no time a step takes."""
+    sync = float(getattr(topology, "net_sync_s", 0.0) or 0.0)
+    if sync and share_bytes < float(getattr(topology, "net_sync_from_bytes", 0.0)):
         return 0.0
-    try:
-        from ..hardware import get_nic
-        latency = get_nic(model).plugin_latency_s
-    except Exception:  # not a catalog NIC: no plugin figure
-        return 0.0
-    return latency * (2.0 if proto_name == "simple" else 1.0)
+    return sync
 
 
-def with_plugin_latency(proto: Protocol, topology: Topology) -> Protocol:
-    """`proto` with the net plugin's latency (plugin_latency_s) added to its network hop: every
-    op that crosses nodes pays it, whatever the algorithm."""
-    extra = plugin_latency_s(topology, proto.name)
+def with_net_sync(proto: Protocol, topology: Topology, share_bytes: float = 0.0) -> Protocol:
+    """`proto` with the cluster's per-step synchronisation (net_sync_s) added to its network
+    hop: every op that crosses nodes pays it, whatever the algorithm."""
+    extra = net_sync_s(topology, share_bytes)
     if extra <= 0:
         return proto
     hop = tuple(h + extra if c == "net" else h for h, c in zip(proto.hop_latency_s, CLASS_NAMES))

@@ -87,6 +87,11 @@ class Topology:
     p2p: bool = True
     nic_affinity: tuple[str, ...] = ()
     network: object = None  # a topology.fabric.Network: routing, loss, failures (None: plain)
+    # a calibrated cluster's per-step synchronisation cost across nodes (topology.profile
+    # network_sync_us): every network step of a collective whose per-rank share is at least
+    # `net_sync_from_bytes` pays `net_sync_s` (simulate/protocol.py plugin_latency_s)
+    net_sync_s: float = 0.0
+    net_sync_from_bytes: float = 0.0
     cache: TopologyCache = field(default_factory=TopologyCache, init=False, repr=False,
                                  compare=False, hash=False)
 
