@@ -73,7 +73,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..topology.routing import lane_key, mix
-from .fabric_ar import flowlet_paths
+from .fabric_ar import flowlet_paths, polarized_key
 from .fabric_loss import RTO_S, goodput
 
 if TYPE_CHECKING:
@@ -239,6 +239,8 @@ class FabricPolicy:
             q = conn * np.uint64(MAX_LANES) + np.uint64(j % net.qps_per_connection + 1) \
                 if "qp" in f else zero
             key = mix(mix(a, b, q), np.full(n, net.seed, np.uint64), zero)
+            if net.polarized:  # every stage hashes alike: later stages repeat the first
+                key = polarized_key(self.router, gs, gd, key)
         elif net.routing == "static":  # D-mod-k: the destination's place under its leaf
             key = lane_key(self.dest_pos[gd])
         else:  # an even split: lane j on tied path j, rotated per pair so pairs differ

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..topology.routing import lane_key
+
 if TYPE_CHECKING:
     from ..topology.routing import Router
 
@@ -74,3 +76,28 @@ def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> 
         load[up[a]] = load.get(up[a], 0) + 1
         load[down[a]] = load.get(down[a], 0) + 1
     return out
+
+
+def polarized_key(router: Router, gs: Ints, gd: Ints, key: npt.NDArray[np.uint64]
+                  ) -> npt.NDArray[np.uint64]:
+    """ECMP keys where every switch hashes alike (Network.polarized): the tied leaf-to-leaf
+    paths, sorted, come in k1 groups by their first hop (the leaf's up-port) of k2 each (the
+    next switch's choice); the leaf picks group h mod k1 and the next switch, hashing the same
+    fields with the same function, picks h mod k2 within it, so with k1 = k2 the second
+    choice repeats the first and only k1 of the k1 x k2 paths carry traffic (hash
+    polarization; Alibaba HPN, SIGCOMM 2024, on three-tier Clos fabrics). One stage (k2 = 1):
+    the plain hash."""
+    t = router._ensure_tables()
+    if t is None or not len(gs):
+        return key
+    paths, count = t["sw"]
+    x0 = np.asarray(t["x"], dtype=np.int64)[gs]
+    y0 = np.asarray(t["y"], dtype=np.int64)[gd]
+    n = np.asarray(count, dtype=np.int64)[x0, y0]
+    first = paths[x0, y0, :, 0]
+    inside = np.arange(first.shape[1])[None, 1:] < n[:, None]
+    k1 = 1 + (inside & (first[:, 1:] != first[:, :-1])).sum(axis=1)
+    k2 = np.maximum(n // np.maximum(k1, 1), 1)
+    h = (np.asarray(key, dtype=np.uint64) >> np.uint64(20)).astype(np.uint64)
+    alt = (h % k1.astype(np.uint64)) * k2.astype(np.uint64) + h % k2.astype(np.uint64)
+    return np.where(k2 > 1, lane_key(alt), key).astype(np.uint64)
