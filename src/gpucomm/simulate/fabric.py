@@ -27,8 +27,8 @@ messages the coupling is the same over a few messages).
   under different leaves do.
 - flowlet (adaptive routing where the NIC cannot reorder: a queue pair moves only between
   flowlets, and an NCCL queue pair streaming a collective is one): L = connections x
-  qps_per_connection units, each placed once on the tied path whose up-port carries the
-  fewest units so far (fabric_ar.py).
+  qps_per_connection units, each placed once on the tied path whose most loaded cable
+  carries the fewest units so far (fabric_ar.py).
 - adaptive (InfiniBand AR; per-packet adaptive routing with a NIC that reorders, as
   Spectrum-X's): each packet goes to the least loaded tied port; for tied paths of equal
   capacity the fluid limit is the even split, so it is routed as spray (other jobs' load:
