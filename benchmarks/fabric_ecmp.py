@@ -34,6 +34,13 @@ against a published bar; the exit status is 1 if any fails.
    RDMA", SIGCOMM 2018). The model's mechanism: a rollback of the window per loss, and a
    retransmission timeout (NCCL_IB_TIMEOUT 20: 4.096 us x 2^20, ~4.3 s) whenever the NAK or
    the resent packet is lost (simulate/fabric.py); lower loss rates are printed unbarred.
+4. Hash polarization on a three-tier fabric (`--fabric rail-3tier --leaf-ports 4`: per rail
+   a fat tree of 8-port switches, pods of 4 leaves, shared cores): where every switch hashes
+   the same fields alike (`--hash-polarized`), the aggregation tier repeats the leaf's choice
+   and uses 1 of its 4 core cables per leaf choice (Alibaba HPN, SIGCOMM 2024, gives hash
+   polarization in three-tier Clos fabrics as a reason for its two-tier dual-plane design; no
+   published magnitude to bar against). Bar: polarized ECMP slower than per-switch seeds, and
+   spraying untouched by it.
 """
 from __future__ import annotations
 
@@ -153,6 +160,26 @@ def lossy() -> bool:
     return ok
 
 
+def polarization(seeds: range) -> bool:
+    print("4. Three-tier fabric (rail-3tier, 8-port switches), ring all-reduce 4 GiB, RoCE")
+    base = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64",
+            "--fabric", "rail-3tier", "--leaf-ports", "4", "--placement", "random",
+            "--nic", "roce-400g", "--format", "json", "--algorithm", "ring",
+            "-b", "4G", "-e", "4G"]
+    bw = {}
+    for name, flags in (("ECMP, per-switch seeds", ["--routing", "ecmp"]),
+                        ("ECMP, polarized", ["--routing", "ecmp", "--hash-polarized"]),
+                        ("flowlet adaptive routing", ["--routing", "flowlet"]),
+                        ("spray", ["--routing", "spray"])):
+        bw[name] = statistics.median(sim(*base, *flags, "--seed", str(s))[0]["busbw"]
+                                     for s in seeds)
+        print(f"   {name:<44} {bw[name]:6.1f} GB/s")
+    good = bw["ECMP, polarized"] < bw["ECMP, per-switch seeds"] <= bw["spray"]
+    cost = 1 - bw["ECMP, polarized"] / bw["ECMP, per-switch seeds"]
+    print(f"   polarization costs {100 * cost:.0f}% of hashed busbw  {verdict(good)}")
+    return good
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
@@ -160,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seeds)
     print(f"64 x dgx-h100 on rail-2tier (32 nodes/leaf, 32 spines, 1:1), random placement, "
           f"{args.seeds} seeds, analytic model")
-    results = [qp_gain(seeds), shares(seeds), lossy()]
+    results = [qp_gain(seeds), shares(seeds), lossy(), polarization(seeds)]
     print(f"{sum(results)}/{len(results)} checks pass")
     return 0 if all(results) else 1
 

@@ -11,9 +11,10 @@ followed by the switch-to-switch links of lanes 1..L-1, and switch-to-switch lin
 their capacity. A flow of rate R listed m times on such a link loads it with m·R/L, and
 max-min over (flow, link) multiplicities is exact for that; links common to all lanes appear
 once, so a flow alone on its path keeps the flow model's fast path. The op stays one flow:
-NCCL splits a connection's data evenly over its QPs and a slow QP holds the connection's buffer
-slots, so the QPs move at one rate (NCCL_IB_SPLIT_DATA_ON_QPS; with round-robin of whole
-messages the coupling is the same over a few messages).
+NCCL sends each message whole on the connection's next QP in turn (src/transport/net_ib.cc:
+NCCL_IB_QPS_PER_CONNECTION 1, NCCL_IB_SPLIT_DATA_ON_QPS 0; 1 splits each message over all
+QPs) and the connection's NCCL_STEPS buffer slots are freed in order, so a slow QP holds them
+and the QPs move at one rate, that of the slowest times their number.
 - ECMP: L = connections x qps_per_connection; QP q of a connection from NIC a to NIC b takes
   the tied path that the switches' hash of `hash_inputs` (a, b, the QP, the seed) picks
   (Router.route_matrix with an explicit key). Two flows hashed onto one cable share it, and
