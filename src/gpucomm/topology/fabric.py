@@ -300,9 +300,14 @@ def fabric_summary(topo) -> dict | None:
         {"tier": "leaf", "switches": len(leaves),
          "oversubscription": round(max(ratios), 3) if ratios else None,
          "uplinks_per_leaf": uplinks_per_leaf}]
-    if spines:
-        tiers.append({"tier": "spine", "switches": len(spines),
-                      "links_per_spine": min(cables_up.get(s, 0) for s in spines)})
+    # a third tier (rail-3tier): switches cabled to no leaf are the core above the spines
+    near = {ln.dst for ln in topo.links if ln.src in down and kind[ln.dst] == "switch"}
+    core = [s for s in spines if s not in near]
+    for name, group in (("spine", [s for s in spines if s in near] if core else spines),
+                        ("core", core)):
+        if group:
+            tiers.append({"tier": name, "switches": len(group),
+                          "links_per_spine": min(cables_up.get(s, 0) for s in group)})
     paths = _leaf_paths(topo, leaves)
     red = {"paths": paths,
            "cable_share": None if not paths else round(1.0 / max(uplinks_per_leaf, 1), 4)}
