@@ -509,3 +509,41 @@ def test_background_load_adaptive_routes_around_what_spraying_meets():
     assert ar < spray  # adaptive routing fills what the cables leave together
     with pytest.raises(ConfigError, match="background"):
         Network(background=0.6)
+
+
+def _three_tier(**kw):
+    """8 one-GPU nodes on a rail-3tier fat tree of 4-port switches: 4 leaves (2 nodes each),
+    2 pods of 2 leaves, 2 aggregation switches per pod, 4 core switches."""
+    return build_topology("dgx-h100", nodes=8, gpus_per_node=1, nics_per_node=1,
+                          nic="roce-400g", fabric="rail-3tier", leaf_ports=2,
+                          network=Network(routing="ecmp", connections=1,
+                                          qps_per_connection=16, **kw))
+
+
+def test_three_tier_has_two_hashing_stages_and_polarization_halves_them():
+    def core_uplinks(topo):
+        names = [d.name for d in topo.devices]
+        t = PathTable(topo).routes(np.array([0]), np.array([4]), 0)  # pod 0 -> pod 1
+        return {i for i in t[0][t[0] >= 0]
+                if names[topo.index_of(topo.links[i].src)].startswith("agg")
+                and topo.links[i].dst.startswith("core")}
+    assert fabric_summary(_three_tier())["redundancy"]["paths"] == 2  # within a pod
+    free = [core_uplinks(_three_tier(seed=s)) for s in range(4)]
+    stuck = [core_uplinks(_three_tier(seed=s, polarized=True)) for s in range(4)]
+    # 16 QPs over 2 aggregation switches x 2 cores: independent stages use all 4
+    # agg->core cables; polarized, each aggregation switch repeats the leaf's choice: 2
+    assert all(len(u) == 4 for u in free)
+    assert all(len(u) == 2 for u in stuck)
+
+
+def test_polarized_hashing_slows_a_three_tier_ring():
+    def t(**kw):
+        topo = build_topology("dgx-h100", nodes=32, nic="roce-400g", fabric="rail-3tier",
+                              leaf_ports=4, placement="random",
+                              network=Network(routing="ecmp", **kw))
+        return predict("all_reduce", GIB, topo, algorithm="ring", protocol="simple").time_s
+    free = np.median([t(seed=s) for s in range(2)])
+    stuck = np.median([t(seed=s, polarized=True) for s in range(2)])
+    assert stuck > free * 1.2
+    with pytest.raises(ConfigError, match="polarized"):
+        Network(polarized="yes")

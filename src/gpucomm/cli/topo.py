@@ -66,13 +66,17 @@ def add_network_args(p) -> None:
                    help="rail-2tier: the job's nodes packed under leaves in rank order, or "
                    "spread over the leaf groups (default packed)")
     g.add_argument("--routing", choices=ROUTINGS, default=None,
-                   help="ecmp: per-QP hash onto one path; adaptive (InfiniBand AR) or spray "
-                   "(per-packet): an even split over the paths")
+                   help="ecmp: per-QP hash onto one path; flowlet: each QP placed once on the "
+                   "least loaded path; adaptive (InfiniBand AR) or spray (per-packet): an even "
+                   "split over the paths")
     g.add_argument("--qps-per-connection", type=positive_int, default=None, metavar="N",
                    help="queue pairs per connection, as NCCL_IB_QPS_PER_CONNECTION (default 1)")
     g.add_argument("--hash-inputs", default=None, metavar="FIELDS",
                    help=f"what the ECMP hash reads, from {','.join(HASH_FIELDS)} (default all; "
                    "without qp all QPs between two NICs collide)")
+    g.add_argument("--hash-polarized", dest="polarized", action="store_true", default=None,
+                   help="every switch hashes alike (same function and seed): on rail-3tier "
+                   "the aggregation tier repeats the leaf's choice (default: per-switch seeds)")
     g.add_argument("--seed", type=seed_arg, default=None, help="one seed for the switch hash, the "
                    "failed links and a random placement (default 0); --hash-seed and "
                    "--placement-seed override it for one of them")
@@ -101,13 +105,13 @@ def network_from_args(args):
     port-level fabric (--fabric rail-2tier, --leaf-ports, --placement) always gets one: its
     routing then is the NIC's default (topology.fabric.DEFAULT_ROUTING)."""
     keys = ("routing", "qps_per_connection", "hash_inputs", "seed", "lossless", "loss_rate",
-            "cc", "fail_links", "placement_seed", "background")
+            "cc", "fail_links", "placement_seed", "background", "polarized")
     given: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     given = {k: v for k, v in given.items() if v is not None}
     if getattr(args, "hash_seed", None) is not None:
         given.setdefault("placement_seed", given.get("seed", 0))
         given["seed"] = args.hash_seed
-    port_level = getattr(args, "fabric", None) == "rail-2tier" or \
+    port_level = getattr(args, "fabric", None) in ("rail-2tier", "rail-3tier") or \
         getattr(args, "leaf_ports", None) is not None or getattr(args, "placement", None)
     if not given and not port_level:
         return None

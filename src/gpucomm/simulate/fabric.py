@@ -11,9 +11,10 @@ followed by the switch-to-switch links of lanes 1..L-1, and switch-to-switch lin
 their capacity. A flow of rate R listed m times on such a link loads it with m·R/L, and
 max-min over (flow, link) multiplicities is exact for that; links common to all lanes appear
 once, so a flow alone on its path keeps the flow model's fast path. The op stays one flow:
-NCCL splits a connection's data evenly over its QPs and a slow QP holds the connection's buffer
-slots, so the QPs move at one rate (NCCL_IB_SPLIT_DATA_ON_QPS; with round-robin of whole
-messages the coupling is the same over a few messages).
+NCCL sends each message whole on the connection's next QP in turn (src/transport/net_ib.cc:
+NCCL_IB_QPS_PER_CONNECTION 1, NCCL_IB_SPLIT_DATA_ON_QPS 0; 1 splits each message over all
+QPs) and the connection's NCCL_STEPS buffer slots are freed in order, so a slow QP holds them
+and the QPs move at one rate, that of the slowest times their number.
 - ECMP: L = connections x qps_per_connection; QP q of a connection from NIC a to NIC b takes
   the tied path that the switches' hash of `hash_inputs` (a, b, the QP, the seed) picks
   (Router.route_matrix with an explicit key). Two flows hashed onto one cable share it, and
@@ -27,8 +28,8 @@ messages the coupling is the same over a few messages).
   under different leaves do.
 - flowlet (adaptive routing where the NIC cannot reorder: a queue pair moves only between
   flowlets, and an NCCL queue pair streaming a collective is one): L = connections x
-  qps_per_connection units, each placed once on the tied path whose up-port carries the
-  fewest units so far (fabric_ar.py).
+  qps_per_connection units, each placed once on the tied path whose most loaded cable
+  carries the fewest units so far (fabric_ar.py).
 - adaptive (InfiniBand AR; per-packet adaptive routing with a NIC that reorders, as
   Spectrum-X's): each packet goes to the least loaded tied port; for tied paths of equal
   capacity the fluid limit is the even split, so it is routed as spray (other jobs' load:
@@ -73,7 +74,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..topology.routing import lane_key, mix
-from .fabric_ar import flowlet_paths
+from .fabric_ar import flowlet_paths, polarized_key
 from .fabric_loss import RTO_S, goodput
 
 if TYPE_CHECKING:
@@ -239,6 +240,8 @@ class FabricPolicy:
             q = conn * np.uint64(MAX_LANES) + np.uint64(j % net.qps_per_connection + 1) \
                 if "qp" in f else zero
             key = mix(mix(a, b, q), np.full(n, net.seed, np.uint64), zero)
+            if net.polarized:  # every stage hashes alike: later stages repeat the first
+                key = polarized_key(self.router, gs, gd, key)
         elif net.routing == "static":  # D-mod-k: the destination's place under its leaf
             key = lane_key(self.dest_pos[gd])
         else:  # an even split: lane j on tied path j, rotated per pair so pairs differ

@@ -14,18 +14,18 @@ Packet Reordering" (FLARE), CCR 2007; Alizadeh et al., CONGA, SIGCOMM 2014: flow
 switching on the least congested uplink; Vanini et al., LetFlow, NSDI 2017). A queue pair
 streaming a collective's steps back to back never idles that long, so it is one flowlet:
 the `flowlet` routing places each unit (a queue pair of an NCCL connection, as ECMP's units)
-once, on the tied path whose up-port at the source leaf carries the least of the job's
-units placed before it (the switch sees its own egress queues). Decisions are taken one
+once, on the tied path whose most loaded cable carries the fewest of the job's units
+placed before it (CONGA's leaf-to-leaf feedback: the source leaf learns each path's
+congestion, the maximum over its links, from the destination leaf). Decisions are taken one
 unit at a time in a seeded order (a switch decides on packets one at a time).
 
-What it shows: on a leaf whose up-ports reach every destination leaf through distinct spines
-(one source leaf per destination, as a two-leaf rail) the least-loaded choice at the source
-balances the down-links too, so it reaches the even split; with many leaves the down-links
-into a leaf gather units that different source leaves placed without seeing each other
-(Geoffray & Hoefler, HOTI 2008: adaptive routing 100% of the full bisection at small node
-counts, 77% at 512). Wrong: the queue a switch sees also grows when a downstream port pushes
-back (InfiniBand credits, PFC pauses), which moves later flowlets away from congested
-down-links (a path view, better than modelled); other jobs' load is not in the view; the
+What it shows: a flowlet keeps its path, so each choice is greedy and never revisited. On a
+two-leaf rail (every path from one source leaf to its one destination leaf) that reaches the
+even split; with many leaves the units placed first constrain the later ones and the most
+loaded cable ends above the mean (Geoffray & Hoefler, HOTI 2008: adaptive routing 100% of the
+full bisection at small node counts, 77% at 512; benchmarks/fabric_ecmp.py runs their
+512-node Clos). Wrong: congestion feedback is taken as current (CONGA's is a round trip old)
+and every unit is placed before traffic starts; other jobs' load is not in the view; the
 units of one op are taken to move at one rate (fabric.py).
 """
 from __future__ import annotations
@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..topology.routing import lane_key
+
 if TYPE_CHECKING:
     from ..topology.routing import Router
 
@@ -43,8 +45,8 @@ Ints = npt.NDArray[np.int64]
 
 def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> Ints:
     """Per op (NIC-owning ranks gs -> gd) and unit: the index of the tied leaf-to-leaf path
-    the unit is placed on (what `topology.routing.lane_key` selects), least loaded up-port
-    first, one unit at a time in an order drawn by `seed`."""
+    the unit is placed on (what `topology.routing.lane_key` selects), the path whose most
+    loaded cable is least loaded first, one unit at a time in an order drawn by `seed`."""
     n = len(gs)
     out = np.zeros((n, units), dtype=np.int64)
     t = router._ensure_tables()
@@ -54,9 +56,7 @@ def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> 
     x0 = np.asarray(t["x"], dtype=np.int64)[gs]
     y0 = np.asarray(t["y"], dtype=np.int64)[gd]
     width = np.asarray(count, dtype=np.int64)[x0, y0]
-    ups: Any = paths[x0, y0, :, 0]  # (ops, alternatives): each path's up-port cable
-    last = np.maximum((paths[x0, y0] >= 0).sum(axis=-1) - 1, 0)
-    downs: Any = np.take_along_axis(paths[x0, y0], last[..., None], axis=-1)[..., 0]
+    hops: Any = paths[x0, y0]  # (ops, alternatives, hops): each tied path's cables
     load: dict[int, int] = {}
     rng = np.random.default_rng([seed, 0xF1])
     order = rng.permutation(n * units)
@@ -66,11 +66,35 @@ def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> 
         w = int(width[i])
         if w <= 1:
             continue
-        up, down = ups[i, :w].tolist(), downs[i, :w].tolist()
-        used = [max(load.get(u, 0), load.get(d, 0)) + ties[k, a]
-                for a, (u, d) in enumerate(zip(up, down))]
+        cand = [[c for c in row if c >= 0] for row in hops[i, :w].tolist()]
+        used = [max(load.get(c, 0) for c in row) + ties[k, a] for a, row in enumerate(cand)]
         a = int(np.argmin(used))
         out[i, j] = a
-        load[up[a]] = load.get(up[a], 0) + 1
-        load[down[a]] = load.get(down[a], 0) + 1
+        for c in cand[a]:
+            load[c] = load.get(c, 0) + 1
     return out
+
+
+def polarized_key(router: Router, gs: Ints, gd: Ints, key: npt.NDArray[np.uint64]
+                  ) -> npt.NDArray[np.uint64]:
+    """ECMP keys where every switch hashes alike (Network.polarized): the tied leaf-to-leaf
+    paths, sorted, come in k1 groups by their first hop (the leaf's up-port) of k2 each (the
+    next switch's choice); the leaf picks group h mod k1 and the next switch, hashing the same
+    fields with the same function, picks h mod k2 within it, so with k1 = k2 the second
+    choice repeats the first and only k1 of the k1 x k2 paths carry traffic (hash
+    polarization; Alibaba HPN, SIGCOMM 2024, on three-tier Clos fabrics). One stage (k2 = 1):
+    the plain hash."""
+    t = router._ensure_tables()
+    if t is None or not len(gs):
+        return key
+    paths, count = t["sw"]
+    x0 = np.asarray(t["x"], dtype=np.int64)[gs]
+    y0 = np.asarray(t["y"], dtype=np.int64)[gd]
+    n = np.asarray(count, dtype=np.int64)[x0, y0]
+    first = paths[x0, y0, :, 0]
+    inside = np.arange(first.shape[1])[None, 1:] < n[:, None]
+    k1 = 1 + (inside & (first[:, 1:] != first[:, :-1])).sum(axis=1)
+    k2 = np.maximum(n // np.maximum(k1, 1), 1)
+    h = (np.asarray(key, dtype=np.uint64) >> np.uint64(20)).astype(np.uint64)
+    alt = (h % k1.astype(np.uint64)) * k2.astype(np.uint64) + h % k2.astype(np.uint64)
+    return np.where(k2 > 1, lane_key(alt), key).astype(np.uint64)

@@ -34,7 +34,8 @@ from .fabric import Network, rail_2tier, with_network
 from .model import Device, Link, Topology, topology_from_dict
 from .tables import DeviceTable, FabricColumns, replicate_links
 
-FABRICS = ("rail", "fat-tree", "rail-2tier")
+FABRICS = ("rail", "fat-tree", "rail-2tier", "rail-3tier")
+PORT_LEVEL = ("rail-2tier", "rail-3tier")  # fabric.rail_2tier: one link per cable
 PCIE_GENS = (3, 4, 5, 6)
 MAX_SPINES = 8
 
@@ -200,7 +201,7 @@ def _check_fabric_options(fabric: str, oversubscription: float, leaf_ports: int,
         raise ConfigError(f"oversubscription {oversubscription!r} not allowed: must be a "
                           "number >= 1 (1 = full bisection, 2 = 2:1, ...)")
     leaf_ports = _int_option("leaf_ports", leaf_ports, 1)
-    if placement != "packed" and fabric != "rail-2tier":
+    if placement != "packed" and fabric not in PORT_LEVEL:
         raise ConfigError(f"placement {placement!r} applies to fabric rail-2tier (the job's "
                           f"nodes on its leaves), not to {fabric!r}")
     return leaf_ports
@@ -280,7 +281,7 @@ def _check_joinable(name: str, total: int, nics: int, fabric: str, per: int) -> 
     if not nics:
         raise ConfigError(f"{name} has no NICs, so {total} nodes cannot be joined: "
                           f"give --nic NAME (allowed: {', '.join(nic_names())})")
-    if fabric == "rail-2tier" and per > 1:
+    if fabric in PORT_LEVEL and per > 1:
         raise ConfigError("fabric rail-2tier joins whole nodes: it cannot be combined "
                           "with --nvlink-partition")
 
@@ -295,9 +296,9 @@ def _replicas(block, affinity, nodes, fabric, oversub, leaf_ports, placement, se
     nic_names_, nic_models = [bdev[j].name for j in nic_pos], [bdev[j].model for j in nic_pos]
     fdev: list[Device] = []
     cols: FabricColumns = ([], [], [], [], [], ((), []))   # no fabric: no links
-    if nodes > 1 and fabric == "rail-2tier":
+    if nodes > 1 and fabric in PORT_LEVEL:
         fdev, flinks = rail_2tier(nodes, nic_names_, nic_models, oversub, leaf_ports,
-                                  placement, seed)
+                                  placement, seed, tiers=3 if fabric == "rail-3tier" else 2)
         devices = DeviceTable(bdev, nodes, fdev)
         cols = ([devices.position(ln.src) for ln in flinks],
                 [devices.position(ln.dst) for ln in flinks],

@@ -73,7 +73,9 @@ class Network:
     fail_links: leaf-spine cables that are down. background: other jobs' mean share of each
     leaf-spine cable (their flows are hashed too, so the share varies from cable to cable:
     uniform in [0, 2 x background], capped at 0.95, drawn by the hash seed); 0: a fabric of
-    its own.
+    its own. polarized: every switch computes the same hash of the same fields (one function,
+    one seed), so where a path has two hashing stages (rail-3tier) the second repeats the
+    first's choice; False: each switch its own seed (hash rotation), stages independent.
 
         >>> Network(qps_per_connection=4, lossless=False, loss_rate=1e-4).routing
         'auto'
@@ -90,6 +92,7 @@ class Network:
     connections: int = 0  # connections per network peer; 0: NCCL's default (2)
     placement_seed: int = -1  # the random placement's seed; -1: `seed`
     background: float = 0.0  # other jobs' mean share of each switch-to-switch cable
+    polarized: bool = False  # every switch hashes alike: a later stage repeats the first
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
@@ -126,6 +129,8 @@ class Network:
         c = self.connections
         if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_QPS:
             raise ConfigError(f"connections {c!r} not allowed: an integer 0..{MAX_QPS} (0: auto)")
+        if not isinstance(self.polarized, bool):
+            raise ConfigError(f"polarized {self.polarized!r} not allowed: true or false")
         if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or self.mtu < 256:
             raise ConfigError(f"mtu {self.mtu!r} not allowed: an integer >= 256 bytes")
 
@@ -193,17 +198,27 @@ def _cables(topo) -> list[tuple[int, int]]:
     return out
 
 
-# ---- the port-level rail-optimised 2-tier builder ---------------------------------------
+# ---- the port-level rail-optimised 2- and 3-tier builder ---------------------------------------
 PLACEMENTS = ("packed", "spread", "random")
 
 
-def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="packed", seed=0):
+def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="packed", seed=0,
+               tiers=2):
     """Devices and links of a rail-optimised leaf/spine fabric, one link per cable.
 
     placement: where the job's nodes sit. "packed": node k in leaf group k // leaf_ports (a
     ring stays under one leaf but at group boundaries); "spread": node k in group k % groups
     (consecutive ranks on different leaves: every ring hop crosses the spines); "random": the
-    nodes shuffled over the leaves by `seed` (a job that lands wherever nodes were free)."""
+    nodes shuffled over the leaves by `seed` (a job that lands wherever nodes were free).
+
+    tiers=3 (`rail-3tier`): each rail plane is a three-tier fat tree of switches with
+    2 x leaf_ports ports (a k-ary fat tree, Al-Fares et al., SIGCOMM 2008, per rail): pods of
+    leaf_ports leaf groups; leaf (g, i) has one cable to each of its pod's U = leaf_ports /
+    oversubscription aggregation switches of rail i; aggregation switch a of a pod has one
+    cable to each of the leaf_ports core switches (a, *), which every rail shares. Between
+    pods a flow has U x leaf_ports tied paths and two hashing stages (leaf, then aggregation
+    switch): where every switch hashes alike, the second choice repeats the first
+    (polarization, Network.polarized)."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"placement {placement!r} not allowed: one of {', '.join(PLACEMENTS)}")
     rails = len(nic_names)
@@ -222,12 +237,34 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
             g = k // leaf_ports if placement == "packed" else k % groups if \
                 placement == "spread" else order[k] // leaf_ports
             links += _duplex(f"n{k}.{nic_names[i]}", f"leaf{g}.{i}", t)
+    if tiers == 3:
+        d, ln = _upper_tiers(groups, rails, uplinks, leaf_ports, nic_models[0], tech)
+        return devices + d, links + ln
     if groups * rails > 1:
         devices += [Device(f"spine{s}", "switch", -1, nic_models[0]) for s in range(uplinks)]
         for g in range(groups):
             for i in range(rails):
                 for s in range(uplinks):
                     links += _duplex(f"leaf{g}.{i}", f"spine{s}", tech)
+    return devices, links
+
+
+def _upper_tiers(groups, rails, uplinks, pod, model, tech):
+    """Aggregation and core switches of a rail-optimised three-tier fat tree (rail_2tier)."""
+    devices, links = [], []
+    pods = math.ceil(groups / pod)
+    for p in range(pods):
+        for i in range(rails):
+            for a in range(uplinks):
+                agg = f"agg{p}.{i}.{a}"
+                devices.append(Device(agg, "switch", -1, model))
+                for g in range(p * pod, min((p + 1) * pod, groups)):
+                    links += _duplex(f"leaf{g}.{i}", agg, tech)
+                if pods > 1:
+                    links += [x for c in range(pod) for x in _duplex(agg, f"core{a}.{c}", tech)]
+    if pods > 1:  # shared by the rails, as rail_2tier's spines: NICs of two rails connect
+        devices += [Device(f"core{a}.{c}", "switch", -1, model) for a in range(uplinks)
+                    for c in range(pod)]
     return devices, links
 
 
@@ -263,9 +300,14 @@ def fabric_summary(topo) -> dict | None:
         {"tier": "leaf", "switches": len(leaves),
          "oversubscription": round(max(ratios), 3) if ratios else None,
          "uplinks_per_leaf": uplinks_per_leaf}]
-    if spines:
-        tiers.append({"tier": "spine", "switches": len(spines),
-                      "links_per_spine": min(cables_up.get(s, 0) for s in spines)})
+    # a third tier (rail-3tier): switches cabled to no leaf are the core above the spines
+    near = {ln.dst for ln in topo.links if ln.src in down and kind[ln.dst] == "switch"}
+    core = [s for s in spines if s not in near]
+    for name, group in (("spine", [s for s in spines if s in near] if core else spines),
+                        ("core", core)):
+        if group:
+            tiers.append({"tier": name, "switches": len(group),
+                          "links_per_spine": min(cables_up.get(s, 0) for s in group)})
     paths = _leaf_paths(topo, leaves)
     red = {"paths": paths,
            "cable_share": None if not paths else round(1.0 / max(uplinks_per_leaf, 1), 4)}
