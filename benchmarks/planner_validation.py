@@ -25,6 +25,17 @@ in, i.e. were looked at when a constant was chosen):
   of 2025-06 (tensorwise and rowwise float8): tokens/s per GPU.
 - DeepSeek-V3 report (arXiv:2412.19437): 2,048 H800, PP 16 (DualPipe), EP 64, ZeRO-1, fp8
   blockwise, 180K GPU hours per trillion tokens = 1,543 tokens/s per GPU.
+Added in the second pass of issue 26 (`ADDED`, held out: each was run once, and its numbers
+noted, before any rule it is judged on was written):
+- Megatron-Bridge performance-summary-archive.md, 26.02 / 26.04.01 / 26.06 containers: H100
+  and GB200 Llama 3 70B / 405B, B200 and GB200 DeepSeek-V3 (the recipe's recompute modules
+  and all-to-all overlap from the release tag's deepseek workload configs).
+- NeMo 25.02 (DGX B200) and 25.04 (DGX GB200) performance summaries, fp8: Llama 3 8B / 70B /
+  405B, GPT-3 175B, Mixtral 8x7B and 8x22B (64K context, CP 8).
+- torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B, FSDP over
+  32 / 64 H200, float8, with peak memory.
+Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
+bound of the live peak the planner estimates).
 """
 from __future__ import annotations
 
@@ -425,6 +436,13 @@ def _summary(rows) -> dict:
         out[f"median_abs_error_{k}"] = _median(v)
         out[f"max_abs_error_{k}"] = max(v) if v else None
     out["max_mfu"] = max((r["mfu"] for r in acc), default=None)
+    # the fp8 GEMM rate (one value per GPU class) judged per GPU on held-out fp8 runs
+    by_gpu: dict[str, list[float]] = {}
+    for r in acc:
+        if r["fp8"] and r["held_out"]:
+            by_gpu.setdefault(r["gpu"], []).append(r["error"])
+    out["fp8_held_out_by_gpu"] = {g: {"runs": len(v), "median_abs_error": _median(
+        [abs(x) for x in v]), "median_error": _median(v)} for g, v in sorted(by_gpu.items())}
     # torchtitan prints the caching allocator's reserved peak (metrics.py at 9dec370:
     # memory_stats()["reserved_bytes.all.peak"]), which holds the live peak plus cached free
     # blocks: an estimate of live memory above it is wrong, one below it may be right
@@ -493,6 +511,9 @@ def _print(rows, summary) -> None:
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
           f"{pct(s['median_abs_error_added'])}; max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
+    print("held-out fp8 runs by GPU (median |error|, median signed error): " + "; ".join(
+        f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"
+        for g, v in s["fp8_held_out_by_gpu"].items()))
     if s["memory_vs_published_runs"]:
         print(f"memory per GPU against the published peaks (torchtitan's reserved peak): "
               f"{s['memory_vs_published_runs']} runs, median ratio "
