@@ -12,7 +12,8 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
   Full recomputation repeats the forward ones during backward.
 - CP: an all-gather of K and V over the CP group in forward; in backward another all-gather
   of K, V and a reduce-scatter of their gradients (the ring exchange of Liu et al. 2023 and
-  Megatron-LM's context parallelism moves exactly these volumes).
+  Megatron-LM's context parallelism moves exactly these volumes); a framework that repeats
+  GQA's K,V to every query head before attention (torchtitan) moves the repeated tensors.
 - EP: per MoE layer an all-to-all dispatch and an all-to-all combine of top_k copies of each
   token in forward, and the same two in backward (Lepikhin et al. 2020, GShard). As DeepEP's
   kernels run it (DeepSeek-V3 report sec. 3.2.2), the exchange is split in two: across nodes
@@ -152,6 +153,8 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
                             + (" (+ recompute)" if redo else "")))
     if lay.cp > 1:
         kvh = kv_heads_per_gpu(model, lay.tp)
+        if get_framework(lay.framework).cp_kv_expanded:  # K,V repeated to the query heads
+            kvh = max(kvh, model.heads / lay.tp)
         kv = int(BF16 * kvh * (model.qk_head_dim + model.v_head_dim) * lay.batch * lay.seq)
         out.append(Comm("CP", "all_gather", kv, n * (1 + redo), "cp", "fwd", "microbatch",
                         "K,V exchange of ring attention"))
