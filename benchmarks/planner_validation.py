@@ -164,6 +164,9 @@ def cases():
     per framework (bf16 buffers in Megatron-core: the B200/GB200 refusals) and torchtitan's
     FlashAttention-2 rate and all-gathered K,V (the torchtitan CP rows). The note of issue 26
     gives the numbers of both runs.
+    Held in since the second pass (its rules were found on them): torchtitan's 405B rows
+    (Tables 5 and 6: PP microbatches, FSDP kept gathered under PP, CP moving repeated K,V) and
+    Megatron-Bridge 25.11's three DeepSeek-V3 rows (the MoE token copies).
     """
     for name, gpus, tp, pp, gb, pub in MEGATRON_ROWS:
         yield (MEGATRON, name, "hw_tflops_per_gpu", ["--model", name],
@@ -215,16 +218,16 @@ def cases():
     # deepseek/workload_base_configs.py): selective recompute of the MLA up-projections, no
     # all-to-all overlap (DEEPSEEK_V3_B200/GB200_BASE_CONFIG: moe_a2a_overlap=False)
     yield _nemo("deepseek-v3", 256, 2048, 1, 4096, 1, 16, 1, 1, 2139, system="dgx-b200",
-                precision="mxfp8", ep=8, source=BRIDGE,
+                precision="mxfp8", ep=8, source=BRIDGE, held_out=False,
                 extra=["--recompute-modules", "mla_up_proj"])
     gb = dict(system="gb200-nvl72", per_node=64, source=BRIDGE)
     yield _nemo("llama3-8b", 8, 128, 2, 8192, 1, 1, 1, 1, 31508, **{**gb, "per_node": 8})
     yield _nemo("llama3-70b", 64, 256, 2, 8192, 1, 1, 1, 1, 4312, extra=["--zero", "3"], **gb)
     yield _nemo("llama3-405b", 256, 1536, 1, 8192, 4, 16, 1, 4, 813, **gb)
     yield _nemo("deepseek-v3", 256, 4096, 1, 4096, 1, 4, 1, 4, 3139, precision="bf16", ep=64,
-                extra=["--recompute-modules", "mla_up_proj"], **gb)
+                extra=["--recompute-modules", "mla_up_proj"], held_out=False, **gb)
     yield _nemo("deepseek-v3", 256, 4096, 1, 4096, 1, 8, 1, 4, 4018, precision="mxfp8", ep=32,
-                extra=["--recompute-modules", "mla_up_proj"], **gb)
+                extra=["--recompute-modules", "mla_up_proj"], held_out=False, **gb)
     # torchtitan 2024-12: Table 1 and 3 (8B FSDP, selective per-op AC, local batch 2),
     # Table 2 (8B FSDP + CP, compile + float8, full AC), Table 4 (70B FSDP 32 x TP 8),
     # Table 5 (405B FSDP 8 x TP 8 x PP 8), Table 6 (405B with CP)
@@ -240,12 +243,13 @@ def cases():
         yield _titan("llama3-8b", 8, 1, seq, 1, 1, cp, pub, precision="fp8")
     yield _titan("llama3-70b", 256, 16, 8192, 8, 1, 1, 829, precision="fp8")
     yield _titan("llama3-70b", 256, 16, 8192, 8, 1, 1, 876, precision="fp8", async_tp=True)
-    yield _titan("llama3-405b", 512, 32, 8192, 8, 8, 1, 100, precision="fp8", async_tp=True)
+    yield _titan("llama3-405b", 512, 32, 8192, 8, 8, 1, 100, precision="fp8", async_tp=True,
+                 held_out=False)
     yield _titan("llama3-405b", 512, 32, 8192, 8, 8, 1, 128, precision="fp8", async_tp=True,
-                 vpp=2)
+                 vpp=2, held_out=False)
     for cp, seq, pub in ((1, 32768, 76), (2, 65536, 47), (4, 131072, 31), (8, 262144, 16)):
         yield _titan("llama3-405b", 512, 8, seq, 8, 8, cp, pub, precision="fp8",
-                     async_tp=True)
+                     async_tp=True, held_out=False)
     # torchtitan asyncTP benchmark 2025-06 (compile; 70B full AC lbs 16, 8B per-op SAC lbs 12)
     for prec, van, asy, seen in (("bf16", 597.3, 652.4, True), ("tensorwise", 809.8, 942.4,
                                  False), ("rowwise", 599.6, 624.8, True)):
