@@ -9,7 +9,8 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
 - TP: 2 all-reduces of b*s*h elements in the forward pass (after attention and after the MLP)
   and 2 in the backward (Shoeybi et al. 2019, sec. 3); with sequence parallelism each becomes
   a reduce-scatter plus an all-gather of the same buffer (Korthikanti et al. 2022, sec. 4.2.2).
-  Full recomputation repeats the forward ones during backward.
+  Full recomputation repeats the forward ones during backward; per-op selective
+  checkpointing (torchtitan) repeats the all-gathers.
 - CP: an all-gather of K and V over the CP group in forward; in backward another all-gather
   of K, V and a reduce-scatter of their gradients (the ring exchange of Liu et al. 2023 and
   Megatron-LM's context parallelism moves exactly these volumes); a framework that repeats
@@ -145,6 +146,9 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
                 out.append(Comm("TP", coll, act, per_layer * n * (1 + redo), "tp", "bwd",
                                 "microbatch", f"SP {coll.replace('_', '-')} in backward"
                                 + (" (+ recompute)" if redo else "")))
+            if _op_sac_regathers(lay):
+                out.append(Comm("TP", "all_gather", act, per_layer * n, "tp", "bwd",
+                                "microbatch", "SP all-gathers re-run by per-op SAC"))
         else:
             out.append(Comm("TP", "all_reduce", act, per_layer * n, "tp", "fwd", "microbatch",
                             "all-reduce after attention and after MLP"))
@@ -172,6 +176,15 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
                         "gradient to the previous stage"))
     out += _dp_comms(model, lay)
     return out
+
+
+def _op_sac_regathers(lay: Layout) -> bool:
+    """Per-op selective checkpointing saves the reduce-scatters' outputs but not the
+    all-gathers' (torchtitan parallelize_llama.py _save_list: mm, SDPA, reduce_scatter_tensor,
+    max), and re-runs every second matmul (wk, wo, w3), whose inputs come from the
+    sequence-parallel all-gathers: both all-gathers of a layer run again in backward."""
+    return lay.mode == "train" and lay.recompute == "selective" \
+        and get_framework(lay.framework).selective == "op"
 
 
 def _gather_bytes(lay: Layout) -> int:
