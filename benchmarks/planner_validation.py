@@ -25,6 +25,17 @@ in, i.e. were looked at when a constant was chosen):
   of 2025-06 (tensorwise and rowwise float8): tokens/s per GPU.
 - DeepSeek-V3 report (arXiv:2412.19437): 2,048 H800, PP 16 (DualPipe), EP 64, ZeRO-1, fp8
   blockwise, 180K GPU hours per trillion tokens = 1,543 tokens/s per GPU.
+Added in the second pass of issue 26 (`ADDED`, held out: each was run once, and its numbers
+noted, before any rule it is judged on was written):
+- Megatron-Bridge performance-summary-archive.md, 26.02 / 26.04.01 / 26.06 containers: H100
+  and GB200 Llama 3 70B / 405B, B200 and GB200 DeepSeek-V3 (the recipe's recompute modules
+  and all-to-all overlap from the release tag's deepseek workload configs).
+- NeMo 25.02 (DGX B200) and 25.04 (DGX GB200) performance summaries, fp8: Llama 3 8B / 70B /
+  405B, GPT-3 175B, Mixtral 8x7B and 8x22B (64K context, CP 8).
+- torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B, FSDP over
+  32 / 64 H200, float8, with peak memory.
+Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
+bound of the live peak the planner estimates).
 """
 from __future__ import annotations
 
@@ -153,6 +164,10 @@ def cases():
     per framework (bf16 buffers in Megatron-core: the B200/GB200 refusals) and torchtitan's
     FlashAttention-2 rate and all-gathered K,V (the torchtitan CP rows). The note of issue 26
     gives the numbers of both runs.
+    Held in since the second pass (its rules were found on them): torchtitan's 405B rows
+    (Tables 5 and 6: PP microbatches, FSDP kept gathered under PP, CP moving repeated K,V),
+    Megatron-Bridge 25.11's three DeepSeek-V3 rows (the MoE token copies) and the asyncTP
+    benchmark's 8B TP 8 rows (per-op SAC re-running the sequence-parallel all-gathers).
     """
     for name, gpus, tp, pp, gb, pub in MEGATRON_ROWS:
         yield (MEGATRON, name, "hw_tflops_per_gpu", ["--model", name],
@@ -204,16 +219,16 @@ def cases():
     # deepseek/workload_base_configs.py): selective recompute of the MLA up-projections, no
     # all-to-all overlap (DEEPSEEK_V3_B200/GB200_BASE_CONFIG: moe_a2a_overlap=False)
     yield _nemo("deepseek-v3", 256, 2048, 1, 4096, 1, 16, 1, 1, 2139, system="dgx-b200",
-                precision="mxfp8", ep=8, source=BRIDGE,
+                precision="mxfp8", ep=8, source=BRIDGE, held_out=False,
                 extra=["--recompute-modules", "mla_up_proj"])
     gb = dict(system="gb200-nvl72", per_node=64, source=BRIDGE)
     yield _nemo("llama3-8b", 8, 128, 2, 8192, 1, 1, 1, 1, 31508, **{**gb, "per_node": 8})
     yield _nemo("llama3-70b", 64, 256, 2, 8192, 1, 1, 1, 1, 4312, extra=["--zero", "3"], **gb)
     yield _nemo("llama3-405b", 256, 1536, 1, 8192, 4, 16, 1, 4, 813, **gb)
     yield _nemo("deepseek-v3", 256, 4096, 1, 4096, 1, 4, 1, 4, 3139, precision="bf16", ep=64,
-                extra=["--recompute-modules", "mla_up_proj"], **gb)
+                extra=["--recompute-modules", "mla_up_proj"], held_out=False, **gb)
     yield _nemo("deepseek-v3", 256, 4096, 1, 4096, 1, 8, 1, 4, 4018, precision="mxfp8", ep=32,
-                extra=["--recompute-modules", "mla_up_proj"], **gb)
+                extra=["--recompute-modules", "mla_up_proj"], held_out=False, **gb)
     # torchtitan 2024-12: Table 1 and 3 (8B FSDP, selective per-op AC, local batch 2),
     # Table 2 (8B FSDP + CP, compile + float8, full AC), Table 4 (70B FSDP 32 x TP 8),
     # Table 5 (405B FSDP 8 x TP 8 x PP 8), Table 6 (405B with CP)
@@ -229,12 +244,13 @@ def cases():
         yield _titan("llama3-8b", 8, 1, seq, 1, 1, cp, pub, precision="fp8")
     yield _titan("llama3-70b", 256, 16, 8192, 8, 1, 1, 829, precision="fp8")
     yield _titan("llama3-70b", 256, 16, 8192, 8, 1, 1, 876, precision="fp8", async_tp=True)
-    yield _titan("llama3-405b", 512, 32, 8192, 8, 8, 1, 100, precision="fp8", async_tp=True)
+    yield _titan("llama3-405b", 512, 32, 8192, 8, 8, 1, 100, precision="fp8", async_tp=True,
+                 held_out=False)
     yield _titan("llama3-405b", 512, 32, 8192, 8, 8, 1, 128, precision="fp8", async_tp=True,
-                 vpp=2)
+                 vpp=2, held_out=False)
     for cp, seq, pub in ((1, 32768, 76), (2, 65536, 47), (4, 131072, 31), (8, 262144, 16)):
         yield _titan("llama3-405b", 512, 8, seq, 8, 8, cp, pub, precision="fp8",
-                     async_tp=True)
+                     async_tp=True, held_out=False)
     # torchtitan asyncTP benchmark 2025-06 (compile; 70B full AC lbs 16, 8B per-op SAC lbs 12)
     for prec, van, asy, seen in (("bf16", 597.3, 652.4, True), ("tensorwise", 809.8, 942.4,
                                  False), ("rowwise", 599.6, 624.8, True)):
@@ -243,11 +259,11 @@ def cases():
         yield _titan("llama3-70b", 256, 16, 8192, 8, 1, 1, asy, precision=prec, async_tp=True,
                      source=ASYNCTP, held_out=not (seen and prec == "bf16"))
     for prec, van, asy in (("bf16", 4378, 4809.4), ("tensorwise", 5078.1, 5570.1),
-                           ("rowwise", 3708.5, 3914.9)):
+                           ("rowwise", 3708.5, 3914.9)):  # held in since the second pass
         yield _titan("llama3-8b", 64, 12, 8192, 8, 1, 1, van, precision=prec,
-                     ac="selective", source=ASYNCTP)
+                     ac="selective", source=ASYNCTP, held_out=False)
         yield _titan("llama3-8b", 64, 12, 8192, 8, 1, 1, asy, precision=prec,
-                     ac="selective", async_tp=True, source=ASYNCTP)
+                     ac="selective", async_tp=True, source=ASYNCTP, held_out=False)
     yield from _added()
     # DeepSeek-V3: 2,048 H800, PP 16 (DualPipe), EP 64 across 8 nodes, ZeRO-1 DP, fp8
     # blockwise, MLA up-projections / RMSNorm / SwiGLU recomputed, fp8 activation caching,
@@ -425,6 +441,13 @@ def _summary(rows) -> dict:
         out[f"median_abs_error_{k}"] = _median(v)
         out[f"max_abs_error_{k}"] = max(v) if v else None
     out["max_mfu"] = max((r["mfu"] for r in acc), default=None)
+    # the fp8 GEMM rate (one value per GPU class) judged per GPU on held-out fp8 runs
+    by_gpu: dict[str, list[float]] = {}
+    for r in acc:
+        if r["fp8"] and r["held_out"]:
+            by_gpu.setdefault(r["gpu"], []).append(r["error"])
+    out["fp8_held_out_by_gpu"] = {g: {"runs": len(v), "median_abs_error": _median(
+        [abs(x) for x in v]), "median_error": _median(v)} for g, v in sorted(by_gpu.items())}
     # torchtitan prints the caching allocator's reserved peak (metrics.py at 9dec370:
     # memory_stats()["reserved_bytes.all.peak"]), which holds the live peak plus cached free
     # blocks: an estimate of live memory above it is wrong, one below it may be right
@@ -493,6 +516,9 @@ def _print(rows, summary) -> None:
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
           f"{pct(s['median_abs_error_added'])}; max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
+    print("held-out fp8 runs by GPU (median |error|, median signed error): " + "; ".join(
+        f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"
+        for g, v in s["fp8_held_out_by_gpu"].items()))
     if s["memory_vs_published_runs"]:
         print(f"memory per GPU against the published peaks (torchtitan's reserved peak): "
               f"{s['memory_vs_published_runs']} runs, median ratio "

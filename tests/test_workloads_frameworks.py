@@ -247,3 +247,30 @@ def test_torchtitan_keeps_fsdp_weights_gathered_over_a_pipelined_step():
     assert gathers and all(c.per == "step" and c.phase == "fwd" for c in gathers)
     assert {c.per for c in training_comms(m, mega) if c.collective == "all_gather"
             and c.kind == "DP"} == {"microbatch"}
+
+
+def test_torchtitan_context_parallelism_moves_kv_repeated_to_the_query_heads():
+    m = get_model("llama3-405b")  # 128 query heads, 8 KV heads
+    lay = Layout(tp=8, cp=4, dp=2, seq=131072, global_batch=8, recompute="full",
+                 framework="torchtitan-compile")
+    sizes = {}
+    for fw in ("torchtitan-compile", "megatron"):
+        sizes[fw] = {c.nbytes for c in training_comms(m, lay.with_(framework=fw))
+                     if c.kind == "CP"}
+    assert len(sizes["megatron"]) == 1 and len(sizes["torchtitan-compile"]) == 1
+    # after TP 8: 16 query heads against 1 KV head per GPU
+    assert sizes["torchtitan-compile"].pop() == 16 * sizes["megatron"].pop()
+
+
+def test_per_op_sac_re_runs_the_sequence_parallel_all_gathers():
+    m = get_model("llama3-8b")
+    lay = Layout(tp=8, dp=8, zero=3, seq=8192, micro_batch=12, global_batch=96,
+                 recompute="selective", framework="torchtitan-compile")
+
+    def gathers(layout):
+        return sum(c.count for c in training_comms(m, layout)
+                   if c.kind == "TP" and c.collective == "all_gather" and c.phase == "bwd")
+    # two per layer in backward, two more re-run by the SAC policy; Megatron's selective
+    # recompute (attention core only) re-runs no collective
+    assert gathers(lay) == 2 * gathers(lay.with_(framework="megatron")) == 4 * 32
+    assert gathers(lay.with_(recompute="full")) == 4 * 32

@@ -9,10 +9,12 @@ Training, per layer and microbatch of b sequences of s tokens (Megatron-LM):
 - TP: 2 all-reduces of b*s*h elements in the forward pass (after attention and after the MLP)
   and 2 in the backward (Shoeybi et al. 2019, sec. 3); with sequence parallelism each becomes
   a reduce-scatter plus an all-gather of the same buffer (Korthikanti et al. 2022, sec. 4.2.2).
-  Full recomputation repeats the forward ones during backward.
+  Full recomputation repeats the forward ones during backward; per-op selective
+  checkpointing (torchtitan) repeats the all-gathers.
 - CP: an all-gather of K and V over the CP group in forward; in backward another all-gather
   of K, V and a reduce-scatter of their gradients (the ring exchange of Liu et al. 2023 and
-  Megatron-LM's context parallelism moves exactly these volumes).
+  Megatron-LM's context parallelism moves exactly these volumes); a framework that repeats
+  GQA's K,V to every query head before attention (torchtitan) moves the repeated tensors.
 - EP: per MoE layer an all-to-all dispatch and an all-to-all combine of top_k copies of each
   token in forward, and the same two in backward (Lepikhin et al. 2020, GShard). As DeepEP's
   kernels run it (DeepSeek-V3 report sec. 3.2.2), the exchange is split in two: across nodes
@@ -144,6 +146,9 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
                 out.append(Comm("TP", coll, act, per_layer * n * (1 + redo), "tp", "bwd",
                                 "microbatch", f"SP {coll.replace('_', '-')} in backward"
                                 + (" (+ recompute)" if redo else "")))
+            if _op_sac_regathers(lay):
+                out.append(Comm("TP", "all_gather", act, per_layer * n, "tp", "bwd",
+                                "microbatch", "SP all-gathers re-run by per-op SAC"))
         else:
             out.append(Comm("TP", "all_reduce", act, per_layer * n, "tp", "fwd", "microbatch",
                             "all-reduce after attention and after MLP"))
@@ -152,6 +157,8 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
                             + (" (+ recompute)" if redo else "")))
     if lay.cp > 1:
         kvh = kv_heads_per_gpu(model, lay.tp)
+        if get_framework(lay.framework).cp_kv_expanded:  # K,V repeated to the query heads
+            kvh = max(kvh, model.heads / lay.tp)
         kv = int(BF16 * kvh * (model.qk_head_dim + model.v_head_dim) * lay.batch * lay.seq)
         out.append(Comm("CP", "all_gather", kv, n * (1 + redo), "cp", "fwd", "microbatch",
                         "K,V exchange of ring attention"))
@@ -169,6 +176,15 @@ def training_comms(model: ModelConfig, lay: Layout, gpus_per_node: int = 8) -> l
                         "gradient to the previous stage"))
     out += _dp_comms(model, lay)
     return out
+
+
+def _op_sac_regathers(lay: Layout) -> bool:
+    """Per-op selective checkpointing saves the reduce-scatters' outputs but not the
+    all-gathers' (torchtitan parallelize_llama.py _save_list: mm, SDPA, reduce_scatter_tensor,
+    max), and re-runs every second matmul (wk, wo, w3), whose inputs come from the
+    sequence-parallel all-gathers: both all-gathers of a layer run again in backward."""
+    return lay.mode == "train" and lay.recompute == "selective" \
+        and get_framework(lay.framework).selective == "op"
 
 
 def _gather_bytes(lay: Layout) -> int:

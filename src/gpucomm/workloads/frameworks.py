@@ -60,6 +60,8 @@ class Framework:
     # et al.: the attention core re-run) or "op" (torchtitan per-op SAC)
     pp_fsdp_unsharded: bool = False  # with PP, FSDP keeps the stage's weights gathered and
     # accumulates unsharded gradients for the whole step (one gather, one reduce-scatter)
+    cp_kv_expanded: bool = False  # GQA's K,V repeated to every query head before attention,
+    # so context parallelism moves heads/kv_heads times the bytes
 
     def kernels_for(self, gpu) -> Kernels:
         sm = getattr(gpu, "sm", "")
@@ -103,7 +105,8 @@ def _framework(d: dict, where: str) -> Framework:
                      {k: ov[k]["source"] for k in OVERLAP_KEYS}, kern,
                      int(_choice(d, "grad_bytes", (4, 2), where)),
                      _choice(d, "selective", ("attention", "op"), where),
-                     bool(_choice(d, "pp_fsdp_unsharded", (False, True), where)))
+                     bool(_choice(d, "pp_fsdp_unsharded", (False, True), where)),
+                     bool(_choice(d, "cp_kv_expanded", (False, True), where)))
 
 
 def _choice(d: dict, key: str, allowed: tuple, where: str) -> str:
