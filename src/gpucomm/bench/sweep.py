@@ -45,8 +45,8 @@ def pattern_range(q: int, lo: int, hi: int, dtype: dt.DType, op: str,
             vals = (i * 7 + q * 13 + salt) % 9
         else:
             vals = (i * 7 + q * 13 + salt) % 9 - 4
-        if dtype.name == "bfloat16":
-            out[a - lo:a - lo + len(i)] = dt.f32_to_bf16(vals.astype(np.float32))
+        if dtype.name == "bfloat16" or dtype.name in dt.FP8:
+            out[a - lo:a - lo + len(i)] = dt.to_storage(vals.astype(np.float32), dtype)
         else:
             out[a - lo:a - lo + len(i)] = vals
     return out

@@ -81,7 +81,7 @@ FLAGS = (
     Flag("-c", ("--check",), "check", _flag_int(HINTS["-c"]), "check results (iterations)", 1),
     Flag("-o", ("--op",), "op", str, "sum, prod, min, max, avg or all", "sum"),
     Flag("-d", ("--datatype",), "datatype", str, "an nccl-tests type (float, half, bfloat16, "
-         "int32, ...) or all", "float32"),
+         "f8e4m3, f8e5m2, int32, ...) or all", "float32"),
     Flag("-r", ("--root",), "root", str, "root rank, or all", "0"),
     Flag("-z", ("--blocking",), "blocking", _flag_int(lo=0), "0-3: wait/barrier after each "
          "(inner/outer) iteration", 0),

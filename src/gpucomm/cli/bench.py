@@ -150,7 +150,7 @@ def _runs(args, coll, nranks) -> list:
     """(dtype, op, root) of each sweep: nccl-tests' -d all / -o all / -r all loop over them,
     skipping the pairs the dtype cannot reduce with."""
     every = [d for d in DTYPES if getattr(args, "backend", "shm") not in ("torch", "gloo")
-             or not d.startswith("uint") or d == "uint8"]  # torch.distributed: no uint32/64
+             or not (d.startswith(("uint", "f8")) and d != "uint8")]  # torch: no uint32/64, fp8
     runs = [(d, o, r) for d in _all(args.datatype, every) for o in
             (_all(args.op, (*REDUCE_OPS, PREMULSUM)) if coll.reduces else [args.op])
             for r in (range(nranks) if args.root == "all" and coll.rooted else [_root(args)])]
