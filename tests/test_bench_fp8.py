@@ -135,3 +135,24 @@ def test_sim_and_bench_take_nccl_tests_fp8_names(name, capsys):
     assert main(["sim", "all_reduce_perf", "-b", "8", "-e", "1K", "-f", "4", "-d", name]) == 0
     rows = [x.split() for x in capsys.readouterr().out.splitlines() if x and x[0] != "#"]
     assert rows and all(r[2] == name and int(r[0]) == int(r[1]) for r in rows)  # 1 B a value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", dt.FP8)
+def test_bench_checks_fp8_on_shm_ranks_small_and_large(name):
+    """Sizes on the small-message path (its C kernels know a type by its buffer's format:
+    fp8 is stored as uint8 and must not be summed as integers there) and above it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "gpucomm", "bench", "all_reduce_perf", "-b", "64", "-e", "64K",
+         "-f", "32", "-g", "3", "-d", name, "-o", "all", "-n", "2", "-w", "1"],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(root / "src")))
+    assert done.returncode == 0, done.stderr
+    rows = [x.split() for x in done.stdout.splitlines() if x.strip() and x.lstrip()[0] != "#"]
+    assert len(rows) == 3 * 6 and all(r[2] == name for r in rows)  # sizes x ops (mulsum too)
+    assert all(r[8] == "0" and r[12] == "0" for r in rows), rows
