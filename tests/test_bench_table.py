@@ -91,3 +91,65 @@ def test_wide_values_round_trip_through_doctors_parser():
     assert [r["wrong"] for r in log.rows] == [0, 655587, 0]
     assert [r["ip_wrong"] for r in log.rows] == [None] * 3
     assert log.wrong_total == 655587
+
+
+# nccl-tests' GetCollByteCount per test (src/<test>.cu), transcribed: (send, recv, param)
+# element counts for `count` = size / element size
+def _get_coll_byte_count(test: str, count: int, elt: int, nranks: int) -> tuple[int, int, int]:
+    if test in ("all_gather", "gather"):
+        base = (count // nranks) & ~(16 // elt - 1)
+        return base, base * nranks, base
+    if test in ("reduce_scatter", "scatter"):
+        base = (count // nranks) & ~(16 // elt - 1)
+        return base * nranks, base, base
+    if test == "all_to_all":
+        base = (count // nranks) & ~(16 // elt - 1)
+        return base * nranks, base * nranks, base
+    return count, count, count  # all_reduce, broadcast, reduce, sendrecv
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                  "broadcast", "reduce", "gather", "scatter", "sendrecv"])
+def test_sizes_print_as_nccl_tests_sets_them_up(coll):
+    """setupArgs: the row's size is max(send, recv) bytes and its count the param count; under
+    16 B a rank the P-block collectives print 0 (nccl-tests prints the row)."""
+    from gpucomm.cli._nccltests import nccl_tests_sizes
+    sizes = [1, 3, 6, 8, 12, 16, 24, 32, 48, 64, 100, 128, 200, 255, 256, 1000, 4096, 4100]
+    for dtype, elt in (("int8", 1), ("f8e4m3", 1), ("float16", 2), ("float32", 4),
+                       ("float64", 8)):
+        for nranks in (1, 2, 3, 4, 8, 16):
+            got = nccl_tests_sizes(coll, sizes, dtype, nranks)
+            for s, g in zip(sizes, got):
+                send, recv, param = _get_coll_byte_count(coll, s // elt, elt, nranks)
+                assert g == max(send, recv) * elt, (coll, dtype, nranks, s)
+                if g:  # and the count gpucomm prints for it is nccl-tests' param count
+                    assert layout(coll, g, dtype, nranks).count == param, (coll, dtype, s)
+
+
+def test_sim_prints_the_small_rows_nccl_tests_prints(capsys):
+    from gpucomm.cli import main
+    assert main(["sim", "all_gather_perf", "-b", "8", "-e", "512", "-f", "2"]) == 0  # 8 GPUs
+    rows = [x.split()[:2] for x in capsys.readouterr().out.splitlines() if x[:1] != "#" and x]
+    assert rows == [["0", "0"]] * 4 + [["128", "4"], ["256", "8"], ["512", "16"]]
+    assert main(["sim", "all_reduce_perf", "-b", "6", "-e", "6"]) == 0  # count = 6 / 4
+    assert [x.split()[:2] for x in capsys.readouterr().out.splitlines() if x[:1] != "#"
+            and x] == [["4", "1"]]
+
+
+@pytest.mark.slow
+def test_bench_runs_and_checks_the_zero_count_rows():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    for test in ("all_gather_perf", "reduce_scatter_perf", "alltoall_perf", "gather_perf",
+                 "scatter_perf"):
+        done = subprocess.run([sys.executable, "-m", "gpucomm", "bench", test, "-b", "8", "-e",
+                               "128", "-f", "4", "-g", "4", "-n", "1", "-w", "0"],
+                              capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PYTHONPATH=str(root / "src")))
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows = [x.split() for x in done.stdout.splitlines() if x.strip() and x.lstrip()[0] != "#"]
+        assert [r[:2] for r in rows] == [["0", "0"], ["0", "0"], ["128", "8"]], test
+        assert all(r[8] == "0" and r[12] == "0" for r in rows)

@@ -16,7 +16,7 @@ from gpucomm.topology import build_topology
 from gpucomm.verify import verify
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "msccl"
-# MSCCL's executor has no sendrecv (its `send` and `recv` are one call each): not exported
+# MSCCL's executor has no sendrecv: it is a pair of `send` and `recv` files (tested below)
 ALGOS = [a for a in algorithms() if a.collective not in ("barrier", "sendrecv")]
 RANKS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 16)  # small, odd, prime, powers of two, up to 16
 
@@ -189,11 +189,57 @@ def test_export_warns_where_limits_still_fail(capsys, tmp_path, monkeypatch):
     assert err.count("warning: MSCCL's executor would refuse this file") == 1 and out.exists()
 
 
-def test_sendrecv_is_not_written_with_a_collective_the_executor_does_not_know():
-    with pytest.raises(ScheduleError, match="no sendrecv algorithm"):
+def test_sendrecv_is_a_send_file_and_a_recv_file_as_the_executor_spells_them():
+    """msccl_parser.cc knows coll="send" (an ncclSend's program: its only buffer is `i`) and
+    coll="recv" (an ncclRecv's: `o`), never in place; the pair imports back as the sendrecv."""
+    import xml.etree.ElementTree as ET
+
+    from gpucomm.interop.msccl import COLL_NAMES, executor_problems
+    from gpucomm.interop.msccl_p2p import from_msccl_send_recv, to_msccl_send_recv
+    with pytest.raises(ScheduleError, match="a `send` and a `recv` file"):
         to_msccl_xml(build_algo("sendrecv", "direct", 2))
-    from gpucomm.interop.msccl import COLL_NAMES
     assert "sendrecv" not in COLL_NAMES.values()
+    for p in (2, 3, 8):
+        sched = build_algo("sendrecv", "direct", p)
+        files = to_msccl_send_recv(sched, protocol="ll", min_bytes=1024, max_bytes=1 << 20)
+        for part, buf, other in (("send", "i", "o"), ("recv", "o", "i")):
+            algo = ET.fromstring(files[part])
+            assert (algo.get("coll"), algo.get("inplace"), algo.get("outofplace"),
+                    algo.get("proto")) == (part, "0", "1", "LL")
+            assert not executor_problems(files[part])
+            for g in algo.iter("gpu"):
+                assert g.get(f"{other}_chunks") == "0" and g.get(f"{buf}_chunks") != "0"
+                tbs = list(g.iter("tb"))
+                assert tbs and all(tb.get("recv" if part == "send" else "send") == "-1"
+                                   for tb in tbs)
+                steps = [st for tb in tbs for st in tb.iter("step")]
+                assert {st.get("type") for st in steps} == {"s" if part == "send" else "r"}
+                assert {st.get("srcbuf" if part == "send" else "dstbuf") for st in steps} == {buf}
+        back = from_msccl_send_recv(files["send"], files["recv"])
+        verify(back)
+        assert back.collective.name == "sendrecv" and back.nops == sched.nops
+        assert dict(back.params)["min_bytes"] == 1024
+        ins, _ = _inputs(back, seed=p)
+        check_outputs("sendrecv", execute(back, ins), ins)
+    with pytest.raises(MscclError, match="expected the send file"):
+        from_msccl_send_recv(files["recv"], files["recv"])
+
+
+def test_algo_export_writes_the_send_and_recv_files_and_import_reads_the_pair(tmp_path, capsys):
+    out = tmp_path / "sr.xml"
+    assert main(["algo", "export", "direct", "sendrecv", "--ranks", "4", "--output",
+                 str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out and not out.exists()
+    for part in ("send", "recv"):
+        assert (tmp_path / f"sr.{part}.xml").exists()
+        assert main(["algo", "import", str(tmp_path / f"sr.{part}.xml"), "--size", "1M"]) == 0
+        assert "sendrecv on 4 ranks" in capsys.readouterr().out
+    assert main(["algo", "export", "direct", "sendrecv", "--ranks", "4"]) == 2
+    assert "give --output" in capsys.readouterr().err
+    lone = tmp_path / "lone.xml"
+    lone.write_text((tmp_path / "sr.send.xml").read_text())
+    assert main(["algo", "import", str(lone)]) == 2
+    assert "send half of a sendrecv" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("alg", ALGOS, ids=lambda a: f"{a.collective}-{a.name}")

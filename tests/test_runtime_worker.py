@@ -119,8 +119,8 @@ def cases(p):
                     for op in dt.REDUCE_OPS:
                         if op == "avg" and d not in floats:
                             continue
-                        if d in ("uint32", "uint64") and op not in ("sum", "min"):
-                            continue  # nccl-tests' unsigned types: wrap and order, in less time
+                        if d in ("uint32", "uint64", *dt.FP8) and op not in ("sum", "min"):
+                            continue  # unsigned: wrap and order; fp8: round and saturate
                         if (d, op) != ("float32", "sum"):
                             yield cname, algo, d, op, root, 6, False
         if cname in ("all_gather", "reduce_scatter"):

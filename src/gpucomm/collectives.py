@@ -256,6 +256,8 @@ def reduce_all(inputs: list[np.ndarray], op: str, dtype: DTypeLike) -> np.ndarra
             total = total / len(inputs)
         if dtype.name == "bfloat16":
             return dt.f32_to_bf16(total.astype(np.float32))
+        if dtype.name in dt.FP8:  # one rounding from the exact value
+            return dt.float_to_fp8(total, dtype.name)
         return total.astype(dtype.storage)
     total = inputs[0].copy()
     for x in inputs[1:]:
@@ -273,7 +275,8 @@ def tolerance(op: str, dtype: DTypeLike, nranks: int) -> float:
     dtype = dt.get_dtype(dtype)
     if not dtype.is_float or op in ("min", "max"):
         return 0.0
-    mantissa = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}[dtype.name]
+    mantissa = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52, "f8e4m3": 3,
+                "f8e5m2": 2}[dtype.name]
     return (nranks + 1) * 2.0 ** -mantissa
 
 

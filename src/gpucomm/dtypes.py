@@ -3,9 +3,18 @@
 bfloat16 has no numpy type: it is stored as uint16 (the upper half of a float32) and reduced
 in float32, rounding to nearest-even after every reduction, as NCCL does. float16 is reduced
 the same way (widen, reduce, round).
+
+fp8 (nccl-tests' -d f8e4m3 / f8e5m2: ncclFloat8e4m3, ncclFloat8e5m2; OCP E4M3 with no
+infinity, max 448, and E5M2, max 57344) is stored as uint8 and reduced as NCCL's
+src/device/reduce_kernel.h does: both operands widened to half (exact), the op applied in half
+(__hadd, __hmul, __hmin/__hmax: one rounding to nearest-even), the half converted back with
+round-to-nearest-even saturating to the largest finite value (the __nv_fp8 constructors use
+__NV_SATFINITE), after every reduction step. numpy's float16 arithmetic rounds once, as
+__hadd: it computes in float32, and 24 >= 2 x 11 + 2 bits make that double rounding exact.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -43,15 +52,21 @@ DTYPES: dict[str, DType] = {
         # older types (runtime/shm_control DTYPE_IDS) stay as they were
         DType("uint32", np.dtype(np.uint32), np.dtype(np.uint32), False),
         DType("uint64", np.dtype(np.uint64), np.dtype(np.uint64), False),
+        # nccl-tests' -d f8e4m3 / f8e5m2, reduced in half as NCCL does (module docstring)
+        DType("f8e4m3", np.dtype(np.uint8), np.dtype(np.float16), True),
+        DType("f8e5m2", np.dtype(np.uint8), np.dtype(np.float16), True),
     )
 }
+FP8 = ("f8e4m3", "f8e5m2")
 # nccl-tests spellings and short names, so `-d float` and `-d half` work as users expect.
 # what names a dtype: a DType, its name ("float32", nccl-tests' "float"), a numpy dtype or type
 DTypeLike = Union[DType, str, np.dtype, type]
 
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16",
            "int": "int32", "char": "int8", "uchar": "uint8", "fp16": "float16", "fp32": "float32",
-           "fp64": "float64"}
+           "fp64": "float64", "float8_e4m3fn": "f8e4m3", "float8_e4m3": "f8e4m3",
+           "fp8_e4m3": "f8e4m3", "e4m3": "f8e4m3", "float8_e5m2": "f8e5m2", "fp8_e5m2": "f8e5m2",
+           "e5m2": "f8e5m2"}
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 # nccl-tests' -o mulsum: NCCL's PreMulSum (ncclRedOpCreatePreMulSum), each rank's input times a
@@ -114,15 +129,71 @@ def f32_to_bf16(a: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16)
 
 
+# --- fp8 conversion: every code's value, and round to nearest even with saturation ---------
+
+def _fp8_values(exp_bits: int, man_bits: int) -> np.ndarray:
+    """The value of each of the 256 codes (float64): E4M3 has NaN at S.1111.111 and no
+    infinity; E5M2 has infinities at S.11111.00 and NaN above them, as IEEE half."""
+    codes = np.arange(256)
+    bias = (1 << (exp_bits - 1)) - 1
+    e = (codes >> man_bits) & ((1 << exp_bits) - 1)
+    m = (codes & ((1 << man_bits) - 1)).astype(np.float64)
+    mag = np.where(e == 0, m * 2.0 ** (1 - bias - man_bits),
+                   (1 + m / (1 << man_bits)) * 2.0 ** (e - bias))
+    top = e == (1 << exp_bits) - 1
+    if exp_bits == 5:
+        mag = np.where(top, np.where(m == 0, np.inf, np.nan), mag)
+    else:
+        mag = np.where(top & ((codes & 0x7F) == 0x7F), np.nan, mag)
+    return np.where(codes & 0x80, -mag, mag)
+
+
+_FP8 = {"f8e4m3": _fp8_values(4, 3), "f8e5m2": _fp8_values(5, 2)}
+_FP8_NAN = {"f8e4m3": 0x7F, "f8e5m2": 0x7E}
+
+
+def fp8_to_float(a: np.ndarray, name: str) -> np.ndarray:
+    """fp8 codes (uint8) -> their values as float16 (exact: both formats fit in half)."""
+    return _FP8[name].astype(np.float16)[np.asarray(a, dtype=np.uint8)]
+
+
+def float_to_fp8(a: np.ndarray, name: str) -> np.ndarray:
+    """Values -> fp8 codes: round to nearest, ties to the even code, |x| beyond the largest
+    finite value (infinities too) saturates to it, NaN -> the format's NaN."""
+    if isinstance(a, np.ndarray) and a.dtype == np.float16:  # every reduction step: a lookup
+        return _fp8_of_half(name)[a.view(np.uint16)]
+    x = np.asarray(a, dtype=np.float64)
+    values = _FP8[name][:0x80]
+    finite = values[np.isfinite(values)]  # codes 0.. in increasing order
+    mag = np.minimum(np.abs(np.nan_to_num(x, nan=0.0, posinf=np.inf)), finite[-1])
+    hi = np.minimum(np.searchsorted(finite, mag), len(finite) - 1)
+    lo = np.maximum(hi - 1, 0)
+    d_lo, d_hi = mag - finite[lo], finite[hi] - mag
+    code = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo)
+    code = code | np.where(np.signbit(x), 0x80, 0)
+    return np.where(np.isnan(x), _FP8_NAN[name], code).astype(np.uint8)
+
+
+@functools.cache
+def _fp8_of_half(name: str) -> np.ndarray:
+    """The fp8 code of every float16 bit pattern (65536 entries, built once per format)."""
+    return float_to_fp8(np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64),
+                        name)
+
+
 def to_compute(a: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.name == "bfloat16":
         return bf16_to_f32(a)
+    if dtype.name in _FP8:
+        return fp8_to_float(a, dtype.name)
     return a.astype(dtype.compute, copy=False)
 
 
 def to_storage(a: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.name == "bfloat16":
         return f32_to_bf16(a)
+    if dtype.name in _FP8:
+        return float_to_fp8(a, dtype.name)
     return a.astype(dtype.storage, copy=False)
 
 
@@ -145,7 +216,7 @@ def random_array(rng: np.random.Generator, n: int, dtype: DType, op: str = "sum"
     if dtype.is_float:
         lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)
         return to_storage(rng.uniform(lo, hi, n).astype(np.float32), dtype) if dtype.name in (
-            "bfloat16", "float16") else rng.uniform(lo, hi, n).astype(dtype.storage)
+            "bfloat16", "float16", *FP8) else rng.uniform(lo, hi, n).astype(dtype.storage)
     info = np.iinfo(dtype.storage)
     lo, hi = max(info.min, -100), min(info.max, 100)
     return rng.integers(lo, hi, n, dtype=dtype.storage, endpoint=True)

@@ -195,7 +195,7 @@ def unsupported(name: str, algorithm: str, dtype: dt.DType, op: str, reduces: bo
     """Why engine `name`'s own collectives cannot run this sweep (None: they can). Our
     schedules (shm, or any engine with an algorithm named) run every dtype and op."""
     if name == "mpi" and algorithm == "auto":
-        if dtype.name in ("float16", "bfloat16"):
+        if dtype.name in ("float16", "bfloat16", *dt.FP8):
             return f"MPI has no standard {dtype.name} type"
         if reduces and op not in MpiBackend.OPS:
             return f"MPI has no {op} reduction"

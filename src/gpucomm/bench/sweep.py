@@ -45,8 +45,8 @@ def pattern_range(q: int, lo: int, hi: int, dtype: dt.DType, op: str,
             vals = (i * 7 + q * 13 + salt) % 9
         else:
             vals = (i * 7 + q * 13 + salt) % 9 - 4
-        if dtype.name == "bfloat16":
-            out[a - lo:a - lo + len(i)] = dt.f32_to_bf16(vals.astype(np.float32))
+        if dtype.name == "bfloat16" or dtype.name in dt.FP8:
+            out[a - lo:a - lo + len(i)] = dt.to_storage(vals.astype(np.float32), dtype)
         else:
             out[a - lo:a - lo + len(i)] = vals
     return out
@@ -54,18 +54,22 @@ def pattern_range(q: int, lo: int, hi: int, dtype: dt.DType, op: str,
 
 def buffers(coll, rank, p, bc, dtype, op, root, inplace, salt=0):
     """(input, output, the output view to check) as nccl-tests lays them out."""
-    n_in, n_out = buffer_counts(coll, bc, rank, p, root)
+    counts = buffer_counts(coll, bc, rank, p, root)
+    # a rank's buffers by what the collective gives it; 0 elements (nccl-tests' size under
+    # 16 B a rank) is an empty buffer, not a missing one
+    n_in = counts[0] if coll.inputs(rank, p, root) is not None else None
+    n_out = counts[1] if coll.outputs(rank, p, root) is not None else None
     name = coll.name
-    inp = pattern(rank, n_in, dtype, op, salt) if n_in else None
+    inp = pattern(rank, n_in, dtype, op, salt) if n_in is not None else None
     if not inplace:
-        out = np.zeros(n_out, dtype.storage) if n_out else None
+        out = np.zeros(n_out, dtype.storage) if n_out is not None else None
         return inp, out, out
     if name in ("all_reduce", "reduce", "broadcast"):
-        buf = inp if inp is not None else np.zeros(n_out, dtype.storage)
-        return inp, (buf if n_out else None), (buf if n_out else None)
+        buf = inp if inp is not None else np.zeros(n_out or 0, dtype.storage)
+        return inp, (buf if n_out is not None else None), (buf if n_out is not None else None)
     if name == "reduce_scatter" and inp is not None:
         return inp, inp[rank * bc:(rank + 1) * bc], inp[rank * bc:(rank + 1) * bc]
-    if name in ("all_gather", "gather") and n_out:
+    if name in ("all_gather", "gather") and n_out is not None:
         out = np.zeros(n_out, dtype.storage)
         out[rank * bc:(rank + 1) * bc] = inp
         return out[rank * bc:(rank + 1) * bc], out, out
@@ -73,7 +77,7 @@ def buffers(coll, rank, p, bc, dtype, op, root, inplace, salt=0):
         return inp, inp[rank * bc:(rank + 1) * bc], inp[rank * bc:(rank + 1) * bc]
     if name == "all_to_all":
         return inp, inp, inp
-    out = np.zeros(n_out, dtype.storage) if n_out else None
+    out = np.zeros(n_out, dtype.storage) if n_out is not None else None
     return inp, out, out
 
 

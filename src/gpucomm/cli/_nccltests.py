@@ -81,7 +81,7 @@ FLAGS = (
     Flag("-c", ("--check",), "check", _flag_int(HINTS["-c"]), "check results (iterations)", 1),
     Flag("-o", ("--op",), "op", str, "sum, prod, min, max, avg or all", "sum"),
     Flag("-d", ("--datatype",), "datatype", str, "an nccl-tests type (float, half, bfloat16, "
-         "int32, ...) or all", "float32"),
+         "f8e4m3, f8e5m2, int32, ...) or all", "float32"),
     Flag("-r", ("--root",), "root", str, "root rank, or all", "0"),
     Flag("-z", ("--blocking",), "blocking", _flag_int(lo=0), "0-3: wait/barrier after each "
          "(inner/outer) iteration", 0),
@@ -199,3 +199,30 @@ def retire(p, *options: str, use: str | None = None) -> None:
         if use:
             hint = hint.rsplit("use ", 1)[0] + f"use {use}"
         p.add_argument(opt, action=_Retired, hint=hint)
+
+
+def nccl_tests_sizes(collective: str, sizes: list[int], datatype: str, nranks: int) -> list[int]:
+    """The sizes nccl-tests prints for the sizes of its sweep (src/common.cu setupArgs):
+    count = size / element size, and the collectives whose size covers one block per rank
+    (all_gather, reduce_scatter, alltoall, gather, scatter; src/<test>.cu GetCollByteCount)
+    give each rank (count / nranks) & ~(16 / element size - 1) elements, a multiple of 16
+    bytes, so a size under 16 B a rank prints as 0 (a row nccl-tests still prints). The row's
+    size is the larger buffer, max(send, receive) bytes.
+
+        >>> nccl_tests_sizes("all_gather", [32, 256, 300], "float32", 8)
+        [0, 128, 256]
+        >>> nccl_tests_sizes("all_reduce", [6, 8], "float32", 8)
+        [4, 8]
+    """
+    from ..collectives import get_collective
+    from ..dtypes import get_dtype
+    coll, size = get_collective(collective), get_dtype(datatype).itemsize
+    if coll.name == "barrier":
+        return list(sizes)
+    out = []
+    for s in sizes:
+        count = s // size
+        if coll.size_blocks(2) == 2:  # one block per rank (any rank count, 1 too)
+            count = ((count // nranks) & ~(16 // size - 1)) * nranks
+        out.append(count * size)
+    return out

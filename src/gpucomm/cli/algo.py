@@ -270,10 +270,29 @@ def _read_xml(path):
 
     from ..interop.msccl import from_msccl_xml
     text = read_text(path, "MSCCL algorithm file")
+    pair = _send_recv_pair(path, text)
     try:
+        if pair:
+            from ..interop.msccl_p2p import from_msccl_send_recv
+            return from_msccl_send_recv(*pair, name=Path(path).stem.rsplit(".", 1)[0])
         return from_msccl_xml(text, name=Path(path).stem)
     except ScheduleError as e:
         raise ScheduleError(f"{path}: {e}") from None
+
+
+def _send_recv_pair(path, text):
+    """(send text, recv text) when `path` is one of the two files of a sendrecv, else None."""
+    import re
+    m = re.search(r'\bcoll="(send|recv)"', text[:2000])
+    if not m:
+        return None
+    other = "recv" if m.group(1) == "send" else "send"
+    partner = re.sub(rf"\.{m.group(1)}\.xml$", f".{other}.xml", str(path))
+    if partner == str(path):
+        raise ConfigError(f"{path} is the {m.group(1)} half of a sendrecv: name the pair "
+                          "NAME.send.xml and NAME.recv.xml, as `gpucomm algo export` does")
+    texts = {m.group(1): text, other: read_text(partner, "MSCCL algorithm file")}
+    return texts["send"], texts["recv"]
 
 
 def cmd_export(args) -> int:
@@ -297,6 +316,8 @@ def cmd_export(args) -> int:
         sched = build(args.collective, args.algorithm, args.ranks, root=args.root,
                       **param_pairs(args.param))
     verify(sched)  # only proven schedules leave gpucomm
+    if sched.collective.name == "sendrecv":
+        return _export_send_recv(args, sched, protocol)
     xml = to_msccl_xml(sched, protocol=protocol, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes, outofplace=args.out_of_place)
     problems = executor_problems(xml)  # left after spreading over channels: say so
@@ -311,6 +332,23 @@ def cmd_export(args) -> int:
               f"{sched.nranks} ranks, {sched.nops} ops, verified")
     else:
         print(xml, end="")
+    return 0
+
+
+def _export_send_recv(args, sched, protocol) -> int:
+    """MSCCL's executor knows a sendrecv as a `send` and a `recv` file: NAME.send.xml and
+    NAME.recv.xml for --output NAME.xml."""
+    from ..interop.msccl_p2p import PARTS, to_msccl_send_recv
+    if not args.output:
+        raise ConfigError("a sendrecv is two MSCCL files (send and recv): give --output "
+                          "NAME.xml to write NAME.send.xml and NAME.recv.xml")
+    files = to_msccl_send_recv(sched, protocol=protocol, min_bytes=args.min_bytes,
+                               max_bytes=args.max_bytes)
+    stem = args.output[:-4] if args.output.endswith(".xml") else args.output
+    for part in PARTS:
+        write_text(f"{stem}.{part}.xml", files[part])
+    print(f"wrote {stem}.send.xml and {stem}.recv.xml: {sched.algorithm} sendrecv on "
+          f"{sched.nranks} ranks, {sched.nops} ops, verified")
     return 0
 
 

@@ -7,7 +7,7 @@ import sys
 from ..dtypes import DTYPES, PREMULSUM, REDUCE_OPS
 from ..errors import ConfigError
 from ..bench.table import TIME_STRING_FORMAT
-from ._nccltests import add_nccl_tests_args, resolve
+from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve
 from .common import PLOT_SUFFIXES, add_format, html_arg, output_file, positive_int, print_json, \
     sweep_sizes, write_text
 
@@ -112,7 +112,8 @@ def _sweep(args, coll, nranks, sizes, runs, schedule, progress) -> tuple[list, l
     for dtype, op, root in runs:  # nccl-tests' -d all / -o all / -r all: one sweep each
         part = []
         for _ in range(args.run_cycles):  # -N: the sweep again, rows printed each time
-            part += run_bench(args.backend, nranks, coll.name, sizes, dtype=dtype, op=op,
+            part += run_bench(args.backend, nranks, coll.name,
+                              nccl_tests_sizes(coll.name, sizes, dtype, nranks), dtype=dtype, op=op,
                               root=root, algorithm=args.algorithm, iters=args.iters,
                               warmup=args.warmup, check=args.check, timeout=args.timeout,
                               on_row=on_row, agg_iters=args.agg_iters, average=args.average,
@@ -150,7 +151,7 @@ def _runs(args, coll, nranks) -> list:
     """(dtype, op, root) of each sweep: nccl-tests' -d all / -o all / -r all loop over them,
     skipping the pairs the dtype cannot reduce with."""
     every = [d for d in DTYPES if getattr(args, "backend", "shm") not in ("torch", "gloo")
-             or not d.startswith("uint") or d == "uint8"]  # torch.distributed: no uint32/64
+             or not (d.startswith(("uint", "f8")) and d != "uint8")]  # torch: no uint32/64, fp8
     runs = [(d, o, r) for d in _all(args.datatype, every) for o in
             (_all(args.op, (*REDUCE_OPS, PREMULSUM)) if coll.reduces else [args.op])
             for r in (range(nranks) if args.root == "all" and coll.rooted else [_root(args)])]

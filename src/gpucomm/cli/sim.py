@@ -16,7 +16,7 @@ from ..dtypes import PREMULSUM, REDUCE_OPS, check_op, get_dtype
 from ..bench.table import NCCL_TYPE
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
-from ._nccltests import add_nccl_tests_args, resolve, retire
+from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve, retire
 from .common import (PLOT_SUFFIXES, add_format, html_arg, output_file, param_pairs,
                      print_json, seeds_arg, sweep_sizes, write_text)
 from .progress import Progress
@@ -84,7 +84,8 @@ def cmd_sim(args) -> int:
     coll = get_collective(args.collective or "all_reduce")
     if coll.reduces:
         check_op(_op(args), get_dtype(args.datatype))  # as bench and algo: no avg on integers
-    sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
+    sizes = nccl_tests_sizes(coll.name, sweep_sizes(args.minbytes, args.maxbytes,
+                             args.stepfactor, args.stepbytes), args.datatype, topo.nranks)
     params = _builder_params(args, coll)
     if args.seeds:
         return _seeded(args, coll, params, sizes)

@@ -32,8 +32,8 @@ from ..schedule import Schedule, step
 # gpucomm collective <-> MSCCL `coll` attribute, as the executor's parser spells them
 # (msccl_parser.cc: reduce, broadcast, allreduce, reducescatter, allgather, send, recv, gather,
 # scatter, alltoall, alltoallv). It has no sendrecv: `send` and `recv` are the programs of one
-# ncclSend / ncclRecv call, each with one buffer, so a sendrecv schedule (a rank sends and
-# receives) is not exported; files gpucomm wrote before with coll="sendrecv" still import.
+# ncclSend / ncclRecv call, each with one buffer, so a sendrecv schedule is exported as a pair
+# of them (msccl_p2p); files gpucomm wrote before with coll="sendrecv" still import.
 COLL_NAMES = {"all_reduce": "allreduce", "all_gather": "allgather",
               "reduce_scatter": "reducescatter", "all_to_all": "alltoall",
               "broadcast": "broadcast", "reduce": "reduce", "gather": "gather",
@@ -144,9 +144,9 @@ def to_msccl_xml(schedule: Schedule, *, protocol: str = "simple", name: str | No
     s = schedule.materialize()
     coll = s.collective
     if coll.name == "sendrecv":
-        raise ScheduleError("MSCCL's executor has no sendrecv algorithm: its `send` and `recv` "
-                            "are one ncclSend / ncclRecv call each, with one buffer; a sendrecv "
-                            "schedule sends and receives on every rank")
+        raise ScheduleError("MSCCL's executor has no sendrecv algorithm: a sendrecv is a "
+                            "`send` and a `recv` file (interop.msccl_p2p.to_msccl_send_recv; "
+                            "`gpucomm algo export` writes both)")
     if coll.name not in COLL_NAMES:
         raise ScheduleError(f"{coll.name} has no MSCCL collective: allowed are "
                             f"{', '.join(COLL_NAMES)}")
@@ -242,6 +242,11 @@ class _Program:
 
 
 def _export(s, lay, protocol, name, min_bytes, max_bytes, channel_of) -> str:
+    return _xml(s, lay, _program(s, lay, channel_of), protocol, name, min_bytes, max_bytes)
+
+
+def _program(s, lay, channel_of) -> list[dict]:
+    """Per rank, thread block key -> its steps: (kind, send peer, recv peer, channel)."""
     sb, prog = s.scratch_blocks, _Program(s.nranks)
     local = ("local", -1, -1, 0)
     if lay.outofplace:
@@ -264,7 +269,7 @@ def _export(s, lay, protocol, name, min_bytes, max_bytes, channel_of) -> str:
             prog.emit(op.src, ("send", op.dst, -1, ch), "s", src_rng, [], attrs)
             prog.emit(op.dst, ("recv", -1, op.src, ch), "rrc" if op.reduce else "r",
                       dst_rng if op.reduce else [], dst_rng, attrs)
-    return _xml(s, lay, prog.tbs, protocol, name, min_bytes, max_bytes)
+    return prog.tbs
 
 
 def _initial_copies(lay, r, sb):
@@ -308,15 +313,17 @@ def _pieces(lay, op, sb):
     return out
 
 
-def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes) -> str:
+def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes, coll: str | None = None) -> str:
+    """`coll` "send" / "recv": the program of one ncclSend / ncclRecv (msccl_p2p), whose
+    only buffer is the input / the output."""
     p, c = s.nranks, s.chunks_per_block
     algo = ET.Element("algo")
     nch = max([k[3] for t in tbs for k in t] + [0]) + 1
     sizes = []
     for r in range(p):
         i, o = lay.ranges(r)
-        ic = i[1] * c if i else 0
-        oc = o[1] * c if o else 0
+        ic = i[1] * c if i and coll != "recv" else 0
+        oc = o[1] * c if o and coll != "send" else 0
         if lay.inplace and i == o and not lay.outofplace:
             oc = 0
         used = [st["srcoff"] + st["cnt"] for t in tbs[r].values() for st in t
@@ -327,7 +334,7 @@ def _xml(s, lay, tbs, protocol, name, min_bytes, max_bytes) -> str:
     attrs = {"name": name or f"gpucomm_{s.algorithm}_{s.collective.name}_{p}",
              "proto": PROTOCOLS[protocol.lower()], "nchannels": nch,
              "nchunksperloop": max(max(a, b) for a, b, _ in sizes), "ngpus": p,
-             "coll": COLL_NAMES[s.collective.name], "inplace": int(lay.inplace),
+             "coll": coll or COLL_NAMES[s.collective.name], "inplace": int(lay.inplace),
              "outofplace": int(lay.outofplace or not lay.inplace), "minBytes": min_bytes,
              "maxBytes": 0 if max_bytes is None else max_bytes}
     if s.collective.rooted:

@@ -312,7 +312,7 @@ class Communicator:
 
 
 _DTYPE_OF: dict[Any, dt.DType] = {d.storage: d for d in dt.DTYPES.values()
-                                  if d.name != "bfloat16"}
+                                  if d.name != "bfloat16" and d.name not in dt.FP8}
 _DTYPE_OF.update({d: d for d in dt.DTYPES.values()})
 _DTYPE_OF.update({name: d for name, d in dt.DTYPES.items()})
 

@@ -265,7 +265,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
                                  f"error: {self.broken}")
         if not isinstance(dtype, dt.DType):
             dtype = dt.get_dtype(dtype)
-        if self._ll is not None and self._ll_try(schedule, inp, out, op):
+        if self._ll is not None and self._ll_try(schedule, inp, out, op, dtype):
             return
         coll, p = schedule.collective, self.nranks
         if schedule.nranks != p:

@@ -82,8 +82,12 @@ class SmallMessages:
         """All-reduces up to this size run on the small-message path (0: it is off)."""
         return self.options.ll_max_bytes if self._ll is not None else 0
 
-    def _ll_try(self, schedule: Schedule, inp, out, op) -> bool:
-        """Ran this call on the small-message path (False: not a call it serves)."""
+    def _ll_try(self, schedule: Schedule, inp, out, op, dtype=None) -> bool:
+        """Ran this call on the small-message path (False: not a call it serves). The path
+        knows a type by its buffer's format, so a type stored as another (fp8 as uint8) is
+        not one it serves."""
+        if dtype is not None and dtype.name not in LL_DTYPES:
+            return False
         return (inp is not None and out is not None and self._ll_serves(schedule)
                 and self.ll_all_reduce(inp, out, op))
 
