@@ -127,7 +127,7 @@ def worker(size: int, iters: int) -> None:
 
         def c_call():
             tr.seq += 1
-            ll.run(x, x, tr.seq, "sum", 1e9)
+            ll.run(x, x, tr.seq, "sum", 1e9, False)
         res["ll_c"] = _synced(comm, c_call, iters)
         res["ll_api_med"] = _median_call(comm, lambda: comm.all_reduce(x), iters)
         res["ll_c_med"] = _median_call(comm, c_call, iters)

@@ -28,12 +28,38 @@ ll_built = pytest.mark.skipif(
 
 UFUNC = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
          "max": np.maximum}
-DTYPES = ["float32", "float64", "int8", "uint8", "int32", "int64"]
+DTYPES = ["float32", "float64", "int8", "uint8", "int32", "int64", "float16", "bfloat16"]
+HALVES = ("float16", "bfloat16")  # stored in 16 bits, reduced in float32
 COUNTS = [0, 1, 2, 13, 14, 15, 29, 100, 1000]  # lines of 56 B: partial, whole, several
+
+
+def widen(a, dtype):
+    """A float16 or bfloat16 (uint16 bits) array as float32, exactly."""
+    return a.astype(np.float32) if dtype == "float16" else (a.astype(np.uint32) << 16).view(
+        np.float32)
+
+
+def narrow(a, dtype):
+    """float32 to float16 or bfloat16, to nearest even (bfloat16 NaNs quiet): numpy's cast,
+    and for bfloat16 the rounding written out on the bits."""
+    if dtype == "float16":
+        return a.astype(np.float16)
+    bits = a.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(a), ((bits >> 16) | 0x40).astype(np.uint16), rounded)
 
 
 def data(seed, n, dtype, op):
     rng = np.random.default_rng(seed)
+    if dtype in HALVES:
+        if op in ("min", "max"):  # every bit pattern: NaNs, infinities, subnormals, zeros
+            return rng.integers(0, 1 << 16, n, dtype=np.uint16).view(
+                np.float16 if dtype == "float16" else np.uint16)
+        lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)
+        x = rng.uniform(lo, hi, n).astype(np.float32)
+        if op == "sum" and n > 4:  # overflow to inf, subnormals that round on every step
+            x[:4] = [60000.0, 3e-5, -6.1e-5, 1e-7]
+        return narrow(x, dtype)
     if np.dtype(dtype).kind == "f":
         lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)
         return rng.uniform(lo, hi, n).astype(dtype)
@@ -42,8 +68,16 @@ def data(seed, n, dtype, op):
 
 def reference(p, n, dtype, op, seed):
     """numpy, reducing rank 0's array with rank 1's, then rank 2's ...: what every rank of
-    the path must return, bit for bit."""
+    the path must return, bit for bit. float16 and bfloat16 round after every step (widen
+    both operands to float32, reduce, round to nearest even), as NCCL does."""
     acc = data(seed, n, dtype, op)
+    if dtype in HALVES:
+        for q in range(1, p):
+            acc = narrow(UFUNC[op](widen(acc, dtype), widen(data(seed + q, n, dtype, op),
+                                                            dtype)), dtype)
+        if op == "avg":
+            acc = narrow(widen(acc, dtype) / np.float32(p), dtype)
+        return acc
     for q in range(1, p):
         acc = UFUNC[op](acc, data(seed + q, n, dtype, op)).astype(dtype)
     if op == "avg":
@@ -59,13 +93,14 @@ def _cases(comm, mode):
     h, wrong = hashlib.sha256(), []
     seed = 0
     for dtype in DTYPES:
-        ops = ["sum", "prod", "min", "max"] + (["avg"] if dtype.startswith("float") else [])
+        ops = ["sum", "prod", "min", "max"] + (["avg"] if "float" in dtype else [])
+        api_dtype = "bfloat16" if dtype == "bfloat16" else None  # uint16 bits: say so
         for op in ops:
             for n in COUNTS:
                 seed += 100
                 want = reference(p, n, dtype, op, seed)
                 x = data(seed + r, n, dtype, op)
-                comm.all_reduce(x, op)
+                comm.all_reduce(x, op, dtype=api_dtype)
                 out = np.empty_like(x)
                 sched = comm.schedule("all_reduce", x.nbytes)
                 tr.execute(sched, data(seed + r, n, dtype, op), out, op, dtype)
@@ -91,7 +126,7 @@ def _mixed(comm):
             if not np.all(big == p * (p + 1) / 2):
                 wrong.append(f"large call {i}")
         if i % 5 == 0:
-            h = np.full(4, r + 1, np.float16)  # float16: the general path at any size
+            h = np.full(4, r + 1, np.float16)  # float16: the path, rounding every step
             comm.all_reduce(h)
             if not np.all(h == p * (p + 1) / 2):
                 wrong.append(f"float16 call {i}")
@@ -117,8 +152,11 @@ def rank_main(mode, out_dir):
             res["wrong"] = _mixed(comm)
         elif mode == "mismatch":  # rank 0 reduces 2 elements, the others 3
             comm.all_reduce(np.ones(2 if comm.rank == 0 else 3, np.float32))
-        elif mode == "mismatch_general":  # float32 (the path) against float16 (general)
-            comm.all_reduce(np.ones(2, np.float32 if comm.rank == 0 else np.float16))
+        elif mode == "mismatch_general":  # 8 bytes (the path) against 80 KB (general)
+            comm.all_reduce(np.ones(2 if comm.rank == 0 else 20000, np.float32))
+        elif mode == "mismatch_dtype":  # float16 against bfloat16: both on the path
+            x = np.ones(2, np.float16 if comm.rank == 0 else np.uint16)
+            comm.all_reduce(x, dtype=None if comm.rank == 0 else "bfloat16")
         elif mode == "mismatch_settings":  # the path off on rank 1 only: one_shot, general
             if comm.rank == 1:
                 comm.transport._ll_close()
@@ -192,7 +230,8 @@ def test_small_calls_mix_with_general_ones(tmp_path):
 
 
 @ll_built
-@pytest.mark.parametrize("mode", ["mismatch", "mismatch_general", "mismatch_settings"])
+@pytest.mark.parametrize("mode", ["mismatch", "mismatch_general", "mismatch_dtype",
+                                  "mismatch_settings"])
 def test_mismatched_small_calls_fail_on_every_rank(mode, tmp_path):
     results, log, elapsed = run(2, mode, tmp_path)
     assert len(results) == 2, log[-3000:]
@@ -251,12 +290,12 @@ def test_the_predictor_times_the_path_up_to_its_size(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
     monkeypatch.setattr(options, "_active", RuntimeOptions(ll_max_bytes=4096))
     rows = [{"size": s, "count": s // 4, "type": t, "root": -1, "algorithm": "auto"}
-            for s, t in ((8, "float32"), (4096, "float32"), (8192, "float32"), (8, "float16"))]
+            for s, t in ((8, "float32"), (4096, "float32"), (8192, "float32"), (8, "uint32"))]
     add_predictions(rows, "all_reduce", 3)
     got = [r["predicted_time_us"] * 1e-6 for r in rows]
     assert got[0] == pytest.approx(2e-6)
     assert got[1] == pytest.approx(2e-6 + 2 * (4096 - 8) / 1e9)  # two peers' lines
-    assert got[2] > 1e-5 and got[3] > 1e-5  # beyond the path's size, or float16: the plan
+    assert got[2] > 1e-5 and got[3] > 1e-5  # beyond the path's size, or uint32: the plan
 
 
 if __name__ == "__main__":

@@ -17,6 +17,17 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__)
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <errno.h>
+#include <sys/uio.h>
+#define HAVE_FUTEX 1
+#else
+#define HAVE_FUTEX 0
+#endif
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -75,9 +86,9 @@ static void stream_copy(char *d, const char *s, size_t n) { memmove(d, s, n); }
 #define LL_DONE 0xFFFFFFFFull
 #define LL_INELIGIBLE (-1000)  /* not for this path: the caller takes the general one */
 
-enum { T_F32, T_F64, T_I8, T_U8, T_I32, T_I64, T_NTYPES };
+enum { T_F32, T_F64, T_I8, T_U8, T_I32, T_I64, T_F16, T_BF16, T_NTYPES };
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_NOPS };
-static const int type_size[T_NTYPES] = {4, 8, 1, 1, 4, 8};
+static const int type_size[T_NTYPES] = {4, 8, 1, 1, 4, 8, 2, 2};
 
 typedef struct {
     PyObject_HEAD
@@ -130,6 +141,89 @@ static inline void cpu_relax(void)
 #define IMIN(a, b) ((a) < (b) ? (a) : (b))
 #define IMAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* float16 and bfloat16 reduce as the general path does (`dtypes.reduce_into`), as NCCL does:
+ * each step widens both operands to float32, applies the op in float32 and rounds the result
+ * back to nearest-even, so a P-rank sum is rounded P-1 times, in rank order. The conversions
+ * are numpy's: float16 NaNs keep their payload (shifted), a payload that would vanish becomes
+ * 1; bfloat16 is the upper half of a float32, NaNs made quiet (`dtypes.f32_to_bf16`). */
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+    if (e == 0x1f)
+        x = sign | 0x7f800000u | m << 13;
+    else if (e)
+        x = sign | (e + 112) << 23 | m << 13;
+    else if (m == 0)
+        x = sign;
+    else {  /* subnormal: m x 2^-24, normalised */
+        uint32_t s = 0;
+        while (!(m & 0x400)) {
+            m <<= 1;
+            s++;
+        }
+        x = sign | (113 - s) << 23 | (m & 0x3ff) << 13;
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) {  /* NaN */
+        uint16_t r = (uint16_t)(0x7c00u + ((ax & 0x7fffffu) >> 13));
+        return sign | (r == 0x7c00u ? 0x7c01u : r);
+    }
+    if (ax >= 0x477ff000u)  /* 65520 and up (and inf) round to inf */
+        return sign | 0x7c00u;
+    if (ax >= 0x38800000u) {  /* a normal half: rebias, round the 13 dropped bits */
+        uint32_t m = ax - 0x38000000u, r = m >> 13, rest = m & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (r & 1)))
+            r++;  /* a carry into the exponent is right */
+        return sign | (uint16_t)r;
+    }
+    uint32_t e = ax >> 23;  /* a subnormal half (or zero): round |f| x 2^24 */
+    if (e < 102)  /* below 2^-25: rounds to zero */
+        return sign;
+    uint32_t mant = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    uint32_t r = mant >> shift, rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (r & 1)))
+        r++;
+    return sign | (uint16_t)r;
+}
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+#define REDUCE_HALF(TO32, FROM32, EXPR) do {                                              \
+        for (Py_ssize_t i = 0; i < k; i++) {                                              \
+            uint16_t acc = ((const uint16_t *)src[0])[i];                                 \
+            for (int q = 1; q < p; q++) {                                                 \
+                float a = TO32(acc), b = TO32(((const uint16_t *)src[q])[i]);             \
+                acc = FROM32(EXPR);                                                       \
+            }                                                                             \
+            ((uint16_t *)dst)[i] = acc;                                                   \
+        }                                                                                 \
+    } while (0)
+
 /* dst[0:k] = src[0] op src[1] op ... src[p-1], left to right, integers wrapping as numpy's */
 static void reduce_line(int type, int op, char **src, int p, char *dst, Py_ssize_t k)
 {
@@ -158,6 +252,14 @@ static void reduce_line(int type, int op, char **src, int p, char *dst, Py_ssize
     case T_I64 * OP_NOPS + OP_PROD: REDUCE_LOOP(int64_t, (int64_t)((uint64_t)a * (uint64_t)b)); break;
     case T_I64 * OP_NOPS + OP_MIN: REDUCE_LOOP(int64_t, IMIN(a, b)); break;
     case T_I64 * OP_NOPS + OP_MAX: REDUCE_LOOP(int64_t, IMAX(a, b)); break;
+    case T_F16 * OP_NOPS + OP_SUM: REDUCE_HALF(f16_to_f32, f32_to_f16, a + b); break;
+    case T_F16 * OP_NOPS + OP_PROD: REDUCE_HALF(f16_to_f32, f32_to_f16, a * b); break;
+    case T_F16 * OP_NOPS + OP_MIN: REDUCE_HALF(f16_to_f32, f32_to_f16, FMIN(a, b)); break;
+    case T_F16 * OP_NOPS + OP_MAX: REDUCE_HALF(f16_to_f32, f32_to_f16, FMAX(a, b)); break;
+    case T_BF16 * OP_NOPS + OP_SUM: REDUCE_HALF(bf16_to_f32, f32_to_bf16, a + b); break;
+    case T_BF16 * OP_NOPS + OP_PROD: REDUCE_HALF(bf16_to_f32, f32_to_bf16, a * b); break;
+    case T_BF16 * OP_NOPS + OP_MIN: REDUCE_HALF(bf16_to_f32, f32_to_bf16, FMIN(a, b)); break;
+    case T_BF16 * OP_NOPS + OP_MAX: REDUCE_HALF(bf16_to_f32, f32_to_bf16, FMAX(a, b)); break;
     }
 }
 
@@ -178,18 +280,18 @@ static void LL_dealloc(LLObject *self)
 /* LL(rank, segments, offset, half, max_bytes, prog_word, desc_word, ids): `segments` are
  * every rank's control segment (objects with a writable buffer, this rank's own included);
  * the areas start at byte `offset` of each. `ids`: the descriptor's collective id, algorithm
- * hash, the dtype ids of float32, float64, int8, uint8, int32, int64 and the op ids of sum,
- * prod, min, max, avg (13 integers). */
+ * hash, the dtype ids of float32, float64, int8, uint8, int32, int64, float16, bfloat16 and
+ * the op ids of sum, prod, min, max, avg (15 integers). */
 static int LL_init(LLObject *self, PyObject *args, PyObject *kw)
 {
     int rank;
     PyObject *segs;
     Py_ssize_t offset, half, max_bytes, prog, desc;
     long long ids[2 + T_NTYPES + OP_NOPS + 1];
-    if (!PyArg_ParseTuple(args, "iOnnnnn(LLLLLLLLLLLLL):LL", &rank, &segs, &offset, &half,
+    if (!PyArg_ParseTuple(args, "iOnnnnn(LLLLLLLLLLLLLLL):LL", &rank, &segs, &offset, &half,
                           &max_bytes, &prog, &desc, &ids[0], &ids[1], &ids[2], &ids[3],
                           &ids[4], &ids[5], &ids[6], &ids[7], &ids[8], &ids[9], &ids[10],
-                          &ids[11], &ids[12]))
+                          &ids[11], &ids[12], &ids[13], &ids[14]))
         return -1;
     self->coll_id = ids[0];
     self->algo_id = ids[1];
@@ -246,7 +348,8 @@ static inline uint32_t mix32(uint64_t x)
     return (uint32_t)x;
 }
 
-static int ctype_of(const char *fmt, Py_ssize_t itemsize)
+/* the buffer's element type; `bf16`: uint16 elements are bfloat16 (numpy has no such type) */
+static int ctype_of(const char *fmt, Py_ssize_t itemsize, int bf16)
 {
     if (fmt == NULL)
         return -1;
@@ -261,21 +364,23 @@ static int ctype_of(const char *fmt, Py_ssize_t itemsize)
     case 'B': return T_U8;
     case 'i': return itemsize == 4 ? T_I32 : -1;
     case 'l': case 'q': return itemsize == 8 ? T_I64 : -1;
+    case 'e': return itemsize == 2 ? T_F16 : -1;
+    case 'H': return itemsize == 2 && bf16 ? T_BF16 : -1;
     }
-    return -1;  /* float16, bfloat16 (uint16), bool, ...: the general path */
+    return -1;  /* bool, uint16 that is not bfloat16, ...: the general path */
 }
 
 static const char *const op_names[] = {"sum", "prod", "min", "max", "avg"};
 #define OP_AVG 4
 
-/* run(inp, out, seq, op, spin_ns) -> -1 done; q >= 0: still waiting for rank q (call again
- * with the same arguments to resume); -2 - q: rank q runs a different call; LL_INELIGIBLE:
- * not for this path (nothing was written: another dtype, op, size or a non-contiguous or
- * read-only buffer). */
+/* run(inp, out, seq, op, spin_ns, bf16) -> -1 done; q >= 0: still waiting for rank q (call
+ * again with the same arguments to resume); -2 - q: rank q runs a different call;
+ * LL_INELIGIBLE: not for this path (nothing was written: another dtype, op, size or a
+ * non-contiguous or read-only buffer). `bf16`: uint16 buffers hold bfloat16. */
 static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "run(inp, out, seq, op, spin_ns)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "run(inp, out, seq, op, spin_ns, bf16)");
         return NULL;
     }
     if (self->words == NULL) {
@@ -284,6 +389,7 @@ static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     uint64_t seq = PyLong_AsUnsignedLongLong(args[2]);
     double spin_ns = PyFloat_AsDouble(args[4]);
+    int bf16 = PyObject_IsTrue(args[5]);
     if (PyErr_Occurred())
         return NULL;
     int op = -1;
@@ -307,10 +413,11 @@ static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
         return PyLong_FromLong(LL_INELIGIBLE);
     }
     long result = -1;
-    int type = ctype_of(in.format, in.itemsize);
+    int type = ctype_of(in.format, in.itemsize, bf16);
     Py_ssize_t n = in.len, isz = type < 0 ? 1 : type_size[type];
-    if (type < 0 || type != ctype_of(out.format, out.itemsize) || n != out.len ||
-        n > self->max_bytes || (op == OP_AVG && type != T_F32 && type != T_F64)) {
+    int is_float = type == T_F32 || type == T_F64 || type == T_F16 || type == T_BF16;
+    if (type < 0 || type != ctype_of(out.format, out.itemsize, bf16) || n != out.len ||
+        n > self->max_bytes || (op == OP_AVG && !is_float)) {
         result = LL_INELIGIBLE;
         goto done;
     }
@@ -378,12 +485,19 @@ static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (op == OP_AVG) {  /* as numpy divides a float32 (float64) array by float32(p) */
         Py_ssize_t k = n / isz;
+        uint16_t *h = (uint16_t *)out.buf;
         if (type == T_F32)
             for (Py_ssize_t i = 0; i < k; i++)
                 ((float *)out.buf)[i] = ((float *)out.buf)[i] / (float)p;
-        else
+        else if (type == T_F64)
             for (Py_ssize_t i = 0; i < k; i++)
                 ((double *)out.buf)[i] = ((double *)out.buf)[i] / (double)p;
+        else if (type == T_F16)  /* widened, divided in float32, rounded (`dtypes.finish_avg`) */
+            for (Py_ssize_t i = 0; i < k; i++)
+                h[i] = f32_to_f16(f16_to_f32(h[i]) / (float)p);
+        else
+            for (Py_ssize_t i = 0; i < k; i++)
+                h[i] = f32_to_bf16(bf16_to_f32(h[i]) / (float)p);
     }
     __atomic_store_n(&self->words[self->prog], (int64_t)(seq << 32 | LL_DONE), __ATOMIC_RELEASE);
 done:
@@ -400,7 +514,7 @@ static PyObject *LL_close(LLObject *self, PyObject *unused)
 
 static PyMethodDef LL_methods[] = {
     {"run", (PyCFunction)(void (*)(void))LL_run, METH_FASTCALL,
-     "run(inp, out, seq, op, spin_ns): one all-reduce call (see the module source)."},
+     "run(inp, out, seq, op, spin_ns, bf16): one all-reduce call (see the module source)."},
     {"close", (PyCFunction)LL_close, METH_NOARGS, "Release the mapped segments."},
     {NULL, NULL, 0, NULL},
 };
@@ -415,6 +529,403 @@ static PyTypeObject LLType = {
     .tp_init = (initproc)LL_init,
     .tp_dealloc = (destructor)LL_dealloc,
     .tp_methods = LL_methods,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Blocking waits for the general path (`shm_wait`): a rank waiting for a peer's progress
+ * counter sleeps in the kernel on that word (a futex on the shared control segment; the low
+ * 32 bits of `seq << 32 | actions done`, which change with every publication), instead of
+ * yielding the core or sleeping a fixed interval, and the peer wakes it when it publishes
+ * (`publish`: the store, a full fence, then a wake if a peer's WAITING word names this rank).
+ * A waiter that sleeps gives its core to whatever else runs there and is woken the moment the
+ * counter moves; every sleep has a timeout, so publishers that do not wake (the small-message
+ * path, point-to-point words) only cost latency, and Python checks liveness and the deadline
+ * between sleeps.
+ * --------------------------------------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    int rank, nranks;
+    Py_ssize_t prog, waiting;  /* word indices: progress counter, "blocked on rank q + 1" */
+    Py_ssize_t in_addr, out_addr;  /* word indices: this call's input and output addresses */
+    long pids[LL_MAX_RANKS];
+    int64_t *words[LL_MAX_RANKS];
+    Py_buffer views[LL_MAX_RANKS];
+    int nviews;
+} WaitsObject;
+
+static void Waits_release(WaitsObject *self)
+{
+    for (int i = 0; i < self->nviews; i++)
+        PyBuffer_Release(&self->views[i]);
+    self->nviews = 0;
+    self->nranks = 0;
+}
+
+static void Waits_dealloc(WaitsObject *self)
+{
+    Waits_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Waits(rank, segments, pids, (prog, waiting, in_addr, out_addr)): `segments` are every
+ * rank's control segment (this rank's own included), `pids` every rank's process id, then
+ * the word indices of the progress counter, the WAITING word and the published input and
+ * output addresses. */
+static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
+{
+    int rank;
+    PyObject *segs, *pids;
+    Py_ssize_t prog, waiting, in_addr, out_addr;
+    if (!PyArg_ParseTuple(args, "iOO(nnnn):Waits", &rank, &segs, &pids, &prog, &waiting,
+                          &in_addr, &out_addr))
+        return -1;
+    Waits_release(self);
+    PyObject *seq = PySequence_Fast(segs, "Waits: segments must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t p = PySequence_Fast_GET_SIZE(seq);
+    if (p < 1 || p > LL_MAX_RANKS || rank < 0 || rank >= p || prog < 0 || waiting < 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "Waits: bad rank, rank count or word index");
+        return -1;
+    }
+    Py_ssize_t top = prog;
+    if (waiting > top) top = waiting;
+    if (in_addr > top) top = in_addr;
+    if (out_addr > top) top = out_addr;
+    top = 8 * (top + 1);
+    if (PySequence_Size(pids) != p || in_addr < 0 || out_addr < 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "Waits: one pid per rank, word indices >= 0");
+        return -1;
+    }
+    for (Py_ssize_t q = 0; q < p; q++) {
+        PyObject *pid = PySequence_GetItem(pids, q);
+        self->pids[q] = pid == NULL ? -1 : PyLong_AsLong(pid);
+        Py_XDECREF(pid);
+        if (PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    for (Py_ssize_t q = 0; q < p; q++) {
+        Py_buffer *v = &self->views[q];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, q), v, PyBUF_WRITABLE) < 0) {
+            Py_DECREF(seq);
+            Waits_release(self);
+            return -1;
+        }
+        self->nviews = (int)q + 1;
+        if (v->len < top || ((uintptr_t)v->buf & 7)) {
+            Py_DECREF(seq);
+            Waits_release(self);
+            PyErr_SetString(PyExc_ValueError, "Waits: a segment is too small or misaligned");
+            return -1;
+        }
+        self->words[q] = (int64_t *)v->buf;
+    }
+    Py_DECREF(seq);
+    self->rank = rank;
+    self->nranks = (int)p;
+    self->prog = prog;
+    self->waiting = waiting;
+    self->in_addr = in_addr;
+    self->out_addr = out_addr;
+    return 0;
+}
+
+static inline long futex(void *addr, int op, uint32_t val, const struct timespec *ts)
+{
+#if HAVE_FUTEX
+    return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+#else
+    (void)addr; (void)op; (void)val; (void)ts;
+    return 0;
+#endif
+}
+
+static void publish(WaitsObject *self, int64_t v)
+{
+    int64_t *mine = &self->words[self->rank][self->prog];
+    /* seq_cst: the store is visible before the WAITING words are read (a waiter stores its
+     * WAITING word, then reads this counter: one of the two sees the other) */
+    __atomic_store_n(mine, v, __ATOMIC_SEQ_CST);
+    for (int q = 0; q < self->nranks; q++)
+        if (q != self->rank &&
+            __atomic_load_n(&self->words[q][self->waiting], __ATOMIC_SEQ_CST) == self->rank + 1) {
+            futex(mine, FUTEX_WAKE, INT_MAX, NULL);
+            break;
+        }
+}
+
+/* publish(value): this rank's progress counter = value; wake a peer blocked on it. */
+static PyObject *Waits_publish(WaitsObject *self, PyObject *arg)
+{
+    if (self->nranks == 0) {
+        PyErr_SetString(PyExc_ValueError, "Waits: closed");
+        return NULL;
+    }
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    publish(self, (int64_t)v);
+    Py_RETURN_NONE;
+}
+
+/* wait(q, word, need, timeout_s) -> True once rank q's word `word` >= need, False if the
+ * timeout passed first (or a wake-up came for another value): sleeps in the kernel, GIL
+ * released. Marks this rank as blocked on q (its WAITING word) first. */
+static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "wait(q, word, need, timeout_s)");
+        return NULL;
+    }
+    int q = (int)PyLong_AsLong(args[0]);
+    Py_ssize_t word = PyLong_AsSsize_t(args[1]);
+    long long need = PyLong_AsLongLong(args[2]);
+    double timeout = PyFloat_AsDouble(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (self->nranks == 0 || q < 0 || q >= self->nranks || word < 0 ||
+        word >= self->views[q].len / 8 || !(timeout >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "Waits.wait: closed, or bad rank, word or timeout");
+        return NULL;
+    }
+    int64_t *w = &self->words[q][word];
+    __atomic_store_n(&self->words[self->rank][self->waiting], (int64_t)q + 1, __ATOMIC_SEQ_CST);
+    int64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    if (v >= need)
+        Py_RETURN_TRUE;
+    struct timespec ts;
+    ts.tv_sec = (time_t)timeout;
+    ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+    Py_BEGIN_ALLOW_THREADS
+#if HAVE_FUTEX
+    futex(w, FUTEX_WAIT, (uint32_t)v, &ts);  /* EAGAIN if it moved already: fine */
+#else
+    nanosleep(&ts, NULL);
+#endif
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(__atomic_load_n(w, __ATOMIC_ACQUIRE) >= need);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Direct plans that only move bytes (`cplan`): this rank's actions of a compiled plan, run
+ * here instead of one Python call each. A row of the program (int64):
+ *   kind, peer, src loc, src offset, dst loc, dst offset, nbytes, first dep, dep count,
+ *   count published after the row, push offset (COPY_PUSH)
+ * offsets in bytes; locations as `actions.Loc` (SHM, IN, OUT: this rank's arrays, whose
+ * addresses `run_plan` gets; PEER_IN, PEER_OUT: the peer's, as it published them); deps are
+ * (peer, actions done) pairs in a second array. Each dependency is one load of the peer's
+ * counter; a peer not yet checked (its descriptor, on its first dependency in the call) or
+ * still short after `spin_ns` sends the call back to Python (`shm_wait`), which waits, checks
+ * and calls again from that row.
+ * --------------------------------------------------------------------------------------- */
+enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH };
+#define ROW 11
+
+static int vm_copy(long pid, char *local, uint64_t remote, size_t n, int write)
+{
+#if defined(__linux__)
+    while (n > 0) {
+        struct iovec l = {local, n}, r = {(void *)(uintptr_t)remote, n};
+        ssize_t got = write ? process_vm_writev((pid_t)pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
+        if (got <= 0)
+            return got < 0 ? errno : EIO;
+        local += got;
+        remote += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return 0;
+#else
+    (void)pid; (void)local; (void)remote; (void)n; (void)write;
+    return ENOSYS;
+#endif
+}
+
+static void local_copy(char *d, const char *s, size_t n, long long stream_min)
+{
+    if (d == s || n == 0)
+        return;  /* in place: the input already sits where the output goes */
+    if (stream_min >= 0 && (long long)n >= stream_min && (d >= s + n || s >= d + n))
+        stream_copy(d, s, n);
+    else
+        memmove(d, s, n);
+}
+
+/* run_plan(prog, deps, start, seq, (shm, in, out), checked, stream_min, piece, spin_ns)
+ * -> (status, row, detail): status 0: done; 1: row `row` waits for peer `detail` (not checked
+ * yet, or late: Python waits, then calls again from `row`); 2: row `row` failed to copy from
+ * or to peer `detail >> 16` with errno `detail & 0xffff`. */
+static PyObject *Waits_run_plan(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, "
+                        "spin_ns)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    uint64_t seq = PyLong_AsUnsignedLongLong(args[3]);
+    unsigned long long base[3];
+    long long stream_min = PyLong_AsLongLong(args[6]);
+    Py_ssize_t piece = PyLong_AsSsize_t(args[7]);
+    double spin_ns = PyFloat_AsDouble(args[8]);
+    if (PyErr_Occurred() || !PyArg_ParseTuple(args[4], "KKK", &base[0], &base[1], &base[2]))
+        return NULL;
+    if (self->nranks == 0 || piece <= 0) {
+        PyErr_SetString(PyExc_ValueError, "run_plan: closed, or piece <= 0");
+        return NULL;
+    }
+    Py_buffer prog, deps, checked;
+    if (PyObject_GetBuffer(args[0], &prog, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &deps, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&prog);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[5], &checked, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&prog);
+        PyBuffer_Release(&deps);
+        return NULL;
+    }
+    const int64_t *rows = prog.buf, *dp = deps.buf;
+    Py_ssize_t nrows = prog.len / (8 * ROW), ndeps = deps.len / 16;
+    unsigned char *ok = checked.buf;
+    int p = self->nranks, status = 0;
+    long long detail = 0;
+    Py_ssize_t i = start;
+    if (checked.len < p || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "run_plan: bad start row or checked flags");
+        status = -1;
+        goto out;
+    }
+    for (; i < nrows; i++) {
+        const int64_t *r = rows + i * ROW;
+        int64_t kind = r[0], peer = r[1];
+        int local_src = r[2] >= 0 && r[2] <= 2, local_dst = r[4] >= 0 && r[4] <= 2;
+        int peer_src = r[2] == 4 || r[2] == 5, peer_dst = r[4] == 5;
+        int shape = kind == K_NOTHING || (kind == K_COPY && local_src && local_dst) ||
+                    (kind == K_READ && peer_src && local_dst) ||
+                    (kind == K_WRITE && local_src && peer_dst) ||
+                    (kind == K_COPY_PUSH && local_src && local_dst);
+        if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > ndeps ||
+            (kind != K_NOTHING && kind != K_COPY && (peer < 0 || peer >= p))) {
+            PyErr_SetString(PyExc_ValueError, "run_plan: a malformed row");
+            status = -1;
+            goto out;
+        }
+        for (int64_t j = r[7]; j < r[7] + r[8]; j++) {  /* dependencies */
+            int64_t q = dp[2 * j], k = dp[2 * j + 1];
+            if (q < 0 || q >= p || !ok[q]) {
+                status = 1;
+                detail = q;
+                goto out;
+            }
+            const uint64_t *w = (const uint64_t *)&self->words[q][self->prog];
+            uint64_t need = seq << 32 | (uint64_t)k;
+            if (k == 0 || load_acquire(w) >= need)
+                continue;
+            double until = now_ns() + spin_ns;
+            unsigned spins = 0;
+            while (load_acquire(w) < need) {
+                cpu_relax();
+                if ((++spins & 63) == 0 && now_ns() >= until) {
+                    status = 1;
+                    detail = q;
+                    goto out;
+                }
+            }
+        }
+        char *src = NULL, *dst = NULL;
+        uint64_t remote = 0;
+        size_t n = (size_t)r[6];
+        if (kind == K_NOTHING)
+            n = 0;
+        else if (local_src)
+            src = (char *)(uintptr_t)base[r[2]] + r[3];
+        else
+            remote = (uint64_t)self->words[peer][r[2] == 4 ? self->in_addr : self->out_addr]
+                     + (uint64_t)r[3];
+        if (kind == K_NOTHING)
+            ;
+        else if (local_dst)
+            dst = (char *)(uintptr_t)base[r[4]] + r[5];
+        else
+            remote = (uint64_t)self->words[peer][self->out_addr] + (uint64_t)r[5];
+        int err = 0;
+        Py_BEGIN_ALLOW_THREADS
+        switch (kind) {
+        case K_COPY:
+            local_copy(dst, src, n, stream_min);
+            break;
+        case K_READ:
+            err = vm_copy(self->pids[peer], dst, remote, n, 0);
+            break;
+        case K_WRITE:
+            err = vm_copy(self->pids[peer], src, remote, n, 1);
+            break;
+        case K_COPY_PUSH:  /* each piece copied, then written to the peer while cached */
+            remote = (uint64_t)self->words[peer][self->out_addr] + (uint64_t)r[10];
+            if (src == dst) {
+                err = vm_copy(self->pids[peer], src, remote, n, 1);
+                break;
+            }
+            for (size_t j = 0; j < n && !err; j += (size_t)piece) {
+                size_t m = n - j < (size_t)piece ? n - j : (size_t)piece;
+                local_copy(dst + j, src + j, m, stream_min);
+                err = vm_copy(self->pids[peer], src + j, remote + j, m, 1);
+            }
+            break;
+        }
+        Py_END_ALLOW_THREADS
+        if (err) {
+            status = 2;
+            detail = peer << 16 | (err & 0xffff);
+            goto out;
+        }
+        publish(self, (int64_t)(seq << 32 | (uint64_t)r[9]));
+    }
+out:
+    PyBuffer_Release(&prog);
+    PyBuffer_Release(&deps);
+    PyBuffer_Release(&checked);
+    if (status < 0)
+        return NULL;
+    return Py_BuildValue("(inL)", status, i, detail);
+}
+
+static PyObject *Waits_close(WaitsObject *self, PyObject *unused)
+{
+    Waits_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Waits_methods[] = {
+    {"publish", (PyCFunction)Waits_publish, METH_O,
+     "publish(value): store this rank's progress counter and wake a peer blocked on it."},
+    {"wait", (PyCFunction)(void (*)(void))Waits_wait, METH_FASTCALL,
+     "wait(q, word, need, timeout_s) -> bool: sleep until rank q's word >= need, or the "
+     "timeout."},
+    {"run_plan", (PyCFunction)(void (*)(void))Waits_run_plan, METH_FASTCALL,
+     "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, spin_ns) -> "
+     "(status, row, detail): this rank's copy-only actions (see the source)."},
+    {"close", (PyCFunction)Waits_close, METH_NOARGS, "Release the mapped segments."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WaitsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpucomm.runtime._stream.Waits",
+    .tp_basicsize = sizeof(WaitsObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Blocking waits on peers' progress counters (futexes on the control segments).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Waits_init,
+    .tp_dealloc = (destructor)Waits_dealloc,
+    .tp_methods = Waits_methods,
 };
 
 static PyObject *copy(PyObject *self, PyObject *args)
@@ -447,18 +958,21 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__stream(void)
 {
-    if (PyType_Ready(&LLType) < 0)
+    if (PyType_Ready(&LLType) < 0 || PyType_Ready(&WaitsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     Py_INCREF(&LLType);
+    Py_INCREF(&WaitsType);
     if (PyModule_AddIntConstant(m, "STREAMING", STREAMING) < 0 ||
         PyModule_AddIntConstant(m, "LL_INELIGIBLE", LL_INELIGIBLE) < 0 ||
         PyModule_AddIntConstant(m, "LL_LINE", LL_LINE) < 0 ||
         PyModule_AddIntConstant(m, "LL_DATA", LL_DATA) < 0 ||
-        PyModule_AddObject(m, "LL", (PyObject *)&LLType) < 0) {
+        PyModule_AddObject(m, "LL", (PyObject *)&LLType) < 0 ||
+        PyModule_AddObject(m, "Waits", (PyObject *)&WaitsType) < 0) {
         Py_DECREF(&LLType);
+        Py_DECREF(&WaitsType);
         Py_DECREF(m);
         return NULL;
     }

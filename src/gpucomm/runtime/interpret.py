@@ -17,8 +17,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import TransportError
+from . import cplan
 from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, Action, fused_push, fused_result_push
-from .shm_control import IN_ADDR, OUT_ADDR, PROG
+from .shm_control import IN_ADDR, OUT_ADDR
 
 if TYPE_CHECKING:
     from ..schedule import Schedule
@@ -71,15 +72,21 @@ class Interpreter:
         self.native = dtype.compute == dtype.storage
         self.piece = max(1, tr.options.piece_bytes // self.isz)
         self.copy = tr.copy_large
+        self._cplans = cplan.CPlans()
 
     def run(self, call: Call) -> None:
         self.call = call
-        mine, base = self.tr._me, call.seq << 32
+        if self.tr._waiter is not None:  # copy-only direct plans run in C (`cplan`)
+            prog = self._cplans.get(call.plan, self.tr.rank, self.isz)
+            if prog is not None:
+                cplan.run(self, prog)
+                return
+        publish, base = self.tr._publish, call.seq << 32
         for run_one, a, nxt, done in self._program(call.plan):
             if a.deps:
                 self._await(a.deps)
             run_one(a, nxt)
-            mine[PROG] = base | done
+            publish(base | done)
 
     def _program(self, plan: ActionPlan) -> Program:
         """This rank's actions as (handler, action, the action fused with it or None, actions

@@ -296,7 +296,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
             if not call.checked[q]:
                 self._wait(q, call.base, call.deadline)
                 self._check_peer(q, call.desc, schedule, dtype, op)
-        self._me[PROG] = call.base | DONE
+        self._publish(call.base | DONE)
 
     def _interpreter(self, dtype: dt.DType, op: str, reduces: bool) -> Interpreter:
         key = (dtype.name, op, reduces)
@@ -328,7 +328,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
             self._me[DESC + i] = v
         self._me[IN_ADDR], self._me[OUT_ADDR] = in_addr, out_addr
         self._me[IN_PLACE] = int(in_addr == out_addr)
-        self._me[PROG] = seq << 32
+        self._publish(seq << 32)
         checked = [q == me for q in range(p)]
         return Call(schedule, dtype, op, plan, seq, deadline, desc, checked,
                     [self._view(dtype), inp, out], in_addr, out_addr)

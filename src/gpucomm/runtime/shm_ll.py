@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import dtypes as dt
 from ..errors import CommTimeout, TransportError
 from .plan import schedule_key
-from .shm_control import (COLL_IDS, DESC, DONE, DTYPE_IDS, LL_ALGO, LL_HALF, LL_OFF, OP_IDS,
-                          PROG, WAITING, describe_call)
+from .shm_control import (COLL_IDS, DESC, DONE, DTYPE_IDS, IN_ADDR, LL_ALGO, LL_HALF, LL_OFF,
+                          OP_IDS, OUT_ADDR, PROG, WAITING, describe_call)
 
 if TYPE_CHECKING:
     from ..schedule import Schedule
@@ -29,13 +30,14 @@ if TYPE_CHECKING:
 try:
     from . import _stream
     LLRunner: Any = getattr(_stream, "LL", None)  # None: an extension built before the path
+    WaitsRunner: Any = getattr(_stream, "Waits", None)
     _INELIGIBLE = getattr(_stream, "LL_INELIGIBLE", -1000)
 except ImportError:  # built without a compiler
-    LLRunner, _INELIGIBLE = None, -1000
+    LLRunner, WaitsRunner, _INELIGIBLE = None, None, -1000
 
 SPIN_S = 50e-6  # spin this long in C before waiting the slow way
 # what `LL.run` reduces (in this order in its id table); other dtypes take the general path
-LL_DTYPES = ("float32", "float64", "int8", "uint8", "int32", "int64")
+LL_DTYPES = ("float32", "float64", "int8", "uint8", "int32", "int64", "float16", "bfloat16")
 LL_OPS = ("sum", "prod", "min", "max", "avg")
 
 
@@ -54,6 +56,7 @@ class SmallMessages:
     _me: memoryview
     _call: tuple[str, int, float]
     _ll: Any = None  # the C runner, once connected (None: no extension, or turned off)
+    _waiter: Any = None  # the general path's blocking waits (`shm_wait`), made here too
     _ll_sched: Schedule | None = None  # the last schedule `_ll_serves` accepted
 
     if TYPE_CHECKING:
@@ -63,8 +66,12 @@ class SmallMessages:
         def _fail(self, err: BaseException) -> None: ...
 
     def _ll_connect(self) -> None:
-        """Map every rank's area (after every control segment is mapped)."""
+        """Map every rank's area (after every control segment is mapped), and every rank's
+        progress counter for the general path's blocking waits (`shm_wait`)."""
         self._ll = None
+        if WaitsRunner is not None:
+            self._waiter = WaitsRunner(self.rank, [c.mm for c in self._ctrls], self.pids,
+                                       (PROG, WAITING, IN_ADDR, OUT_ADDR))
         self._ll_spin_ns = SPIN_S * 1e9
         if LLRunner is not None and self.options.ll_max_bytes > 0:
             ids = (COLL_IDS["all_reduce"], LL_ALGO, *(DTYPE_IDS[d] for d in LL_DTYPES),
@@ -73,23 +80,25 @@ class SmallMessages:
                                 self.options.ll_max_bytes, PROG, DESC, ids)
 
     def _ll_close(self) -> None:
-        if self._ll is not None:
-            self._ll.close()
-            self._ll = None
+        """Release the C side's views of the control segments (before they close)."""
+        for runner in (self._ll, self._waiter):
+            if runner is not None:
+                runner.close()
+        self._ll = self._waiter = None
 
     @property
     def small_message_bytes(self) -> int:
         """All-reduces up to this size run on the small-message path (0: it is off)."""
         return self.options.ll_max_bytes if self._ll is not None else 0
 
-    def _ll_try(self, schedule: Schedule, inp, out, op, dtype=None) -> bool:
+    def _ll_try(self, schedule: Schedule, inp, out, op, dtype: dt.DType) -> bool:
         """Ran this call on the small-message path (False: not a call it serves). The path
         knows a type by its buffer's format, so a type stored as another (fp8 as uint8) is
         not one it serves."""
-        if dtype is not None and dtype.name not in LL_DTYPES:
+        if dtype.name not in LL_DTYPES:
             return False
         return (inp is not None and out is not None and self._ll_serves(schedule)
-                and self.ll_all_reduce(inp, out, op))
+                and self.ll_all_reduce(inp, out, op, dtype.name == "bfloat16"))
 
     def _ll_serves(self, schedule: Schedule) -> bool:
         """Is this the registered one-shot all-reduce (the schedule this path runs)?"""
@@ -105,15 +114,18 @@ class SmallMessages:
         self._ll_sched = schedule
         return True
 
-    def ll_all_reduce(self, inp: np.ndarray, out: np.ndarray, op: str) -> bool:
+    def ll_all_reduce(self, inp: np.ndarray, out: np.ndarray, op: str,
+                      bf16: bool = False) -> bool:
         """Run this all-reduce on the small-message path if it takes it (True), else do
         nothing (False: the caller takes the general path). `inp` may be `out` (in place).
-        The path takes C-contiguous arrays of LL_DTYPES up to `ll_max_bytes`, ops LL_OPS."""
+        The path takes C-contiguous arrays of LL_DTYPES up to `ll_max_bytes`, ops LL_OPS;
+        `bf16`: uint16 arrays hold bfloat16 (float16 and bfloat16 round after every step, in
+        rank order, as the general path does)."""
         ll = self._ll
         if ll is None or self.broken is not None:
             return False
         seq = self.seq + 1
-        r = ll.run(inp, out, seq, op, self._ll_spin_ns)
+        r = ll.run(inp, out, seq, op, self._ll_spin_ns, bf16)
         if r == -1:
             self.seq = seq
             return True
@@ -121,15 +133,17 @@ class SmallMessages:
             return False
         self.seq = seq
         try:
-            self._ll_wait(r, inp, out, op, seq)
+            self._ll_wait(r, (inp, out, seq, op), bf16)
         except BaseException as e:
             self._fail(e)
             raise
         return True
 
-    def _ll_wait(self, r: int, inp: np.ndarray, out: np.ndarray, op: str, seq: int) -> None:
+    def _ll_wait(self, r: int, call: tuple, bf16: bool) -> None:
         """A peer is late: poll as `PeerWaits._wait` does (yield, then sleep), checking every
-        20 ms that it lives and that the deadline holds; `r` is what `LL.run` returned."""
+        20 ms that it lives and that the deadline holds; `r` is what `LL.run` returned for
+        `call` = (inp, out, seq, op)."""
+        seq = call[2]
         self._call = ("all_reduce", seq, self.timeout)
         deadline = time.monotonic() + self.timeout
         t0 = time.perf_counter()
@@ -148,7 +162,7 @@ class SmallMessages:
                 else:
                     time.sleep(pause)
                     pause = min(pause * 1.5, 1e-3)
-                r = self._ll.run(inp, out, seq, op, 2e3)
+                r = self._ll.run(*call, 2e3, bf16)
         finally:
             self._me[WAITING] = 0
 

@@ -1,14 +1,16 @@
 """Waiting for peers in the shm transport: a dependency is one load of the peer's progress
-counter; a wait spins briefly, then yields, then sleeps with a growing interval, so more
-ranks than cores still progress; every wait has a deadline and, while sleeping, checks that
-the peer is alive (pid), not failed and not closed. A timeout names the rank that makes no
-progress, following the chain of ranks waiting for one another.
+counter; a wait spins briefly, then blocks in the kernel on the counter (a futex, `_stream.
+Waits`: the peer wakes it when it publishes), each sleep bounded by a growing timeout, so more
+ranks than cores still progress and a waiting rank leaves its core to whoever else runs
+there; without the C extension it yields, then sleeps. Every wait has a deadline and, between
+sleeps, checks that the peer is alive (pid), not failed and not closed. A timeout names the
+rank that makes no progress, following the chain of ranks waiting for one another.
 """
 from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import dtypes as dt
 from ..errors import CommTimeout, TransportError
@@ -32,6 +34,7 @@ class PeerWaits:
     _me: memoryview  # this rank's words (_progs[rank])
     _spin_s: float
     _call: tuple[str, int, float]  # the call in progress: (name, number, timeout in s)
+    _waiter: Any = None  # `_stream.Waits` over every control segment (None: no extension)
 
     if TYPE_CHECKING:
         def _map_peer(self, q: int) -> Segment: ...
@@ -69,16 +72,17 @@ class PeerWaits:
         prog = self._progs[q]
         if prog[word] >= need:
             return
-        # Spin a few microseconds (the peer is usually about to publish), then yield the core
-        # for a while (oversubscribed ranks need it to progress), then sleep, checking
-        # liveness and the deadline every 20 ms.
+        # Spin a few microseconds (the peer is usually about to publish), then block until
+        # the peer publishes (or yield, then sleep, without the extension), checking liveness
+        # and the deadline every 20 ms.
         t0 = time.perf_counter()
         spin_until = t0 + self._spin_s
         while time.perf_counter() < spin_until:
             for _ in range(32):
                 if prog[word] >= need:
                     return
-        yield_until = t0 + 0.02
+        waiter = self._waiter
+        yield_until = t0 + (0.02 if waiter is None else 0.0)
         pause, next_check = 50e-6, time.monotonic() + 0.02
         self._me[WAITING] = q + 1
         try:
@@ -90,16 +94,28 @@ class PeerWaits:
                         self._unlink_peer(q)  # the job is over: q may never run again
                         raise CommTimeout(self._timeout_text(q, need, word))
                     next_check = now + 0.02
-                if time.perf_counter() < yield_until:
+                if waiter is not None:
+                    if waiter.wait(q, word, need, pause):
+                        return
+                elif time.perf_counter() < yield_until:
                     os.sched_yield()
                     for _ in range(32):
                         if prog[word] >= need:
                             return
                 else:
                     time.sleep(pause)
-                    pause = min(pause * 1.5, 1e-3)
+                # the timeout bounds the latency of publishers that do not wake (the
+                # small-message path, point-to-point words)
+                pause = min(pause * 1.5, 1e-3)
         finally:
             self._me[WAITING] = 0
+
+    def _publish(self, value: int) -> None:
+        """This rank's progress counter = `value`, waking a peer blocked on it."""
+        if self._waiter is not None:
+            self._waiter.publish(value)
+        else:
+            self._me[PROG] = value
 
     def _check_alive(self, q: int, need: int, word: int) -> None:
         prog = self._progs[q]

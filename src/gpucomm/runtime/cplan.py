@@ -1,0 +1,126 @@
+"""Direct plans that only move bytes run in the C extension: a rank's local copies,
+cross-memory reads of peers' buffers, writes into peers' outputs (and the fused copy-and-push
+of `push.push_copies`) and pure waits go to `_stream.Waits.run_plan` as one small int64
+program per (plan, rank), so a large all-to-all, all-gather, broadcast, gather or scatter is
+one C call instead of one Python call per action, the GIL released while it copies.
+
+The program numbers the same actions and publishes the same counters as the Python
+interpreter (`interpret`), so ranks running either mix freely. C returns to Python where a
+wait needs more than a short spin, or a peer's descriptor is yet to be checked: the
+transport's `_await` waits (blocking, with liveness and deadline checks) and checks, and the
+program resumes at that row. Plans with reductions or staged (shared-memory) reads stay in
+Python.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import TransportError
+from . import memcopy
+from .actions import IN, OUT, PEER_IN, PEER_OUT, SHM, Action, Loc, fused_push
+from .shm_control import PROG
+
+if TYPE_CHECKING:
+    from .interpret import Interpreter
+    from .plan import ActionPlan
+
+NOTHING, COPY, READ, WRITE, COPY_PUSH = range(5)  # row kinds, as `_stream.c` numbers them
+ROW = 11  # int64 fields per row (see `_stream.c`)
+SPIN_NS = 50e3  # spin this long in C on a late peer before waiting in Python
+_LOCAL = (SHM, IN, OUT)
+
+# (rows, deps, the local locations the rows use: SHM, IN, OUT)
+Program = tuple[np.ndarray, np.ndarray, frozenset]
+
+
+def compile_row(actions: tuple[Action, ...], isz: int) -> Program | None:
+    """This rank's actions as a C program, or None if one of them is not a plain move."""
+    rows: list[list[int]] = []
+    deps: list[tuple[int, int]] = []
+    i = 0
+    while i < len(actions):
+        a = actions[i]
+        nxt = actions[i + 1] if i + 1 < len(actions) else None
+        kind = _kind(a)
+        if kind is None:
+            return None
+        dep, peer, push_off = list(a.deps), a.peer, 0
+        if kind == COPY and fused_push(a, nxt) and nxt is not None:
+            kind, peer, push_off = COPY_PUSH, nxt.peer, nxt.dst_off * isz
+            dep += nxt.deps
+            i += 1
+        rows.append([kind, peer, int(a.src), a.src_off * isz, int(a.dst), a.dst_off * isz,
+                     a.n * isz, len(deps), len(dep), i + 1, push_off])
+        deps += dep
+        i += 1
+    used = frozenset(loc for r in rows for loc in (r[2], r[4]) if loc in _LOCAL)
+    return (np.array(rows, np.int64).reshape(-1, ROW),
+            np.array(deps, np.int64).reshape(-1, 2), used)
+
+
+def _kind(a: Action) -> int | None:
+    if a.reduce:
+        return None
+    if a.n == 0:
+        return NOTHING
+    if a.src in _LOCAL and a.dst in _LOCAL:
+        return COPY
+    if a.src in (PEER_IN, PEER_OUT) and a.dst in _LOCAL:
+        return READ
+    if a.src in _LOCAL and a.dst == PEER_OUT:
+        return WRITE
+    return None  # a peer's shared buffer: the interpreter maps and reads it
+
+
+class CPlans:
+    """The C programs of one interpreter's plans (by plan identity; None: not for C)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[ActionPlan, Program | None]] = {}
+
+    def get(self, plan: ActionPlan, rank: int, isz: int) -> Program | None:
+        hit = self._cache.get(id(plan))
+        if hit is None or hit[0] is not plan:
+            if len(self._cache) > 256:
+                self._cache.clear()
+            prog = compile_row(plan.actions[rank], isz) if plan.direct else None
+            hit = self._cache[id(plan)] = (plan, prog)
+        return hit[1]
+
+
+def run(it: Interpreter, prog: Program) -> None:
+    """Run program `prog` of the interpreter's call in C, waiting in Python where C gives
+    back."""
+    tr, c = it.tr, it.call
+    rows, deps, used = prog
+    for loc in used:
+        if c.arrs[loc] is None:
+            raise TransportError(f"rank {tr.rank}: its plan uses a {Loc(loc).text} "
+                                 f"buffer this rank passed none of")
+    addrs = tuple(0 if a is None else a.__array_interface__["data"][0] for a in c.arrs)
+    checked = bytearray(c.checked)
+    stream_min = tr.options.stream_min_bytes if memcopy.streams(tr.options) else -1
+    row = 0
+    while True:
+        status, row, detail = tr._waiter.run_plan(rows, deps, row, c.seq, addrs, checked,
+                                                  stream_min, it.piece * it.isz, SPIN_NS)
+        for q, ok in enumerate(checked):
+            c.checked[q] = bool(ok)
+        if status == 0:
+            return
+        if status == 2:
+            _failed(it, detail >> 16, detail & 0xFFFF, int(rows[row][0]))
+        first, n = int(rows[row][7]), int(rows[row][8])
+        it._await([(q, k) for q, k in deps[first:first + n].tolist()])
+        checked = bytearray(c.checked)
+
+
+def _failed(it: Interpreter, q: int, err: int, kind: int) -> None:
+    """A cross-memory copy failed: name the rank if it died, else say what failed."""
+    it.tr._check_alive(q, 1 << 62, PROG)
+    what = "writing" if kind in (WRITE, COPY_PUSH) else "reading"
+    raise TransportError(f"rank {it.tr.rank}: {what} rank {q}'s buffer: cross-memory "
+                         f"{what[:-3]} failed: {os.strerror(err)}")

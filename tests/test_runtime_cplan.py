@@ -1,0 +1,158 @@
+"""Direct copy-only plans run in C (`runtime.cplan`, `_stream.Waits.run_plan`) on real
+processes: all-to-all on 2..8 ranks and the other copy-only collectives, bit for bit against
+numpy's reference on every rank, in place and out of place, odd element counts, ranks that run
+the plan in C mixed with ranks that interpret it in Python, a dead peer named.
+
+`GPUCOMM_DIRECT_MIN_BYTES` is lowered so that small buffers take the direct (cross-memory)
+plans the runtime uses from 3 MiB chunks on. Ranks run this file as a script (`python
+test_runtime_cplan.py MODE OUT_DIR`) under the launcher; each writes
+OUT_DIR/rank<k>.json.
+"""
+import io
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+import pytest
+
+HERE = os.path.abspath(__file__)
+SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
+built = pytest.mark.skipif(
+    __import__("gpucomm.runtime.shm_ll", fromlist=["WaitsRunner"]).WaitsRunner is None,
+    reason="the C extension (gpucomm.runtime._stream) is not built")
+COUNTS = [1, 7, 1000, 65537]  # elements per block: tiny, odd, several pages
+
+
+def inputs(coll, p, count, seed):
+    """Every rank's input (the root's alone counts for broadcast and scatter)."""
+    from gpucomm.collectives import get_collective
+    rng = np.random.default_rng(seed)
+    c = get_collective(coll)
+    n = [c.inputs(r, p, 0)[1] * count if c.inputs(r, p, 0) else 0 for r in range(p)]
+    return [rng.standard_normal(n[r]).astype(np.float32) for r in range(p)]
+
+
+def _call(comm, coll, inp, count, in_place):
+    """Run one call; returns this rank's output."""
+    p, r = comm.world_size, comm.rank
+    if coll == "all_to_all":
+        out = inp if in_place else np.empty(p * count, np.float32)
+        comm.all_to_all(out, inp if not in_place else out)
+    elif coll == "all_gather":
+        out = np.empty(p * count, np.float32)
+        comm.all_gather(out, inp)
+    elif coll == "broadcast":
+        out = inp if r == 0 else np.empty(count, np.float32)
+        comm.broadcast(out, root=0)
+    elif coll == "gather":
+        out = np.empty(p * count, np.float32) if r == 0 else None
+        comm.gather(out, inp, root=0)
+    else:  # scatter
+        out = np.empty(count, np.float32)
+        comm.scatter(out, inp if r == 0 else None, root=0)
+    return out
+
+
+def _cases(comm, colls):
+    from gpucomm.collectives import reference
+    p, r, wrong, seed = comm.world_size, comm.rank, [], 0
+    for coll in colls:
+        for count in COUNTS:
+            for in_place in ((False, True) if coll == "all_to_all" else (False,)):
+                seed += 1
+                ins = inputs(coll, p, count, seed)
+                want = reference(coll, ins, root=0)[r]
+                got = _call(comm, coll, ins[r].copy(), count, in_place)
+                if want is not None and got.tobytes() != want.tobytes():
+                    wrong.append(f"{coll} count={count} in_place={in_place}")
+    return wrong
+
+
+def rank_main(mode, out_dir):
+    import gpucomm.runtime as rt
+    from gpucomm.runtime import cplan
+    ran = []
+    real_run = cplan.run
+    cplan.run = lambda it, prog: (ran.append(1), real_run(it, prog))[1]
+    comm = rt.init()
+    res = {"rank": comm.rank}
+    try:
+        if mode == "mixed" and comm.rank == 0:  # this rank interprets the plans in Python
+            cplan.CPlans.get = lambda self, plan, rank, isz: None
+        if mode in ("a2a", "mixed"):
+            res["wrong"] = _cases(comm, ["all_to_all"])
+        elif mode == "others":
+            res["wrong"] = _cases(comm, ["all_gather", "broadcast", "gather", "scatter"])
+        elif mode == "dead":  # rank 1 leaves without calling
+            if comm.rank == 1:
+                os._exit(0)
+            _call(comm, "all_to_all", np.ones(comm.world_size * 4096, np.float32), 4096, False)
+        res["c_calls"] = len(ran)
+    except Exception as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+        res["trace"] = traceback.format_exc()
+    with open(os.path.join(out_dir, f"rank{comm.rank}.json"), "w") as f:
+        json.dump(res, f)
+    if "error" not in res:
+        comm.close()
+    os._exit(0)
+
+
+def run(nranks, mode, tmp_path, timeout=300):
+    from gpucomm.runtime.launch import launch
+    out = io.StringIO()
+    env = dict(os.environ, PYTHONPATH=SRC, GPUCOMM_TIMEOUT="60",
+               GPUCOMM_DIRECT_MIN_BYTES="4")
+    t0 = time.monotonic()
+    launch([sys.executable, HERE, mode, str(tmp_path)], nranks, out=out, env=env,
+           timeout=timeout)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nranks)
+               if (tmp_path / f"rank{r}.json").exists()]
+    return results, out.getvalue(), time.monotonic() - t0
+
+
+@built
+@pytest.mark.parametrize("nranks", [2, 3, 5, 8])
+def test_all_to_all_in_c_is_bitwise_numpys_on_every_rank(nranks, tmp_path):
+    results, log, _ = run(nranks, "a2a", tmp_path)
+    assert len(results) == nranks, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+        assert res["c_calls"] >= len(COUNTS), "the calls did not run in C"
+
+
+@built
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_other_copy_only_collectives_in_c(nranks, tmp_path):
+    results, log, _ = run(nranks, "others", tmp_path)
+    assert len(results) == nranks, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+        assert res["c_calls"] > 0
+
+
+@built
+def test_c_and_python_ranks_mix(tmp_path):
+    results, log, _ = run(3, "mixed", tmp_path)
+    assert len(results) == 3, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+    assert results[0]["c_calls"] == 0 and results[1]["c_calls"] > 0
+
+
+@built
+def test_a_dead_peer_is_named(tmp_path):
+    results, log, elapsed = run(2, "dead", tmp_path)
+    assert len(results) == 1, log[-3000:]
+    assert "rank 1" in results[0].get("error", ""), results[0]
+    assert elapsed < 45
+
+
+if __name__ == "__main__":
+    rank_main(sys.argv[1], sys.argv[2])
