@@ -137,3 +137,23 @@ def test_sync_applies_from_its_share_on_and_is_bounded():
         predict("all_reduce", big, base).time_s + 150e-6  # >= 2 network steps of 100 us
     with pytest.raises(ConfigError, match="network_sync_us"):
         Profile(machine={}, parameters={"network_sync_us": 20000.0})
+
+
+def test_a_sync_beyond_10_ms_a_step_is_refused(tmp_path, capsys):
+    """Mid-size rows 1000x slower than the log (128 KiB to 32 MiB) would need more than 10 ms
+    of synchronisation per network step: refused with one line, nothing written."""
+    def slow(line):
+        f = line.split()
+        if not f or not f[0].isdigit() or not (128 << 10) <= int(f[0]) <= (32 << 20):
+            return line
+        t = float(f[5]) * 1000
+        f[5], f[9] = f"{t:.1f}", f"{t:.1f}"
+        f[6] = f[7] = f[10] = f[11] = "0.00"
+        return "  ".join(f)
+    log = tmp_path / "slow.log"
+    log.write_text("\n".join(slow(x) for x in POLARIS_2N.read_text().splitlines()) + "\n")
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(log), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "synchronisation per network step" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
