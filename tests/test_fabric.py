@@ -507,6 +507,9 @@ def test_background_load_adaptive_routes_around_what_spraying_meets():
                                       t("ecmp", 0.0), t("ecmp", 0.3))
     assert spray > spray0 * 1.05 and ecmp > ecmp0 * 1.05  # other jobs' load costs
     assert ar < spray  # adaptive routing fills what the cables leave together
+    # flowlets see what other jobs leave too, in whole queue pairs: better than hashing
+    flowlet = t("flowlet", 0.3)
+    assert ecmp > flowlet > t("flowlet", 0.0) * 1.02
     with pytest.raises(ConfigError, match="background"):
         Network(background=0.6)
 

@@ -168,12 +168,9 @@ class FabricPolicy:
         fills what the cables leave together, so a leaf's up-links count the mean of what
         they leave, and so do the down-links into a leaf; a hashed, static or sprayed
         (oblivious: an even split per path) flow meets each cable's own load."""
-        mean = self.net.background
-        if mean <= 0:
+        if self.net.background <= 0:
             return capacity
-        rng = np.random.default_rng([self.net.seed, 0xB6])
-        share = np.minimum(rng.uniform(0.0, 2.0 * mean, len(capacity)), 0.95)
-        left = np.where(self.between, 1.0 - share, 1.0)
+        left = self.left()
         if self.net.routing == "adaptive":
             leaves = self._leaves()
             for end in (np.asarray(self.router.lsrc), np.asarray(self.router.ldst)):
@@ -182,6 +179,14 @@ class FabricPolicy:
                     sel = group & (end == sw)
                     left[sel] = left[sel].mean()
         return capacity * left
+
+    def left(self) -> Floats:
+        """Per link, the share of its capacity other jobs leave (1 without background)."""
+        rng = np.random.default_rng([self.net.seed, 0xB6])
+        n = len(self.between)
+        share = np.minimum(rng.uniform(0.0, 2.0 * self.net.background, n), 0.95)
+        out: Floats = np.where(self.between & (self.net.background > 0), 1.0 - share, 1.0)
+        return out
 
     def _leaves(self) -> Ints:
         """Device indices of the switches NICs hang off (the first tier)."""
@@ -204,7 +209,8 @@ class FabricPolicy:
         placed = None
         if self.net.routing == "flowlet" and len(idx):  # each unit on one path (fabric_ar)
             placed = flowlet_paths(self.router, np.asarray(gs, dtype=np.int64),
-                                   np.asarray(gd, dtype=np.int64), L, self.net.seed)
+                                   np.asarray(gd, dtype=np.int64), L, self.net.seed,
+                                   self.left())
         for j in range(L):
             if len(idx):
                 lane = self._lane(gs, gd, channel, j) if placed is None else \

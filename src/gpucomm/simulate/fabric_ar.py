@@ -24,9 +24,10 @@ two-leaf rail (every path from one source leaf to its one destination leaf) that
 even split; with many leaves the units placed first constrain the later ones and the most
 loaded cable ends above the mean (Geoffray & Hoefler, HOTI 2008: adaptive routing 100% of the
 full bisection at small node counts, 77% at 512; benchmarks/fabric_ecmp.py runs their
-512-node Clos). Wrong: congestion feedback is taken as current (CONGA's is a round trip old)
-and every unit is placed before traffic starts; other jobs' load is not in the view; the
-units of one op are taken to move at one rate (fabric.py).
+512-node Clos). Other jobs' load (`--background`) is in the view as what each cable leaves.
+Wrong: congestion feedback is taken as current (CONGA's is a round trip old), every unit is
+placed before traffic starts and other jobs' load stays put meanwhile; the units of one op
+are taken to move at one rate (fabric.py).
 """
 from __future__ import annotations
 
@@ -43,10 +44,12 @@ if TYPE_CHECKING:
 Ints = npt.NDArray[np.int64]
 
 
-def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> Ints:
+def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int,
+                  left: npt.NDArray[np.float64] | None = None) -> Ints:
     """Per op (NIC-owning ranks gs -> gd) and unit: the index of the tied leaf-to-leaf path
-    the unit is placed on (what `topology.routing.lane_key` selects), the path whose most
-    loaded cable is least loaded first, one unit at a time in an order drawn by `seed`."""
+    the unit is placed on (what `topology.routing.lane_key` selects), one unit at a time in
+    an order drawn by `seed`: the path whose cables would give it the most, the least over
+    them of (what other jobs leave of the cable, `left`) / (the job's units on it + 1)."""
     n = len(gs)
     out = np.zeros((n, units), dtype=np.int64)
     t = router._ensure_tables()
@@ -58,6 +61,8 @@ def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> 
     width = np.asarray(count, dtype=np.int64)[x0, y0]
     hops: Any = paths[x0, y0]  # (ops, alternatives, hops): each tied path's cables
     load: dict[int, int] = {}
+    free = [1.0] * (int(paths.max(initial=0)) + 1) if left is None else \
+        np.asarray(left, dtype=np.float64).tolist()
     rng = np.random.default_rng([seed, 0xF1])
     order = rng.permutation(n * units)
     ties = rng.random((n * units, max(int(width.max(initial=1)), 1)))
@@ -67,7 +72,8 @@ def flowlet_paths(router: Router, gs: Ints, gd: Ints, units: int, seed: int) -> 
         if w <= 1:
             continue
         cand = [[c for c in row if c >= 0] for row in hops[i, :w].tolist()]
-        used = [max(load.get(c, 0) for c in row) + ties[k, a] for a, row in enumerate(cand)]
+        used = [max((load.get(c, 0) + 1) / free[c] for c in row) + 1e-6 * ties[k, a]
+                for a, row in enumerate(cand)]
         a = int(np.argmin(used))
         out[i, j] = a
         for c in cand[a]:
