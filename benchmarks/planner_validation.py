@@ -34,6 +34,7 @@ noted, before any rule it is judged on was written):
   405B, GPT-3 175B, Mixtral 8x7B and 8x22B (64K context, CP 8).
 - torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B, FSDP over
   32 / 64 H200, float8, with peak memory.
+- NeMo 24.12's GPT-3 5B and 20B rows (H100 fp8), once their model configs were added.
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
 bound of the live peak the planner estimates).
 """
