@@ -34,6 +34,7 @@ noted, before any rule it is judged on was written):
   405B, GPT-3 175B, Mixtral 8x7B and 8x22B (64K context, CP 8).
 - torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B, FSDP over
   32 / 64 H200, float8, with peak memory.
+- NeMo 24.12's GPT-3 5B and 20B rows (H100 fp8), once their model configs were added.
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
 bound of the live peak the planner estimates).
 """
@@ -59,10 +60,12 @@ ASYNCTP = "torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md"
 DSV3 = "DeepSeek-V3 report (arXiv:2412.19437) sec. 3.1, 3.2, 3.3 and Table 1"
 LATER = "Megatron-Bridge docs/performance-summary-archive.md, 26.02 / 26.04.01 / 26.06 containers"
 TRAINY = "torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"
+NEMO_GPT = "NeMo 24.12 performance summary, its GPT-3 5B and 20B rows (models from " \
+    "NeMo-Framework-Launcher conf/training/gpt3)"
 NEMO25 = "NeMo 25.02 (DGX-B200) and 25.04 (DGX-GB200) performance summaries, FP8 (NeMo 2.0; " \
     "docs.nvidia.com/nemo-framework/user-guide/latest/performance/archive)"
 # added in the second pass (issue 26), held out: run once before any rule was judged on them
-ADDED = (LATER, TRAINY, NEMO25)
+ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over every run
 FP8_MEDIAN_WITHIN = 0.10  # median |error| over the fp8 runs
@@ -297,6 +300,9 @@ def _added():
                 extra=["--recompute-modules", "mla_up_proj"], **gb)  # 26.02
     yield _nemo("deepseek-v3", 256, 4096, 1, 4096, 1, 4, 1, 4, 4969, precision="mxfp8", ep=64,
                 extra=["--recompute-modules", "mla_up_proj", "--ep-overlap"], **gb)  # 26.06
+    # NeMo 24.12 on DGX H100 (fp8), the two GPT-3 rows left out before (no model config)
+    yield _nemo("gpt3-5b", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406, source=NEMO_GPT)
+    yield _nemo("gpt3-20b", 64, 256, 2, 2048, 2, 1, 1, 1, 5851, source=NEMO_GPT)
     # NeMo 25.02 on DGX B200 (fp8); Mixtral 8x22B's row prints GBS 1 / MBS 64, which with
     # DP 4 and GA 16 is GBS 64 / MBS 1
     b200 = dict(system="dgx-b200", source=NEMO25)
