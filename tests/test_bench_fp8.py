@@ -21,9 +21,10 @@ def _oracle(v: float, name: str) -> int:
     ties to an even mantissa, saturate at the largest finite value, NaN -> the format's NaN."""
     exp_bits, man_bits = (4, 3) if name == "f8e4m3" else (5, 2)
     bias = (1 << (exp_bits - 1)) - 1
-    if math.isnan(v):
-        return 0x7F if name == "f8e4m3" else 0x7E
     sign = 0x80 if math.copysign(1.0, v) < 0 else 0
+    if math.isnan(v):  # CUDA: E4M3's one NaN; E5M2 0x7E | the top two payload bits
+        bits = int(np.array(v, dtype=np.float64).view(np.uint64))
+        return sign | (0x7F if name == "f8e4m3" else 0x7E | ((bits >> 50) & 3))
     a = min(abs(v), MAX[name])
     e = max(math.floor(math.log2(a)) if a else 1 - bias, 1 - bias)  # subnormals: 1 - bias
     q = 2.0 ** (e - man_bits)
