@@ -268,6 +268,8 @@ def main() -> int:
                                              death))
                 if not args.json:
                     _print_case(report["cases"][-1])
+                if death:  # it dies on any matching rule: the other cases would too
+                    return _finish(report, args.json)
     return _finish(report, args.json)
 
 

@@ -21,9 +21,10 @@ def _oracle(v: float, name: str) -> int:
     ties to an even mantissa, saturate at the largest finite value, NaN -> the format's NaN."""
     exp_bits, man_bits = (4, 3) if name == "f8e4m3" else (5, 2)
     bias = (1 << (exp_bits - 1)) - 1
-    if math.isnan(v):
-        return 0x7F if name == "f8e4m3" else 0x7E
     sign = 0x80 if math.copysign(1.0, v) < 0 else 0
+    if math.isnan(v):  # CUDA: E4M3's one NaN; E5M2 0x7E | the top two payload bits
+        bits = int(np.array(v, dtype=np.float64).view(np.uint64))
+        return sign | (0x7F if name == "f8e4m3" else 0x7E | ((bits >> 50) & 3))
     a = min(abs(v), MAX[name])
     e = max(math.floor(math.log2(a)) if a else 1 - bias, 1 - bias)  # subnormals: 1 - bias
     q = 2.0 ** (e - man_bits)
@@ -156,3 +157,20 @@ def test_bench_checks_fp8_on_shm_ranks_small_and_large(name):
     rows = [x.split() for x in done.stdout.splitlines() if x.strip() and x.lstrip()[0] != "#"]
     assert len(rows) == 3 * 6 and all(r[2] == name for r in rows)  # sizes x ops (mulsum too)
     assert all(r[8] == "0" and r[12] == "0" for r in rows), rows
+
+
+def test_sim_ranks_ring_as_nccl_does_for_fp8_beyond_8_ranks():
+    """NCCL's updateCollCostTable multiplies ring's cost by 1024 for fp8 on more than 8
+    ranks (precision); the chosen pair changes, the times do not."""
+    from gpucomm.simulate import predict
+    from gpucomm.topology import build_topology
+    big, small = build_topology("dgx-a100", nodes=2), build_topology("dgx-a100")
+    half = predict("all_reduce", 64 << 20, big, dtype="float16")
+    assert half.algorithm == "ring"
+    for name in dt.FP8:
+        fp8 = predict("all_reduce", 64 << 20, big, dtype=name)
+        assert fp8.algorithm != "ring"
+        ring = [t for a, p, t in fp8.candidates if a == "ring"]
+        assert min(ring) < fp8.time_s  # faster, but NCCL will not pick it
+        assert predict("all_reduce", 64 << 20, small, dtype=name).algorithm == \
+            predict("all_reduce", 64 << 20, small, dtype="float16").algorithm  # 8 ranks

@@ -159,7 +159,9 @@ def fp8_to_float(a: np.ndarray, name: str) -> np.ndarray:
 
 def float_to_fp8(a: np.ndarray, name: str) -> np.ndarray:
     """Values -> fp8 codes: round to nearest, ties to the even code, |x| beyond the largest
-    finite value (infinities too) saturates to it, NaN -> the format's NaN."""
+    finite value (infinities too) saturates to it; NaN keeps its sign and becomes E4M3's NaN
+    (S.1111.111) or E5M2's quiet NaN with the top two payload bits (CUDA's
+    __nv_cvt_double_to_fp8 with __NV_SATFINITE)."""
     if isinstance(a, np.ndarray) and a.dtype == np.float16:  # every reduction step: a lookup
         return _fp8_of_half(name)[a.view(np.uint16)]
     x = np.asarray(a, dtype=np.float64)
@@ -170,8 +172,10 @@ def float_to_fp8(a: np.ndarray, name: str) -> np.ndarray:
     lo = np.maximum(hi - 1, 0)
     d_lo, d_hi = mag - finite[lo], finite[hi] - mag
     code = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo)
-    code = code | np.where(np.signbit(x), 0x80, 0)
-    return np.where(np.isnan(x), _FP8_NAN[name], code).astype(np.uint8)
+    sign = np.where(np.signbit(x), 0x80, 0)
+    payload = (np.ascontiguousarray(x).view(np.uint64) >> np.uint64(50)) & np.uint64(3)
+    nan = _FP8_NAN[name] | (payload.astype(np.int64) if name == "f8e5m2" else 0)
+    return (np.where(np.isnan(x), nan, code) | sign).astype(np.uint8)
 
 
 @functools.cache
