@@ -174,6 +174,8 @@ def sim_rows(preset: str, nodes: int, gpus: int, coll: str, max_bytes: int) -> l
                                "--gpus-per-node", str(gpus), "-b", first, "-e", str(max_bytes),
                                "-f", "2", "--format", "json"]))
         for row in doc["rows"]:
+            if row["size"] == 0:  # NCCL discards empty collectives before tuning them
+                continue  # (enqueue.cc taskAppend: `if (info->count == 0) return`)
             ch = re.search(r"(\d+)ch\b", row["reason"])
             res = predict(coll, row["size"], topo)
             costs = {(a, p): t * 1e6 for a, p, t in res.candidates}

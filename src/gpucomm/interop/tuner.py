@@ -101,12 +101,13 @@ def tune(req: TuneRequest) -> list[dict]:
 def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int]) -> list[dict]:
     from ..simulate.core import SizeSweep
     unit = get_dtype(req.dtype).itemsize * coll.size_blocks(len(ranks))
-    # in units: the first and the last size of each octave (NCCL's and gpucomm's costs step
-    # at powers of two, e.g. treeCorrectionFactor by log2 size), bisected in between
+    # in units: the first, the middle and the last size of each octave (NCCL's and gpucomm's
+    # costs step at powers of two, e.g. treeCorrectionFactor by log2 size, and a protocol can
+    # win inside an octave whose two ends the other wins), bisected in between
     probes, s = [], 1
     while s <= req.max_bytes:
         if s >= req.min_bytes:
-            probes += [-(-s // unit), max(1, -(-2 * s // unit) - 1)]
+            probes += [-(-s // unit), -(-3 * s // (2 * unit)), max(1, -(-2 * s // unit) - 1)]
         s *= 2
     probes = sorted(set(probes))
     if not probes:
