@@ -13,6 +13,7 @@ ranks bound to cores for every engine). The machine is shared (2 cores, other jo
 Prints the ratios and whether each bar is met (on the best-of ratio):
 - all-reduce >= 1 MiB: shm busbw >= 1.5x MPICH's and >= 3x gloo's
 - all-gather, reduce-scatter, broadcast, all-to-all at 16 MiB: >= 1.0x MPICH's
+- all-to-all at 1, 4 and 64 MiB too (the direct plan run in C): >= 1.0x MPICH's
 - 8-byte all-reduce: <= 2x MPICH's time (the small-message path; <= 30 us without MPI)
 - 4 ranks (more than the cores here) complete every collective; their busbw is reported
 `--old-src DIR` (another checkout's `src`, e.g. before a refactoring) adds its shm runtime as
@@ -38,6 +39,7 @@ from gpucomm.collectives import get_collective, layout  # noqa: E402
 
 MiB = 1 << 20
 AR_SIZES = [8, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]
+A2A_SIZES = [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]
 OTHERS = ["all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 
 
@@ -178,6 +180,30 @@ def print_old_vs_new(times) -> None:
         print(f"{key[0]:>15} {key[1]:>10} B: {ratio_text(ts['shm-old'], ts['shm'])[1]}")
 
 
+def sweep_sizes(quick: bool) -> tuple[list[int], list[int]]:
+    """(all-reduce sizes, all-to-all sizes): fewer with --quick."""
+    if quick:
+        return [8, MiB, 16 * MiB], [MiB, 16 * MiB]
+    return AR_SIZES, A2A_SIZES
+
+
+def print_a2a(times, sizes, backends, verdicts) -> None:
+    """All-to-all over the sizes against MPICH (the 16 MiB bar is with the other
+    collectives)."""
+    if "mpi" not in backends:
+        return
+    print("\n== all_to_all, 2 ranks: best (median) us; ratio = MPICH time / shm time, best-of "
+          "(per-round min/median/max)")
+    for s in sizes:
+        ts = times[("all_to_all", s)]
+        ratio, text = ratio_text(ts["mpi"], ts["shm"])
+        print(f"{s >> 20:>6} MiB: " + ", ".join(
+            f"{b} {min(ts[b]):9.1f} ({statistics.median(ts[b]):9.1f})" for b in backends)
+            + f"   {text}")
+        if s != 16 * MiB:
+            verdicts.append((f"all_to_all {s >> 20} MiB time <= mpi's", ratio >= 1.0, text))
+
+
 def small_verdict(t8, backends):
     """The 8-byte all-reduce's bar: <= 2x MPICH's time, or <= 30 us where MPI is absent."""
     if "mpi" not in backends:
@@ -216,10 +242,10 @@ def main() -> int:
         print(f"note: {', '.join(sorted(missing))} not run (not installed, or --no-peers); "
               f"their bars are skipped")
     verdicts = []
-    sizes = AR_SIZES if not args.quick else [8, MiB, 16 * MiB]
+    sizes, a2a_sizes = sweep_sizes(args.quick)
     before = cross_core_handoff()
-    times = measure(backends, [("all_reduce", sizes)] + [(c, [16 * MiB]) for c in OTHERS],
-                    rounds)
+    times = measure(backends, [("all_reduce", sizes)] + [
+        (c, a2a_sizes if c == "all_to_all" else [16 * MiB]) for c in OTHERS], rounds)
     after = cross_core_handoff()
     print(f"== this machine now: overwriting 512 KiB the other core has just read takes "
           f"{before[0]:.0f} us before the rounds, {after[0]:.0f} us after (a private copy: "
@@ -265,6 +291,7 @@ def main() -> int:
             verdicts.append((f"{coll} 16 MiB time <= mpi's", ratio >= 1.0, text))
         print(line)
 
+    print_a2a(times, a2a_sizes, backends, verdicts)
     if "shm-old" in backends:
         print_old_vs_new(times)
 

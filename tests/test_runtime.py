@@ -94,7 +94,8 @@ def test_direct_reads_from_peer_buffers_match_reference(nranks, tmp_path):
     """Every chunk read by cross-memory attach (forced on for small sizes here), cut into
     tiny slices so multi-slice plans and piecewise reductions run too; every large-copy path
     (streaming stores, a copy pushed on to the peer piece by piece) forced on as well."""
-    env = {"GPUCOMM_DIRECT_MIN_BYTES": "0", "GPUCOMM_DIRECT_SLICE_BYTES": "64",
+    env = {"GPUCOMM_DIRECT_MIN_BYTES": "0", "GPUCOMM_A2A_DIRECT_MIN_BYTES": "0",
+           "GPUCOMM_DIRECT_SLICE_BYTES": "64",
            "GPUCOMM_SLICE_BYTES": "24", "GPUCOMM_STREAM_MIN_BYTES": "0",
            "GPUCOMM_PIECE_BYTES": "40",
            **({"RUNTIME_CASES": "light"} if nranks > 3 else {})}

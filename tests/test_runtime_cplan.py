@@ -3,9 +3,9 @@ processes: all-to-all on 2..8 ranks and the other copy-only collectives, bit for
 numpy's reference on every rank, in place and out of place, odd element counts, ranks that run
 the plan in C mixed with ranks that interpret it in Python, a dead peer named.
 
-`GPUCOMM_DIRECT_MIN_BYTES` is lowered so that small buffers take the direct (cross-memory)
-plans the runtime uses from 3 MiB chunks on. Ranks run this file as a script (`python
-test_runtime_cplan.py MODE OUT_DIR`) under the launcher; each writes
+`GPUCOMM_DIRECT_MIN_BYTES` and `GPUCOMM_A2A_DIRECT_MIN_BYTES` are lowered so that small
+buffers take the direct (cross-memory) plans the runtime uses for large chunks. Ranks run this
+file as a script (`python test_runtime_cplan.py MODE OUT_DIR`) under the launcher; each writes
 OUT_DIR/rank<k>.json.
 """
 import io
@@ -105,7 +105,7 @@ def run(nranks, mode, tmp_path, timeout=300):
     from gpucomm.runtime.launch import launch
     out = io.StringIO()
     env = dict(os.environ, PYTHONPATH=SRC, GPUCOMM_TIMEOUT="60",
-               GPUCOMM_DIRECT_MIN_BYTES="4")
+               GPUCOMM_DIRECT_MIN_BYTES="4", GPUCOMM_A2A_DIRECT_MIN_BYTES="4")
     t0 = time.monotonic()
     launch([sys.executable, HERE, mode, str(tmp_path)], nranks, out=out, env=env,
            timeout=timeout)

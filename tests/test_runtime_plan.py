@@ -163,6 +163,7 @@ def test_options_from_the_environment_and_their_errors(monkeypatch):
 
 # --- the predictor costs the runtime's plan -------------------------------------------------
 FLIPPED = {"slice_bytes": 64 << 10, "direct_min_bytes": 64 << 10, "direct_slice_bytes": 96 << 10,
+           "a2a_direct_min_bytes": 4 << 20,
            "piece_bytes": 4096, "push": False, "stream": False, "stream_min_bytes": 1 << 30,
            "cma": False, "ll_max_bytes": 0}
 HOST = {"format": FORMAT, "cma": True}  # a calibrated host that allows cross-memory attach
@@ -189,7 +190,8 @@ def test_predictor_and_runtime_compile_one_plan_with_every_knob_flipped(monkeypa
         tr.cma = True
         for coll, p, size in (("all_gather", 2, 16 * MiB), ("all_reduce", 2, 16 * MiB),
                               ("all_reduce", 2, 256 << 10), ("broadcast", 3, 4 * MiB),
-                              ("reduce_scatter", 3, 3 * MiB), ("all_to_all", 2, 8 * MiB)):
+                              ("reduce_scatter", 3, 3 * MiB), ("all_to_all", 2, 8 * MiB),
+                              ("all_to_all", 2, 1 * MiB)):
             sched = build(coll, choose_algorithm(coll, size, p), p).materialize()
             bc = layout(coll, size, "float32", p).block_count
             runtime_plan, _ = tr.plan(sched, bc, 4)
@@ -252,8 +254,8 @@ def test_bench_header_prints_the_options_in_force_and_parsers_still_read_it(monk
     monkeypatch.setenv("GPUCOMM_SLICE_BYTES", str(64 << 10))
     settings = _settings(Namespace(backend="shm"))
     assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 3 MiB in 16 MiB "
-                        "slices, piece 1 MiB, push off, stream on from 256 KiB, cma on, "
-                        "small-message path to 16 KiB",)
+                        "slices (all-to-all from 256 KiB), piece 1 MiB, push off, stream on "
+                        "from 256 KiB, cma on, small-message path to 16 KiB",)
     assert _settings(Namespace(backend="mpi")) == ()
     row = {"size": 64, "count": 16, "type": "float32", "redop": "sum", "root": -1,
            "time_us": 10.0, "algbw": 0.01, "busbw": 0.01, "wrong": 0, "ip_time_us": 10.0,

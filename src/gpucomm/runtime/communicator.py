@@ -131,10 +131,12 @@ class Communicator:
         >>> # Rank 0: x = [1, 2]   Rank 1: x = [10, 20]
         >>> # comm.all_reduce(x)   both ranks: x = [11, 22]
         """
-        if self._ll is not None and buf.__class__ is np.ndarray and dtype is None and \
+        bf16 = dtype == "bfloat16"  # uint16 bits; any other dtype goes the checked way
+        if self._ll is not None and buf.__class__ is np.ndarray and \
+                (dtype is None or bf16 and buf.dtype == np.uint16) and \
                 algorithm == "auto" and not async_op and not self._pending and \
                 not self._closed and threading.get_ident() == self._owner and \
-                os.getpid() == self._pid and self._ll(buf, buf, op):
+                os.getpid() == self._pid and self._ll(buf, buf, op, bf16):
             return None
         a, d = _array(buf, "buf", dtype)
         return self._call("all_reduce", a, a, op, d, algorithm, 0, async_op)

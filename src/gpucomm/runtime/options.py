@@ -20,7 +20,7 @@ class RuntimeOptions:
     see docs/runtime.md and `benchmarks/runtime_vs_peers.py`).
 
     >>> RuntimeOptions(push=False).describe()[:50]
-    'slice 4 MiB, direct from 3 MiB in 16 MiB slices, p'
+    'slice 4 MiB, direct from 3 MiB in 16 MiB slices (a'
     >>> RuntimeOptions(slice_bytes=0)
     Traceback (most recent call last):
     ...
@@ -34,6 +34,10 @@ class RuntimeOptions:
     direct_min_bytes: int = 3 << 20
     # ... in slices this large (no staging to pipeline: fewer, larger calls).
     direct_slice_bytes: int = 16 << 20
+    # All-to-all's chunks go direct from this size: each is read by one peer only, so staging
+    # it is a whole extra copy that no second reader shares (2 ranks, 1 MiB: 1.1 ms direct
+    # against 2.0 ms staged; 4 MiB: 3.4 against 5.5 ms, benchmarks/runtime_vs_peers.py).
+    a2a_direct_min_bytes: int = 256 << 10
     # A reduction read by cross-memory attach goes through a buffer this large, so the peer's
     # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks:
     # 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
@@ -101,7 +105,8 @@ class RuntimeOptions:
         """One line, as bench's header prints it."""
         on = {True: "on", False: "off"}
         return (f"slice {_size(self.slice_bytes)}, direct from {_size(self.direct_min_bytes)} "
-                f"in {_size(self.direct_slice_bytes)} slices, piece {_size(self.piece_bytes)}, "
+                f"in {_size(self.direct_slice_bytes)} slices (all-to-all from "
+                f"{_size(self.a2a_direct_min_bytes)}), piece {_size(self.piece_bytes)}, "
                 f"push {on[self.push]}, stream {on[self.stream]} from "
                 f"{_size(self.stream_min_bytes)}, cma {on[self.cma]}, small-message path "
                 f"{'to ' + _size(self.ll_max_bytes) if self.ll_max_bytes else 'off'}")
@@ -110,6 +115,7 @@ class RuntimeOptions:
 # RuntimeOptions field -> the environment variable that sets it
 ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_DIRECT_MIN_BYTES",
              "direct_slice_bytes": "GPUCOMM_DIRECT_SLICE_BYTES",
+             "a2a_direct_min_bytes": "GPUCOMM_A2A_DIRECT_MIN_BYTES",
              "piece_bytes": "GPUCOMM_PIECE_BYTES", "push": "GPUCOMM_PUSH",
              "stream": "GPUCOMM_STREAM", "stream_min_bytes": "GPUCOMM_STREAM_MIN_BYTES",
              "cma": "GPUCOMM_CMA", "ll_max_bytes": "GPUCOMM_LL_MAX_BYTES"}

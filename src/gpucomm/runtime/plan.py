@@ -103,9 +103,13 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
 
 def is_direct(schedule: Schedule, block_count: int, itemsize: int, options: RuntimeOptions,
               cma: bool) -> bool:
-    """Are this call's chunks large enough to be read from peers' own buffers (and may they)?"""
+    """Are this call's chunks large enough to be read from peers' own buffers (and may they)?
+    All-to-all's from `a2a_direct_min_bytes` (one reader per chunk), the rest from
+    `direct_min_bytes`."""
     chunk_bytes = block_count * itemsize // schedule.chunks_per_block
-    return cma and chunk_bytes >= options.direct_min_bytes
+    least = options.a2a_direct_min_bytes if schedule.collective.name == "all_to_all" else \
+        options.direct_min_bytes
+    return cma and chunk_bytes >= least
 
 
 def plan_call(schedule: Schedule, block_count: int, itemsize: int, options: RuntimeOptions,
