@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,6 +26,8 @@ class Algorithm:
     builder: Callable[..., Schedule]
     doc: str
     params: tuple[tuple[str, Any], ...]  # (name, default) pairs beyond nranks and root
+    _built: dict[tuple[Any, ...], Schedule] = field(default_factory=dict, init=False, repr=False,
+                                          compare=False, hash=False)
 
     def build(self, nranks: int, root: int = 0, **params: Any) -> Schedule:
         nranks = check_ranks(nranks)
@@ -36,6 +38,24 @@ class Algorithm:
             raise ConfigError(f"{self.name} {self.collective} has no parameter(s) "
                               f"{', '.join(sorted(unknown))}: allowed are {allowed}")
         return self.builder(nranks, root=root, **params)
+
+    def built(self, nranks: int, root: int = 0, **params: Any) -> Schedule:
+        """`build`, kept: the calls with the same arguments share one Schedule (what the
+        simulator derives from it, kept in its `cache`, is then derived once). At most 256 are
+        kept; `clear_built()` forgets them. An unhashable parameter value builds afresh."""
+        key = (nranks, root, tuple(sorted(params.items())))
+        try:
+            hit = self._built.get(key)
+        except TypeError:
+            return self.build(nranks, root=root, **params)
+        if hit is None:
+            if len(self._built) > 256:
+                self._built.clear()
+            hit = self._built[key] = self.build(nranks, root=root, **params)
+        return hit
+
+    def clear_built(self) -> None:
+        self._built.clear()
 
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..algorithms import Algorithm, algorithms, get_algorithm
+from ..algorithms import algorithms, get_algorithm
 from ..collectives import Collective, get_collective, layout
 from ..dtypes import FP8, DTypeLike, get_dtype, parse_size
 from ..errors import ConfigError
@@ -44,7 +44,6 @@ from .rings import ring_orders
 from .timed import Timed
 
 if TYPE_CHECKING:
-    from ..schedule import Schedule
     from ..topology import Topology
 
 ProtocolChoice = str | Collection[str]  # "auto", one name, or the names auto may pick
@@ -282,12 +281,20 @@ def _nic_behind_host(topology: Topology, rank: int) -> bool:
             kind = kinds.get(nxt)
             if kind == "nic":
                 return False
-            c2c = kind == "cpu" and here == gpu.name and hopper_on and \
-                get_link_tech(tech).kind == "c2c"
+            c2c = kind == "cpu" and here == gpu.name and hopper_on and _is_c2c(tech)
             if nxt not in seen and (kind == "pcie_switch" or c2c):
                 seen.add(nxt)
                 todo.append(nxt)
     return True
+
+
+def _is_c2c(tech: str) -> bool:
+    """A catalog technology of kind c2c (a topology's own technologies, e.g. an emulated
+    host's loopback, are not)."""
+    try:
+        return get_link_tech(tech).kind == "c2c"
+    except ConfigError:
+        return False
 
 
 def _time(coll: Collective, name: str, nbytes: int, topology: Topology, placement: Ranks,
@@ -358,7 +365,7 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
         kw["chunks"] = int(np.clip(np.ceil(float(nbytes) / K.SLICE_BYTES[proto]), 1,
                                    MAX_PIPELINE_CHUNKS))
     kw = {k: v for k, v in kw.items() if k in accepted}
-    sched = _build(alg, p, root, kw)
+    sched = alg.built(p, root=root, **kw)
     lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
     timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
     if name == "ring" and _multi_node(topology, placement):
@@ -378,24 +385,6 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
                   channels=channels, lanes=lanes, nics=rails, fabric=paths.fabric, model=model,
                   nbytes=res.size, dtype=res.dtype, redop=redop, simulated_s=res.time_s)
     return dataclasses.replace(res, algorithm=name, nccl_channels=channels, timed=timed)
-
-
-_BUILT: dict[tuple[str, str, int, int, tuple[tuple[str, Any], ...]], Schedule] = {}
-
-
-def _build(alg: Algorithm, p: int, root: int, kw: dict[str, Any]) -> Schedule:
-    """alg.build, memoised: the sizes of a sweep share one Schedule object (its patterns and
-    a sweep's vectorised pass are keyed on it)."""
-    key = (alg.collective, alg.name, p, root, tuple(sorted(kw.items())))
-    try:
-        hit = _BUILT.get(key)
-    except TypeError:  # an unhashable parameter value: build afresh
-        return alg.build(p, root=root, **kw)
-    if hit is None:
-        if len(_BUILT) > 256:
-            _BUILT.clear()
-        hit = _BUILT[key] = alg.build(p, root=root, **kw)
-    return hit
 
 
 def _ring_orders(topology: Topology, placement: Ranks) -> Ranks | None:
