@@ -299,7 +299,8 @@ def test_nccl_tests_flags_and_output_are_read_back_by_doctor(host_yaml, tmp_path
     runs = _runs(Namespace(datatype="all", op="all", root="0"), get_collective("all_reduce"), 2)
     assert ("int8", "avg", 0) not in runs and ("int8", "max", 0) in runs
     assert {d for d, _, _ in runs} == {"int8", "uint8", "int32", "uint32", "int64", "uint64",
-                                       "float16", "bfloat16", "float32", "float64"}
+                                       "float16", "bfloat16", "float32", "float64",
+                                       "f8e4m3", "f8e5m2"}
     runs = _runs(Namespace(datatype="float32", op="sum", root="all"), get_collective("reduce"), 3)
     assert runs == [("float32", "sum", r) for r in range(3)]
     bad = _cli("bench", "--nranks", "3", "-g", "2", "-e", "8")

@@ -210,7 +210,7 @@ def nccl_tests_sizes(collective: str, sizes: list[int], datatype: str, nranks: i
     size is the larger buffer, max(send, receive) bytes.
 
         >>> nccl_tests_sizes("all_gather", [32, 256, 300], "float32", 8)
-        [0, 128, 256]
+        [0, 256, 256]
         >>> nccl_tests_sizes("all_reduce", [6, 8], "float32", 8)
         [4, 8]
     """
