@@ -73,6 +73,10 @@ class Cluster:
     gpus_per_node: int
     gpu: object  # gpucomm.hardware GPU
     options: tuple = ()
+    # the collectives Timer has timed on this cluster: (sim model, contention, serving) ->
+    # {group shape: timing}; `timings.clear()` forgets them
+    timings: dict = field(default_factory=dict, init=False, repr=False, compare=False,
+                          hash=False)
 
     @property
     def gpus(self) -> int:
@@ -124,7 +128,6 @@ RING_ONLY_BYTES = 8 << 20
 # strategies) and fall back to NCCL otherwise; training frameworks (Megatron) use NCCL.
 SERVING_ALL_REDUCE = ("one_shot", "two_shot")
 RING_CUT = 32  # longer rings are timed on their first 16 and 32 members and extrapolated
-_TIMES: dict = {}  # (system, nic, options, sim model) -> {group shape: timing}
 
 
 class Timer:
@@ -144,8 +147,7 @@ class Timer:
                  serving: bool = False):  # noqa: D107
         self.cluster, self.sim_model, self.contention = cluster, sim_model, contention
         self.serving = serving
-        self._cache = _TIMES.setdefault((cluster.system, cluster.nic, cluster.options,
-                                         sim_model, contention, serving), {})
+        self._cache = cluster.timings.setdefault((sim_model, contention, serving), {})
 
     def place(self, groups: list[tuple[int, ...]]):
         gpn = self.cluster.gpus_per_node
