@@ -38,6 +38,7 @@ from .core import SizeSweep, _placement, path_table, simulate
 from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
                        with_net_sync)
 from . import nccl, p2p, ranking, shm, versions
+from ..topology.elements import DEVICE_KINDS
 from .paths import NVLINK, PathTable
 from .result import SimResult
 from .rings import ring_orders
@@ -270,19 +271,25 @@ def _nic_behind_host(topology: Topology, rank: int) -> bool:
     also admits a GPU reaching the NIC over its C2C link to the CPU, PATH_P2C)."""
     gpu = topology.rank_device(int(rank))
     hopper_on = generation_of(topology) not in ("volta", "ampere")
-    adj: dict[str, list[tuple[str, str]]] = {}
-    for ln in topology.links:
-        adj.setdefault(ln.src, []).append((ln.dst, ln.tech))
-    kinds = {d.name: d.kind for d in topology.devices if d.node == gpu.node}
-    seen, todo = {gpu.name}, [gpu.name]
+    src, dst = topology.link_ends()
+    nodes, codes = topology.device_nodes(), topology.device_kind_codes()
+    out: dict[int, list[int]] = {}  # the links leaving each device of the GPU's node
+    for i in np.flatnonzero(nodes[src] == gpu.node).tolist():
+        out.setdefault(int(src[i]), []).append(i)
+    nic, cpu, switch = (DEVICE_KINDS.index(k) for k in ("nic", "cpu", "pcie_switch"))
+    start = topology.index_of(gpu.name)
+    seen, todo = {start}, [start]
     while todo:
         here = todo.pop()
-        for nxt, tech in adj.get(here, ()):
-            kind = kinds.get(nxt)
-            if kind == "nic":
+        for i in out.get(here, ()):
+            nxt = int(dst[i])
+            if nodes[nxt] != gpu.node:
+                continue
+            if codes[nxt] == nic:
                 return False
-            c2c = kind == "cpu" and here == gpu.name and hopper_on and _is_c2c(tech)
-            if nxt not in seen and (kind == "pcie_switch" or c2c):
+            c2c = codes[nxt] == cpu and here == start and hopper_on and \
+                _is_c2c(topology.links[i].tech)
+            if nxt not in seen and (codes[nxt] == switch or c2c):
                 seen.add(nxt)
                 todo.append(nxt)
     return True
