@@ -8,18 +8,15 @@ buffers take the direct (cross-memory) plans the runtime uses for large chunks. 
 file as a script (`python test_runtime_cplan.py MODE OUT_DIR`) under the launcher; each writes
 OUT_DIR/rank<k>.json.
 """
-import io
-import json
 import os
 import sys
-import time
 import traceback
 
 import numpy as np
 import pytest
+from launched import finish, run_ranks
 
 HERE = os.path.abspath(__file__)
-SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
 built = pytest.mark.skipif(
     __import__("gpucomm.runtime.shm_ll", fromlist=["WaitsRunner"]).WaitsRunner is None,
     reason="the C extension (gpucomm.runtime._stream) is not built")
@@ -94,24 +91,13 @@ def rank_main(mode, out_dir):
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
         res["trace"] = traceback.format_exc()
-    with open(os.path.join(out_dir, f"rank{comm.rank}.json"), "w") as f:
-        json.dump(res, f)
-    if "error" not in res:
-        comm.close()
-    os._exit(0)
+    finish(comm, res, out_dir)
 
 
 def run(nranks, mode, tmp_path, timeout=300):
-    from gpucomm.runtime.launch import launch
-    out = io.StringIO()
-    env = dict(os.environ, PYTHONPATH=SRC, GPUCOMM_TIMEOUT="60",
-               GPUCOMM_DIRECT_MIN_BYTES="4", GPUCOMM_A2A_DIRECT_MIN_BYTES="4")
-    t0 = time.monotonic()
-    launch([sys.executable, HERE, mode, str(tmp_path)], nranks, out=out, env=env,
-           timeout=timeout)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nranks)
-               if (tmp_path / f"rank{r}.json").exists()]
-    return results, out.getvalue(), time.monotonic() - t0
+    return run_ranks(HERE, nranks, mode, tmp_path,
+                     {"GPUCOMM_TIMEOUT": "60", "GPUCOMM_DIRECT_MIN_BYTES": "4",
+                      "GPUCOMM_A2A_DIRECT_MIN_BYTES": "4"}, timeout)
 
 
 @built

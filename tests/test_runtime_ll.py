@@ -7,8 +7,6 @@ Ranks run this file as a script (`python test_runtime_ll.py MODE OUT_DIR`) under
 each writes OUT_DIR/rank<k>.json with its digests and failures.
 """
 import hashlib
-import io
-import json
 import os
 import sys
 import time
@@ -16,12 +14,12 @@ import traceback
 
 import numpy as np
 import pytest
+from launched import finish, run_ranks
 
 from gpucomm.errors import ConfigError
 from gpucomm.runtime.options import RuntimeOptions
 
 HERE = os.path.abspath(__file__)
-SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
 ll_built = pytest.mark.skipif(
     __import__("gpucomm.runtime.shm_ll", fromlist=["LLRunner"]).LLRunner is None,
     reason="the C extension (gpucomm.runtime._stream) is not built")
@@ -173,29 +171,13 @@ def rank_main(mode, out_dir):
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
         res["trace"] = traceback.format_exc()
-    with open(os.path.join(out_dir, f"rank{comm.rank}.json"), "w") as f:
-        json.dump(res, f)
-    if "error" not in res:
-        comm.close()
-    os._exit(0)
+    finish(comm, res, out_dir)
 
 
 # --- test side ----------------------------------------------------------------------------
 def run(nranks, mode, tmp_path, env=None, timeout=240):
-    from gpucomm.runtime.launch import launch
-    out = io.StringIO()
-    base = dict(os.environ, PYTHONPATH=SRC, GPUCOMM_TIMEOUT="60")
-    base.update(env or {})
-    t0 = time.monotonic()
-    launch([sys.executable, HERE, mode, str(tmp_path)], nranks, out=out, env=base,
-           timeout=timeout)
-    elapsed = time.monotonic() - t0
-    results = []
-    for r in range(nranks):
-        path = tmp_path / f"rank{r}.json"
-        if path.exists():
-            results.append(json.loads(path.read_text()))
-    return results, out.getvalue(), elapsed
+    return run_ranks(HERE, nranks, mode, tmp_path, {"GPUCOMM_TIMEOUT": "60", **(env or {})},
+                     timeout)
 
 
 @ll_built

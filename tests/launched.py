@@ -1,0 +1,35 @@
+"""Tests that run their own file as every rank under gpucomm's launcher.
+
+A rank records what it saw in a dict and `finish`es: OUT_DIR/rank<k>.json, then a clean close
+(only if nothing broke: a broken communicator may not be closable) and an exit that skips
+interpreter teardown. The test side `run_ranks` launches the script and reads those files back
+(a rank that died writes none).
+"""
+import io
+import json
+import os
+import sys
+import time
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+
+def finish(comm, res: dict, out_dir: str) -> None:
+    with open(os.path.join(out_dir, f"rank{comm.rank}.json"), "w") as f:
+        json.dump(res, f)
+    if "error" not in res:
+        comm.close()
+    os._exit(0)
+
+
+def run_ranks(script: str, nranks: int, mode: str, tmp_path, env: dict, timeout: float):
+    """(results of the ranks that wrote one, the launcher's output, seconds taken)."""
+    from gpucomm.runtime.launch import launch
+    out = io.StringIO()
+    t0 = time.monotonic()
+    launch([sys.executable, script, mode, str(tmp_path)], nranks, out=out,
+           env=dict(os.environ, PYTHONPATH=SRC, **env), timeout=timeout)
+    elapsed = time.monotonic() - t0
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nranks)
+               if (tmp_path / f"rank{r}.json").exists()]
+    return results, out.getvalue(), elapsed
