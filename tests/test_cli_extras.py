@@ -63,7 +63,8 @@ def test_activity_shows_while_a_command_is_quiet_and_goes_at_its_first_output(mo
     tty = _Tty()
     with progress.Activity("gpucomm algo import", stream=tty) as act:
         deadline = time.monotonic() + 30  # importing rich can take a while on a loaded machine
-        while not "".join(tty.text) and time.monotonic() < deadline:
+        # the spinner's first write may be only the cursor escape: wait for its description
+        while "gpucomm algo import" not in "".join(tty.text) and time.monotonic() < deadline:
             time.sleep(0.05)
         shown = "".join(tty.text)
         print("result")  # the command's output stops the spinner
