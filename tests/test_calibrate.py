@@ -157,3 +157,26 @@ def test_a_sync_beyond_10_ms_a_step_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "synchronisation per network step" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_profiles_sync_round_trips_through_topo_output(polaris_profile, tmp_path, capsys):
+    """`topo export --profile P --output T.yaml` keeps the profile's per-step sync, so `sim
+    --topology T.yaml` predicts what `sim --profile P` does; a bad sync in the file is a
+    one-line error naming the field."""
+    out = tmp_path / "polaris8.yaml"
+    assert main(["topo", "export", "--profile", str(polaris_profile), "--nodes", "8",
+                 "--output", str(out)]) == 0
+    capsys.readouterr()
+    doc = yaml.safe_load(out.read_text())
+    prof = yaml.safe_load(polaris_profile.read_text())["parameters"]
+    assert doc["network_sync_us"] == pytest.approx(prof["network_sync_us"])
+    assert doc["network_sync_from_bytes"] == prof["network_sync_from_bytes"]
+    times = []
+    for flags in (["--profile", str(polaris_profile), "--nodes", "8"], ["--topology", str(out)]):
+        assert main(["sim", *flags, "-b", "1M", "-e", "1M", "--format", "json"]) == 0
+        times.append(json.loads(capsys.readouterr().out)["rows"][-1]["time_us"])
+    assert times[0] == pytest.approx(times[1])
+    doc["network_sync_us"] = -1
+    out.write_text(yaml.safe_dump(doc))
+    assert main(["sim", "--topology", str(out), "-b", "1M", "-e", "1M"]) != 0
+    assert "network_sync_us" in capsys.readouterr().err

@@ -302,6 +302,9 @@ class Topology:
                "ranks": list(self.ranks)}
         if self.nic_affinity:
             out["nic_affinity"] = dict(zip(self.ranks, self.nic_affinity))
+        if self.net_sync_s:  # a calibrated profile's sync (topology/profile.py), in its units
+            out["network_sync_us"] = round(self.net_sync_s * 1e6, 6)
+            out["network_sync_from_bytes"] = float(self.net_sync_from_bytes)
         return out
 
     def to_yaml(self) -> str:
