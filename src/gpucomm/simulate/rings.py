@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .paths import PathTable
+from .paths import CLASS_NAMES, PathTable
 
 if TYPE_CHECKING:
     from ..topology import Topology
@@ -34,9 +34,10 @@ def ring_orders(topology: Topology, ranks: npt.ArrayLike) -> npt.NDArray[np.int6
     """(rings, P) table of rank orders for a ring's channels, or None if any order will do."""
     gpus = np.asarray(ranks, dtype=np.int64)
     p = len(gpus)
+    node_of = [topology.node_of(int(r)) for r in gpus]
+    if len(set(node_of)) != 1:
+        return _across_nodes(topology, gpus, node_of)
     if p < 3 or p > MAX_SEARCH_GPUS:
-        return None
-    if len({topology.node_of(int(r)) for r in gpus}) != 1:
         return None
     paths = PathTable(topology)
     src, dst = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
@@ -75,3 +76,43 @@ def ring_orders(topology: Topology, ranks: npt.ArrayLike) -> npt.NDArray[np.int6
         if bw > best * (1 + 1e-9):
             best, best_k = bw, k
     return gpus[np.array([cycles[i] for i in chosen[:best_k]], dtype=np.int64)]
+
+
+def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
+                  node_of: list[int]) -> npt.NDArray[np.int64] | None:
+    """Rings over several alike nodes of a mesh: each channel follows, inside every node, one
+    of the rings the search finds for a node, and crosses to the next node from its last GPU
+    (NCCL's search builds the intra-node part of an inter-node ring the same way,
+    search.cc ncclTopoSearchRec over the node's GPUs between the NET it enters and leaves by).
+    Each channel's ring is rotated to leave a node by the GPU (and NIC) fewest channels leave
+    by so far. None where any order will do (a switch), where the rings are not all over GPU
+    links (NVLink / xGMI; a PCIe box's go through the host) or the nodes are not alike."""
+    groups: dict[int, list[int]] = {}
+    for g, nd in zip(gpus.tolist(), node_of):
+        groups.setdefault(nd, []).append(g)
+    members = list(groups.values())
+    g = len(members[0])
+    if any(len(m) != g for m in members):
+        return None
+    local = ring_orders(topology, members[0])
+    if local is None or not _over_gpu_links(topology, local):
+        return None
+    where = {gpu: i for i, gpu in enumerate(members[0])}
+    exits = np.zeros(g, dtype=np.int64)  # channels leaving a node by each GPU (and its NIC)
+    rings = []
+    for order in local.tolist():
+        pos = [where[x] for x in order]
+        last = min(pos, key=lambda i: (exits[i], i))  # the least used way out
+        exits[last] += 1
+        turned = np.roll(pos, g - 1 - pos.index(last))
+        rings.append(np.concatenate([np.asarray(m)[turned] for m in members]))
+    return np.asarray(rings, dtype=np.int64)
+
+
+def _over_gpu_links(topology: Topology, rings: npt.NDArray[np.int64]) -> bool:
+    """Whether every hop of every ring is a GPU-to-GPU link class (NVLink / xGMI)."""
+    paths = PathTable(topology)
+    src = rings.reshape(-1)
+    dst = np.roll(rings, -1, axis=1).reshape(-1)
+    _, cls, _, _ = paths.geometry(paths.routes(src, dst, 0))
+    return bool((np.asarray(cls) == CLASS_NAMES.index("nvlink")).all())
