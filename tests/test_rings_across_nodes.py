@@ -31,11 +31,14 @@ def test_each_channel_follows_a_searched_ring_in_every_node(system):
 @pytest.mark.parametrize("system", ["mi300x", "dgx-v100"])
 def test_searched_rings_across_nodes_beat_one_order(system):
     """The 2-node MI300X log (data/logs/aac-mi300x-2n-rccl-all_reduce.log) measures 341 GB/s
-    busbw at 1 GiB; one order for every channel gave 48 (one xGMI link a hop)."""
+    busbw at 1 GiB; one order for every channel gave 48 (one xGMI link a hop), the searched
+    rings leaving by different NIC rails give 265."""
     topo = build_topology(system, nodes=2)
     flat = simulate(build("all_reduce", "ring", 16, channels=8), topo, 1 << 30, protocol="simple")
     searched = predict("all_reduce", 1 << 30, topo, algorithm="ring", protocol="simple")
-    assert searched.busbw_GBps > 2.5 * flat.busbw_GBps
+    assert searched.busbw_GBps > 4 * flat.busbw_GBps
+    if system == "mi300x":
+        assert 341 / 1.35 < searched.busbw_GBps < 341
 
 
 def test_switches_and_pcie_boxes_keep_any_order():

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .paths import CLASS_NAMES, PathTable
+from .paths import CLASS_NAMES, PathTable, _placed_rails
 
 if TYPE_CHECKING:
     from ..topology import Topology
@@ -84,8 +84,8 @@ def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
     of the rings the search finds for a node, and crosses to the next node from its last GPU
     (NCCL's search builds the intra-node part of an inter-node ring the same way,
     search.cc ncclTopoSearchRec over the node's GPUs between the NET it enters and leaves by).
-    Each channel's ring is rotated to leave a node by the GPU (and NIC) fewest channels leave
-    by so far. None where any order will do (a switch), where the rings are not all over GPU
+    Each channel's ring is rotated to leave a node by the NIC rail (then GPU) fewest channels
+    leave by so far. None where any order will do (a switch), where the rings are not all over GPU
     links (NVLink / xGMI; a PCIe box's go through the host) or the nodes are not alike."""
     groups: dict[int, list[int]] = {}
     for g, nd in zip(gpus.tolist(), node_of):
@@ -98,11 +98,21 @@ def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
     if local is None or not _over_gpu_links(topology, local):
         return None
     where = {gpu: i for i, gpu in enumerate(members[0])}
-    exits = np.zeros(g, dtype=np.int64)  # channels leaving a node by each GPU (and its NIC)
+    # the rail an inter-node op of channel k leaves by: its GPU's own NIC, shifted by k
+    # (paths.PathTable._rail_gpus)
+    rails, home = _placed_rails(topology, np.asarray(topology.router.rank_node), gpus)
+    n_rails = max(len(rails.get(node_of[0], ())), 1)
+    used = np.zeros(n_rails, dtype=np.int64)
+    exits = np.zeros(g, dtype=np.int64)
     rings = []
-    for order in local.tolist():
+    for k, order in enumerate(local.tolist()):
         pos = [where[x] for x in order]
-        last = min(pos, key=lambda i: (exits[i], i))  # the least used way out
+
+        def rail(i: int, k: int = k) -> int:
+            return (int(home.get(members[0][i], 0)) + k) % n_rails
+
+        last = min(pos, key=lambda i: (used[rail(i)], exits[i], i))  # the least used way out
+        used[rail(last)] += 1
         exits[last] += 1
         turned = np.roll(pos, g - 1 - pos.index(last))
         rings.append(np.concatenate([np.asarray(m)[turned] for m in members]))
