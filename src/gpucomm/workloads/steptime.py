@@ -118,6 +118,10 @@ def make_cluster(system: str, nodes: int, nic: str | None = None, **options) -> 
 
 
 MAX_TOGETHER_RANKS = 256  # keeps the flow simulation of concurrent groups to seconds
+# on the whole cluster (Timer.whole) the job's groups of a kind are timed together by the
+# analytic model, which splits each link evenly among a step's ops (on contended rings it
+# gives the flow model's answer, tests/test_fabric_scale.py): up to this many ranks in all
+WHOLE_TOGETHER_RANKS = 2048
 # Large reduce-scatters and all-gathers across nodes are timed as NCCL runs them: ring with
 # the Simple protocol (NCCL's only algorithm for them besides NVLS and, for small sizes, PAT;
 # its tuner picks Simple above a few MB). One candidate instead of every registered one keeps
@@ -226,16 +230,18 @@ class Timer:
             elif self.contention and len(groups) > 1:
                 # too many ranks to simulate at once: measure the slowdown on the groups cut
                 # to their first members (same nodes pattern, same links shared)
-                keep = max(2, MAX_TOGETHER_RANKS // len(groups))
+                limit, model = (WHOLE_TOGETHER_RANKS, "analytic") if self.whole else \
+                    (MAX_TOGETHER_RANKS, "flow")
+                keep = max(2, limit // len(groups))
                 cut = [g[:keep] for g in groups]
                 topo, local = self.place(cut)
                 if keep < len(ranks):
                     res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
                                   model=self.sim_model, **pick)
                 together = time_together(collective, int(nbytes), topo, local, res,
-                                         dtype=dtype)
+                                         dtype=dtype, model=model)
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
-                                      dtype=dtype)
+                                      dtype=dtype, model=model)
                 if together is not None and alone:
                     # the flow model's slowdown from sharing, applied to the chosen model's
                     # time of one group (so the two models' other differences stay out)
