@@ -466,7 +466,7 @@ def test_two_tier_switch_table_is_the_general_search(kw):
 def test_flow_model_refuses_early_past_its_op_budget(monkeypatch):
     from gpucomm.simulate import core
     monkeypatch.setattr(core, "FLOW_MAX_OPS", 100)
-    with pytest.raises(ConfigError, match="more than 100 ops.*--model analytic"):
+    with pytest.raises(ConfigError, match="more than 100 ops.*--sim-model analytic"):
         predict("all_reduce", GIB, _cluster(routing="ecmp"), algorithm="ring", model="flow")
 
 

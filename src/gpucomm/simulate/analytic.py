@@ -212,15 +212,17 @@ def is_ring(sched: Schedule) -> bool:
 
 
 def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
-              itemsize: int) -> list[RingOut | None]:
+              itemsize: int, maxmin: bool = False) -> list[RingOut | None]:
     """Per block size (elements): the ring's answer from its frontier, or None where the
     general engine must answer (unequal chunks leave the end open by more than 0.1%).
+    `maxmin`: an op's wire rate is its max-min fair rate among all the ops of a step (the
+    flow model's sharing, flow.maxmin) instead of its even share of its links.
 
     Every size is a point of one curve per (schedule shape, coster): frontier.RingCurve,
     kept on the coster, so a sweep's sizes (and later calls) solve only the points the
     curve's pieces need."""
     p = sched.nranks
-    shape = _ring_curve(sched, coster)
+    shape = _ring_curve(sched, coster, maxmin)
     if p == 1:
         return [RingOut(end_s=0.0, ops=0, busy_s_per_byte=shape.busy_s_per_byte,
                         chunk_bytes=0.0) for _ in block_counts]
@@ -261,11 +263,11 @@ def ring_note(sched: Schedule, coster: StepCoster) -> str:
     return text
 
 
-def _ring_curve(sched: Schedule, coster: StepCoster) -> RingShape:
+def _ring_curve(sched: Schedule, coster: StepCoster, maxmin: bool = False) -> RingShape:
     """What the sizes of a ring's shape share, memoised on the coster."""
     p, c = sched.nranks, max(int(sched.channels), 1)
     key = (sched.collective.name, p, c)
-    hit = coster.rings.get(key)
+    hit = coster.rings.get((*key, maxmin))
     if hit is not None:
         known: RingShape = hit
         return known
@@ -290,7 +292,13 @@ def _ring_curve(sched: Schedule, coster: StepCoster) -> RingShape:
     else:
         def shape(v: Floats) -> Floats:
             return np.ascontiguousarray(v.reshape(p, c).T)
-    x0 = shape(np.where(pat.local, 0.0, 1.0 / pat.share_rate))
+    rate = pat.share_rate
+    if maxmin:  # every op of a step moving at once, shared max-min fairly (flow.py)
+        from .flow import maxmin as fair
+        moving = ~pat.local
+        rate = np.full(len(probe), np.inf)
+        rate[moving] = fair(pat.table[moving], coster.link_cap, pat.flow_cap[moving])
+    x0 = shape(np.where(pat.local, 0.0, 1.0 / rate))
     a = shape(np.asarray(pat.alpha, dtype=np.float64))
     # the protocols' costers share it
     paths = coster.paths
@@ -299,7 +307,7 @@ def _ring_curve(sched: Schedule, coster: StepCoster) -> RingShape:
         unit = np.zeros(paths.nlinks)
         _account(unit, pat, np.full(len(probe), float(nsteps)))
         paths.cache.ring_busy[key] = unit
-    made = coster.rings[key] = RingShape(curve=RingCurve(zip(x0, a), nsteps),
+    made = coster.rings[(*key, maxmin)] = RingShape(curve=RingCurve(zip(x0, a), nsteps),
                                          busy_s_per_byte=unit / paths.capacity / paths.lane_scale,
                                          ops=nsteps * len(probe))
     return made

@@ -46,6 +46,11 @@ FLOW_MAX_RANKS = 16_384  # op by op; beyond, only the symmetric ring (symmetry.p
 # one core (a 128-GPU contended ring, 260,000 ops: 20 s, 85 MB): beyond this many ops it
 # refuses before building anything rather than run for an hour or out of memory
 FLOW_MAX_OPS = 8_000_000
+# a ring with more ops than this is answered from its frontier with max-min fair rates
+# (analytic.ring_many(maxmin=True)) instead of op by op: equal to the event loop where the
+# most loaded link stays busy (bandwidth-bound; tests/test_fabric_scale.py), up to ~13% slower
+# where the steps' flows do not all overlap (latency-bound); 8,192 contended GPUs in seconds
+FLOW_RING_OPS = 200_000
 SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
 
 
@@ -197,6 +202,16 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
             if out.extrapolated:
                 note += (f"; periodic from a step on: the last {out.extrapolated} of "
                          f"{2 * (schedule.nranks - 1)} steps extrapolated")
+        elif not trace and analytic.is_ring(schedule) and \
+                not schedule.ops_at_most(FLOW_RING_OPS) and \
+                (ring := analytic.ring_many(schedule, cst, [lay.block_count], itemsize,
+                                            maxmin=True)[0]) is not None:
+            end, ops = ring.end_s, ring.ops
+            busy = LinkBusy(ring.busy_s_per_byte, ring.chunk_bytes)
+            events = 0
+            note = (f"flow model from the ring's frontier: each op at its max-min fair rate "
+                    f"among a step's {schedule.nranks * max(schedule.channels, 1):,} ops, "
+                    f"{ops:,} ops not simulated one by one (more than {FLOW_RING_OPS:,})")
         else:
             if schedule.nranks > FLOW_MAX_RANKS:
                 raise ConfigError(
@@ -210,7 +225,7 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
                 raise ConfigError(
                     f"the flow model would simulate {schedule.algorithm} "
                     f"{schedule.collective.name} on {schedule.nranks:,} ranks op by op, more "
-                    f"than {FLOW_MAX_OPS:,} ops ({why}): use --model analytic, which times the "
+                    f"than {FLOW_MAX_OPS:,} ops ({why}): use --sim-model analytic, which times the "
                     "same routes and fabric, or fewer nodes")
             fl = flow.run(schedule, cst, bounds, itemsize, trace)
             end, events, ops = fl.end_s, fl.events, fl.ops

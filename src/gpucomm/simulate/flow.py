@@ -555,37 +555,41 @@ class _Sim:
         return self.g["alone_row"][self.g["row"][ops]]
 
     def _maxmin(self, ops: Ints) -> Floats:
-        """Max-min fair rates by progressive filling; per-flow caps act as private links."""
-        m = self._links(ops)
-        valid = m >= 0
-        used, inv = np.unique(m[valid], return_inverse=True)
-        local = np.full(m.shape, -1, dtype=np.int64)
-        local[valid] = inv
-        cap = self.link_cap[used].astype(np.float64).copy()
-        fcap = self.g["cap_row"][self.g["row"][ops]].astype(np.float64)
-        na = len(ops)
-        rate = np.zeros(na)
-        live = np.ones(na, dtype=bool)
-        flow_of = np.broadcast_to(np.arange(na)[:, None], m.shape)[valid]
-        link_of = local[valid]
-        for _ in range(4 * na + 8):
-            if not live.any():
-                break
-            on = live[flow_of]
-            cnt = np.bincount(link_of[on], minlength=len(cap))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                share = np.where(cnt > 0, cap / cnt, np.inf)
-            inc = min(float(share.min(initial=np.inf)),
-                      float((fcap - rate)[live].min(initial=np.inf)))
-            if not np.isfinite(inc):
-                rate[live] = np.inf
-                break
-            rate[live] += inc
-            cap -= inc * cnt
-            full = (cnt > 0) & (cap <= 1e-9 * np.maximum(self.link_cap[used], 1.0))
-            hit = np.zeros(na, dtype=bool)
-            if full.any():
-                hit[flow_of[full[link_of] & on]] = True
-            hit |= rate >= fcap * (1 - 1e-12)
-            live &= ~hit
-        return rate
+        return maxmin(self._links(ops), self.link_cap, self.g["cap_row"][self.g["row"][ops]])
+
+
+def maxmin(m: Links, link_cap: Floats, fcap: Floats) -> Floats:
+    """Max-min fair rates of flows with links `m` (rows, -1 padded; a link listed k times in
+    a row carries k shares of that flow) by progressive filling; the per-flow caps `fcap`
+    act as private links. Each round raises every live flow to the next link's or cap's
+    level and freezes the flows there, so rounds = distinct levels, each O(entries)."""
+    valid = m >= 0
+    used, inv = np.unique(m[valid], return_inverse=True)
+    cap = link_cap[used].astype(np.float64).copy()
+    fcap = np.asarray(fcap, dtype=np.float64)
+    na = len(m)
+    rate = np.zeros(na)
+    live = np.ones(na, dtype=bool)
+    flow_of = np.broadcast_to(np.arange(na)[:, None], m.shape)[valid]
+    link_of = inv.reshape(-1)
+    for _ in range(4 * na + 8):
+        if not live.any():
+            break
+        on = live[flow_of]
+        cnt = np.bincount(link_of[on], minlength=len(cap))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(cnt > 0, cap / cnt, np.inf)
+        inc = min(float(share.min(initial=np.inf)),
+                  float((fcap - rate)[live].min(initial=np.inf)))
+        if not np.isfinite(inc):
+            rate[live] = np.inf
+            break
+        rate[live] += inc
+        cap -= inc * cnt
+        full = (cnt > 0) & (cap <= 1e-9 * np.maximum(link_cap[used], 1.0))
+        hit = np.zeros(na, dtype=bool)
+        if full.any():
+            hit[flow_of[full[link_of] & on]] = True
+        hit |= rate >= fcap * (1 - 1e-12)
+        live &= ~hit
+    return rate

@@ -46,9 +46,9 @@ class StepCoster:
     def __init__(self, paths: PathTable, protocol: Protocol, lanes: float, channels: int):
         self.paths, self.proto, self.lanes, self.channels = paths, protocol, lanes, channels
         # Patterns by (src, dst, channel) bytes; analytic.py's ring shapes by (collective,
-        # ranks, channels)
+        # ranks, channels, whether max-min fair)
         self.patterns: dict[tuple[bytes, bytes, bytes], Pattern] = {}
-        self.rings: dict[tuple[str, int, int], RingShape] = {}
+        self.rings: dict[tuple[str, int, int, bool], RingShape] = {}
         # payload B/s per link; x lanes where a connection is split over paths (fabric.py)
         self.link_cap = paths.capacity * protocol.wire_efficiency * paths.lane_scale
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
 from ..limits import check_model_ranks
+from ..topology.build import PORT_LEVEL
 from .comms import Comm, step_comms
 from .concurrent import time_together
 from .frameworks import fp8_recipe, get_framework
@@ -117,6 +118,10 @@ def make_cluster(system: str, nodes: int, nic: str | None = None, **options) -> 
 
 
 MAX_TOGETHER_RANKS = 256  # keeps the flow simulation of concurrent groups to seconds
+# on the whole cluster (Timer.whole) the job's groups of a kind are timed together by the
+# analytic model, which splits each link evenly among a step's ops (on contended rings it
+# gives the flow model's answer, tests/test_fabric_scale.py): up to this many ranks in all
+WHOLE_TOGETHER_RANKS = 2048
 # Large reduce-scatters and all-gathers across nodes are timed as NCCL runs them: ring with
 # the Simple protocol (NCCL's only algorithm for them besides NVLS and, for small sizes, PAT;
 # its tuner picks Simple above a few MB). One candidate instead of every registered one keeps
@@ -133,9 +138,14 @@ RING_CUT = 32  # longer rings are timed on their first 16 and 32 members and ext
 class Timer:
     """Times collectives on groups of global ranks, with a cache.
 
-    A group spanning k nodes is placed on a k-node topology of the same system, each member
-    keeping its GPU index inside its node (so a DP group stays on one rail): the links a group
-    uses are the same as on the full cluster as long as the fabric is non-blocking.
+    On a cluster with a fabric model (a leaf layout, routing, other jobs' load: a `network`
+    among the options, or a port-level fabric) a group runs on the cluster itself, on the
+    nodes its ranks occupy: the leaves they sit on under the job's placement decide whether
+    it crosses the spines, where it is hashed, rerouted around failed cables and meets other
+    jobs' load as `gpucomm sim` does. Otherwise a group spanning k nodes is placed on a
+    k-node topology of the same system, each member keeping its GPU index inside its node
+    (so a DP group stays on one rail): the links a group uses are the same as on the full
+    cluster as long as the fabric is non-blocking.
     With `contention`, the peers of the group (the groups of the same kind on the same nodes,
     which run the same collective at the same moment) are timed together with it by the
     simulator's flow model (see `concurrent`); the slowdown over the group alone (same model)
@@ -148,8 +158,15 @@ class Timer:
         self.cluster, self.sim_model, self.contention = cluster, sim_model, contention
         self.serving = serving
         self._cache = cluster.timings.setdefault((sim_model, contention, serving), {})
+        opts = dict(cluster.options)
+        self.whole = opts.get("network") is not None or opts.get("fabric") in PORT_LEVEL
 
-    def place(self, groups: list[tuple[int, ...]]):
+    def place(self, groups: Sequence[Sequence[int]]):
+        """(topology, the groups' ranks on it): the cluster itself where its fabric is
+        modelled (`whole`), else a copy of the nodes the groups span."""
+        if self.whole:
+            return _topology(self.cluster.system, self.cluster.nodes, self.cluster.nic,
+                             self.cluster.options), [list(g) for g in groups]
         gpn = self.cluster.gpus_per_node
         nodes = sorted({r // gpn for g in groups for r in g})
         index = {n: i for i, n in enumerate(nodes)}
@@ -186,7 +203,7 @@ class Timer:
     def _time(self, collective: str, nbytes: int, ranks: tuple[int, ...],
               peers: Sequence[tuple[int, ...]] = ()) -> dict:
         gpn = self.cluster.gpus_per_node
-        base = ranks[0] // gpn * gpn
+        base = 0 if self.whole else ranks[0] // gpn * gpn  # where nodes differ, no shift
         shape = (collective, int(nbytes), tuple(tuple(r - base for r in g)
                                                 for g in (ranks, *peers)))
         if shape not in self._cache:
@@ -213,16 +230,18 @@ class Timer:
             elif self.contention and len(groups) > 1:
                 # too many ranks to simulate at once: measure the slowdown on the groups cut
                 # to their first members (same nodes pattern, same links shared)
-                keep = max(2, MAX_TOGETHER_RANKS // len(groups))
+                limit, model = (WHOLE_TOGETHER_RANKS, "analytic") if self.whole else \
+                    (MAX_TOGETHER_RANKS, "flow")
+                keep = max(2, limit // len(groups))
                 cut = [g[:keep] for g in groups]
                 topo, local = self.place(cut)
                 if keep < len(ranks):
                     res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
                                   model=self.sim_model, **pick)
                 together = time_together(collective, int(nbytes), topo, local, res,
-                                         dtype=dtype)
+                                         dtype=dtype, model=model)
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
-                                      dtype=dtype)
+                                      dtype=dtype, model=model)
                 if together is not None and alone:
                     # the flow model's slowdown from sharing, applied to the chosen model's
                     # time of one group (so the two models' other differences stay out)
@@ -253,6 +272,29 @@ def peer_groups(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: i
     for r in range(first * gpus_per_node, min((first + 1) * gpus_per_node, lay.world)):
         g = group_of(lay, kind, r, gpus_per_node)
         if g not in seen and {x // gpus_per_node for x in g} == nodes:
+            seen.add(g)
+            out.append(g)
+    return out
+
+
+def job_peers(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: int
+              ) -> list[tuple[int, ...]]:
+    """The groups of `kind` anywhere in the job that run their collective with `ranks` and
+    may share its fabric links: on a cluster whose leaves are modelled (Timer.whole), every
+    other group of the kind that leaves its nodes (all DP groups reduce their gradients at
+    the end of backward; in 1F1B every stage boundary sends at once), disjoint from each
+    other. A group inside one node meets no fabric: its peers are those on its node."""
+    if len({r // gpus_per_node for r in ranks}) < 2 or kind == "ep_intra":
+        return peer_groups(lay, kind, ranks, gpus_per_node)
+    if kind == "pp":  # one boundary's pairs (a rank sends and receives on other boundaries)
+        stride = ranks[1] - ranks[0]
+        stage = coords(lay, ranks[0])["pp"]
+        return [(r, r + stride) for r in range(lay.world) if r != ranks[0]
+                and r + stride < lay.world and coords(lay, r)["pp"] == stage]
+    seen, out = {ranks}, []
+    for r in range(lay.world):
+        g = group_of(lay, kind, r, gpus_per_node)
+        if g not in seen and len({x // gpus_per_node for x in g}) > 1:
             seen.add(g)
             out.append(g)
     return out
@@ -510,7 +552,8 @@ def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tu
     timed = []
     for c in step_comms(model, lay, gpn):
         ranks = group_of(lay, c.group, 0, gpn)
-        peers = peer_groups(lay, c.group, ranks, gpn) if contention else []
+        peers = [] if not contention else job_peers(lay, c.group, ranks, gpn) \
+            if timer.whole else peer_groups(lay, c.group, ranks, gpn)
         t = timer.time(c.collective, c.nbytes, ranks, peers)
         mult = lay.microbatches if c.per == "microbatch" else 1
         timed.append(CommTime(c, ranks, t["time_s"], t["time_s"] * c.count * mult,
