@@ -9,11 +9,28 @@ spines, 1:1), the job's nodes placed at random over the two leaf groups (a seed 
 `--seed` moves its placement and the switches' hash together). Each check prints PASS or FAIL
 against a published bar; the exit status is 1 if any fails.
 
-1. QP scaling on RoCE ECMP (Gangidi et al., "RDMA over Ethernet for Distributed AI Training
-   at Meta Scale", SIGCOMM 2024, routing section: E-ECMP hashing on the destination QP with
-   more QPs per connection improved AllReduce "by up to 40%" over ECMP with one QP). Here:
-   NCCL's default all-reduce (`--algorithm auto`) and the ring, 4 QPs against 1, median over
-   seeds, at 256 MiB, 1 GiB and 4 GiB. Bar: 0 < gain <= 40% at every size.
+1. QP scaling on RoCE ECMP, on Meta's published setup (Gangidi et al., "RDMA over Ethernet
+   for Distributed AI Training at Meta Scale", SIGCOMM 2024, and Engineering at Meta, "A RoCE
+   network for distributed AI training at scale", 2024-08-05): an AI Zone is a two-stage
+   Clos of rack training switches (RTSW, copper to two Grand Teton hosts' 16 x 400G NICs: a
+   top-of-rack leaf, not rail-optimised) under cluster training switches (CTSW) with 1:1.125
+   spine over-provisioning (18 uplinks for 16 NIC ports: `--fabric tor-2tier --leaf-ports 2
+   --oversubscription 0.8889`); Meta's scheduler is topology-aware and assigns ranks by
+   position, so a job's nodes are packed rack by rack in rank order (`--placement packed`;
+   random placement, the partial racks Meta saw cost it, printed beside). Baseline: ECMP on
+   the 5-tuple with one QP per connection (each QP its own UDP source port); E-ECMP adds the
+   destination QP to the hash and QP scaling raises NCCL_IB_QPS_PER_CONNECTION, each message
+   whole on the next QP in turn (NCCL_IB_SPLIT_DATA_ON_QPS=0, Meta's pick). Meta: "up to
+   40%" for AllReduce. Here: NCCL's default all-reduce (`--algorithm auto`) and the ring, 4
+   QPs against 1, median over seeds (the hash seed; packed placement does not move), at 256
+   MiB, 1 GiB and 4 GiB, 64 nodes (32 racks: the job's share of a zone; racks outside the
+   job carry nothing here). Bar, for auto and the ring packed: gain <= 40% at every size
+   ("up to"), > 0 at 4 GiB (a 512-rank ring is latency-bound at 256 MiB). The protocol is
+   the one gpucomm's tuner picks from its own (contention-aware) prediction. NCCL's tuner
+   is blind to hash collisions and ranks ring LL128 at 0.92 x Simple's bandwidth
+   (src/graph/tuning.cc), so it runs Simple at 4 GiB: the ring with `--protocol simple` is
+   printed too (gpucomm's Simple is capped near 194 GB/s busbw here by its per-message
+   network cost, protocol.py, which hides part of the 4-QP gain).
 2. Shares of ideal bandwidth for the ring all-reduce at 4 GiB: its busbw over the same job on
    a fabric that never collides (the plain rail model). Bars: static ECMP hashing 38-60%
    (Geoffray & Hoefler, "Adaptive Routing Strategies for Modern High Performance Networks",
@@ -59,6 +76,10 @@ CLUSTER = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64"
            "--fabric", "rail-2tier", "--leaf-ports", "32", "--placement", "random",
            "--format", "json"]
 SIZES = ["256M", "1G", "4G"]
+# Meta's AI Zone (SIGCOMM 2024): RTSW over two 8-NIC hosts, 1:1.125 spine over-provisioning
+META = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64",
+        "--fabric", "tor-2tier", "--leaf-ports", "2", "--oversubscription", str(1 / 1.125),
+        "--nic", "roce-400g", "--routing", "ecmp", "--format", "json"]
 META_MAX_GAIN = 0.40
 ECMP_SHARE = (0.38, 0.60)
 AR_SHARE = (0.77, 0.95)
@@ -81,24 +102,28 @@ def verdict(ok: bool) -> str:
 
 
 def qp_gain(seeds: range) -> bool:
-    print("1. QP scaling, RoCE 400G ECMP (hash on src, dst, QP): 4 QPs/connection vs 1")
+    print("1. QP scaling on Meta's AI Zone (RTSW over 2 hosts, 18 uplinks: 1:1.125), RoCE 400G "
+          "ECMP: 4 QPs/connection (E-ECMP: hash on dst QP) vs 1")
     ok = True
-    for alg in ("auto", "ring"):
-        bw = {}
-        for q in (1, 4):
-            bw[q] = [sim(*CLUSTER, "--nic", "roce-400g", "--routing", "ecmp", "--algorithm", alg,
-                         "--qps-per-connection", str(q), "--seed", str(s), "-b", SIZES[0],
-                         "-e", SIZES[-1], "-f", "4") for s in seeds]
+    for alg, placement, proto in (("auto", "packed", "auto"), ("ring", "packed", "auto"),
+                                  ("ring", "random", "auto"), ("ring", "packed", "simple")):
+        bw = {q: [sim(*META, "--placement", placement, "--algorithm", alg, "--protocol", proto,
+                      "--qps-per-connection", str(q), "--seed", str(s), "-b", SIZES[0],
+                      "-e", SIZES[-1], "-f", "4") for s in seeds] for q in (1, 4)}
         for i, size in enumerate(SIZES):
             gains = [b4[i]["busbw"] / b1[i]["busbw"] - 1 for b1, b4 in zip(bw[1], bw[4])]
             g = statistics.median(gains)
-            good = 0 < g <= META_MAX_GAIN
-            ok &= good
-            picked = bw[1][0][i].get("algorithm", alg)
+            barred = placement == "packed" and proto == "auto"
+            good = g <= META_MAX_GAIN and (size != SIZES[-1] or g > 0)
+            if barred:
+                ok &= good
+            picked = " -> ".join(f"{bw[q][0][i].get('algorithm', alg)}/"
+                              f"{bw[q][0][i].get('protocol', '?')}" for q in (1, 4))
             one = statistics.median(r[i]["busbw"] for r in bw[1])
             four = statistics.median(r[i]["busbw"] for r in bw[4])
-            print(f"   {alg:<5} {size:>5} ({picked}): 1 QP {one:6.1f} GB/s, 4 QPs {four:6.1f} "
-                  f"GB/s, median gain {100 * g:+5.1f}%  (Meta: up to +40%)  {verdict(good)}")
+            line = (f"   {alg:<4} {placement:<6} {size:>4} ({picked}): 1 QP {one:6.1f}, 4 QPs "
+                    f"{four:6.1f} GB/s, median gain {100 * g:+5.1f}%")
+            print(line + (f"  (Meta: up to +40%)  {verdict(good)}" if barred else ""))
     return ok
 
 

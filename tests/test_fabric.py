@@ -550,3 +550,30 @@ def test_polarized_hashing_slows_a_three_tier_ring():
     assert stuck > free * 1.2
     with pytest.raises(ConfigError, match="polarized"):
         Network(polarized="yes")
+
+
+def test_tor_2tier_puts_every_nic_of_a_rack_on_one_leaf_with_spare_uplinks():
+    """Meta's AI Zone shape: a top-of-rack leaf over two 8-NIC hosts, 1:1.125 uplinks."""
+    t = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="tor-2tier", leaf_ports=2,
+                       oversubscription=1 / 1.125)
+    f = fabric_summary(t)
+    assert f["tiers"][0]["switches"] == 4 and f["tiers"][0]["uplinks_per_leaf"] == 18
+    assert f["tiers"][1]["switches"] == 18 and f["redundancy"]["paths"] == 18
+    assert f["tiers"][0]["oversubscription"] == pytest.approx(16 / 18, abs=1e-3)
+    leaf_of = {ln.src: ln.dst for ln in t.links if ln.dst.startswith("leaf")
+               and ln.src.startswith("n")}
+    assert {leaf_of[f"n{k}.nic{i}"] for k in (2, 3) for i in range(8)} == {"leaf1"}
+    # within a rack, nodes meet at their leaf: the route never reaches a spine
+    assert not any(t.links[i].dst.startswith("spine") for i in t.route(16, 24))
+    with pytest.raises(ConfigError, match="oversubscription 0.8"):
+        build_topology("dgx-h100", nodes=2, nic="roce-400g", oversubscription=0.8)
+
+
+def test_tor_2tier_qp_scaling_helps_a_hashed_ring():
+    def ring(q, routing="ecmp"):
+        t = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="tor-2tier",
+                           leaf_ports=2, oversubscription=1 / 1.125,
+                           network=Network(routing=routing, qps_per_connection=q, seed=1))
+        return predict("all_reduce", 1 << 30, t, algorithm="ring", protocol="simple").time_s
+    one, four, spray = ring(1), ring(4), ring(1, "spray")
+    assert spray <= four < one

@@ -203,7 +203,7 @@ PLACEMENTS = ("packed", "spread", "random")
 
 
 def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="packed", seed=0,
-               tiers=2):
+               tiers=2, tor=False):
     """Devices and links of a rail-optimised leaf/spine fabric, one link per cable.
 
     placement: where the job's nodes sit. "packed": node k in leaf group k // leaf_ports (a
@@ -218,7 +218,17 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
     cable to each of the leaf_ports core switches (a, *), which every rail shares. Between
     pods a flow has U x leaf_ports tied paths and two hashing stages (leaf, then aggregation
     switch): where every switch hashes alike, the second choice repeats the first
-    (polarization, Network.polarized)."""
+    (polarization, Network.polarized).
+
+    tor=True (`tor-2tier`): not rail-optimised; every NIC of group g's nodes is cabled to one
+    top-of-rack leaf g, which has leaf_ports x NICs / oversubscription uplinks, one cable to
+    each spine (Meta's AI Zone: a rack training switch (RTSW) over copper to two Grand Teton
+    hosts' 16 x 400G NICs, cluster training switches (CTSW) as spines, 1:1.125 spine
+    over-provisioning, i.e. oversubscription 1/1.125 and 18 uplinks: Gangidi et al., "RDMA
+    over Ethernet for Distributed AI Training at Meta Scale", SIGCOMM 2024, topology
+    section)."""
+    if tor:
+        return _tor_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement, seed)
     if placement not in PLACEMENTS:
         raise ConfigError(f"placement {placement!r} not allowed: one of {', '.join(PLACEMENTS)}")
     rails = len(nic_names)
@@ -246,6 +256,28 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
             for i in range(rails):
                 for s in range(uplinks):
                     links += _duplex(f"leaf{g}.{i}", f"spine{s}", tech)
+    return devices, links
+
+
+def _tor_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement, seed):
+    """Devices and links of a top-of-rack leaf/spine fabric (rail_2tier with tor=True)."""
+    groups = math.ceil(nodes / leaf_ports)
+    uplinks = max(1, round(leaf_ports * len(nic_names) / oversub))
+    tech = get_link_tech(nic_models[0])
+    order = list(range(nodes))
+    random.Random(seed).shuffle(order)
+    devices = [Device(f"leaf{g}", "switch", -1, nic_models[0]) for g in range(groups)]
+    links = []
+    for k in range(nodes):
+        g = k // leaf_ports if placement == "packed" else k % groups if \
+            placement == "spread" else order[k] // leaf_ports
+        for name, model in zip(nic_names, nic_models):
+            links += _duplex(f"n{k}.{name}", f"leaf{g}", get_link_tech(model))
+    if groups > 1:
+        devices += [Device(f"spine{s}", "switch", -1, nic_models[0]) for s in range(uplinks)]
+        for g in range(groups):
+            for s in range(uplinks):
+                links += _duplex(f"leaf{g}", f"spine{s}", tech)
     return devices, links
 
 
