@@ -62,14 +62,15 @@ def add_network_args(p) -> None:
     """Flags of the fabric's behaviour beyond line rate (gpucomm.topology.fabric.Network)."""
     g = p.add_argument_group("fabric behaviour (any of these turns the fabric model on)")
     g.add_argument("--leaf-ports", type=leaf_ports_arg, default=None,
-                   help="nodes per leaf (rail-2tier; fat-tree: NIC ports per leaf; default 32)")
+                   help="nodes per leaf (rail-2tier, rail-3tier, tor-2tier; fat-tree: NIC ports "
+                   "per leaf; default 32)")
     g.add_argument("--placement", choices=PLACEMENTS, default=None,
-                   help="rail-2tier: the job's nodes packed under leaves in rank order, or "
-                   "spread over the leaf groups (default packed)")
+                   help="rail-2tier, rail-3tier, tor-2tier: the job's nodes packed under leaves "
+                   "in rank order, or spread over the leaf groups (default packed)")
     g.add_argument("--routing", choices=ROUTINGS, default=None,
                    help="ecmp: per-QP hash onto one path; flowlet: each QP placed once on the "
-                   "least loaded path; adaptive (InfiniBand AR) or spray (per-packet): an even "
-                   "split over the paths")
+                   "least loaded path; adaptive (InfiniBand AR), spectrum-x (Spectrum-X AR) or "
+                   "spray (per-packet): an even split over the paths")
     g.add_argument("--qps-per-connection", type=positive_int, default=None, metavar="N",
                    help="queue pairs per connection, as NCCL_IB_QPS_PER_CONNECTION (default 1)")
     g.add_argument("--hash-inputs", default=None, metavar="FIELDS",
@@ -98,7 +99,8 @@ def add_network_args(p) -> None:
                    help="K leaf-spine cables down (capacity lost, ECMP rehashed)")
     g.add_argument("--background", type=float, default=None, metavar="FRACTION",
                    help="other jobs' mean share of each leaf-spine cable (per cable up to "
-                   "twice that, by the hash seed; adaptive routing pools a leaf's up-links)")
+                   "twice that, by the hash seed; adaptive routing pools a leaf's up-links, "
+                   "InfiniBand's the down-links into a leaf too)")
 
 
 def network_from_args(args):

@@ -104,3 +104,32 @@ def polarized_key(router: Router, gs: Ints, gd: Ints, key: npt.NDArray[np.uint64
     h = (np.asarray(key, dtype=np.uint64) >> np.uint64(20)).astype(np.uint64)
     alt = (h % k1.astype(np.uint64)) * k2.astype(np.uint64) + h % k2.astype(np.uint64)
     return np.where(k2 > 1, lane_key(alt), key).astype(np.uint64)
+
+
+def maxmin_rates(table: npt.NDArray[np.signedinteger[Any]], capacity: npt.NDArray[np.float64],
+                 scale: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Max-min fair rates of flows that all run at once, each a row of link indices (-1:
+    padding) listing a link once per lane on it (fabric.py's lane rows: m of a flow's L lanes
+    on a link load it with m/L of the flow's rate, the link carrying capacity x L = `scale`).
+    Progressive filling: every unfrozen flow grows alike until a link fills, whose flows
+    freeze; a flow's own NIC links are in its row, so it never exceeds line rate."""
+    n = len(table)
+    rate = np.zeros(n)
+    valid = table >= 0
+    if not n or not valid.any():
+        return np.full(n, np.inf)
+    rows = np.repeat(np.arange(n), table.shape[1])[valid.reshape(-1)]
+    links = table[valid]
+    room = np.asarray(capacity, dtype=np.float64) * np.asarray(scale, dtype=np.float64)
+    room = room.copy()
+    active = np.ones(n, dtype=bool)
+    while active.any():
+        on = active[rows]
+        load = np.bincount(links[on], minlength=len(room)).astype(np.float64)
+        used = load > 0
+        step = float((room[used] / load[used]).min())
+        rate[active] += step
+        room -= step * load
+        full = used & (room <= 1e-9 * np.maximum(capacity * scale, 1.0))
+        active[np.unique(rows[full[links]])] = False
+    return rate

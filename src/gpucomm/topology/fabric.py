@@ -30,7 +30,7 @@ from ..errors import ConfigError, TopologyError
 from ..hardware import get_link_tech
 from .model import Device, Link
 
-ROUTINGS = ("auto", "static", "ecmp", "flowlet", "adaptive", "spray")
+ROUTINGS = ("auto", "static", "ecmp", "flowlet", "adaptive", "spectrum-x", "spray")
 # What each NIC technology gets when no routing is named:
 # - InfiniBand: its subnet manager's static routing. OpenSM's and UFM's routing engines
 #   (minhop, updn, ftree; NVIDIA UFM Enterprise User Manual, "Network Management": routing
@@ -58,8 +58,12 @@ class Network:
     "ecmp" (a switch hashes each flow, one queue pair, onto one of the tied paths),
     "flowlet" (adaptive routing in flowlets, for NICs that cannot reorder: each queue pair
     placed once on the least loaded up-port; simulate/fabric_ar.py),
-    "adaptive" (InfiniBand adaptive routing: packets go to the least loaded port) or "spray"
-    (per-packet spraying over every path, as Spectrum-X). qps_per_connection: queue pairs per
+    "adaptive" (InfiniBand adaptive routing: each switch sends each packet to its least loaded
+    port, and credit backpressure shows it a congested port further on), "spectrum-x"
+    (Spectrum-4 switches' per-packet adaptive routing by the switch's own egress queues,
+    BlueField-3/ConnectX-8 SuperNICs reordering: Ethernet has no credits, so congestion past
+    the deciding switch is not in its view) or "spray" (oblivious per-packet spraying over
+    every path, as EFA's SRD). qps_per_connection: queue pairs per
     NCCL connection (NCCL_IB_QPS_PER_CONNECTION); the connection's data is split over them.
     hash_inputs: the packet fields the ECMP hash reads: "src"/"dst" (the NICs' addresses) and
     "qp" (the destination queue pair: Meta's E-ECMP; without it all QPs between two NICs
