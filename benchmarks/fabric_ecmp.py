@@ -2,8 +2,8 @@
 
     PYTHONPATH=src python3 benchmarks/fabric_ecmp.py [--seeds 5]
 
-Every number comes from `gpucomm sim ... --format json` run as a subprocess (the CLI users
-run), analytic model. The cluster: 64 x DGX H100 (512 GPUs, 8 x 400G NICs each) on a
+Every number but 2b's comes from `gpucomm sim ... --format json` run as a subprocess (the
+CLI users run), analytic model. The cluster: 64 x DGX H100 (512 GPUs, 8 x 400G NICs each) on a
 rail-optimised 2-tier fabric (`--fabric rail-2tier --leaf-ports 32`: 32 nodes per leaf, 32
 spines, 1:1), the job's nodes placed at random over the two leaf groups (a seed is one job:
 `--seed` moves its placement and the switches' hash together). Each check prints PASS or FAIL
@@ -31,23 +31,29 @@ against a published bar; the exit status is 1 if any fails.
    (src/graph/tuning.cc), so it runs Simple at 4 GiB: the ring with `--protocol simple` is
    printed too (gpucomm's Simple is capped near 194 GB/s busbw here by its per-message
    network cost, protocol.py, which hides part of the 4-QP gain).
-2. Shares of ideal bandwidth for the ring all-reduce at 4 GiB: its busbw over the same job on
-   a fabric that never collides (the plain rail model). Bars: static ECMP hashing 38-60%
-   (Geoffray & Hoefler, "Adaptive Routing Strategies for Modern High Performance Networks",
-   HOTI 2008: 38% effective bisection on a statically routed 512-node Clos; NVIDIA's
-   Spectrum-X announcements put standard Ethernet at 60% of effective bandwidth at scale);
-   adaptive routing 77-95% (Geoffray & Hoefler: 77% at 512 nodes; NVIDIA: Spectrum-X 95%);
-   spraying, the even split by construction, 97-101% (a check of the lanes, not a published
-   number).
-   Per-packet adaptive routing (InfiniBand AR, Spectrum-X) is the even split in a fluid
-   model, and on this cluster (two leaves per rail) so is flowlet routing: they sit at
-   ~100%, above the bar. So the published 512-node setup is run too: Geoffray & Hoefler's
-   Clos of 32-port switches (512 one-NIC nodes, 16 per leaf, 16 spines), random pairs
-   (here the ring's neighbours under random placement), where flowlet routing (each queue
-   pair placed once on the least loaded path, the class of their best scheme: a message
-   keeps its path) is barred against their 77-95%, and static/ECMP printed beside their
-   38%. Their number is the mean over pairs, the ring's the slowest pair (a stricter
-   metric: ECMP and static land below 38% there, unbarred).
+2. Shares of ideal bandwidth.
+   a. The ring all-reduce at 4 GiB on 64 x DGX H100 (`--fabric rail-2tier --leaf-ports 32
+      --placement random`): its busbw over the same job on a fabric that never collides (the
+      plain rail model). A collective's pace is its slowest pair. Bars: static ECMP hashing
+      38-60% (Geoffray & Hoefler 38%, below; NVIDIA's Spectrum-X announcements put standard
+      Ethernet at 60% of effective bandwidth at scale); spraying, the even split by
+      construction, 97-101% (a check of the lanes, not a published number). Flowlet,
+      per-packet InfiniBand AR and Spectrum-X AR are printed.
+   b. Geoffray & Hoefler's own setup and statistic (P. Geoffray and T. Hoefler, "Adaptive
+      Routing Strategies for Modern High Performance Networks", HOTI 2008; P. Geoffray,
+      "Static vs Adaptive Routing", the benchmark's page): a 512-node Clos of 32-port
+      crossbars (16 one-NIC nodes per leaf, 16 spines), MPI_Sendrecv between random pairs of
+      nodes, the mean over pairs of each pair's bandwidth over the point-to-point bandwidth;
+      static routing 38%, their best adaptive routing (the NIC probes paths and a message
+      keeps the one it picked) 77% at 512 nodes, 100% at smaller counts. Here: random
+      pairings, every flow at once, max-min rates (fabric_ar.maxmin_rates over the CLI's
+      lane routes, in-process: the CLI times collectives, whose pace is their slowest
+      pair), one connection per pair, a pair's bandwidth the lower of its two directions.
+      Bars: ECMP (a random static route per flow) 38-60%; flowlet routing (a queue pair
+      keeps the path it was placed on: the class of G&H's scheme) and per-packet adaptive
+      routing (InfiniBand AR; Spectrum-X, NVIDIA: 95%) 77-95%. Per-packet AR is the even
+      split in a fluid model (100%): what keeps it below (HoL blocking, transport
+      overheads) is finer than the model, so that bar fails.
 3. Lossy RoCE, go-back-N: the ring's busbw at 1% packet loss against lossless. Bar: <= 20%
    (go-back-N collapses at percent-level loss: Mittal et al., "Revisiting Network Support for
    RDMA", SIGCOMM 2018). The model's mechanism: a rollback of the window per loss, and a
