@@ -240,17 +240,12 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
     uplinks = max(1, round(leaf_ports / oversub))
     devices, links = [], []
     tech = get_link_tech(nic_models[0])
-    order = list(range(nodes))
-    random.Random(seed).shuffle(order)
     for g in range(groups):
         for i in range(rails):
             devices.append(Device(f"leaf{g}.{i}", "switch", -1, nic_models[i]))
-    for k in range(nodes):
+    for k, g in enumerate(_leaf_groups(nodes, leaf_ports, placement, seed)):
         for i in range(rails):
-            t = get_link_tech(nic_models[i])
-            g = k // leaf_ports if placement == "packed" else k % groups if \
-                placement == "spread" else order[k] // leaf_ports
-            links += _duplex(f"n{k}.{nic_names[i]}", f"leaf{g}.{i}", t)
+            links += _duplex(f"n{k}.{nic_names[i]}", f"leaf{g}.{i}", get_link_tech(nic_models[i]))
     if tiers == 3:
         d, ln = _upper_tiers(groups, rails, uplinks, leaf_ports, nic_models[0], tech)
         return devices + d, links + ln
@@ -263,18 +258,23 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
     return devices, links
 
 
+def _leaf_groups(nodes, leaf_ports, placement, seed):
+    """Per node, the leaf group it sits under (rail_2tier's `placement`)."""
+    groups = math.ceil(nodes / leaf_ports)
+    order = list(range(nodes))
+    random.Random(seed).shuffle(order)
+    return [k // leaf_ports if placement == "packed" else k % groups if
+            placement == "spread" else order[k] // leaf_ports for k in range(nodes)]
+
+
 def _tor_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement, seed):
     """Devices and links of a top-of-rack leaf/spine fabric (rail_2tier with tor=True)."""
     groups = math.ceil(nodes / leaf_ports)
     uplinks = max(1, round(leaf_ports * len(nic_names) / oversub))
     tech = get_link_tech(nic_models[0])
-    order = list(range(nodes))
-    random.Random(seed).shuffle(order)
     devices = [Device(f"leaf{g}", "switch", -1, nic_models[0]) for g in range(groups)]
     links = []
-    for k in range(nodes):
-        g = k // leaf_ports if placement == "packed" else k % groups if \
-            placement == "spread" else order[k] // leaf_ports
+    for k, g in enumerate(_leaf_groups(nodes, leaf_ports, placement, seed)):
         for name, model in zip(nic_names, nic_models):
             links += _duplex(f"n{k}.{name}", f"leaf{g}", get_link_tech(model))
     if groups > 1:
