@@ -19,8 +19,9 @@ and the QPs move at one rate, that of the slowest times their number.
   the tied path that the switches' hash of `hash_inputs` (a, b, the QP, the seed) picks
   (Router.route_matrix with an explicit key). Two flows hashed onto one cable share it, and
   the flow model's max-min sharing turns that into time. Seeds give a distribution.
-- spray (Spectrum-X): L = the widest set of tied paths; lane j takes path j (mod their
-  number): every flow is split evenly over every path, whatever the hash.
+- spray (oblivious per-packet spraying, as EFA's SRD): L = the widest set of tied paths;
+  lane j takes path j (mod their number): every flow is split evenly over every path,
+  whatever the hash.
 - static (an InfiniBand subnet manager's tables, the default on InfiniBand): one path per
   destination NIC, up-port = the destination's place under its leaf mod the up-ports (OpenSM
   ftree's D-mod-k); every QP and connection to that NIC follows it (L = 1). On a two-leaf

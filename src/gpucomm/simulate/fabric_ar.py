@@ -6,16 +6,16 @@ the receiver can take out of order. Per packet (InfiniBand AR with ConnectX NICs
 out-of-order RDMA writes, which NCCL arranges by sending data and its completion separately,
 NCCL_IB_ADAPTIVE_ROUTING / NCCL_IB_AR_THRESHOLD in src/transport/net_ib.cc; Spectrum-X with
 the SuperNIC's direct data placement) the fluid limit is the even split over the paths, the
-`adaptive` and `spray` routings of fabric.py. A NIC that delivers in order only (RoCE on a
-NIC without reordering, the common Ethernet case) lets the switch move a flow only between
-flowlets: bursts separated by an idle gap longer than the delay difference of the paths, so
-the packets of one burst stay in order (Kandula et al., "Dynamic Load Balancing Without
-Packet Reordering" (FLARE), CCR 2007; Alizadeh et al., CONGA, SIGCOMM 2014: flowlet
-switching on the least congested uplink; Vanini et al., LetFlow, NSDI 2017). A queue pair
-streaming a collective's steps back to back never idles that long, so it is one flowlet:
-the `flowlet` routing places each unit (a queue pair of an NCCL connection, as ECMP's units)
-once, on the tied path whose most loaded cable carries the fewest of the job's units
-placed before it (CONGA's leaf-to-leaf feedback: the source leaf learns each path's
+`adaptive`, `spectrum-x` and `spray` routings of fabric.py. A NIC that delivers in order
+only (RoCE on a NIC without reordering, the common Ethernet case) lets the switch move a
+flow only between flowlets: bursts separated by an idle gap longer than the delay difference
+of the paths, so the packets of one burst stay in order (Kandula et al., "Dynamic Load
+Balancing Without Packet Reordering" (FLARE), CCR 2007; Alizadeh et al., CONGA, SIGCOMM
+2014: flowlet switching on the least congested uplink; Vanini et al., LetFlow, NSDI 2017). A
+queue pair streaming a collective's steps back to back never idles that long, so it is one
+flowlet: the `flowlet` routing places each unit (a queue pair of an NCCL connection, as
+ECMP's units) once, on the tied path whose most loaded cable carries the fewest of the job's
+units placed before it (CONGA's leaf-to-leaf feedback: the source leaf learns each path's
 congestion, the maximum over its links, from the destination leaf). Decisions are taken one
 unit at a time in a seeded order (a switch decides on packets one at a time).
 
