@@ -510,6 +510,10 @@ def test_background_load_adaptive_routes_around_what_spraying_meets():
     # flowlets see what other jobs leave too, in whole queue pairs: better than hashing
     flowlet = t("flowlet", 0.3)
     assert ecmp > flowlet > t("flowlet", 0.0) * 1.02
+    # Spectrum-X decides by the leaf's own queues; without InfiniBand's credits a loaded
+    # spine-to-leaf cable is not in its view, so it stays between the two
+    sx = t("spectrum-x", 0.3)
+    assert ar < sx <= spray and t("spectrum-x", 0.0) == pytest.approx(t("adaptive", 0.0))
     with pytest.raises(ConfigError, match="background"):
         Network(background=0.6)
 
@@ -550,3 +554,62 @@ def test_polarized_hashing_slows_a_three_tier_ring():
     assert stuck > free * 1.2
     with pytest.raises(ConfigError, match="polarized"):
         Network(polarized="yes")
+
+
+def test_tor_2tier_puts_every_nic_of_a_rack_on_one_leaf_with_spare_uplinks():
+    """Meta's AI Zone shape: a top-of-rack leaf over two 8-NIC hosts, 1:1.125 uplinks."""
+    t = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="tor-2tier", leaf_ports=2,
+                       oversubscription=1 / 1.125)
+    f = fabric_summary(t)
+    assert f["tiers"][0]["switches"] == 4 and f["tiers"][0]["uplinks_per_leaf"] == 18
+    assert f["tiers"][1]["switches"] == 18 and f["redundancy"]["paths"] == 18
+    assert f["tiers"][0]["oversubscription"] == pytest.approx(16 / 18, abs=1e-3)
+    leaf_of = {ln.src: ln.dst for ln in t.links if ln.dst.startswith("leaf")
+               and ln.src.startswith("n")}
+    assert {leaf_of[f"n{k}.nic{i}"] for k in (2, 3) for i in range(8)} == {"leaf1"}
+    # within a rack, nodes meet at their leaf: the route never reaches a spine
+    assert not any(t.links[i].dst.startswith("spine") for i in t.route(16, 24))
+    with pytest.raises(ConfigError, match="oversubscription 0.8"):
+        build_topology("dgx-h100", nodes=2, nic="roce-400g", oversubscription=0.8)
+
+
+def test_tor_2tier_qp_scaling_helps_a_hashed_ring():
+    def ring(q, routing="ecmp"):
+        t = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="tor-2tier",
+                           leaf_ports=2, oversubscription=1 / 1.125,
+                           network=Network(routing=routing, qps_per_connection=q, seed=1))
+        return predict("all_reduce", 1 << 30, t, algorithm="ring", protocol="simple").time_s
+    one, four, spray = ring(1), ring(4), ring(1, "spray")
+    assert spray <= four < one
+
+
+def test_maxmin_rates_fill_progressively_and_count_lanes():
+    from gpucomm.simulate.fabric_ar import maxmin_rates
+    # A and B share link 0 (capacity 1), B and C link 1 (capacity 2); D's two lanes on link 2
+    # (capacity 1, carried twice as it is split over lanes) each take half of D
+    table = np.array([[0, -1], [0, 1], [1, -1], [2, 2]])
+    rates = maxmin_rates(table, np.array([1.0, 2.0, 1.0]), np.array([1.0, 1.0, 2.0]))
+    assert rates == pytest.approx([0.5, 0.5, 1.5, 1.0])
+
+
+def test_random_pairs_mean_share_orders_ecmp_flowlet_and_per_packet():
+    """Geoffray & Hoefler's statistic on a small Clos (64 one-NIC nodes, 8 per leaf): the
+    mean over random pairs of the max-min rate; hashing collides, flowlets avoid it at this
+    size, per-packet adaptive routing is the even split."""
+    from gpucomm.simulate.fabric_ar import maxmin_rates
+
+    def mean_share(routing, seed):
+        topo = build_topology("dgx-h100", nodes=64, gpus_per_node=1, nics_per_node=1,
+                              nic="roce-400g", fabric="rail-2tier", leaf_ports=8,
+                              placement="random", network=Network(routing=routing, seed=seed,
+                                                                  connections=1))
+        paths = PathTable(topo)
+        order = np.random.default_rng(seed).permutation(64)
+        table = paths.routes(order[0::2], order[1::2], 0)
+        return (maxmin_rates(table, paths.capacity, paths.lane_scale)
+                / paths.properties(table)[2]).mean()
+    ecmp, flowlet, ib, sx = ([mean_share(r, s) for s in range(3)]
+                             for r in ("ecmp", "flowlet", "adaptive", "spectrum-x"))
+    # (G&H: adaptive routing reaches 100% at small node counts, 77% at 512)
+    assert max(ecmp) < 0.9 and np.mean(ecmp) < 0.95 <= np.mean(flowlet) <= 1.0
+    assert ib == pytest.approx([1.0] * 3) and sx == pytest.approx([1.0] * 3)

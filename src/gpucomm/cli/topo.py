@@ -14,7 +14,7 @@ from ..hardware import nic_names
 from ..topology import (FABRICS, Topology, build_topology, preset_names)
 from ..topology.analysis import bisection_bandwidth, gpu_bandwidths, summary
 from ..topology.fabric import HASH_FIELDS, PLACEMENTS, ROUTINGS, Network, fabric_summary
-from ..topology.build import preset_node
+from ..topology.build import PORT_LEVEL, preset_node
 from ._nccltests import retire
 from .common import (PLOT_SUFFIXES, add_format, fail_links_arg, int_arg,
                      leaf_ports_arg, name_arg, nics_arg, output_file, oversubscription_arg,
@@ -47,7 +47,8 @@ def add_topology_args(p, default_system: str = "dgx-h100", nccl_tests: bool = Fa
     g.add_argument("--fabric", choices=FABRICS, default="rail",
                    help="rail-optimised (NIC i on rail switch i) or fat-tree (default rail)")
     g.add_argument("--oversubscription", type=oversubscription_arg, default=1.0,
-                   help="leaf down:up bandwidth ratio (default 1 = full bisection)")
+                   help="leaf down:up bandwidth ratio (default 1 = full bisection; the port-level "
+                   "fabrics take 0.5..1 too: spare uplinks, e.g. 0.889 = Meta's 1:1.125)")
     g.add_argument("--nvlink-partition", type=positive_int, metavar="GPUS",
                    help="split each node's NVLink switch domain into partitions (MNNVL "
                    "cliques) of GPUS GPUs, e.g. 36 on gb200-nvl72; each is a node of the result")
@@ -61,14 +62,15 @@ def add_network_args(p) -> None:
     """Flags of the fabric's behaviour beyond line rate (gpucomm.topology.fabric.Network)."""
     g = p.add_argument_group("fabric behaviour (any of these turns the fabric model on)")
     g.add_argument("--leaf-ports", type=leaf_ports_arg, default=None,
-                   help="nodes per leaf (rail-2tier; fat-tree: NIC ports per leaf; default 32)")
+                   help="nodes per leaf (rail-2tier, rail-3tier, tor-2tier; fat-tree: NIC ports "
+                   "per leaf; default 32)")
     g.add_argument("--placement", choices=PLACEMENTS, default=None,
-                   help="rail-2tier: the job's nodes packed under leaves in rank order, or "
-                   "spread over the leaf groups (default packed)")
+                   help="rail-2tier, rail-3tier, tor-2tier: the job's nodes packed under leaves "
+                   "in rank order, or spread over the leaf groups (default packed)")
     g.add_argument("--routing", choices=ROUTINGS, default=None,
                    help="ecmp: per-QP hash onto one path; flowlet: each QP placed once on the "
-                   "least loaded path; adaptive (InfiniBand AR) or spray (per-packet): an even "
-                   "split over the paths")
+                   "least loaded path; adaptive (InfiniBand AR), spectrum-x (Spectrum-X AR) or "
+                   "spray (per-packet): an even split over the paths")
     g.add_argument("--qps-per-connection", type=positive_int, default=None, metavar="N",
                    help="queue pairs per connection, as NCCL_IB_QPS_PER_CONNECTION (default 1)")
     g.add_argument("--hash-inputs", default=None, metavar="FIELDS",
@@ -97,7 +99,8 @@ def add_network_args(p) -> None:
                    help="K leaf-spine cables down (capacity lost, ECMP rehashed)")
     g.add_argument("--background", type=float, default=None, metavar="FRACTION",
                    help="other jobs' mean share of each leaf-spine cable (per cable up to "
-                   "twice that, by the hash seed; adaptive routing pools a leaf's up-links)")
+                   "twice that, by the hash seed; adaptive routing pools a leaf's up-links, "
+                   "InfiniBand's the down-links into a leaf too)")
 
 
 def network_from_args(args):
@@ -111,7 +114,7 @@ def network_from_args(args):
     if getattr(args, "hash_seed", None) is not None:
         given.setdefault("placement_seed", given.get("seed", 0))
         given["seed"] = args.hash_seed
-    port_level = getattr(args, "fabric", None) in ("rail-2tier", "rail-3tier") or \
+    port_level = getattr(args, "fabric", None) in PORT_LEVEL or \
         getattr(args, "leaf_ports", None) is not None or getattr(args, "placement", None)
     if not given and not port_level:
         return None

@@ -19,8 +19,9 @@ and the QPs move at one rate, that of the slowest times their number.
   the tied path that the switches' hash of `hash_inputs` (a, b, the QP, the seed) picks
   (Router.route_matrix with an explicit key). Two flows hashed onto one cable share it, and
   the flow model's max-min sharing turns that into time. Seeds give a distribution.
-- spray (Spectrum-X): L = the widest set of tied paths; lane j takes path j (mod their
-  number): every flow is split evenly over every path, whatever the hash.
+- spray (oblivious per-packet spraying, as EFA's SRD): L = the widest set of tied paths;
+  lane j takes path j (mod their number): every flow is split evenly over every path,
+  whatever the hash.
 - static (an InfiniBand subnet manager's tables, the default on InfiniBand): one path per
   destination NIC, up-port = the destination's place under its leaf mod the up-ports (OpenSM
   ftree's D-mod-k); every QP and connection to that NIC follows it (L = 1). On a two-leaf
@@ -30,11 +31,24 @@ and the QPs move at one rate, that of the slowest times their number.
   flowlets, and an NCCL queue pair streaming a collective is one): L = connections x
   qps_per_connection units, each placed once on the tied path whose most loaded cable
   carries the fewest units so far (fabric_ar.py).
-- adaptive (InfiniBand AR; per-packet adaptive routing with a NIC that reorders, as
-  Spectrum-X's): each packet goes to the least loaded tied port; for tied paths of equal
-  capacity the fluid limit is the even split, so it is routed as spray (other jobs' load:
-  `_background`). What keeps published adaptive routing under it (queueing, reaction time,
-  transport overheads) is below a fluid model's resolution (benchmarks/fabric_ecmp.py).
+- adaptive (InfiniBand AR: "the switch selects the output port based on the port's load",
+  among the ports the subnet manager put in the destination's AR group; NVIDIA InfiniBand
+  Cluster Bring-up Procedure, "Adaptive Routing"; the NIC places out-of-order RDMA writes,
+  NCCL_IB_ADAPTIVE_ROUTING / NCCL_IB_AR_THRESHOLD in src/transport/net_ib.cc) and spectrum-x
+  (Spectrum-4 switches choose the least congested port per packet, the BlueField-3 SuperNIC
+  puts packets back in order: NVIDIA Spectrum-X platform whitepaper): per packet, so on tied
+  paths of equal capacity the fluid limit is the even split, routed as spray. They differ in
+  what the deciding switch sees of other jobs' load (`_background`): InfiniBand's credits
+  carry a congested link's backpressure up to the switch that chose it, so both the up-links
+  leaving a leaf and the down-links into a leaf are pooled; Ethernet has no credits
+  (Spectrum-X meters senders by in-band telemetry instead, a rate and not a path), so only
+  the deciding leaf's own up-links are pooled and a loaded spine-to-leaf cable meets its own
+  load. Their documented limits: reordering (without a NIC that reorders they fall back to
+  flowlets, `flowlet`), and a reaction time of a queue sample (nanoseconds to a
+  microsecond), far below a collective's messages; what keeps published per-packet AR
+  under the even split (HoL blocking in the switches, transport overheads) is below a
+  fluid model's resolution (benchmarks/fabric_ecmp.py prints it against the published
+  numbers).
 
 **Lossy RoCE: go-back-N goodput with retransmission timeouts** (fabric_loss.py) scales every
 network link's capacity, so the analytic and flow models carry the same collapse.
@@ -162,18 +176,22 @@ class FabricPolicy:
     def _background(self, capacity: Floats) -> Floats:
         """Capacity left by other jobs on switch-to-switch cables. Their share of a cable is
         drawn per cable (their flows are hashed too). Adaptive routing sends each packet to
-        the least loaded up-port of the leaf it leaves, and a spine's congested down-link to
-        the next leaf backs up into that up-port (InfiniBand's credit-based flow control), so
-        the choice sees the whole leaf-spine-leaf path: in the fluid limit the job's traffic
-        fills what the cables leave together, so a leaf's up-links count the mean of what
-        they leave, and so do the down-links into a leaf; a hashed, static or sprayed
-        (oblivious: an even split per path) flow meets each cable's own load."""
+        the least loaded up-port of the leaf it leaves: in the fluid limit the job's traffic
+        fills what a leaf's up-links leave together, so they count the mean of what they
+        leave. On InfiniBand (`adaptive`) a spine's congested down-link to the next leaf
+        backs up into that up-port (credit-based flow control), so the choice sees the whole
+        leaf-spine-leaf path and the down-links into a leaf are pooled too; on Spectrum-X
+        (`spectrum-x`, Ethernet: no credits) they meet their own load. A hashed, static or
+        sprayed (oblivious: an even split per path) flow meets each cable's own load."""
         if self.net.background <= 0:
             return capacity
         left = self.left()
-        if self.net.routing == "adaptive":
+        if self.net.routing in ("adaptive", "spectrum-x"):
             leaves = self._leaves()
-            for end in (np.asarray(self.router.lsrc), np.asarray(self.router.ldst)):
+            ends = [np.asarray(self.router.lsrc)]
+            if self.net.routing == "adaptive":  # credits: a spine's congestion backs up
+                ends.append(np.asarray(self.router.ldst))
+            for end in ends:
                 group = self.between & np.isin(end, leaves)
                 for sw in np.unique(end[group]):
                     sel = group & (end == sw)

@@ -6,16 +6,16 @@ the receiver can take out of order. Per packet (InfiniBand AR with ConnectX NICs
 out-of-order RDMA writes, which NCCL arranges by sending data and its completion separately,
 NCCL_IB_ADAPTIVE_ROUTING / NCCL_IB_AR_THRESHOLD in src/transport/net_ib.cc; Spectrum-X with
 the SuperNIC's direct data placement) the fluid limit is the even split over the paths, the
-`adaptive` and `spray` routings of fabric.py. A NIC that delivers in order only (RoCE on a
-NIC without reordering, the common Ethernet case) lets the switch move a flow only between
-flowlets: bursts separated by an idle gap longer than the delay difference of the paths, so
-the packets of one burst stay in order (Kandula et al., "Dynamic Load Balancing Without
-Packet Reordering" (FLARE), CCR 2007; Alizadeh et al., CONGA, SIGCOMM 2014: flowlet
-switching on the least congested uplink; Vanini et al., LetFlow, NSDI 2017). A queue pair
-streaming a collective's steps back to back never idles that long, so it is one flowlet:
-the `flowlet` routing places each unit (a queue pair of an NCCL connection, as ECMP's units)
-once, on the tied path whose most loaded cable carries the fewest of the job's units
-placed before it (CONGA's leaf-to-leaf feedback: the source leaf learns each path's
+`adaptive`, `spectrum-x` and `spray` routings of fabric.py. A NIC that delivers in order
+only (RoCE on a NIC without reordering, the common Ethernet case) lets the switch move a
+flow only between flowlets: bursts separated by an idle gap longer than the delay difference
+of the paths, so the packets of one burst stay in order (Kandula et al., "Dynamic Load
+Balancing Without Packet Reordering" (FLARE), CCR 2007; Alizadeh et al., CONGA, SIGCOMM
+2014: flowlet switching on the least congested uplink; Vanini et al., LetFlow, NSDI 2017). A
+queue pair streaming a collective's steps back to back never idles that long, so it is one
+flowlet: the `flowlet` routing places each unit (a queue pair of an NCCL connection, as
+ECMP's units) once, on the tied path whose most loaded cable carries the fewest of the job's
+units placed before it (CONGA's leaf-to-leaf feedback: the source leaf learns each path's
 congestion, the maximum over its links, from the destination leaf). Decisions are taken one
 unit at a time in a seeded order (a switch decides on packets one at a time).
 
@@ -104,3 +104,32 @@ def polarized_key(router: Router, gs: Ints, gd: Ints, key: npt.NDArray[np.uint64
     h = (np.asarray(key, dtype=np.uint64) >> np.uint64(20)).astype(np.uint64)
     alt = (h % k1.astype(np.uint64)) * k2.astype(np.uint64) + h % k2.astype(np.uint64)
     return np.where(k2 > 1, lane_key(alt), key).astype(np.uint64)
+
+
+def maxmin_rates(table: npt.NDArray[np.signedinteger[Any]], capacity: npt.NDArray[np.float64],
+                 scale: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Max-min fair rates of flows that all run at once, each a row of link indices (-1:
+    padding) listing a link once per lane on it (fabric.py's lane rows: m of a flow's L lanes
+    on a link load it with m/L of the flow's rate, the link carrying capacity x L = `scale`).
+    Progressive filling: every unfrozen flow grows alike until a link fills, whose flows
+    freeze; a flow's own NIC links are in its row, so it never exceeds line rate."""
+    n = len(table)
+    rate = np.zeros(n)
+    valid = table >= 0
+    if not n or not valid.any():
+        return np.full(n, np.inf)
+    rows = np.repeat(np.arange(n), table.shape[1])[valid.reshape(-1)]
+    links = table[valid]
+    room = np.asarray(capacity, dtype=np.float64) * np.asarray(scale, dtype=np.float64)
+    room = room.copy()
+    active = np.ones(n, dtype=bool)
+    while active.any():
+        on = active[rows]
+        load = np.bincount(links[on], minlength=len(room)).astype(np.float64)
+        used = load > 0
+        step = float((room[used] / load[used]).min())
+        rate[active] += step
+        room -= step * load
+        full = used & (room <= 1e-9 * np.maximum(capacity * scale, 1.0))
+        active[np.unique(rows[full[links]])] = False
+    return rate

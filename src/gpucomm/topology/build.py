@@ -11,6 +11,9 @@ replicates the node, names devices `n{k}.{name}`, and adds the fabric:
             group of `leaf_ports` nodes on leaf (group, i), `leaf_ports / oversubscription`
             uplinks per leaf, one cable per spine; `network` (fabric.Network) says how flows
             are hashed, what loss does and which cables are down.
+- tor-2tier: the same at cable granularity, but every NIC of a group of `leaf_ports` nodes
+            on one top-of-rack leaf (Meta's RTSW), `leaf_ports x NICs / oversubscription`
+            uplinks per leaf (oversubscription below 1: spare uplinks, Meta's 1:1.125).
 Leaf uplinks carry the leaf's downlink bandwidth divided by `oversubscription`.
 
     >>> t = build_topology("dgx-h100", nodes=2)
@@ -34,8 +37,9 @@ from .fabric import Network, rail_2tier, with_network
 from .model import Device, Link, Topology, topology_from_dict
 from .tables import DeviceTable, FabricColumns, replicate_links
 
-FABRICS = ("rail", "fat-tree", "rail-2tier", "rail-3tier")
-PORT_LEVEL = ("rail-2tier", "rail-3tier")  # fabric.rail_2tier: one link per cable
+FABRICS = ("rail", "fat-tree", "rail-2tier", "rail-3tier", "tor-2tier")
+PORT_LEVEL = ("rail-2tier", "rail-3tier", "tor-2tier")  # fabric.rail_2tier: one link per cable
+MIN_PORT_OVERSUB = 0.5  # a port-level leaf may have up to twice as many uplinks as NIC ports
 PCIE_GENS = (3, 4, 5, 6)
 MAX_SPINES = 8
 
@@ -196,10 +200,13 @@ def _check_fabric_options(fabric: str, oversubscription: float, leaf_ports: int,
     """Check the fabric's options (before the node is read); the leaf_ports to use."""
     if fabric not in FABRICS:
         raise ConfigError(f"unknown fabric {fabric!r}; allowed: {', '.join(FABRICS)}")
+    least = MIN_PORT_OVERSUB if fabric in PORT_LEVEL else 1.0
     if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
-            or not oversubscription >= 1.0 or math.isinf(oversubscription):
+            or not oversubscription >= least or math.isinf(oversubscription):
         raise ConfigError(f"oversubscription {oversubscription!r} not allowed: must be a "
-                          "number >= 1 (1 = full bisection, 2 = 2:1, ...)")
+                          "number >= 1 (1 = full bisection, 2 = 2:1, ...; the port-level "
+                          f"fabrics {', '.join(PORT_LEVEL)} also take {MIN_PORT_OVERSUB}..1: "
+                          "spare uplinks)")
     leaf_ports = _int_option("leaf_ports", leaf_ports, 1)
     if placement != "packed" and fabric not in PORT_LEVEL:
         raise ConfigError(f"placement {placement!r} applies to fabric rail-2tier (the job's "
@@ -298,7 +305,8 @@ def _replicas(block, affinity, nodes, fabric, oversub, leaf_ports, placement, se
     cols: FabricColumns = ([], [], [], [], [], ((), []))   # no fabric: no links
     if nodes > 1 and fabric in PORT_LEVEL:
         fdev, flinks = rail_2tier(nodes, nic_names_, nic_models, oversub, leaf_ports,
-                                  placement, seed, tiers=3 if fabric == "rail-3tier" else 2)
+                                  placement, seed, tiers=3 if fabric == "rail-3tier" else 2,
+                                  tor=fabric == "tor-2tier")
         devices = DeviceTable(bdev, nodes, fdev)
         cols = ([devices.position(ln.src) for ln in flinks],
                 [devices.position(ln.dst) for ln in flinks],

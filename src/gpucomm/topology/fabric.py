@@ -30,7 +30,7 @@ from ..errors import ConfigError, TopologyError
 from ..hardware import get_link_tech
 from .model import Device, Link
 
-ROUTINGS = ("auto", "static", "ecmp", "flowlet", "adaptive", "spray")
+ROUTINGS = ("auto", "static", "ecmp", "flowlet", "adaptive", "spectrum-x", "spray")
 # What each NIC technology gets when no routing is named:
 # - InfiniBand: its subnet manager's static routing. OpenSM's and UFM's routing engines
 #   (minhop, updn, ftree; NVIDIA UFM Enterprise User Manual, "Network Management": routing
@@ -58,8 +58,12 @@ class Network:
     "ecmp" (a switch hashes each flow, one queue pair, onto one of the tied paths),
     "flowlet" (adaptive routing in flowlets, for NICs that cannot reorder: each queue pair
     placed once on the least loaded up-port; simulate/fabric_ar.py),
-    "adaptive" (InfiniBand adaptive routing: packets go to the least loaded port) or "spray"
-    (per-packet spraying over every path, as Spectrum-X). qps_per_connection: queue pairs per
+    "adaptive" (InfiniBand adaptive routing: each switch sends each packet to its least loaded
+    port, and credit backpressure shows it a congested port further on), "spectrum-x"
+    (Spectrum-4 switches' per-packet adaptive routing by the switch's own egress queues,
+    BlueField-3/ConnectX-8 SuperNICs reordering: Ethernet has no credits, so congestion past
+    the deciding switch is not in its view) or "spray" (oblivious per-packet spraying over
+    every path, as EFA's SRD). qps_per_connection: queue pairs per
     NCCL connection (NCCL_IB_QPS_PER_CONNECTION); the connection's data is split over them.
     hash_inputs: the packet fields the ECMP hash reads: "src"/"dst" (the NICs' addresses) and
     "qp" (the destination queue pair: Meta's E-ECMP; without it all QPs between two NICs
@@ -203,7 +207,7 @@ PLACEMENTS = ("packed", "spread", "random")
 
 
 def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="packed", seed=0,
-               tiers=2):
+               tiers=2, tor=False):
     """Devices and links of a rail-optimised leaf/spine fabric, one link per cable.
 
     placement: where the job's nodes sit. "packed": node k in leaf group k // leaf_ports (a
@@ -218,7 +222,17 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
     cable to each of the leaf_ports core switches (a, *), which every rail shares. Between
     pods a flow has U x leaf_ports tied paths and two hashing stages (leaf, then aggregation
     switch): where every switch hashes alike, the second choice repeats the first
-    (polarization, Network.polarized)."""
+    (polarization, Network.polarized).
+
+    tor=True (`tor-2tier`): not rail-optimised; every NIC of group g's nodes is cabled to one
+    top-of-rack leaf g, which has leaf_ports x NICs / oversubscription uplinks, one cable to
+    each spine (Meta's AI Zone: a rack training switch (RTSW) over copper to two Grand Teton
+    hosts' 16 x 400G NICs, cluster training switches (CTSW) as spines, 1:1.125 spine
+    over-provisioning, i.e. oversubscription 1/1.125 and 18 uplinks: Gangidi et al., "RDMA
+    over Ethernet for Distributed AI Training at Meta Scale", SIGCOMM 2024, topology
+    section)."""
+    if tor:
+        return _tor_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement, seed)
     if placement not in PLACEMENTS:
         raise ConfigError(f"placement {placement!r} not allowed: one of {', '.join(PLACEMENTS)}")
     rails = len(nic_names)
@@ -226,17 +240,12 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
     uplinks = max(1, round(leaf_ports / oversub))
     devices, links = [], []
     tech = get_link_tech(nic_models[0])
-    order = list(range(nodes))
-    random.Random(seed).shuffle(order)
     for g in range(groups):
         for i in range(rails):
             devices.append(Device(f"leaf{g}.{i}", "switch", -1, nic_models[i]))
-    for k in range(nodes):
+    for k, g in enumerate(_leaf_groups(nodes, leaf_ports, placement, seed)):
         for i in range(rails):
-            t = get_link_tech(nic_models[i])
-            g = k // leaf_ports if placement == "packed" else k % groups if \
-                placement == "spread" else order[k] // leaf_ports
-            links += _duplex(f"n{k}.{nic_names[i]}", f"leaf{g}.{i}", t)
+            links += _duplex(f"n{k}.{nic_names[i]}", f"leaf{g}.{i}", get_link_tech(nic_models[i]))
     if tiers == 3:
         d, ln = _upper_tiers(groups, rails, uplinks, leaf_ports, nic_models[0], tech)
         return devices + d, links + ln
@@ -246,6 +255,33 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
             for i in range(rails):
                 for s in range(uplinks):
                     links += _duplex(f"leaf{g}.{i}", f"spine{s}", tech)
+    return devices, links
+
+
+def _leaf_groups(nodes, leaf_ports, placement, seed):
+    """Per node, the leaf group it sits under (rail_2tier's `placement`)."""
+    groups = math.ceil(nodes / leaf_ports)
+    order = list(range(nodes))
+    random.Random(seed).shuffle(order)
+    return [k // leaf_ports if placement == "packed" else k % groups if
+            placement == "spread" else order[k] // leaf_ports for k in range(nodes)]
+
+
+def _tor_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement, seed):
+    """Devices and links of a top-of-rack leaf/spine fabric (rail_2tier with tor=True)."""
+    groups = math.ceil(nodes / leaf_ports)
+    uplinks = max(1, round(leaf_ports * len(nic_names) / oversub))
+    tech = get_link_tech(nic_models[0])
+    devices = [Device(f"leaf{g}", "switch", -1, nic_models[0]) for g in range(groups)]
+    links = []
+    for k, g in enumerate(_leaf_groups(nodes, leaf_ports, placement, seed)):
+        for name, model in zip(nic_names, nic_models):
+            links += _duplex(f"n{k}.{name}", f"leaf{g}", get_link_tech(model))
+    if groups > 1:
+        devices += [Device(f"spine{s}", "switch", -1, nic_models[0]) for s in range(uplinks)]
+        for g in range(groups):
+            for s in range(uplinks):
+                links += _duplex(f"leaf{g}", f"spine{s}", tech)
     return devices, links
 
 
