@@ -35,6 +35,10 @@ noted, before any rule it is judged on was written):
 - torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B, FSDP over
   32 / 64 H200, float8, with peak memory.
 - NeMo 24.12's GPT-3 5B and 20B rows (H100 fp8), once their model configs were added.
+Added in the third pass (`ADDED3`, held out likewise; `_added_third` names each recipe):
+- Megatron-Bridge performance-summary-archive.md: Qwen3 30B-A3B and 235B-A22B on H100, B200
+  and GB200 (26.04.01 / 26.06), DeepSeek-V3 on B200 (PP 8, EP 32, 26.04.01) and on 1,024 H100
+  (25.09), Llama 3.1 405B on GB200 with MXFP8 (VP 8, 26.06).
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
 bound of the live peak the planner estimates).
 """
@@ -570,7 +574,8 @@ def _print(rows, summary) -> None:
     print(f"median |error|: all {pct(s['median_abs_error_all'])}, fp8 "
           f"{pct(s['median_abs_error_fp8'])}, held out {pct(s['median_abs_error_held_out'])}, "
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
-          f"{pct(s['median_abs_error_added'])}; max |error| "
+          f"{pct(s['median_abs_error_added'])}, in the third "
+          f"{pct(s['median_abs_error_added_third'])}; max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
     print("held-out fp8 runs by GPU (median |error|, median signed error): " + "; ".join(
         f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"
