@@ -361,8 +361,10 @@ def _added_third():
                 ep=32, **gb)  # 26.04.01, GB200_FP8_MX_V2 (no a2a overlap)
     yield _nemo("qwen3-235b-a22b", 256, 8192, 1, 4096, 1, 8, 1, 1, 3776, precision="mxfp8",
                 ep=8, **b200)  # 26.04.01, B200_FP8_CS_V2 (moe_a2a_overlap False)
+    # 26.04.01, H100_FP8_CS_V2: a2a overlap; qwen3_llm_pretrain.py's H100 235B config sets
+    # CommOverlapConfig(tp_comm_overlap=False)
     yield _nemo("qwen3-235b-a22b", 256, 8192, 1, 4096, 2, 8, 1, 4, 1712, ep=32, source=QWEN3,
-                extra=["--etp", "1", "--ep-overlap"])  # 26.04.01, H100_FP8_CS_V2 (a2a overlap)
+                extra=["--etp", "1", "--ep-overlap", "--no-tp-overlap"])
     # DeepSeek-V3 on B200, 26.04.01 (B200_FP8_MX_V2: PP 8, VP 2, EP 32, a2a overlap, recompute
     # mla_up_proj and mlp; 'mlp' recomputes the 3 dense layers' MLP, not modelled)
     yield _nemo("deepseek-v3", 256, 4096, 1, 4096, 1, 8, 1, 2, 3328, system="dgx-b200",
@@ -370,10 +372,13 @@ def _added_third():
                 extra=["--recompute-modules", "mla_up_proj", "--ep-overlap"])
     # DeepSeek-V3 on 1,024 H100, 25.09 (dropless; the summary's main column is FP8-CS, the
     # parenthesised TFLOP/s is blockwise): scripts/performance at the 25.09 summary commit
-    # (fa0315ae2): TP 2, PP 8, VP 4, EP 64, selective recompute (default modules), and on
-    # H100 run_script.py turns on DeepEP and overlap_moe_expert_parallel_comm
+    # (fa0315ae2): TP 2, PP 8, VP 4, EP 64; on H100 run_script.py turns on DeepEP and
+    # overlap_moe_expert_parallel_comm, recomputes mla_up_proj and mlp (the 3 dense layers'
+    # MLP, not modelled) and sets overlap_grad_reduce False; recipes/deepseek/deepseek_v3.py
+    # leaves tp_comm_overlap False
     yield _nemo("deepseek-v3", 1024, 8192, 1, 4096, 2, 8, 1, 4, 1297, ep=64, source=MORE,
-                extra=["--recompute", "selective", "--ep-overlap"])
+                extra=["--recompute-modules", "mla_up_proj", "--ep-overlap", "--no-tp-overlap",
+                       "--no-dp-overlap"])
     # Llama 3.1 405B on GB200, MXFP8, 26.06 (TP 4, PP 16, VP 8)
     yield _nemo("llama3-405b", 256, 1536, 1, 8192, 4, 16, 1, 8, 783, precision="mxfp8",
                 system="gb200-nvl72", per_node=64, source=MORE)
