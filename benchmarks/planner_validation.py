@@ -35,6 +35,10 @@ noted, before any rule it is judged on was written):
 - torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B, FSDP over
   32 / 64 H200, float8, with peak memory.
 - NeMo 24.12's GPT-3 5B and 20B rows (H100 fp8), once their model configs were added.
+Added in the third pass (`ADDED3`, held out likewise; `_added_third` names each recipe):
+- Megatron-Bridge performance-summary-archive.md: Qwen3 30B-A3B and 235B-A22B on H100, B200
+  and GB200 (26.04.01 / 26.06), DeepSeek-V3 on B200 (PP 8, EP 32, 26.04.01) and on 1,024 H100
+  (25.09), Llama 3.1 405B on GB200 with MXFP8 (VP 8, 26.06).
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
 bound of the live peak the planner estimates).
 """
@@ -64,8 +68,14 @@ NEMO_GPT = "NeMo 24.12 performance summary, its GPT-3 5B and 20B rows (models fr
     "NeMo-Framework-Launcher conf/training/gpt3)"
 NEMO25 = "NeMo 25.02 (DGX-B200) and 25.04 (DGX-GB200) performance summaries, FP8 (NeMo 2.0; " \
     "docs.nvidia.com/nemo-framework/user-guide/latest/performance/archive)"
+QWEN3 = "Third pass: Megatron-Bridge docs/performance-summary-archive.md, Qwen3 30B-A3B and " \
+    "235B-A22B (26.04.01 / 26.06 containers)"
+MORE = "Third pass: Megatron-Bridge docs/performance-summary-archive.md, DeepSeek-V3 B200 PP 8 " \
+    "EP 32 (26.04.01) and H100 (25.09), Llama 3.1 405B GB200 MXFP8 VP 8 (26.06)"
 # added in the second pass (issue 26), held out: run once before any rule was judged on them
 ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
+# added in the third pass, held out likewise (their first-contact score is in the note)
+ADDED3 = (QWEN3, MORE)
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over every run
 FP8_MEDIAN_WITHIN = 0.10  # median |error| over the fp8 runs
@@ -268,6 +278,7 @@ def cases():
         yield _titan("llama3-8b", 64, 12, 8192, 8, 1, 1, asy, precision=prec,
                      ac="selective", async_tp=True, source=ASYNCTP, held_out=False)
     yield from _added()
+    yield from _added_third()
     # DeepSeek-V3: 2,048 H800, PP 16 (DualPipe), EP 64 across 8 nodes, ZeRO-1 DP, fp8
     # blockwise, MLA up-projections / RMSNorm / SwiGLU recomputed, fp8 activation caching,
     # all-to-all hidden by DualPipe, batch 15,360 x 4K (its final value); 180K H800 GPU
@@ -324,6 +335,53 @@ def _added():
     for nodes, pub in ((4, 10938), (8, 10753)):
         yield _titan("llama3-8b", nodes * 8, 2, 8192, 1, 1, 1, pub, precision="fp8",
                      ac="selective", source=TRAINY, cluster=h200)
+
+
+def _added_third():
+    """Runs added in the third pass of issue 26 (held out). Qwen3 recipes set expert TP 1
+    (BASE_QWEN3_*_CONFIG: expert_tensor_parallel_size=1). Megatron-Bridge's MoE rows: the
+    newest container whose recipe the planner can express; the recipe (release tag of that
+    container: v0.4.2 = 26.04.01, v0.5.0 = 26.06; scripts/performance/configs/qwen/
+    qwen3_workload_base_configs.py, deepseek/deepseek_workload_base_configs.py) gives the
+    all-to-all overlap and the recompute modules. Left out: the 26.06.01 GB200 Qwen3 recipes
+    (v0.5.1: fp8_dot_product_attention, full-iteration CUDA graphs: fp8 attention is not
+    modelled), GPT-OSS 120B (sliding-window attention with sinks is not modelled), Nemotron 3
+    (hybrid Mamba), Kimi K2 (GB300 only), NVFP4, GB300/B300."""
+    gb = dict(system="gb200-nvl72", per_node=64, source=QWEN3)
+    b200 = dict(system="dgx-b200", source=QWEN3)
+    # Qwen3 30B-A3B: EP 8 over 8 GPUs (Blackwell, MBS 4), EP 16 over 16 H100 (MBS 1)
+    yield _nemo("qwen3-30b-a3b", 8, 512, 4, 4096, 1, 1, 1, 1, 26112, precision="mxfp8", ep=8,
+                **{**gb, "per_node": 8})  # 26.04.01, GB200_FP8_MX_V1 (no a2a overlap)
+    yield _nemo("qwen3-30b-a3b", 8, 512, 4, 4096, 1, 1, 1, 1, 27136, precision="mxfp8", ep=8,
+                **b200)  # 26.04.01, B200_FP8_MX_V1
+    yield _nemo("qwen3-30b-a3b", 16, 1024, 1, 4096, 1, 1, 1, 1, 8826, ep=16,
+                source=QWEN3)  # 26.06, H100_FP8_CS_V1 (moe_a2a_overlap False)
+    # Qwen3 235B-A22B, GBS 8192 (the V2 recipes)
+    yield _nemo("qwen3-235b-a22b", 256, 8192, 1, 4096, 1, 8, 1, 3, 5680, precision="mxfp8",
+                ep=32, **gb)  # 26.04.01, GB200_FP8_MX_V2 (no a2a overlap)
+    yield _nemo("qwen3-235b-a22b", 256, 8192, 1, 4096, 1, 8, 1, 1, 3776, precision="mxfp8",
+                ep=8, **b200)  # 26.04.01, B200_FP8_CS_V2 (moe_a2a_overlap False)
+    # 26.04.01, H100_FP8_CS_V2: a2a overlap; qwen3_llm_pretrain.py's H100 235B config sets
+    # CommOverlapConfig(tp_comm_overlap=False)
+    yield _nemo("qwen3-235b-a22b", 256, 8192, 1, 4096, 2, 8, 1, 4, 1712, ep=32, source=QWEN3,
+                extra=["--etp", "1", "--ep-overlap", "--no-tp-overlap"])
+    # DeepSeek-V3 on B200, 26.04.01 (B200_FP8_MX_V2: PP 8, VP 2, EP 32, a2a overlap, recompute
+    # mla_up_proj and mlp; 'mlp' recomputes the 3 dense layers' MLP, not modelled)
+    yield _nemo("deepseek-v3", 256, 4096, 1, 4096, 1, 8, 1, 2, 3328, system="dgx-b200",
+                precision="mxfp8", ep=32, source=MORE,
+                extra=["--recompute-modules", "mla_up_proj", "--ep-overlap"])
+    # DeepSeek-V3 on 1,024 H100, 25.09 (dropless; the summary's main column is FP8-CS, the
+    # parenthesised TFLOP/s is blockwise): scripts/performance at the 25.09 summary commit
+    # (fa0315ae2): TP 2, PP 8, VP 4, EP 64; on H100 run_script.py turns on DeepEP and
+    # overlap_moe_expert_parallel_comm, recomputes mla_up_proj and mlp (the 3 dense layers'
+    # MLP, not modelled) and sets overlap_grad_reduce False; recipes/deepseek/deepseek_v3.py
+    # leaves tp_comm_overlap False
+    yield _nemo("deepseek-v3", 1024, 8192, 1, 4096, 2, 8, 1, 4, 1297, ep=64, source=MORE,
+                extra=["--recompute-modules", "mla_up_proj", "--ep-overlap", "--no-tp-overlap",
+                       "--no-dp-overlap"])
+    # Llama 3.1 405B on GB200, MXFP8, 26.06 (TP 4, PP 16, VP 8)
+    yield _nemo("llama3-405b", 256, 1536, 1, 8192, 4, 16, 1, 8, 783, precision="mxfp8",
+                system="gb200-nvl72", per_node=64, source=MORE)
 
 
 def gpucomm(*argv) -> tuple[int, object, str]:
@@ -437,7 +495,8 @@ def _summary(rows) -> dict:
            "fp8": [abs(r["error"]) for r in acc if r["fp8"]],
            "held_out": [abs(r["error"]) for r in acc if r["held_out"]],
            "held_out_fp8": [abs(r["error"]) for r in acc if r["held_out"] and r["fp8"]],
-           "added": [abs(r["error"]) for r in acc if r["source"] in ADDED]}
+           "added": [abs(r["error"]) for r in acc if r["source"] in ADDED],
+           "added_third": [abs(r["error"]) for r in acc if r["source"] in ADDED3]}
     llama = [r for r in rows if r["source"] == LLAMA3]
     out = {"runs": len(rows), "held_out_runs": sum(r["held_out"] for r in rows),
            "fp8_runs": sum(r["fp8"] for r in rows), "accepted": len(acc),
@@ -520,7 +579,8 @@ def _print(rows, summary) -> None:
     print(f"median |error|: all {pct(s['median_abs_error_all'])}, fp8 "
           f"{pct(s['median_abs_error_fp8'])}, held out {pct(s['median_abs_error_held_out'])}, "
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
-          f"{pct(s['median_abs_error_added'])}; max |error| "
+          f"{pct(s['median_abs_error_added'])}, in the third "
+          f"{pct(s['median_abs_error_added_third'])}; max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
     print("held-out fp8 runs by GPU (median |error|, median signed error): " + "; ".join(
         f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"

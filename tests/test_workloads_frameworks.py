@@ -108,9 +108,13 @@ def test_moe_memory_savers_each_reduce_activations():
     lay = Layout(pp=16, dp=128, ep=64, seq=4096, global_batch=15360, precision="blockwise")
     base = memory_per_gpu(m, lay).activations
     for kw in (dict(recompute_modules=("mla_up_proj",)), dict(recompute_modules=("moe_act",)),
-               dict(recompute_modules=("layernorm",)), dict(fp8_activations=True),
-               dict(offload_activations=True)):
+               dict(recompute_modules=("layernorm",)), dict(offload_activations=True)):
         assert memory_per_gpu(m, lay.with_(**kw)).activations < base, kw
+    # fp8 activation caching: what Transformer Engine already does for an fp8 recipe
+    bf16 = lay.with_(precision="bf16")
+    assert memory_per_gpu(m, bf16.with_(fp8_activations=True)).activations \
+        < memory_per_gpu(m, bf16).activations
+    assert memory_per_gpu(m, lay.with_(fp8_activations=True)).activations == base
     assert memory_per_gpu(m, lay.with_(offload_optimizer=True)).optimizer == 0
     with pytest.raises(ConfigError, match="recompute module.*core.*allowed are layernorm"):
         Layout(recompute_modules=("core",))
@@ -274,3 +278,19 @@ def test_per_op_sac_re_runs_the_sequence_parallel_all_gathers():
     # recompute (attention core only) re-runs no collective
     assert gathers(lay) == 2 * gathers(lay.with_(framework="megatron")) == 4 * 32
     assert gathers(lay.with_(recompute="full")) == 4 * 32
+
+
+def test_transformer_engine_keeps_fp8_linear_inputs_torchao_keeps_bf16():
+    from gpucomm.workloads.compute import activation_bytes_per_token
+    m = get_model("llama3-70b")
+    h, t, ffn = m.hidden, 4, m.ffn
+    lay = Layout(tp=t, pp=4, dp=2, seq=8192, global_batch=64)
+    bf16 = activation_bytes_per_token(m, lay)
+    fp8 = activation_bytes_per_token(m, lay.with_(precision="fp8"))
+    # norm outputs (2h, split over tp by SP), attention output and the down projection's
+    # input each lose one of their two bytes under Transformer Engine
+    assert bf16 - fp8 == pytest.approx((2 * h + m.heads * m.head_dim + ffn) / t)
+    assert activation_bytes_per_token(m, lay.with_(precision="fp8", framework="torchtitan")) \
+        == activation_bytes_per_token(m, lay.with_(framework="torchtitan"))
+    assert get_framework("megatron").fp8_saves_inputs
+    assert not get_framework("torchtitan-compile").fp8_saves_inputs

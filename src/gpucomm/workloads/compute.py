@@ -344,12 +344,18 @@ def activation_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
     input and output otherwise), and for MoE the routed token copies. Without FlashAttention
     and without selective recomputation the softmax output, dropout mask and dropout output
     (5 bytes per score) are kept too. The imbalance of routing inflates the expert part.
+    Linear-layer inputs (norm outputs, attention output, the down projection's input, the
+    routed copies) take one byte each when they are cached in fp8.
     """
     h, t = model.hidden, lay.tp
     redo = set(lay.recompute_modules)
     if lay.recompute == "selective" and get_framework(lay.framework).selective == "op":
         return _op_sac_bytes_per_token(model, lay)
-    act = 1 if lay.fp8_activations else BF16  # linear-layer inputs cached in fp8
+    # linear-layer inputs cached in fp8: asked for (DeepSeek-V3), or the framework's fp8
+    # linear layers keep the quantized input for the weight gradient (Transformer Engine)
+    fp8_inputs = lay.fp8_activations or (
+        lay.fp8 and get_framework(lay.framework).fp8_saves_inputs)
+    act = 1 if fp8_inputs else BF16
     kvh = kv_heads_per_gpu(model, t)
     qkv = model.heads / t * model.qk_head_dim + kvh * (model.qk_head_dim + model.v_head_dim)
     attn = BF16 * qkv + act * model.heads / t * model.v_head_dim
@@ -372,7 +378,9 @@ def activation_bytes_per_token(model: ModelConfig, lay: Layout) -> float:
         mlp = experts + shared + act * h * routed / t  # the routed copies (expert inputs)
     else:
         mlp = acts_in + (0 if "mlp_act" in redo else acts_out)
-    outside = BF16 * (2 if "layernorm" in redo else 4) * h  # norm outputs re-made in backward
+    # the two norm inputs (bf16) and outputs (the QKV and MLP inputs, re-made in backward
+    # when the norms are recomputed)
+    outside = (BF16 * 2 + (0 if "layernorm" in redo else 2 * act)) * h
     return attn + mlp + (outside / t if lay.sequence_parallel else outside)
 
 

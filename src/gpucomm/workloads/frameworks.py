@@ -62,6 +62,8 @@ class Framework:
     # accumulates unsharded gradients for the whole step (one gather, one reduce-scatter)
     cp_kv_expanded: bool = False  # GQA's K,V repeated to every query head before attention,
     # so context parallelism moves heads/kv_heads times the bytes
+    fp8_saves_inputs: bool = False  # fp8 linear layers keep their quantized (fp8) inputs for
+    # the weight-gradient GEMM instead of the bf16 ones (Transformer Engine)
 
     def kernels_for(self, gpu) -> Kernels:
         sm = getattr(gpu, "sm", "")
@@ -106,7 +108,8 @@ def _framework(d: dict, where: str) -> Framework:
                      int(_choice(d, "grad_bytes", (4, 2), where)),
                      _choice(d, "selective", ("attention", "op"), where),
                      bool(_choice(d, "pp_fsdp_unsharded", (False, True), where)),
-                     bool(_choice(d, "cp_kv_expanded", (False, True), where)))
+                     bool(_choice(d, "cp_kv_expanded", (False, True), where)),
+                     bool(_choice(d, "fp8_saves_inputs", (False, True), where)))
 
 
 def _choice(d: dict, key: str, allowed: tuple, where: str) -> str:
