@@ -134,7 +134,8 @@ def qp_gain(seeds: range) -> bool:
 
 
 def shares(seeds: range) -> bool:
-    print("2. Ring all-reduce 4 GiB: share of the never-colliding fabric's busbw")
+    print("2a. Ring all-reduce 4 GiB on 64 x DGX H100 (rail-2tier, 32 nodes/leaf, random "
+          "placement): share of the never-colliding fabric's busbw")
     ring = ["--algorithm", "ring", "-b", "4G", "-e", "4G"]
     ideal = sim("--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64",
                 "--nic", "roce-400g", "--format", "json", *ring)[0]["busbw"]
