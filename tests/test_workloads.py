@@ -21,12 +21,22 @@ from gpucomm.workloads.models import load_model
     ("mixtral-8x22b", 140.6e9, 39.2e9),   # Mistral: 141B total, 39B active
     ("megatron-gpt-146b", 145.6e9, 145.6e9),  # Narayanan et al. 2021, Table 1
     ("megatron-gpt-1t", 1008.0e9, 1008.0e9),
+    ("qwen3-235b-a22b", 235e9, 22e9),     # Qwen3 model card: 235B total, 22B activated
 ])
 def test_shipped_model_sizes_match_published(name, total, active):
     m = get_model(name)
     assert m.params == pytest.approx(total, rel=0.01)
     assert m.active_params == pytest.approx(active, rel=0.01)
     assert m.source
+
+
+def test_qwen3_30b_matches_its_model_card():
+    # "30.5B in total, 29.9B non-embedding, 3.3B activated" (one decimal); the activated
+    # count (3.35B with both embedding tables) sits at the card's rounding edge
+    m = get_model("qwen3-30b-a3b")
+    assert m.params == pytest.approx(30.5e9, abs=0.05e9)
+    assert m.params - 2 * m.vocab * m.hidden == pytest.approx(29.9e9, abs=0.05e9)
+    assert m.active_params == pytest.approx(3.3e9, rel=0.02)
 
 
 def test_every_shipped_model_has_a_source():
