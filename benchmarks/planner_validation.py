@@ -4,6 +4,7 @@ set per GPU class and framework (data/frameworks/*.yaml; nothing is tuned per ru
 layout prints as a failure, with what the planner's own same-GPU suggestion would predict.
 
     python3 benchmarks/planner_validation.py [--format table|json] [--search] [--source TEXT]
+        [--model TEXT]
 
 Sources (each row's layout, batch and switches are the source's; `cases` says which are held
 in, i.e. were looked at when a constant was chosen):
@@ -464,9 +465,11 @@ def main(argv=None) -> int:
     ap.add_argument("--search", action="store_true",
                     help="also run --search on DeepSeek-V3's cluster (does it keep EP?)")
     ap.add_argument("--source", default=None, help="only runs whose source contains this")
+    ap.add_argument("--model", default=None, help="only runs whose model name contains this")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows = [run_case(c) for c in cases() if args.source is None or args.source in c[0]]
+    rows = [run_case(c) for c in cases() if (args.source is None or args.source in c[0])
+            and (args.model is None or args.model in c[1])]
     summary = _summary(rows)
     if args.search:
         summary["search_deepseek_v3"] = search_keeps_ep()
