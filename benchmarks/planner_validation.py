@@ -402,11 +402,18 @@ def _metric(d: dict, metric: str) -> float:
     return d[metric]
 
 
+def _is_moe(name: str) -> bool:
+    if str(ROOT / "src") not in sys.path:
+        sys.path.insert(0, str(ROOT / "src"))
+    from gpucomm.workloads.models import get_model
+    return get_model(name).experts > 1
+
+
 def run_case(case) -> dict:
     source, name, metric, common, layout, pub, held_out = case
     rc, d, err = gpucomm(*common, *layout)
     row = {"source": source, "model": name, "metric": metric, "published": pub,
-           "held_out": held_out, "fp8": _precision(layout) != "bf16",
+           "held_out": held_out, "fp8": _precision(layout) != "bf16", "moe": _is_moe(name),
            "command": "gpucomm plan " + " ".join(common + layout), "accepted": rc == 0}
     if rc == 0:
         pred = _metric(d, metric)
@@ -499,6 +506,9 @@ def _summary(rows) -> dict:
            "fp8": [abs(r["error"]) for r in acc if r["fp8"]],
            "held_out": [abs(r["error"]) for r in acc if r["held_out"]],
            "held_out_fp8": [abs(r["error"]) for r in acc if r["held_out"] and r["fp8"]],
+           "held_out_moe": [abs(r["error"]) for r in acc if r["held_out"] and r.get("moe")],
+           "held_out_dense": [abs(r["error"]) for r in acc
+                              if r["held_out"] and not r.get("moe")],
            "added": [abs(r["error"]) for r in acc if r["source"] in ADDED],
            "added_third": [abs(r["error"]) for r in acc if r["source"] in ADDED3]}
     llama = [r for r in rows if r["source"] == LLAMA3]
@@ -509,6 +519,8 @@ def _summary(rows) -> dict:
     for k, v in err.items():
         out[f"median_abs_error_{k}"] = _median(v)
         out[f"max_abs_error_{k}"] = max(v) if v else None
+    out["held_out_moe_runs"] = len(err["held_out_moe"])
+    out["held_out_dense_runs"] = len(err["held_out_dense"])
     out["max_mfu"] = max((r["mfu"] for r in acc), default=None)
     # the fp8 GEMM rate (one value per GPU class) judged per GPU on held-out fp8 runs
     by_gpu: dict[str, list[float]] = {}
@@ -575,6 +587,7 @@ def _print(rows, summary) -> None:
 
     def pct(v):
         return "-" if v is None else f"{v:.1%}"
+    len_moe, len_dense = s["held_out_moe_runs"], s["held_out_dense_runs"]
     print(f"\n{s['accepted']} of {s['runs']} published layouts accepted ({s['refused']} refused, "
           f"{s['refused_held_out']} of them held out); {s['held_out_runs']} held out, "
           f"{s['fp8_runs']} fp8 ({s['elapsed_s']:.0f} s)")
@@ -586,7 +599,9 @@ def _print(rows, summary) -> None:
           f"{pct(s['median_abs_error_fp8'])}, "
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
           f"{pct(s['median_abs_error_added'])}, in the third "
-          f"{pct(s['median_abs_error_added_third'])}; max |error| "
+          f"{pct(s['median_abs_error_added_third'])}; held-out MoE "
+          f"{pct(s['median_abs_error_held_out_moe'])} ({len_moe} runs), held-out dense "
+          f"{pct(s['median_abs_error_held_out_dense'])} ({len_dense} runs); max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
     print("held-out fp8 runs by GPU (median |error|, median signed error): " + "; ".join(
         f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"

@@ -311,3 +311,9 @@ def test_validation_median_bar_is_over_the_held_out_runs():
     assert s["bar_held_out_median_within_8pct"] is False
     s = pv._summary([row(0.3, False)] * 5 + [row(0.05, True)])
     assert s["bar_held_out_median_within_8pct"] is True
+    # held-out MoE and dense rows are summarised apart (the model's config says which)
+    assert pv._is_moe("qwen3-30b-a3b") and not pv._is_moe("llama3-8b")
+    s = pv._summary([row(0.02, True), {**row(0.3, True), "moe": True}])
+    assert s["median_abs_error_held_out_moe"] == pytest.approx(0.3)
+    assert s["median_abs_error_held_out_dense"] == pytest.approx(0.02)
+    assert (s["held_out_moe_runs"], s["held_out_dense_runs"]) == (1, 1)
