@@ -4,6 +4,7 @@ set per GPU class and framework (data/frameworks/*.yaml; nothing is tuned per ru
 layout prints as a failure, with what the planner's own same-GPU suggestion would predict.
 
     python3 benchmarks/planner_validation.py [--format table|json] [--search] [--source TEXT]
+        [--model TEXT]
 
 Sources (each row's layout, batch and switches are the source's; `cases` says which are held
 in, i.e. were looked at when a constant was chosen):
@@ -77,7 +78,8 @@ ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 # added in the third pass, held out likewise (their first-contact score is in the note)
 ADDED3 = (QWEN3, MORE)
 WITHIN = 0.15  # the Llama 3 405B rows
-MEDIAN_WITHIN = 0.08  # median |error| over every run
+MEDIAN_WITHIN = 0.08  # median |error| over the held-out runs (the issue's "all of them": its
+# large held-out set); the median over every run, held-in included, is printed as information
 FP8_MEDIAN_WITHIN = 0.10  # median |error| over the fp8 runs
 MAX_REFUSED = 2
 
@@ -400,11 +402,18 @@ def _metric(d: dict, metric: str) -> float:
     return d[metric]
 
 
+def _is_moe(name: str) -> bool:
+    if str(ROOT / "src") not in sys.path:
+        sys.path.insert(0, str(ROOT / "src"))
+    from gpucomm.workloads.models import get_model
+    return get_model(name).experts > 1
+
+
 def run_case(case) -> dict:
     source, name, metric, common, layout, pub, held_out = case
     rc, d, err = gpucomm(*common, *layout)
     row = {"source": source, "model": name, "metric": metric, "published": pub,
-           "held_out": held_out, "fp8": _precision(layout) != "bf16",
+           "held_out": held_out, "fp8": _precision(layout) != "bf16", "moe": _is_moe(name),
            "command": "gpucomm plan " + " ".join(common + layout), "accepted": rc == 0}
     if rc == 0:
         pred = _metric(d, metric)
@@ -463,9 +472,11 @@ def main(argv=None) -> int:
     ap.add_argument("--search", action="store_true",
                     help="also run --search on DeepSeek-V3's cluster (does it keep EP?)")
     ap.add_argument("--source", default=None, help="only runs whose source contains this")
+    ap.add_argument("--model", default=None, help="only runs whose model name contains this")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows = [run_case(c) for c in cases() if args.source is None or args.source in c[0]]
+    rows = [run_case(c) for c in cases() if (args.source is None or args.source in c[0])
+            and (args.model is None or args.model in c[1])]
     summary = _summary(rows)
     if args.search:
         summary["search_deepseek_v3"] = search_keeps_ep()
@@ -495,6 +506,9 @@ def _summary(rows) -> dict:
            "fp8": [abs(r["error"]) for r in acc if r["fp8"]],
            "held_out": [abs(r["error"]) for r in acc if r["held_out"]],
            "held_out_fp8": [abs(r["error"]) for r in acc if r["held_out"] and r["fp8"]],
+           "held_out_moe": [abs(r["error"]) for r in acc if r["held_out"] and r.get("moe")],
+           "held_out_dense": [abs(r["error"]) for r in acc
+                              if r["held_out"] and not r.get("moe")],
            "added": [abs(r["error"]) for r in acc if r["source"] in ADDED],
            "added_third": [abs(r["error"]) for r in acc if r["source"] in ADDED3]}
     llama = [r for r in rows if r["source"] == LLAMA3]
@@ -505,6 +519,8 @@ def _summary(rows) -> dict:
     for k, v in err.items():
         out[f"median_abs_error_{k}"] = _median(v)
         out[f"max_abs_error_{k}"] = max(v) if v else None
+    out["held_out_moe_runs"] = len(err["held_out_moe"])
+    out["held_out_dense_runs"] = len(err["held_out_dense"])
     out["max_mfu"] = max((r["mfu"] for r in acc), default=None)
     # the fp8 GEMM rate (one value per GPU class) judged per GPU on held-out fp8 runs
     by_gpu: dict[str, list[float]] = {}
@@ -525,7 +541,8 @@ def _summary(rows) -> dict:
     out["refused_then_fit_as_suggested"] = len(adj)
     out["median_abs_error_all_with_suggested"] = _median(err["all"] + adj)
     out["bar_refused_at_most_2"] = out["refused"] <= MAX_REFUSED
-    out["bar_median_within_8pct"] = bool(err["all"]) and _median(err["all"]) <= MEDIAN_WITHIN
+    out["bar_held_out_median_within_8pct"] = bool(err["held_out"]) and \
+        _median(err["held_out"]) <= MEDIAN_WITHIN
     out["bar_fp8_median_within_10pct"] = bool(err["fp8"]) and \
         _median(err["fp8"]) <= FP8_MEDIAN_WITHIN
     out["bar_llama3_405b_within_15pct"] = bool(llama) and all(
@@ -570,17 +587,21 @@ def _print(rows, summary) -> None:
 
     def pct(v):
         return "-" if v is None else f"{v:.1%}"
+    len_moe, len_dense = s["held_out_moe_runs"], s["held_out_dense_runs"]
     print(f"\n{s['accepted']} of {s['runs']} published layouts accepted ({s['refused']} refused, "
           f"{s['refused_held_out']} of them held out); {s['held_out_runs']} held out, "
           f"{s['fp8_runs']} fp8 ({s['elapsed_s']:.0f} s)")
     print(f"{s['refused_then_fit_as_suggested']} refused layouts fit with the planner's own "
           f"same-GPU suggestion; median |error| counting them: "
           f"{pct(s['median_abs_error_all_with_suggested'])}")
-    print(f"median |error|: all {pct(s['median_abs_error_all'])}, fp8 "
-          f"{pct(s['median_abs_error_fp8'])}, held out {pct(s['median_abs_error_held_out'])}, "
+    print(f"median |error|: held out (the bar) {pct(s['median_abs_error_held_out'])}, all "
+          f"{pct(s['median_abs_error_all'])} (information), fp8 "
+          f"{pct(s['median_abs_error_fp8'])}, "
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
           f"{pct(s['median_abs_error_added'])}, in the third "
-          f"{pct(s['median_abs_error_added_third'])}; max |error| "
+          f"{pct(s['median_abs_error_added_third'])}; held-out MoE "
+          f"{pct(s['median_abs_error_held_out_moe'])} ({len_moe} runs), held-out dense "
+          f"{pct(s['median_abs_error_held_out_dense'])} ({len_dense} runs); max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
     print("held-out fp8 runs by GPU (median |error|, median signed error): " + "; ".join(
         f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"

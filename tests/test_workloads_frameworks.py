@@ -294,3 +294,26 @@ def test_transformer_engine_keeps_fp8_linear_inputs_torchao_keeps_bf16():
         == activation_bytes_per_token(m, lay.with_(framework="torchtitan"))
     assert get_framework("megatron").fp8_saves_inputs
     assert not get_framework("torchtitan-compile").fp8_saves_inputs
+
+
+def test_validation_median_bar_is_over_the_held_out_runs():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import planner_validation as pv
+
+    def row(err, held_out):
+        return {"accepted": True, "error": err, "fp8": False, "held_out": held_out,
+                "source": "x", "mfu": 0.4, "gpu": "h100"}
+    # held-in rows at 0% would pull the all-runs median under 8%; the bar must not count them
+    rows = [row(0.0, False)] * 5 + [row(0.09, True), row(-0.10, True), row(0.12, True)]
+    s = pv._summary(rows)
+    assert s["median_abs_error_all"] < pv.MEDIAN_WITHIN
+    assert s["median_abs_error_held_out"] == pytest.approx(0.10)
+    assert s["bar_held_out_median_within_8pct"] is False
+    s = pv._summary([row(0.3, False)] * 5 + [row(0.05, True)])
+    assert s["bar_held_out_median_within_8pct"] is True
+    # held-out MoE and dense rows are summarised apart (the model's config says which)
+    assert pv._is_moe("qwen3-30b-a3b") and not pv._is_moe("llama3-8b")
+    s = pv._summary([row(0.02, True), {**row(0.3, True), "moe": True}])
+    assert s["median_abs_error_held_out_moe"] == pytest.approx(0.3)
+    assert s["median_abs_error_held_out_dense"] == pytest.approx(0.02)
+    assert (s["held_out_moe_runs"], s["held_out_dense_runs"]) == (1, 1)
