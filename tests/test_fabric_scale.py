@@ -54,3 +54,13 @@ def test_max_min_is_progressive_filling():
     m = np.array([[0, -1], [0, 1], [1, 1], [1, -1]])
     rate = maxmin(m, np.array([3.0, 10.0]), np.array([np.inf, np.inf, np.inf, 1.0]))
     assert rate == pytest.approx([1.5, 1.5, (10 - 1.5 - 1) / 2, 1.0])
+
+
+def test_an_all_to_all_too_large_to_route_is_refused_before_it_is_built(monkeypatch):
+    from gpucomm.errors import ConfigError
+    from gpucomm.simulate import paths
+    topo = _random(4)
+    assert predict("all_to_all", 1 << 20, topo).time_s > 0
+    monkeypatch.setattr(paths, "MAX_STEP_OPS", 32 * 32 - 1)  # 4 DGX H100: 32 ranks
+    with pytest.raises(ConfigError, match="1,024 ops.*at most 1,023.*up to 31 ranks"):
+        predict("all_to_all", 1 << 20, topo)
