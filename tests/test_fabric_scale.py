@@ -37,6 +37,17 @@ def test_ring_frontier_with_max_min_rates_is_the_event_loop(monkeypatch, nodes, 
     assert fast.time_s == pytest.approx(whole.time_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter"])
+def test_the_other_rings_too(monkeypatch, collective):
+    topo = _random(8)
+    kw = dict(algorithm="ring", model="flow")
+    whole = predict(collective, 4 * GIB, topo, **kw)
+    monkeypatch.setattr(core, "FLOW_RING_OPS", 0)
+    fast = predict(collective, 4 * GIB, topo, **kw)
+    assert whole.events > 0 and fast.events == 0
+    assert fast.time_s == pytest.approx(whole.time_s, rel=1e-9)
+
+
 def test_ring_frontier_sees_the_hash(monkeypatch):
     # the contended answer is not the even split: ECMP's collisions slow it, as op by op
     monkeypatch.setattr(core, "FLOW_RING_OPS", 0)
