@@ -17,7 +17,9 @@ channels x 16,382 steps is 10^9) is answered from its frontier (the ring's max-p
 recurrence, simulate/frontier.py) with every op at its max-min fair rate among one step's
 ops, which is the event loop's answer where the most loaded link stays busy
 (tests/test_fabric_scale.py checks it to 1e-9 on clusters small enough for both).
-Tree and nvls_tree are NCCL's closed forms with the fabric's pace (simulate/nccl.py).
+Tree and nvls_tree are NCCL's closed forms with the fabric's pace (simulate/nccl.py). An
+all-to-all (P^2 ops in one step) past paths.MAX_STEP_OPS is refused before it is built, with
+the size allowed.
 """
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "ring spray": ["--algorithm", "ring", "--routing", "spray"],
         "tree ECMP 1 QP": ["--algorithm", "tree", "--routing", "ecmp"],
         "auto ECMP 1 QP": ["--algorithm", "auto", "--routing", "ecmp"],
+        "all-to-all ECMP": ["--collective", "all_to_all", "--routing", "ecmp"],
     }
     print(f"{a.nodes} x DGX H100 ({8 * a.nodes:,} GPUs), RoCE 400G, rail-2tier leaf-ports 32, "
           f"random placement, all-reduce {a.size}, flow model; bars: <= {TIME_S:.0f} s, "

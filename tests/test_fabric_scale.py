@@ -22,9 +22,7 @@ def _both(monkeypatch, topo, size, **kw):
     kw = dict(algorithm="ring", model="flow", **kw)
     whole = predict("all_reduce", size, topo, **kw)
     monkeypatch.setattr(core, "FLOW_RING_OPS", 0)
-    fast = predict("all_reduce", size, topo, **kw)
-    monkeypatch.setattr(core, "FLOW_RING_OPS", 200_000)
-    return whole, fast
+    return whole, predict("all_reduce", size, topo, **kw)
 
 
 @pytest.mark.parametrize("nodes, size, routing", [(8, 4 * GIB, "ecmp"), (4, 64 << 20, "ecmp"),
@@ -34,6 +32,17 @@ def test_ring_frontier_with_max_min_rates_is_the_event_loop(monkeypatch, nodes, 
     whole, fast = _both(monkeypatch, topo, size)
     assert whole.events > 0 and fast.events == 0  # the event loop ran; the frontier did not
     assert "max-min fair rate" in fast.note and "max-min" not in whole.note
+    assert fast.time_s == pytest.approx(whole.time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter"])
+def test_the_other_rings_too(monkeypatch, collective):
+    topo = _random(8)
+    kw = dict(algorithm="ring", model="flow")
+    whole = predict(collective, 4 * GIB, topo, **kw)
+    monkeypatch.setattr(core, "FLOW_RING_OPS", 0)
+    fast = predict(collective, 4 * GIB, topo, **kw)
+    assert whole.events > 0 and fast.events == 0
     assert fast.time_s == pytest.approx(whole.time_s, rel=1e-9)
 
 
@@ -54,3 +63,13 @@ def test_max_min_is_progressive_filling():
     m = np.array([[0, -1], [0, 1], [1, 1], [1, -1]])
     rate = maxmin(m, np.array([3.0, 10.0]), np.array([np.inf, np.inf, np.inf, 1.0]))
     assert rate == pytest.approx([1.5, 1.5, (10 - 1.5 - 1) / 2, 1.0])
+
+
+def test_an_all_to_all_too_large_to_route_is_refused_before_it_is_built(monkeypatch):
+    from gpucomm.errors import ConfigError
+    from gpucomm.simulate import paths
+    topo = _random(4)
+    assert predict("all_to_all", 1 << 20, topo).time_s > 0
+    monkeypatch.setattr(paths, "MAX_STEP_OPS", 32 * 32 - 1)  # 4 DGX H100: 32 ranks
+    with pytest.raises(ConfigError, match="1,024 ops.*at most 1,023.*up to 31 ranks"):
+        predict("all_to_all", 1 << 20, topo)

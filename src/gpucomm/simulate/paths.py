@@ -22,6 +22,7 @@ links of thousands of ops with one numpy fancy-index.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +45,10 @@ Rails = dict[int, Ints]  # node -> owner ranks of its rails, NIC order
 Home = dict[int, int]  # rank -> position of its own NIC in its node's rails
 # (GPUs per node, links per node, node 0's route table [i, j, hop]): _replica_routes
 Replica = tuple[int, int, Ints]
+
+# ops of one all-to-all step (P^2) routed at once: a route row per op (and per lane), so
+# 1,024 ranks take ~1 GB and ~30 s; beyond, predict refuses before building anything
+MAX_STEP_OPS = 1 << 20
 
 # Path classes, for the protocol's per-hop software latency.
 NVLINK, PCIE, NET = 0, 1, 2
@@ -172,6 +177,14 @@ class PathTable:
         for col in safe[1:]:
             np.minimum(share, per[col], out=share)
         return lat, cls, cap, share
+
+
+def check_step_ops(n: int, what: str = "one step of the schedule") -> None:
+    """Refuse a step of more than MAX_STEP_OPS ops (ConfigError naming the size allowed)."""
+    if n > MAX_STEP_OPS:
+        raise ConfigError(f"{what} has {n:,} ops: the simulator routes at most "
+                          f"{MAX_STEP_OPS:,} at once (an all-to-all, P^2 ops, of up to "
+                          f"{math.isqrt(MAX_STEP_OPS):,} ranks); use fewer nodes")
 
 
 def _sentinel(table: Routes, nlinks: int) -> Routes:

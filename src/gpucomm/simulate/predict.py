@@ -39,7 +39,7 @@ from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_pr
                        with_net_sync)
 from . import nccl, p2p, ranking, shm, versions
 from ..topology.elements import DEVICE_KINDS
-from .paths import NVLINK, PathTable
+from .paths import NVLINK, PathTable, check_step_ops
 from .result import SimResult
 from .rings import ring_orders
 from .timed import Timed
@@ -372,6 +372,8 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
         kw["chunks"] = int(np.clip(np.ceil(float(nbytes) / K.SLICE_BYTES[proto]), 1,
                                    MAX_PIPELINE_CHUNKS))
     kw = {k: v for k, v in kw.items() if k in accepted}
+    if coll.name == "all_to_all":  # every pair in one step: refuse before building P^2 ops
+        check_step_ops(p * p, f"{name} all_to_all on {p:,} ranks")
     sched = alg.built(p, root=root, **kw)
     lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
     timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
