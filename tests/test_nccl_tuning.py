@@ -1,5 +1,8 @@
 """auto's choice by NCCL's own tuning model (simulate/nccl_tuning.py, predict(select="nccl")):
 the pair NCCL's model ranks fastest, timed by gpucomm's model."""
+import json
+from pathlib import Path
+
 import pytest
 
 from gpucomm.errors import ConfigError
@@ -7,6 +10,7 @@ from gpucomm.simulate import nccl_tuning, predict
 from gpucomm.topology import build_topology
 
 MIB = 1 << 20
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +62,27 @@ def test_a_bad_selection_is_one_line_naming_the_allowed(a100x2):
     with pytest.raises(ConfigError, match="select 'ncc' not allowed: choose from fastest, nccl"):
         predict("all_reduce", MIB, a100x2, select="ncc")
 
+
+def test_sim_doctor_and_calibrate_take_select(capsys, tmp_path):
+    from gpucomm.cli import main
+    args = ["sim", "--system", "dgx-a100", "--nodes", "2", "-b", "16M", "-e", "16M",
+            "--format", "json"]
+    picks = {}
+    for select in ("fastest", "nccl"):
+        assert main([*args, "--select", select]) == 0
+        row = json.loads(capsys.readouterr().out)["rows"][-1]
+        picks[select] = (row["algorithm"], row["protocol"])
+    assert picks == {"fastest": ("tree", "ll128"), "nccl": ("ring", "ll128")}
+    log = LOGS / "polaris-nccl218-2n-all_reduce.log"
+    chosen = {}
+    for select in ("fastest", "nccl"):
+        assert main(["doctor", str(log), "--select", select, "--format", "json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["rows"]
+        chosen[select] = {r["size"]: r["algorithm"] for r in rows}
+    assert chosen["fastest"][4 << 20] == "ring" and chosen["nccl"][4 << 20] == "tree"
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(log), "--select", "nccl", "--output", str(out)]) == 0
+    assert out.is_file()
+    with pytest.raises(SystemExit):
+        main([*args, "--select", "ncc"])
+    assert "invalid choice: 'ncc'" in capsys.readouterr().err

@@ -134,6 +134,13 @@ def html_arg(text: str) -> str:
 
 
 
+def add_select(parser) -> None:
+    """--select: how auto chooses among NCCL's algorithms and protocols (predict's select)."""
+    parser.add_argument("--select", choices=("fastest", "nccl"), default="fastest",
+                        help="auto runs the pair gpucomm times fastest (default), or the pair "
+                        "NCCL's own tuning model picks (nccl), timed by gpucomm")
+
+
 def add_format(parser) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="a table for people (default) or JSON for scripts")

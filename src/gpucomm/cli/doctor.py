@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ._nccltests import retire
-from .common import add_format, name_arg, nics_arg, positive_int, print_json
+from .common import add_format, add_select, name_arg, nics_arg, positive_int, print_json
 
 
 def add_log_args(p) -> None:
@@ -40,6 +40,7 @@ def register(sub) -> None:
     p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
                    "else auto)")
     p.add_argument("--protocol", choices=("auto", "ll", "ll128", "simple"))
+    add_select(p)
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (default) or flow")
     retire(p, "-c", "-N", "--model")
@@ -73,7 +74,8 @@ def requests_of(args, path: str, **extra) -> list:
                                  gpu=getattr(args, "gpu", None), model=args.model,
                                  algorithm=args.algorithm,
                                  protocol=None if args.protocol in (None, "auto")
-                                 else args.protocol, **extra))
+                                 else args.protocol,
+                                 select=getattr(args, "select", "fastest"), **extra))
     return out
 
 

@@ -54,6 +54,7 @@ class DoctorRequest:
     model: str = "analytic"
     algorithm: str | None = None  # None: what the log's NCCL_ALGO says, else auto
     protocol: str | None = None
+    select: str = "fastest"  # how auto chooses (predict's select): fastest, or NCCL's model
     topology: Topology | None = None  # a Topology to use as it is (sim --compare --topology FILE)
     profile: Any = None  # a topology.profile.Profile: the fitted parameters applied
     gpus_per_thread: int | None = None  # override the log's nGpus (nccl-tests -g)
@@ -270,6 +271,8 @@ def _choice(log, coll, req, topo) -> dict:
     version = parse_version(log.info.version)  # the NCCL the log ran (NCCL_DEBUG=INFO)
     if version is not None:
         out["nccl_version"] = version
+    if req.select != "fastest":
+        out["select"] = req.select
     if req.protocol:
         out["protocol"] = req.protocol
     elif env.get("NCCL_PROTO") and "^" not in env["NCCL_PROTO"]:
