@@ -5,6 +5,8 @@ use; `predict(algorithm="auto", protocol="auto")` does the same over NCCL's algo
 collective and placement (nccl.candidates: ring, tree, nvls / nvls_tree where the NVSwitch
 reduces, pat, grouped point-to-point), and reports the pair it chose (`reason`, and every
 candidate's time in `candidates`). Any registered schedule can still be asked for by name.
+The argmin is of gpucomm's own times; `select="nccl"` takes instead the pair NCCL's own
+estimate ranks first (nccl_tuning.py), which is what NCCL runs where the two disagree.
 
 Channels: NCCL runs `CHANNELS` channels; the schedule gets one channel per NIC rail of its GPUs
 (the NICs next to them, paths.py; so the channels spread over those NICs) and each stands for
