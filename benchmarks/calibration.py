@@ -39,7 +39,8 @@ CLASSES = ((">=64MiB", lambda s: s >= 64 << 20, 0.10),
 
 def requests(entry, select="fastest") -> list:
     path = LOGS / entry["file"]
-    return [DoctorRequest(log, name=entry["file"], select=select)
+    return [DoctorRequest(log, name=entry["file"], select=select,
+                          nccl_version=entry.get("nccl_version"))  # where the source states it
             for log in parse_logs(path.read_text())]
 
 
