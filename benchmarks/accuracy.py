@@ -1,6 +1,7 @@
 """Predict every published nccl-tests row from its system description; print the errors.
 
-    python3 benchmarks/accuracy.py [--data FILE ...] [--model analytic|flow] [-v]
+    python3 benchmarks/accuracy.py [--data FILE ...] [--model analytic|flow]
+                                   [--select fastest|nccl] [-v]
 
 Data: data/published/nccl-tests-published.json (50 published tables, sources in its README)
 and every JSON table file under data/measurements/ (public measurements the project added,
@@ -10,7 +11,10 @@ Each table's description (hardware, GPUs per node, nodes, interconnects, NCCL se
 mapped by rule to a topology preset and to NCCL's choice (`NCCL_ALGO` forces one of NCCL's
 algorithms, `NCCL_NVLS_ENABLE=0` excludes NVLS, the NCCL version decides which protocols
 exist), and its nccl-tests command to how the host issued the collectives (`-g N`, `-G`).
-`auto` chooses among NCCL's own algorithms as its tuner does (simulate/nccl.py).
+`auto` chooses among NCCL's own algorithms (simulate/nccl.py): by default the pair gpucomm
+times fastest; `--select nccl`: the pair NCCL's tuning model picks (simulate/nccl_tuning.py),
+timed by gpucomm. With `--select nccl` every candidate is timed, and the rows on which gpucomm's
+fastest pair differs from NCCL's pick (the algorithm mismatch) are counted.
 
 Printed: per table, per class (1 node NVSwitch, 1 node NVLink mesh, 1 node PCIe, multi-node,
 1 GPU per node, point-to-point) signed and absolute, and the bars of issue 10 for the
@@ -170,7 +174,7 @@ def calibrate(tables) -> dict:
     return {}
 
 
-def evaluate(data, model="analytic", verbose=False, calibration=None):
+def evaluate(data, model="analytic", verbose=False, calibration=None, select="fastest"):
     rows_out = []
     for t in data:
         coll = get_collective(t["collective"]).name
@@ -188,7 +192,7 @@ def evaluate(data, model="analytic", verbose=False, calibration=None):
             size = int(row["bytes"])
             res = predict(coll, size, topo, dtype=dtype, model=model,
                           protocol=nccl_protocols(t), **launch, **choice,
-                          nccl_version=version_of(t),
+                          nccl_version=version_of(t), select=select,
                           **(calibration or {}))
             meas_t = row.get("time_us")
             meas_bus = row.get("busbw_gbs")
@@ -197,7 +201,8 @@ def evaluate(data, model="analytic", verbose=False, calibration=None):
             out = {"table": t["id"], "source": source_of(t), "class": class_of(t),
                    "size": size, "pred_time_us": res.time_us,
                    "pred_busbw": res.busbw_GBps, "meas_time_us": meas_t, "meas_busbw": meas_bus,
-                   "algorithm": res.algorithm, "protocol": res.protocol}
+                   "algorithm": res.algorithm, "protocol": res.protocol,
+                   "fastest": min(res.candidates, key=lambda c: c[2])[:2]}
             if meas_bus:
                 out["bus_err"] = (res.busbw_GBps - meas_bus) / meas_bus
             if meas_t:
@@ -248,14 +253,28 @@ def nccl_bands(rows):
                   for r in rows if "nccl_choice" in r])
 
 
-def leave_one_source_out(data, model="analytic"):
+def leave_one_source_out(data, model="analytic", select="fastest"):
     """Each source's tables predicted with the calibration learnt from the other sources."""
     rows = []
     for src in dict.fromkeys(source_of(t) for t in data):
         train = [t for t in data if source_of(t) != src]
         test = [t for t in data if source_of(t) == src]
-        rows += evaluate(test, model, calibration=calibrate(train))
+        rows += evaluate(test, model, calibration=calibrate(train), select=select)
     return rows
+
+
+def print_mismatch(rows) -> None:
+    """Rows on which gpucomm's fastest (algorithm, protocol) is not the pair NCCL's model
+    picks, per class (every candidate is timed under --select nccl)."""
+    print()
+    print(f"{'algorithm mismatch':20s} {'rows':>6s} | {'algorithm':>10s} {'+protocol':>10s}")
+    for cls in (*CLASSES, "all"):
+        rs = [r for r in rows if cls in ("all", r["class"])]
+        if not rs:
+            continue
+        algo = sum(r["fastest"][0] != r["algorithm"] for r in rs)
+        pair = sum(tuple(r["fastest"]) != (r["algorithm"], r["protocol"]) for r in rs)
+        print(f"{cls:20s} {len(rs):6d} | {algo:10d} {pair:10d}")
 
 
 def bands(rows):
@@ -284,6 +303,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", nargs="+", default=[str(d) for d in DATA])
     ap.add_argument("--model", default="analytic", choices=("analytic", "flow"))
+    ap.add_argument("--select", default="fastest", choices=("fastest", "nccl"),
+                    help="how auto chooses: gpucomm's fastest, or NCCL's tuning model's pick")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     data = []
@@ -293,8 +314,8 @@ def main(argv=None) -> int:
                   "data/published/, the project's own in data/measurements/)", file=sys.stderr)
             return 2
         data += json.loads(Path(path).read_text())
-    rows = evaluate(data, args.model, args.verbose)
-    loso = leave_one_source_out(data, args.model)
+    rows = evaluate(data, args.model, args.verbose, select=args.select)
+    loso = leave_one_source_out(data, args.model, args.select)
     print(f"{'table':48s} {'rows':>4s} {'med busbw err':>14s} {'|err|':>7s} "
           f"{'t ratio<=64K':>12s}  chosen")
     for tid in dict.fromkeys(r["table"] for r in rows):
@@ -348,6 +369,8 @@ def main(argv=None) -> int:
               f"{_pct(_med(nmid)):>14s} {_pct(_med(mid)):>8s} "
               f"{(f'{nq:.2f}x' if nq else '-'):>11s} {(f'{gq:.2f}x' if gq else '-'):>8s}"
               + (f"  gpucomm worse at {', '.join(loses)}" if loses else ""))
+    if args.select == "nccl":
+        print_mismatch(rows)
     ok = True
     print()
     for label, rs, bars in (("calibration", rows, (0.07, 0.15, 1.3)),

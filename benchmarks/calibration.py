@@ -1,6 +1,7 @@
 """Calibrate on one run of a cluster, predict its other runs: uncalibrated vs calibrated error.
 
     PYTHONPATH=src python3 benchmarks/calibration.py [--cluster NAME] [-v] [--residuals]
+                                                     [--select fastest|nccl]
 
 For every cluster of data/logs/index.json with several runs (other node counts, GPUs per node
 or collectives), `gpucomm calibrate`'s library call fits a profile on the run marked
@@ -9,7 +10,8 @@ machine (nodes, GPUs per node as its log says), without and with the profile. Pr
 |busbw error| of the held-out rows per size class, side by side, and the bars of issue 23:
 median within 10% at >= 64 MiB and within 20% at 1-64 MiB, calibrated, on held-out runs.
 `--residuals`: per cluster and per size, the held-out rows' median measured/predicted time,
-calibrated, and what the model ran there (where the mid sizes miss, and why).
+calibrated, and what the model ran there (where the mid sizes miss, and why). `--select nccl`:
+auto runs the pair NCCL's tuning model picks (predict's select), in the fit and the predictions.
 """
 from __future__ import annotations
 
@@ -35,9 +37,11 @@ CLASSES = ((">=64MiB", lambda s: s >= 64 << 20, 0.10),
            ("<=64KiB", lambda s: s <= 64 << 10, None))
 
 
-def requests(entry) -> list:
+def requests(entry, select="fastest") -> list:
     path = LOGS / entry["file"]
-    return [DoctorRequest(log, name=entry["file"]) for log in parse_logs(path.read_text())]
+    return [DoctorRequest(log, name=entry["file"], select=select,
+                          nccl_version=entry.get("nccl_version"))  # where the source states it
+            for log in parse_logs(path.read_text())]
 
 
 def errors(reqs, profile, resid=None) -> dict:
@@ -79,6 +83,9 @@ def main(argv=None) -> int:
     ap.add_argument("-v", action="store_true", help="print every held-out run")
     ap.add_argument("--residuals", action="store_true",
                     help="per cluster and size: median measured/predicted time, calibrated")
+    ap.add_argument("--select", default="fastest", choices=("fastest", "nccl"),
+                    help="how auto chooses, in the fit and the predictions: gpucomm's fastest "
+                    "pair, or the pair NCCL's tuning model picks")
     args = ap.parse_args(argv)
     index = json.loads((LOGS / "index.json").read_text())
     clusters: dict = defaultdict(list)
@@ -95,14 +102,15 @@ def main(argv=None) -> int:
             continue
         t0 = time.perf_counter()
         try:
-            prof = calibrate(CalibrateRequest(tuple(r for e in train for r in requests(e))))
+            prof = calibrate(CalibrateRequest(tuple(r for e in train
+                                                    for r in requests(e, args.select))))
         except GpucommError as e:
             print(f"{name}: calibration refused: {e}")
             continue
         un, ca = defaultdict(list), defaultdict(list)
         resid: dict = defaultdict(list)
         for e in held:
-            reqs = requests(e)
+            reqs = requests(e, args.select)
             u, c = errors(reqs, None), errors(reqs, prof, resid)
             for k in u:
                 un[k] += u[k]

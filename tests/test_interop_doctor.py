@@ -176,3 +176,21 @@ def test_the_logs_nccl_version_is_modelled():
 
 def _replace_version(text, version):
     return re.sub(r"NCCL version \S+", f"NCCL version {version}", text)
+
+
+def test_nccl_version_flag_models_the_release_the_log_ran(capsys):
+    """Polaris's NCCL 2.18 log prints no version; --nccl-version 2.18 models that release, whose
+    Tree/Simple halves its chunk by the tree's depth (enqueue.cc, removed in 2.20): the 4 MiB
+    tree NCCL's model picks then comes out near the log's 12.3 GB/s, not 9.0 (one chunk per
+    channel, stored and forwarded at every hop)."""
+    log = Path(__file__).resolve().parents[1] / "data/logs/polaris-nccl218-2n-all_reduce.log"
+    rows = {}
+    for version in (None, "2.18"):
+        req = DoctorRequest(parse_log(log.read_text()), select="nccl", nccl_version=version)
+        row = next(r for r in diagnose(req).rows if r["size"] == 4 << 20)
+        assert (row["algorithm"], row["protocol"]) == ("tree", "simple")
+        rows[version] = row["predicted_busbw"]
+    assert rows[None] < 0.8 * 12.3 and abs(rows["2.18"] / 12.3 - 1) < 0.1
+    with pytest.raises(SystemExit):
+        main(["doctor", str(log), "--nccl-version", "3.1"])
+    assert "nccl version '3.1' not understood" in capsys.readouterr().err

@@ -26,6 +26,21 @@ def test_tree_chunk_follows_calc_coll_chunking(proto, size, nodes, ppn, chunk):
     assert nccl.tree_chunk_bytes(proto, size, 16, nodes, ppn) == chunk
 
 
+@pytest.mark.parametrize("version,size,nodes,ppn,chunk", [
+    # NCCL 2.18, depth = 4 - 1 + 1 = 4 (Polaris x 2): 4 MiB / 16 channels is 256 KiB, one
+    # 512 KiB slot's share; halve while S / (16 c) < 32 (down to 128 KiB), < 16 (to 64 KiB),
+    # < 4 (to 32 KiB): 512 -> 256 -> 128 KiB (S / (16 x 128 KiB) = 2 < 16) -> 64 KiB (4 < 16)
+    ("2.18", 4 * MIB, 2, 4, 64 * 1024),
+    ("2.18", 1 << 30, 2, 4, 512 * 1024),  # 128 chunks a channel: no halving
+    ("2.18", 64 * MIB, 16, 8, 64 * 1024),  # depth 11: 8, 16 < 88 -> 128 KiB; 32 < 44 -> 64 KiB
+    ("2.21", 4 * MIB, 2, 4, 256 * 1024),  # 2.20 removed the rule: the channel's whole share
+])
+def test_tree_simple_chunk_halves_before_nccl_2_20(version, size, nodes, ppn, chunk):
+    from gpucomm.simulate.versions import use
+    with use(version):
+        assert nccl.tree_chunk_bytes("simple", size, 16, nodes, ppn) == chunk
+
+
 @pytest.mark.parametrize("size,nodes,chunk", [
     (1 << 30, 2, 128 * 1024),  # nvlsChunkSize
     (1 << 30, 4, 64 * 1024),  # NVLSTREE_MAX_CHUNKSIZE on 4 nodes or more

@@ -14,7 +14,7 @@ import os
 import tempfile
 
 from ._nccltests import retire
-from .common import add_format, output_file, print_json
+from .common import add_format, add_select, output_file, print_json
 from .doctor import add_log_args
 
 
@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--output", required=True, metavar="PROFILE.yaml")
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (alpha-beta) or flow (link sharing)")
+    add_select(p)
     retire(p, "-c", "-N", "-o", "--model")
     add_format(p)
     p.set_defaults(func=cmd_calibrate, algorithm=None, protocol=None)

@@ -134,6 +134,23 @@ def html_arg(text: str) -> str:
 
 
 
+def nccl_version_arg(text: str) -> str:
+    """--nccl-version X.Y: checked up front (a release gpucomm models), kept as given."""
+    from ..simulate.versions import parse_version
+    try:
+        parse_version(text, strict=True)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def add_select(parser) -> None:
+    """--select: how auto chooses among NCCL's algorithms and protocols (predict's select)."""
+    parser.add_argument("--select", choices=("fastest", "nccl"), default="fastest",
+                        help="auto runs the pair gpucomm times fastest (default), or the pair "
+                        "NCCL's own tuning model picks (nccl), timed by gpucomm")
+
+
 def add_format(parser) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="a table for people (default) or JSON for scripts")

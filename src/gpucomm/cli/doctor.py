@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ._nccltests import retire
-from .common import add_format, name_arg, nics_arg, positive_int, print_json
+from .common import (add_format, add_select, name_arg, nccl_version_arg, nics_arg, positive_int,
+                     print_json)
 
 
 def add_log_args(p) -> None:
@@ -27,6 +28,9 @@ def add_log_args(p) -> None:
     p.add_argument("--nic", help="override the inferred NIC technology (catalog name)")
     p.add_argument("--nics-per-node", type=nics_arg, help="override NICs per node")
     p.add_argument("--gpu", help="override the GPU model the device lines name (catalog name)")
+    p.add_argument("--nccl-version", metavar="X.Y", type=nccl_version_arg,
+                   help="the NCCL the log ran, where its INFO lines do not say (or to override "
+                   "them): that release's tuning constants and algorithms (e.g. 2.18)")
     p.add_argument("--topology", metavar="FILE", help="a topology YAML file to model instead of "
                    "a preset (a one-node file is replicated to the log's node count)")
 
@@ -40,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
                    "else auto)")
     p.add_argument("--protocol", choices=("auto", "ll", "ll128", "simple"))
+    add_select(p)
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (default) or flow")
     retire(p, "-c", "-N", "--model")
@@ -73,7 +78,9 @@ def requests_of(args, path: str, **extra) -> list:
                                  gpu=getattr(args, "gpu", None), model=args.model,
                                  algorithm=args.algorithm,
                                  protocol=None if args.protocol in (None, "auto")
-                                 else args.protocol, **extra))
+                                 else args.protocol,
+                                 select=getattr(args, "select", "fastest"),
+                                 nccl_version=getattr(args, "nccl_version", None), **extra))
     return out
 
 

@@ -17,7 +17,7 @@ from ..bench.table import NCCL_TYPE
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
 from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve, retire
-from .common import (PLOT_SUFFIXES, add_format, html_arg, output_file, param_pairs,
+from .common import (PLOT_SUFFIXES, add_format, add_select, html_arg, output_file, param_pairs,
                      print_json, seeds_arg, sweep_sizes, write_text)
 from .progress import Progress
 
@@ -45,6 +45,7 @@ def register(sub) -> None:
                    help="a builder parameter of --algorithm, e.g. --param group_size=2 (as in "
                    "`gpucomm algo show`); hierarchical defaults to the topology's GPUs per node")
     p.add_argument("--protocol", default="auto", choices=("auto", "ll", "ll128", "simple"))
+    add_select(p)
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (alpha-beta) or flow (link sharing)")
     retire(p, "--model")
@@ -183,7 +184,7 @@ def _options(args, coll, params) -> dict:
     return dict(algorithm=args.algorithm, dtype=args.datatype, model=args.model,
                 protocol=args.protocol, root=args.root if coll.rooted else 0, redop=_op(args),
                 gpus_per_thread=args.ngpus or 1, cuda_graph=bool(args.cuda_graph),
-                nccl_version=getattr(args, "nccl_version", None), **params)
+                nccl_version=getattr(args, "nccl_version", None), select=args.select, **params)
 
 
 def _op(args) -> str:
@@ -303,3 +304,4 @@ class _DoctorArgs:
         self.nic, self.nics_per_node, self.model = a.nic, a.nics_per_node, a.model
         self.algorithm = None if a.algorithm == "auto" else a.algorithm
         self.protocol = a.protocol
+        self.select = a.select

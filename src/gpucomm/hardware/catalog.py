@@ -42,7 +42,7 @@ class LinkTech:
     unit_Bps: float = 0.0          # one link (NVLink) / one port; = bandwidth_Bps if not NVLink
     nccl_Bps: float | None = None  # what NCCL's topology model assumes (for comparison)
     # NICs: the latency NCCL's net plugin reports (ncclNetProperties_t.latency), which NCCL's
-    # tuning adds to every step across nodes when it chooses (benchmarks/nccl_model.py)
+    # tuning adds to every step across nodes when it chooses (simulate/nccl_tuning.py)
     plugin_latency_s: float = 0.0
     # NICs: the least software latency of one network step on this NIC generation, where it is
     # measured and above NCCL's (simulate/protocol.py net_stack_floor_s); 0 = the kind's

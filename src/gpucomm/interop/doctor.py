@@ -54,10 +54,12 @@ class DoctorRequest:
     model: str = "analytic"
     algorithm: str | None = None  # None: what the log's NCCL_ALGO says, else auto
     protocol: str | None = None
+    select: str = "fastest"  # how auto chooses (predict's select): fastest, or NCCL's model
     topology: Topology | None = None  # a Topology to use as it is (sim --compare --topology FILE)
     profile: Any = None  # a topology.profile.Profile: the fitted parameters applied
     gpus_per_thread: int | None = None  # override the log's nGpus (nccl-tests -g)
     cuda_graph: bool | None = None  # override the log's graph: (nccl-tests -G)
+    nccl_version: str | None = None  # the NCCL the log ran, overriding its INFO lines
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
                                                                     else ""))
     verdict, ratio = _verdict([r for r in rows if not r.get("flag")], lab)
     good = [r for r in rows if not r.get("flag")]
-    causes, notes = _causes(log, coll, kw, topo, good, nics, ratio) if good else ([], [])
+    causes, notes = (_causes(log, coll, kw, topo, good, nics, ratio, req.nccl_version) if good
+                     else ([], []))
     info = {k: v for k, v in vars(log.info).items() if k != "warnings"}
     info["net_devices"] = sorted(info["net_devices"])
     return Diagnosis(req.name, coll.name, guess, kw, lab, rows, verdict, ratio, tuple(causes),
@@ -267,9 +270,11 @@ def _choice(log, coll, req, topo) -> dict:
                                    or (log.info.nvls_channels == 0
                                        and log.info.coll_channels is not None)):
         out["exclude"] = ["nvls"]  # what the log says NCCL could not use is not predicted
-    version = parse_version(log.info.version)  # the NCCL the log ran (NCCL_DEBUG=INFO)
+    version = parse_version(req.nccl_version or log.info.version)  # the NCCL the log ran
     if version is not None:
         out["nccl_version"] = version
+    if req.select != "fastest":
+        out["select"] = req.select
     if req.protocol:
         out["protocol"] = req.protocol
     elif env.get("NCCL_PROTO") and "^" not in env["NCCL_PROTO"]:
@@ -289,9 +294,10 @@ def _full_nvswitch_node(kw, topo) -> bool:
     return kw["gpus_per_node"] == full
 
 
-def _has_nvls(log) -> bool:
-    """Whether the NCCL the log ran has NVLS at all (2.17 and later; unknown: assume so)."""
-    version = parse_version(log.info.version)
+def _has_nvls(log, given: str | None = None) -> bool:
+    """Whether the NCCL the log ran (`given` by the user, else its INFO lines) has NVLS at all
+    (2.17 and later; unknown: assume so)."""
+    version = parse_version(given or log.info.version)
     return version is None or version >= (2, 17)
 
 
@@ -371,7 +377,7 @@ def _setting_notes(info) -> list:
     return out
 
 
-def _causes(log, coll, kw, topo, rows, nics, ratio):
+def _causes(log, coll, kw, topo, rows, nics, ratio, version=None):
     info, causes, notes = log.info, [], []
     wrong = sum(r.get(k) or 0 for r in rows for k in ("wrong", "ip_wrong")
                 if isinstance(r.get(k), int))
@@ -381,7 +387,7 @@ def _causes(log, coll, kw, topo, rows, nics, ratio):
     multi = kw.get("nodes", 1) > 1
     causes += _transport_causes(info, kw, nics, multi)
     full_node = _full_nvswitch_node(kw, topo)
-    nvls_capable = full_node and coll.name == "all_reduce" and _has_nvls(log)
+    nvls_capable = full_node and coll.name == "all_reduce" and _has_nvls(log, version)
     nvls_off = info.env.get("NCCL_NVLS_ENABLE") == "0" or info.nvls is False \
         or (info.nvls_channels == 0 and info.coll_channels is not None)
     if nvls_capable and nvls_off:

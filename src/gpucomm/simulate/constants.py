@@ -54,6 +54,11 @@ TREE_CHANNELS = 16
 # < nstepsLL128 x 16 / ppn (down to 32 KiB), nstepsLL128 = 1 + log2(nodes) + 0.1 ppn.
 TREE_CHUNK_BYTES = {"simple": 512 * 1024, "ll": 32 * 1024, "ll128": 614400 * 120 // 128}
 TREE_LL128_CHUNK_RULES = ((64, 131072), (16, 32768))
+# Tree/Simple keeps its full slot today. NCCL 2.5-2.19 halved it for the all-reduce's up-down
+# pattern while nBytes / (nChannels x chunk) < depth x 8 (down to 128 KiB), < depth x 4 (to
+# 64 KiB) and < depth (to 32 KiB), depth = ranks per node - 1 + log2(nodes) (connect.cc); 2.20
+# removed it (versions.py). Rules as (factor, floor).
+TREE_SIMPLE_CHUNK_RULES: tuple[tuple[int, int], ...] = ()
 # tuning.cc treeCorrectionFactor[proto][log2(bytes / 64)], 64 B .. 512 MiB: NCCL's own measured
 # efficiency of its trees by message size ("trees are not perfectly sticking to the model for
 # medium sizes"); it multiplies the tree's bandwidth. Sizes beyond the table use its last entry.

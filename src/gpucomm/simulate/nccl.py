@@ -374,6 +374,11 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
 def tree_chunk_bytes(proto: str, nbytes: float, nch: int, nodes: int, ppn: int) -> float:
     """Payload bytes of one tree chunk (enqueue.cc calcCollChunking; constants.py)."""
     chunk = float(K.TREE_CHUNK_BYTES[proto])
+    if proto == "simple":  # NCCL <= 2.19 only (versions.py)
+        depth = ppn - 1 + int(np.log2(max(nodes, 1)))  # connect.cc; log2i: the floor
+        for factor, floor in value("TREE_SIMPLE_CHUNK_RULES"):
+            while nbytes // (nch * chunk) < depth * factor and chunk > floor:
+                chunk //= 2
     if proto == "ll128":
         steps = 1 + int(np.log2(max(nodes, 1))) + 0.1 * ppn  # log2i: the floor
         for factor, floor in K.TREE_LL128_CHUNK_RULES:

@@ -5,6 +5,8 @@ use; `predict(algorithm="auto", protocol="auto")` does the same over NCCL's algo
 collective and placement (nccl.candidates: ring, tree, nvls / nvls_tree where the NVSwitch
 reduces, pat, grouped point-to-point), and reports the pair it chose (`reason`, and every
 candidate's time in `candidates`). Any registered schedule can still be asked for by name.
+The argmin is of gpucomm's own times; `select="nccl"` takes instead the pair NCCL's own
+estimate ranks first (nccl_tuning.py), which is what NCCL runs where the two disagree.
 
 Channels: NCCL runs `CHANNELS` channels; the schedule gets one channel per NIC rail of its GPUs
 (the NICs next to them, paths.py; so the channels spread over those NICs) and each stands for
@@ -21,7 +23,7 @@ graphs (`-G`); see constants.HOST_LAUNCH_S.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,14 +32,14 @@ import numpy.typing as npt
 from ..algorithms import algorithms, get_algorithm
 from ..collectives import Collective, get_collective, layout
 from ..dtypes import FP8, DTypeLike, get_dtype, parse_size
-from ..errors import ConfigError
+from ..errors import ConfigError, GpucommError
 from ..hardware import get_link_tech
 from . import constants as K
 from .caches import PLACEMENTS_KEPT, per_placement, topology_memo
 from .core import SizeSweep, _placement, path_table, simulate
 from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
                        with_net_sync)
-from . import nccl, p2p, ranking, shm, versions
+from . import nccl, nccl_tuning, p2p, ranking, shm, versions
 from ..topology.elements import DEVICE_KINDS
 from .paths import NVLINK, PathTable, check_step_ops
 from .result import SimResult
@@ -52,6 +54,7 @@ Ranks = npt.NDArray[np.int64]  # schedule rank i runs on topology rank placement
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
 MAX_PIPELINE_CHUNKS = 64
+SELECTIONS = ("fastest", "nccl")  # how auto chooses: gpucomm's timing, or NCCL's tuning model
 P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # NCCL runs them as grouped send/recv
 
 
@@ -61,7 +64,7 @@ def predict(collective: Collective | str, nbytes: int | str, topology: Topology,
             root: int = 0, redop: str = "sum", exclude: Iterable[str] = (),
             gpus_per_thread: int = 1, cuda_graph: bool = False, also: Iterable[str] = (),
             nccl_version: str | Sequence[int] | None = None, sweep: SizeSweep | None = None,
-            **params: Any) -> SimResult:
+            select: str = "fastest", **params: Any) -> SimResult:
     """Predict one nccl-tests point: the time of `collective` on `nbytes` (size S).
 
     `algorithm`: "auto", an NCCL algorithm (ring, tree, nvls, nvls_tree, pat, ...) or a
@@ -75,7 +78,9 @@ def predict(collective: Collective | str, nbytes: int | str, topology: Topology,
     collective; the time is at least the host's issue time (`host_issue_s`).
     `nccl_version` ("2.18", "2.18.5-1", (2, 18); None: the newest): the NCCL whose constants
     and algorithms the model takes (versions.py). `sweep`: the sizes this call is one of
-    (core.SizeSweep), timed together by the analytic model.
+    (core.SizeSweep), timed together by the analytic model. `select`: how auto chooses among
+    the candidates: "fastest" (by gpucomm's own timing) or "nccl" (the pair NCCL's tuning model
+    ranks fastest, nccl_tuning.py, as NCCL runs it; timed by gpucomm's model).
 
         >>> from gpucomm.topology import build_topology
         >>> t = build_topology("dgx-a100")
@@ -83,18 +88,21 @@ def predict(collective: Collective | str, nbytes: int | str, topology: Topology,
         True
     """
     version = versions.parse_version(nccl_version, strict=True)
+    if select not in SELECTIONS:
+        raise ConfigError(f"select {select!r} not allowed: choose from {', '.join(SELECTIONS)}")
     if get_collective(collective).name in P2P_COLLECTIVES:
         version = None  # tuning.cc's constants describe NCCL's collectives, not its p2p
     with versions.use(version):
         return _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ranks,
-                        root, redop, exclude, gpus_per_thread, cuda_graph, also, params, sweep)
+                        root, redop, exclude, gpus_per_thread, cuda_graph, also, params, sweep,
+                        select)
 
 
 def _predict(collective: Collective | str, nbytes: int | str, topology: Topology, algorithm: str,
              dtype: DTypeLike, model: str, protocol: ProtocolChoice, ranks: Iterable[int] | None,
              root: int, redop: str, exclude: Iterable[str], gpus_per_thread: int,
              cuda_graph: bool, also: Iterable[str], params: dict[str, Any],
-             sweep: SizeSweep | None) -> SimResult:
+             sweep: SizeSweep | None, select: str = "fastest") -> SimResult:
     coll = get_collective(collective)
     size = parse_size(nbytes)
     host_s = host_issue_s(gpus_per_thread, cuda_graph)
@@ -123,7 +131,9 @@ def _predict(collective: Collective | str, nbytes: int | str, topology: Topology
     if not tried:
         detail = "; ".join(errors) or "none applies"
         raise ConfigError(f"no algorithm can run {coll.name} on {p} ranks ({detail})")
-    best = min(tried, key=lambda r: r.time_s * _fp8_ring_penalty(r.algorithm, dtype, p))
+    best = _select(select, tried, skipped, lambda name, pr: _time(
+        coll, name, size, topology, placement, dtype, "analytic", pr, root, redop, params, sweep),
+        coll, size, topology, placement, dtype)
     if model != "analytic":
         timed = _time(coll, best.algorithm, size, topology, placement, dtype, model,
                       best.protocol, root, redop, params, sweep)
@@ -159,6 +169,40 @@ def _rank(coll: Collective, names: list[str], protos: list[str], nbytes: int, to
     tried, errors, skipped = ranking.rank([(n, pr) for n in names for pr in protos], time_fn,
                                           floor_fn)
     return tried, [f"{name}: {e}" for name, e in errors], skipped
+
+
+def _select(select: str, tried: list[SimResult], skipped: list[ranking.Pair],
+            time_fn: Callable[[str, str], SimResult | None], coll: Collective, nbytes: int,
+            topology: Topology, placement: Ranks, dtype: DTypeLike) -> SimResult:
+    """The candidate auto runs: the fastest by gpucomm's timing, or (select "nccl") the pair
+    NCCL's tuning model ranks first among those gpucomm may run, on NCCL's channel count
+    (CHANNELS), timed now if the ranking skipped it (`time_fn`: analytic; `tried` gains it); a
+    candidate NCCL's model does not cover (a registered schedule asked for with `also`) is
+    taken only if gpucomm times it faster than NCCL's pick."""
+    p = len(placement)
+    fastest = min(tried, key=lambda r: r.time_s * _fp8_ring_penalty(r.algorithm, dtype, p))
+    if select == "fastest":
+        return fastest
+    timed = {(r.algorithm, r.protocol): r for r in tried}
+    order = nccl_tuning.ranked(coll.name, nbytes, topology, CHANNELS, p,
+                               len(nccl.node_groups(topology, placement)),
+                               {*timed, *skipped}, get_dtype(dtype).name in FP8)
+    for pair in order:
+        if pair not in timed:
+            try:
+                res = time_fn(*pair)
+            except GpucommError:
+                continue
+            if res is None:
+                continue
+            skipped.remove(pair)
+            tried.append(res)
+            timed[pair] = res
+        chosen = timed[pair]
+        others = [r for r in tried if r.algorithm not in nccl.NCCL_ALGORITHMS and
+                  r.time_s < chosen.time_s]
+        return min(others, key=lambda r: r.time_s) if others else chosen
+    return fastest
 
 
 def _fp8_ring_penalty(algorithm: str, dtype: DTypeLike, nranks: int) -> float:

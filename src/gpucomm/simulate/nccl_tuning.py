@@ -1,0 +1,261 @@
+"""NCCL's own table-free tuning model: which (algorithm, protocol) NCCL runs, and its estimate.
+
+NVIDIA/nccl src/graph/tuning.cc (snapshot 5067397, 2026-06): `ncclTopoTuneModel` sets, per
+collective, algorithm and protocol, a bus bandwidth (`nChannels * bw`, bw = the ring/tree
+graph's bwIntra on <= 2 nodes, else bwInter; then the LL/LL128/tree/PAT refinements with
+llMaxBws, perChMaxRingLL128Bws, perChMaxTreeBws, perChMaxTreeLL128Bws, perChMaxNVLSTreeBws,
+nvlsEfficiency; busBw -> algBw by nRanks/nsteps or .5) and a latency (baseLatencies +
+hwLatencies by path class, `interLat += graphs[a]->latencyInter` — the net plugin's latency
+property — twice for Simple, netOverhead x3 for Simple on inter-node rings);
+`ncclTopoGetAlgoTime` is `lat + bytes / (1000 * bw)` with treeCorrectionFactor and the ring
+plateau (x1.4 from sm80); src/enqueue.cc (updateCollCostTable / topoGetAlgoInfo) runs the
+pair of least estimated time, with ring on fp8 over more than 8 ranks ranked 1024x slower.
+Facts and formulas only; no code copied.
+
+gpucomm times a collective with its own model (predict.py); `choose` says which pair NCCL's
+model would pick among those gpucomm may run, so `predict(select="nccl")` times what NCCL
+runs rather than what gpucomm's own timing finds fastest.
+
+What NCCL reads from its topology search is taken here from gpucomm's topology: the GPU's
+NVLink/xGMI figure as NCCL's topo.h has it (catalog `nccl_GBps`, all links: NCCL's search
+packs rings over all of them; PCIe boxes get their PCIe figure), the node's NICs (catalog
+`nccl_GBps`), and the ring channel count gpucomm's model gives (what NCCL's search would
+find is not modelled). The net plugin's latency is the catalog's plugin_latency_us.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from ..collectives import get_collective
+from ..hardware import get_gpu, get_link_tech, get_nic
+from . import constants as K
+from .constants import TREE_CORRECTION
+
+if TYPE_CHECKING:
+    from ..topology import Topology
+
+Estimate = tuple[float, str, str]  # (time in us, algorithm, protocol)
+PerProto = tuple[float, float, float]  # us, by protocol (LL, LL128, Simple)
+
+# tuning.cc's tables are gpucomm's own (constants.py), indexed as tuning.cc indexes them:
+# by compute-capability class and protocol
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+ARCH = {"sm70": 0, "sm80": 1, "sm86": 1, "sm89": 1, "sm90": 2, "sm100": 3}
+PROTOS = ("ll", "ll128", "simple")
+MODELLED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+LL_MAX = tuple(K.LL_MAX_BW[g] for g in GENERATIONS)
+RING_LL128 = tuple(K.LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
+TREE_LL128 = tuple(K.TREE_LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
+TREE_BW = tuple(K.TREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
+# tuning.cc perChMaxNVLSTreeBws[arch][nodes class]
+NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+NVLS_EFF = tuple(K.NVLS_EFFICIENCY[g] for g in GENERATIONS)
+NET_OVERHEAD_US = 1.0  # getNetOverhead: x86 Intel (2.0 on AMD CPUs; the tables rarely say)
+FP8_RING_PENALTY = 1024.0  # enqueue.cc: ring on fp8 over > 8 ranks ranked this much slower
+
+
+def _us(seconds: dict[str, float]) -> PerProto:
+    a, b, c = (round(seconds[p] / K.US, 6) for p in PROTOS)
+    return a, b, c
+
+
+BASE: dict[str, PerProto] = {
+    "tree": _us(K.TREE_BASE_LATENCY_S), "ring": _us(K.BASE_LATENCY_S), "nvls": (0, 0, 0),
+    "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)}
+
+
+def _hw(i: int, path: str, **others: PerProto) -> dict[str, PerProto]:
+    """hwLatencies[hw][algorithm][protocol], us: Tree (column i) and Ring (path class) from
+    constants, the other algorithms as tuning.cc gives them."""
+    return {"tree": _us({p: K.TREE_HOP_LATENCY_S[p][i] for p in PROTOS}),
+            "ring": _us({p: K.HOP_LATENCY_S[p][path] for p in PROTOS}), **others}
+
+
+NVLS_US = round(K.NVLS_LATENCY_S / K.US, 6)
+HW: dict[str, dict[str, PerProto]] = {
+    "nvlink": _hw(0, "nvlink", nvls=(0, 0, NVLS_US), nvls_tree=(0, 0, NVLS_US), pat=(0, 0, 4.0)),
+    "pci": _hw(1, "pcie", nvls=(0, 0, 0), nvls_tree=(0, 0, 0), pat=(0, 0, 4.0)),
+    "net": _hw(2, "net", nvls=(0, 0, 18), pat=(0, 0, 14.0),
+               nvls_tree=(0, 0, round(K.NVLSTREE_NET_LATENCY_S / K.US, 6)))}
+
+
+def net_latency_us(topo: Topology) -> float:
+    """The latency property the net plugin of the topology's NICs reports, which NCCL adds to
+    every inter-node step: the catalog's plugin_latency_us (aws-ofi-nccl's 75 us on p4d/p5 EFA,
+    src/platform-aws.cpp; 0 for NCCL's own IB and socket transports)."""
+    nic = next((d.model for d in topo.devices if d.kind == "nic" and d.model), None)
+    return get_nic(nic).plugin_latency_s * 1e6 if nic else 0.0
+
+
+def _graph(topo: Topology, channels: int) -> tuple[int, str, float, float, int]:
+    """(arch index, intra hw class, bwIntra per channel, bwInter per channel, nChannels)."""
+    gpu_dev = next(d for d in topo.devices if d.kind == "gpu")
+    gpu = get_gpu(gpu_dev.model)
+    arch = ARCH.get(gpu.sm, 1)
+    ppn = topo.gpus_per_node
+    if gpu.nvlink and ppn > 1 and topo.p2p:
+        # NCCL's search packs rings over every NVLink of the GPU, switched or a full mesh
+        total = (get_link_tech(gpu.nvlink).nccl_Bps or 0) / 1e9
+        hw = "nvlink"
+    else:
+        total = (get_link_tech(gpu.pcie).nccl_Bps or 24e9) / 1e9
+        hw = "pci"
+    nics = [d for d in topo.devices if d.kind == "nic" and d.node == 0]
+    inter_total = 0.0
+    for d in nics[:max(ppn, 1)]:
+        inter_total += (get_link_tech(d.model).nccl_Bps or 0) / 1e9
+    n = max(channels, 1)
+    intra = total / n
+    inter = min(intra, inter_total / n) if inter_total else intra
+    if ppn == 1:
+        intra = inter
+    return arch, hw, intra, inter, n
+
+
+def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
+              nranks: int | None = None, nodes: int | None = None,
+              net_latency: float | None = None,
+              algorithms: Collection[str] | None = None,
+              protocols: Collection[str] | None = None) -> list[Estimate]:
+    """NCCL's estimate of every (algorithm, protocol) its model has for the collective, fastest
+    first ([] where it has none: point-to-point, one rank). `nranks`/`nodes`: the ranks taking
+    part (default: the whole topology); `net_latency`: the plugin's latency in us (default:
+    net_latency_us); `algorithms`/`protocols`: only these."""
+    coll = get_collective(coll_name)
+    nranks = topo.nranks if nranks is None else nranks
+    nodes = max(nranks // max(topo.gpus_per_node, 1), 1) if nodes is None else max(nodes, 1)
+    if coll.name not in MODELLED or nranks <= 1:
+        return []
+    net_lat = net_latency_us(topo) if net_latency is None else net_latency
+    ppn = nranks / nodes
+    arch, intra_hw, bw_intra, bw_inter, nch = _graph(topo, channels)
+    i2 = min(nodes, 3) - 1
+    ll_max = LL_MAX[arch if nodes == 1 else 0][i2]
+    nsteps = 2 * (nranks - 1) if coll.name == "all_reduce" else \
+        nranks - 1 if coll.name in ("all_gather", "reduce_scatter") else nranks
+    nvswitch_full = bool(topo.in_switch_reduction) and NVLS_EFF[arch] > 0
+    out = []
+    for algo in _algorithms(coll.name, nodes, ppn, nvswitch_full):
+        if algorithms is not None and algo not in algorithms:
+            continue
+        for pi, proto in enumerate(PROTOS):
+            if (protocols is not None and proto not in protocols) or \
+                    (algo in ("nvls", "nvls_tree", "pat") and proto != "simple") or \
+                    (proto == "ll128" and not _ll128_on(arch, intra_hw, ppn)):
+                continue
+            bw = _busbw(coll.name, algo, pi, nodes, ppn, nch, bw_intra, bw_inter, arch, i2,
+                        ll_max)
+            if bw <= 0:
+                continue
+            if not (algo != "ring" and coll.name in ("all_gather", "reduce_scatter")):
+                bw *= nranks / nsteps if algo in ("ring", "nvls", "nvls_tree") else 0.5
+            lat = _latency(coll.name, algo, pi, nodes, nranks, ppn, nsteps, intra_hw, net_lat)
+            log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
+            if algo == "tree" and coll.name == "all_reduce" and 0 <= log_size < 23:
+                bw *= TREE_CORRECTION[proto][log_size]
+            if algo == "ring" and proto == "simple" and nodes > 1 and coll.name == "all_reduce" \
+                    and nbytes / (nch * nranks) >= 64:
+                lat *= 1.4 if arch >= 1 else 1.9
+            out.append((lat + nbytes / (1000 * bw), algo, proto))
+    return sorted(out)
+
+
+def estimate(coll_name: str, nbytes: int, topo: Topology, channels: int,
+             net_latency: float = 0.0) -> Estimate | None:
+    """(time_us, algorithm, protocol) NCCL's model picks, or None where it has no model."""
+    found = estimates(coll_name, nbytes, topo, channels, net_latency=net_latency)
+    return found[0] if found else None
+
+
+def ranked(coll_name: str, nbytes: int, topo: Topology, channels: int, nranks: int, nodes: int,
+           pairs: Collection[tuple[str, str]], fp8: bool = False) -> list[tuple[str, str]]:
+    """The (algorithm, protocol) `pairs` NCCL's model covers, in the order NCCL's tuning ranks
+    them (its estimate, least first; ring on fp8 over more than 8 ranks ranked 1024x slower, as
+    enqueue.cc does); NCCL runs the first."""
+    found = estimates(coll_name, nbytes, topo, channels, nranks=nranks, nodes=nodes,
+                      algorithms={a for a, _ in pairs}, protocols={p for _, p in pairs})
+    keyed = sorted((t * (FP8_RING_PENALTY if fp8 and nranks > 8 and a == "ring" else 1.0), a, p)
+                   for t, a, p in found if (a, p) in pairs)
+    return [(a, p) for _, a, p in keyed]
+
+
+def choose(coll_name: str, nbytes: int, topo: Topology, channels: int, nranks: int, nodes: int,
+           pairs: Collection[tuple[str, str]], fp8: bool = False) -> tuple[str, str] | None:
+    """The pair among `pairs` NCCL's tuning model runs (ranked()'s first), or None where its
+    model covers none of them."""
+    order = ranked(coll_name, nbytes, topo, channels, nranks, nodes, pairs, fp8)
+    return order[0] if order else None
+
+
+def _ll128_on(arch: int, intra_hw: str, ppn: float) -> bool:
+    """LL128 on by default (tuning.cc: typeIntra <= PATH_NVB, from sm80 here): the graph's
+    intra-node path is NVLink, or, with one GPU per node, PATH_LOC (search.cc starts
+    minTypeIntra at PATH_LOC and raises it only for ngpus > 1). Whether the NICs sit close
+    enough (typeInter <= PXB, or PXN on Hopper) is left to the caller (predict.py)."""
+    return arch >= 1 and (intra_hw == "nvlink" or ppn == 1)
+
+
+def _algorithms(coll: str, nodes: int, ppn: float, nvswitch_full: bool) -> tuple[str, ...]:
+    if coll in ("broadcast", "reduce"):
+        return ("ring",)
+    out = ["ring"]
+    if coll == "all_reduce":
+        out.append("tree")
+        if nvswitch_full:
+            out.append("nvls" if nodes == 1 else "nvls_tree")
+    else:
+        if ppn == 1 and nodes > 1:
+            out.append("pat")
+        if nvswitch_full and nodes == 1:
+            out.append("nvls")
+    return tuple(out)
+
+
+def _busbw(coll: str, algo: str, pi: int, nodes: int, ppn: float, nch: int, bw_intra: float,
+           bw_inter: float, arch: int, i2: int, ll_max: float) -> float:
+    bw = bw_intra if nodes <= 2 else bw_inter
+    if algo in ("nvls", "nvls_tree"):
+        intra = bw_intra * NVLS_EFF[arch] * (nch - 1) / nch
+        intra *= 2.0 if coll == "all_reduce" else (ppn - 1) / ppn
+        inter = bw_inter * (2 if nodes <= 2 and algo == "nvls_tree" else 1)
+        bw = min(intra, inter if nodes > 1 else intra,
+                 NVLS_TREE_BW[arch][i2] if algo == "nvls_tree" else math.inf)
+    bus = nch * bw
+    if algo == "ring" and pi == 0:
+        bus = min(ll_max, bus * .5)
+    if algo == "ring" and pi == 1:
+        bus = min(bus * .92, nch * RING_LL128[arch][i2])
+    if algo == "tree" and coll == "all_reduce":
+        bus = min(bus * .92, nch * TREE_BW[arch][i2])
+    if algo == "tree" and pi == 0:
+        bus = min(bus / 3.8, ll_max)
+    if algo == "tree" and pi == 1:
+        bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), nch * TREE_LL128[arch][i2])
+    if algo == "pat":
+        bus *= .75
+    return bus
+
+
+def _latency(coll: str, algo: str, pi: int, nodes: int, nranks: int, ppn: float, nsteps: int,
+             intra_hw: str, net_lat: float) -> float:
+    lat = BASE[algo][pi]
+    intra = HW[intra_hw][algo][pi]
+    inter = HW["net"]["tree" if ppn == 1 else algo][pi] + net_lat
+    if pi == 2:
+        inter += net_lat  # the flush
+    if algo == "ring":
+        if coll in ("broadcast", "reduce"):
+            return lat + HW["net" if nodes > 1 else intra_hw]["ring"][pi]
+        overhead = NET_OVERHEAD_US * (3 if pi == 2 else 1) if nodes > 1 else 0.0
+        intra = max(intra, overhead)
+        n_inter = 0 if nodes == 1 else 2 * (nodes - 1) if coll == "all_reduce" else nodes - 1
+        return lat + (nsteps - n_inter) * intra + n_inter * inter
+    if algo == "tree":
+        return lat + 2 * ((nranks // nodes - 1) * intra + int(math.log2(nodes)) * inter)
+    if algo == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return lat + intra + 2 * int(math.log2(nodes)) * inter
+    return lat + int(math.log2(nodes)) * (inter / 3.5) + nranks * 2.8  # pat

@@ -1,0 +1,88 @@
+"""auto's choice by NCCL's own tuning model (simulate/nccl_tuning.py, predict(select="nccl")):
+the pair NCCL's model ranks fastest, timed by gpucomm's model."""
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucomm.errors import ConfigError
+from gpucomm.simulate import nccl_tuning, predict
+from gpucomm.topology import build_topology
+
+MIB = 1 << 20
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+
+
+@pytest.fixture(scope="module")
+def a100x2():
+    return build_topology("dgx-a100", nodes=2)
+
+
+def test_nccl_selection_runs_nccls_pick_where_gpucomms_timing_prefers_another(a100x2):
+    # 2 x DGX-A100 all-reduce at 16 MiB: gpucomm times tree/ll128 fastest, NCCL's model
+    # (tree bandwidth .92 x capped per channel, ring's at 2 nodes the intra figure) ring/ll128
+    fastest = predict("all_reduce", 16 * MIB, a100x2)
+    nccl = predict("all_reduce", 16 * MIB, a100x2, select="nccl")
+    assert (fastest.algorithm, fastest.protocol) == ("tree", "ll128")
+    assert (nccl.algorithm, nccl.protocol) == ("ring", "ll128")
+    times = {(a, p): t for a, p, t in nccl.candidates}
+    assert nccl.time_s == pytest.approx(times["ring", "ll128"])  # timed by gpucomm's model
+    assert fastest.time_s < nccl.time_s
+    est = nccl_tuning.estimates("all_reduce", 16 * MIB, a100x2, nccl.nccl_channels,
+                                protocols={p for _, p in times})
+    assert est[0][1:] == ("ring", "ll128")
+    assert est[0][0] < next(t for t, a, p in est if (a, p) == ("tree", "ll128"))
+
+
+def test_nccl_selection_keeps_the_candidates_it_may_choose_from(a100x2):
+    res = predict("all_reduce", 16 * MIB, a100x2, select="nccl", protocol="simple",
+                  exclude=["ring"])
+    assert (res.algorithm, res.protocol) == ("tree", "simple")
+    assert nccl_tuning.choose("all_reduce", 16 * MIB, a100x2, 16, 16, 2,
+                              {("tree", "simple")}) == ("tree", "simple")
+    assert nccl_tuning.choose("all_to_all", MIB, a100x2, 16, 16, 2, {("grouped", "simple")}) \
+        is None
+
+
+def test_nccl_selection_ranks_fp8_rings_over_eight_ranks_1024x_slower(a100x2):
+    pairs = {("ring", "simple"), ("tree", "simple")}
+    assert nccl_tuning.choose("all_reduce", 1 << 30, a100x2, 16, 16, 2, pairs) == \
+        ("ring", "simple")
+    assert nccl_tuning.choose("all_reduce", 1 << 30, a100x2, 16, 16, 2, pairs, fp8=True) == \
+        ("tree", "simple")
+
+
+def test_nccl_selection_falls_back_to_the_fastest_where_nccls_model_has_none(a100x2):
+    nccl = predict("all_to_all", MIB, a100x2, select="nccl")
+    fastest = predict("all_to_all", MIB, a100x2)
+    assert (nccl.algorithm, nccl.time_s) == (fastest.algorithm, fastest.time_s)
+
+
+def test_a_bad_selection_is_one_line_naming_the_allowed(a100x2):
+    with pytest.raises(ConfigError, match="select 'ncc' not allowed: choose from fastest, nccl"):
+        predict("all_reduce", MIB, a100x2, select="ncc")
+
+
+def test_sim_doctor_and_calibrate_take_select(capsys, tmp_path):
+    from gpucomm.cli import main
+    args = ["sim", "--system", "dgx-a100", "--nodes", "2", "-b", "16M", "-e", "16M",
+            "--format", "json"]
+    picks = {}
+    for select in ("fastest", "nccl"):
+        assert main([*args, "--select", select]) == 0
+        row = json.loads(capsys.readouterr().out)["rows"][-1]
+        picks[select] = (row["algorithm"], row["protocol"])
+    assert picks == {"fastest": ("tree", "ll128"), "nccl": ("ring", "ll128")}
+    log = LOGS / "polaris-nccl218-2n-all_reduce.log"
+    chosen = {}
+    for select in ("fastest", "nccl"):
+        assert main(["doctor", str(log), "--select", select, "--format", "json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["rows"]
+        chosen[select] = {r["size"]: r["algorithm"] for r in rows}
+    assert chosen["fastest"][4 << 20] == "ring" and chosen["nccl"][4 << 20] == "tree"
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(log), "--select", "nccl", "--output", str(out)]) == 0
+    assert out.is_file()
+    with pytest.raises(SystemExit):
+        main([*args, "--select", "ncc"])
+    assert "invalid choice: 'ncc'" in capsys.readouterr().err
