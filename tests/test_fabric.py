@@ -543,6 +543,25 @@ def test_three_tier_has_two_hashing_stages_and_polarization_halves_them():
     assert all(len(u) == 2 for u in stuck)
 
 
+def test_single_pod_three_tier_joins_rails_at_the_core():
+    """One pod (2 leaf groups of 2 nodes, leaf_ports 2), 2 rails: the shared core is the only
+    tier both rails reach, so it is built even without a second pod."""
+    topo = build_topology("dgx-h100", nodes=4, gpus_per_node=2, nics_per_node=2,
+                          nic="roce-400g", fabric="rail-3tier", leaf_ports=2)
+    topo.check_routes()
+    names = [d.name for d in topo.devices]
+    rank = {names[topo.index_of(r)]: k for k, r in enumerate(topo.ranks)}
+
+    def via(a, b):
+        return {topo.links[i].dst.split(".")[0].rstrip("0123456789")
+                for i in topo.route(rank[a], rank[b])}
+    assert "core" in via("n0.gpu0", "n2.gpu1")  # rail 0 -> rail 1: up to the core
+    assert "core" not in via("n0.gpu0", "n2.gpu0")  # one rail, one pod: leaf, agg, leaf
+    tiers = fabric_summary(topo)["tiers"]
+    assert [t["tier"] for t in tiers] == ["leaf", "spine", "core"]
+    assert tiers[2]["switches"] == 4  # uplinks 2 x leaf_ports 2, shared by both rails
+
+
 def test_polarized_hashing_slows_a_three_tier_ring():
     def t(**kw):
         topo = build_topology("dgx-h100", nodes=32, nic="roce-400g", fabric="rail-3tier",
