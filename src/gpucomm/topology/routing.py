@@ -148,6 +148,9 @@ class Router:
         self._lp0: dict[tuple[int, int], list[Path]] = {}   # node-0 local paths, for replicas
         self._tables: _Tables | None = None
         self._tables_built = False
+        self._tail_list: list[int] | None = None   # link -> its source device, as a list
+        # the predecessors of the last source `_paths` walked, and its paths per device
+        self._walked: tuple[Any, dict[int, list[Path]]] = (None, {})
 
     @property
     def lsrc(self) -> np.ndarray:
@@ -235,18 +238,33 @@ class Router:
         dist, preds = self._sssp(src, local, switches)
         if dst not in dist:
             return []
-        out: list[tuple[int, ...]] = []
+        if self._walked[0] is not preds:   # one source at a time: a table row, a check
+            self._walked = (preds, {src: [()]})
+        memo = self._walked[1]
+        return sorted(memo[dst] if dst in memo else self._tied(preds, dst, memo))
 
-        def walk(v, tail):
-            if len(out) >= MAX_ECMP:
-                return
-            if v == src:
-                out.append(tuple(reversed(tail)))
-                return
-            for li in preds[v]:
-                walk(int(self._ends[0][li]), tail + [li])
-        walk(dst, [])
-        return sorted(out)
+    def _tied(self, preds, v, memo) -> list[Path]:
+        """The first MAX_ECMP tied paths to v in depth-first order over `preds` (each
+        predecessor link in turn, the paths to its tail before the next link), remembered
+        per device in `memo`: a fabric's devices share their paths' prefixes, so every
+        destination of one source reuses them (a three-tier fabric has up to 256 paths)."""
+        got: list[Path] = []
+        tails = self._tails()
+        for li in preds[v]:
+            u = tails[li]
+            sub = memo.get(u)
+            if sub is None:
+                sub = self._tied(preds, u, memo)
+            got.extend([p + (li,) for p in sub[:MAX_ECMP - len(got)]])
+            if len(got) >= MAX_ECMP:
+                break
+        memo[v] = got
+        return got
+
+    def _tails(self) -> list[int]:
+        if self._tail_list is None:
+            self._tail_list = self._ends[0].tolist()
+        return self._tail_list
 
     def _cost(self, path):
         return (int(self.cost[list(path)].sum()) if path else 0, len(path))
@@ -644,12 +662,15 @@ def _pad2(grid):
     """2-D grid of path lists -> (array [x, y, alts, hops], counts [x, y])."""
     nx, ny = len(grid), len(grid[0]) if grid else 0
     alts = max((len(c) for row in grid for c in row), default=0) or 1
-    width = max((len(p) for row in grid for c in row for p in c), default=0)
+    width = max((max(map(len, c)) for row in grid for c in row if c), default=0)
     arr = np.full((nx, ny, alts, width), -1, dtype=np.int32)
     counts = np.zeros((nx, ny), dtype=np.int64)
     for i, row in enumerate(grid):
         for j, c in enumerate(row):
             counts[i, j] = len(c)
+            if c and len(set(map(len, c))) == 1:  # tied paths: one hop count
+                arr[i, j, :len(c), :len(c[0])] = c
+                continue
             for k, p in enumerate(c):
                 arr[i, j, k, :len(p)] = p
     return arr, counts
