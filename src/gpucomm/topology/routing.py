@@ -447,7 +447,7 @@ class Router:
         sw_down, y = np.unique(ys, return_inverse=True)
         fast = self._two_tier(sw_up, sw_down)
         if fast is None:
-            fast = _pad2([[self._paths(int(a), int(b), False) for b in sw_down] for a in sw_up])
+            fast = _pad2([self._paths(int(a), int(b), False) for b in sw_down] for a in sw_up)
         return {"out": seg[0], "in": seg[1], "sw": fast, "up": up, "down": down,
                 "x": x.astype(np.int64), "y": y.astype(np.int64)}
 
@@ -659,18 +659,33 @@ def _pad(rows, single=False):
 
 
 def _pad2(grid):
-    """2-D grid of path lists -> (array [x, y, alts, hops], counts [x, y])."""
-    nx, ny = len(grid), len(grid[0]) if grid else 0
-    alts = max((len(c) for row in grid for c in row), default=0) or 1
-    width = max((max(map(len, c)) for row in grid for c in row if c), default=0)
+    """Rows (an iterable, each a list per column of path lists) -> (array [x, y, alts,
+    hops], counts [x, y]). A row is padded as it comes, so only one row's paths are held as
+    Python tuples at a time (a 1,024-node rail-3tier has 512 x 512 cells of 64 paths)."""
+    rows = [_pad_row(row) for row in grid]
+    nx, ny = len(rows), rows[0][0].shape[0] if rows else 0
+    alts = max((r[0].shape[1] for r in rows), default=1)
+    width = max((r[0].shape[2] for r in rows), default=0)
     arr = np.full((nx, ny, alts, width), -1, dtype=np.int32)
     counts = np.zeros((nx, ny), dtype=np.int64)
-    for i, row in enumerate(grid):
-        for j, c in enumerate(row):
-            counts[i, j] = len(c)
-            if c and len(set(map(len, c))) == 1:  # tied paths: one hop count
-                arr[i, j, :len(c), :len(c[0])] = c
-                continue
-            for k, p in enumerate(c):
-                arr[i, j, k, :len(p)] = p
+    for i in range(nx):
+        row, counts[i] = rows[i]
+        arr[i, :, :row.shape[1], :row.shape[2]] = row
+        rows[i] = None  # let the row go: the whole table is held once
+    return arr, counts
+
+
+def _pad_row(row):
+    """One row of _pad2: (array [y, alts, hops], counts [y])."""
+    alts = max((len(c) for c in row), default=0) or 1
+    width = max((max(map(len, c)) for c in row if c), default=0)
+    arr = np.full((len(row), alts, width), -1, dtype=np.int32)
+    counts = np.zeros(len(row), dtype=np.int64)
+    for j, c in enumerate(row):
+        counts[j] = len(c)
+        if c and len(set(map(len, c))) == 1:  # tied paths: one hop count
+            arr[j, :len(c), :len(c[0])] = c
+            continue
+        for k, p in enumerate(c):
+            arr[j, k, :len(p)] = p
     return arr, counts
