@@ -219,7 +219,8 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
     2 x leaf_ports ports (a k-ary fat tree, Al-Fares et al., SIGCOMM 2008, per rail): pods of
     leaf_ports leaf groups; leaf (g, i) has one cable to each of its pod's U = leaf_ports /
     oversubscription aggregation switches of rail i; aggregation switch a of a pod has one
-    cable to each of the leaf_ports core switches (a, *), which every rail shares. Between
+    cable to each of the leaf_ports core switches (a, *), which every rail shares (so a
+    single pod of several rails has them too: rails meet only there). Between
     pods a flow has U x leaf_ports tied paths and two hashing stages (leaf, then aggregation
     switch): where every switch hashes alike, the second choice repeats the first
     (polarization, Network.polarized).
