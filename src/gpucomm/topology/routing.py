@@ -33,6 +33,7 @@ from ..errors import TopologyError
 from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device
 
 MAX_ECMP = 64
+HOPS = 1 << 20   # more hops than any route: (cost, hops) packed as cost * HOPS + hops
 REF_BYTES = 1 << 20   # the reference message of the route metric
 _M64 = (1 << 64) - 1
 
@@ -204,6 +205,9 @@ class Router:
         cache = self._local if local else self._switch if switches else self._fabric
         if src in cache:
             return cache[src]
+        if switches:
+            cache[src] = self._switch_sssp(src)
+            return cache[src]
         node, n0 = self.node, self.node[src]
         out = self._switch_out if switches else self._out
         dist, preds = {src: (0, 0)}, {}
@@ -229,6 +233,28 @@ class Router:
                     preds[v].append(li)
         cache[src] = (dist, preds)
         return dist, preds
+
+    def _switch_sssp(self, src) -> ShortestPaths:
+        """_sssp over fabric switches only (every device on the way a switch, a router):
+        the same search with (cost, hops) packed in one integer, cost * HOPS + hops, whose
+        order is the pair's (a fabric has fewer than HOPS hops), so ties and the order of
+        the heap, hence of each device's tied predecessors, are the general search's."""
+        dist, preds = {src: 0}, {}
+        heap = [(0, src)]
+        pop, push, out = heapq.heappop, heapq.heappush, self._switch_out
+        while heap:
+            k, u = pop(heap)
+            if k > dist[u]:
+                continue
+            for li, v, cost in out(u):
+                nd = k + cost * HOPS + 1
+                d = dist.get(v)
+                if d is None or nd < d:
+                    dist[v], preds[v] = nd, [li]
+                    push(heap, (nd, v))
+                elif nd == d:
+                    preds[v].append(li)
+        return {v: divmod(k, HOPS) for v, k in dist.items()}, preds
 
     def _paths(self, src, dst, local):
         """All tied shortest paths src -> dst (tuples of link indices), [] if none."""
