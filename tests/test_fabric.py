@@ -543,6 +543,54 @@ def test_three_tier_has_two_hashing_stages_and_polarization_halves_them():
     assert all(len(u) == 2 for u in stuck)
 
 
+def test_single_pod_three_tier_joins_rails_at_the_core():
+    """One pod (2 leaf groups of 2 nodes, leaf_ports 2), 2 rails: the shared core is the only
+    tier both rails reach, so it is built even without a second pod."""
+    topo = build_topology("dgx-h100", nodes=4, gpus_per_node=2, nics_per_node=2,
+                          nic="roce-400g", fabric="rail-3tier", leaf_ports=2)
+    topo.check_routes()
+    names = [d.name for d in topo.devices]
+    rank = {names[topo.index_of(r)]: k for k, r in enumerate(topo.ranks)}
+
+    def via(a, b):
+        return {topo.links[i].dst.split(".")[0].rstrip("0123456789")
+                for i in topo.route(rank[a], rank[b])}
+    assert "core" in via("n0.gpu0", "n2.gpu1")  # rail 0 -> rail 1: up to the core
+    assert "core" not in via("n0.gpu0", "n2.gpu0")  # one rail, one pod: leaf, agg, leaf
+    tiers = fabric_summary(topo)["tiers"]
+    assert [t["tier"] for t in tiers] == ["leaf", "spine", "core"]
+    assert tiers[2]["switches"] == 4  # uplinks 2 x leaf_ports 2, shared by both rails
+
+
+def test_tied_paths_keep_the_first_64_depth_first_when_a_fabric_has_more():
+    """Between pods of a 16-port three-tier fabric there are 16 x 16 = 256 tied paths; the
+    router keeps the first MAX_ECMP of a depth-first walk back from the destination (each
+    predecessor link in turn), sorted: a reference walk, path by path."""
+    topo = build_topology("dgx-h100", nodes=272, gpus_per_node=1, nics_per_node=1,
+                          nic="roce-400g", fabric="rail-3tier", leaf_ports=16)
+    r = topo.router
+    leaf = [topo.index_of(f"leaf{g}.0") for g in (0, 3, 16)]  # pod 0, pod 0, pod 1
+
+    def reference(a, b):
+        _, preds = r._sssp(a, False, True)
+        out = []
+
+        def walk(v, tail):
+            if v == a:
+                out.append(tuple(reversed(tail)))
+            for li in preds.get(v, []) if v != a else []:
+                if len(out) < 64:
+                    walk(int(r.lsrc[li]), tail + [li])
+        walk(b, [])
+        return sorted(out)
+    for a in leaf:
+        for b in leaf:
+            if a != b:
+                assert r._paths(a, b, False) == reference(a, b)
+    assert len(r._paths(leaf[0], leaf[2], False)) == 64  # capped from 256
+    assert len(r._paths(leaf[0], leaf[1], False)) == 16  # within a pod: one per agg switch
+
+
 def test_polarized_hashing_slows_a_three_tier_ring():
     def t(**kw):
         topo = build_topology("dgx-h100", nodes=32, nic="roce-400g", fabric="rail-3tier",

@@ -219,7 +219,8 @@ def rail_2tier(nodes, nic_names, nic_models, oversub, leaf_ports, placement="pac
     2 x leaf_ports ports (a k-ary fat tree, Al-Fares et al., SIGCOMM 2008, per rail): pods of
     leaf_ports leaf groups; leaf (g, i) has one cable to each of its pod's U = leaf_ports /
     oversubscription aggregation switches of rail i; aggregation switch a of a pod has one
-    cable to each of the leaf_ports core switches (a, *), which every rail shares. Between
+    cable to each of the leaf_ports core switches (a, *), which every rail shares (so a
+    single pod of several rails has them too: rails meet only there). Between
     pods a flow has U x leaf_ports tied paths and two hashing stages (leaf, then aggregation
     switch): where every switch hashes alike, the second choice repeats the first
     (polarization, Network.polarized).
@@ -289,6 +290,9 @@ def _upper_tiers(groups, rails, uplinks, pod, model, tech):
     """Aggregation and core switches of a rail-optimised three-tier fat tree (rail_2tier)."""
     devices, links = [], []
     pods = math.ceil(groups / pod)
+    # the core joins pods, and the rails: it is the only tier every rail's planes reach, so a
+    # single pod of several rails has one too (a NIC of rail 0 reaches rail 1's NICs there)
+    core = pods > 1 or rails > 1
     for p in range(pods):
         for i in range(rails):
             for a in range(uplinks):
@@ -296,9 +300,9 @@ def _upper_tiers(groups, rails, uplinks, pod, model, tech):
                 devices.append(Device(agg, "switch", -1, model))
                 for g in range(p * pod, min((p + 1) * pod, groups)):
                     links += _duplex(f"leaf{g}.{i}", agg, tech)
-                if pods > 1:
+                if core:
                     links += [x for c in range(pod) for x in _duplex(agg, f"core{a}.{c}", tech)]
-    if pods > 1:  # shared by the rails, as rail_2tier's spines: NICs of two rails connect
+    if core:  # shared by the rails, as rail_2tier's spines: NICs of two rails connect
         devices += [Device(f"core{a}.{c}", "switch", -1, model) for a in range(uplinks)
                     for c in range(pod)]
     return devices, links

@@ -33,6 +33,7 @@ from ..errors import TopologyError
 from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device
 
 MAX_ECMP = 64
+HOPS = 1 << 20   # more hops than any route: (cost, hops) packed as cost * HOPS + hops
 REF_BYTES = 1 << 20   # the reference message of the route metric
 _M64 = (1 << 64) - 1
 
@@ -148,6 +149,9 @@ class Router:
         self._lp0: dict[tuple[int, int], list[Path]] = {}   # node-0 local paths, for replicas
         self._tables: _Tables | None = None
         self._tables_built = False
+        self._tail_list: list[int] | None = None   # link -> its source device, as a list
+        # the predecessors of the last source `_paths` walked, and its paths per device
+        self._walked: tuple[Any, dict[int, list[Path]]] = (None, {})
 
     @property
     def lsrc(self) -> np.ndarray:
@@ -201,6 +205,9 @@ class Router:
         cache = self._local if local else self._switch if switches else self._fabric
         if src in cache:
             return cache[src]
+        if switches:
+            cache[src] = self._switch_sssp(src)
+            return cache[src]
         node, n0 = self.node, self.node[src]
         out = self._switch_out if switches else self._out
         dist, preds = {src: (0, 0)}, {}
@@ -227,6 +234,28 @@ class Router:
         cache[src] = (dist, preds)
         return dist, preds
 
+    def _switch_sssp(self, src) -> ShortestPaths:
+        """_sssp over fabric switches only (every device on the way a switch, a router):
+        the same search with (cost, hops) packed in one integer, cost * HOPS + hops, whose
+        order is the pair's (a fabric has fewer than HOPS hops), so ties and the order of
+        the heap, hence of each device's tied predecessors, are the general search's."""
+        dist, preds = {src: 0}, {}
+        heap = [(0, src)]
+        pop, push, out = heapq.heappop, heapq.heappush, self._switch_out
+        while heap:
+            k, u = pop(heap)
+            if k > dist[u]:
+                continue
+            for li, v, cost in out(u):
+                nd = k + cost * HOPS + 1
+                d = dist.get(v)
+                if d is None or nd < d:
+                    dist[v], preds[v] = nd, [li]
+                    push(heap, (nd, v))
+                elif nd == d:
+                    preds[v].append(li)
+        return {v: divmod(k, HOPS) for v, k in dist.items()}, preds
+
     def _paths(self, src, dst, local):
         """All tied shortest paths src -> dst (tuples of link indices), [] if none."""
         if src == dst:
@@ -235,18 +264,33 @@ class Router:
         dist, preds = self._sssp(src, local, switches)
         if dst not in dist:
             return []
-        out: list[tuple[int, ...]] = []
+        if self._walked[0] is not preds:   # one source at a time: a table row, a check
+            self._walked = (preds, {src: [()]})
+        memo = self._walked[1]
+        return sorted(memo[dst] if dst in memo else self._tied(preds, dst, memo))
 
-        def walk(v, tail):
-            if len(out) >= MAX_ECMP:
-                return
-            if v == src:
-                out.append(tuple(reversed(tail)))
-                return
-            for li in preds[v]:
-                walk(int(self._ends[0][li]), tail + [li])
-        walk(dst, [])
-        return sorted(out)
+    def _tied(self, preds, v, memo) -> list[Path]:
+        """The first MAX_ECMP tied paths to v in depth-first order over `preds` (each
+        predecessor link in turn, the paths to its tail before the next link), remembered
+        per device in `memo`: a fabric's devices share their paths' prefixes, so every
+        destination of one source reuses them (a three-tier fabric has up to 256 paths)."""
+        got: list[Path] = []
+        tails = self._tails()
+        for li in preds[v]:
+            u = tails[li]
+            sub = memo.get(u)
+            if sub is None:
+                sub = self._tied(preds, u, memo)
+            got.extend([p + (li,) for p in sub[:MAX_ECMP - len(got)]])
+            if len(got) >= MAX_ECMP:
+                break
+        memo[v] = got
+        return got
+
+    def _tails(self) -> list[int]:
+        if self._tail_list is None:
+            self._tail_list = self._ends[0].tolist()
+        return self._tail_list
 
     def _cost(self, path):
         return (int(self.cost[list(path)].sum()) if path else 0, len(path))
@@ -429,7 +473,7 @@ class Router:
         sw_down, y = np.unique(ys, return_inverse=True)
         fast = self._two_tier(sw_up, sw_down)
         if fast is None:
-            fast = _pad2([[self._paths(int(a), int(b), False) for b in sw_down] for a in sw_up])
+            fast = _pad2([self._paths(int(a), int(b), False) for b in sw_down] for a in sw_up)
         return {"out": seg[0], "in": seg[1], "sw": fast, "up": up, "down": down,
                 "x": x.astype(np.int64), "y": y.astype(np.int64)}
 
@@ -641,15 +685,33 @@ def _pad(rows, single=False):
 
 
 def _pad2(grid):
-    """2-D grid of path lists -> (array [x, y, alts, hops], counts [x, y])."""
-    nx, ny = len(grid), len(grid[0]) if grid else 0
-    alts = max((len(c) for row in grid for c in row), default=0) or 1
-    width = max((len(p) for row in grid for c in row for p in c), default=0)
+    """Rows (an iterable, each a list per column of path lists) -> (array [x, y, alts,
+    hops], counts [x, y]). A row is padded as it comes, so only one row's paths are held as
+    Python tuples at a time (a 1,024-node rail-3tier has 512 x 512 cells of 64 paths)."""
+    rows = [_pad_row(row) for row in grid]
+    nx, ny = len(rows), rows[0][0].shape[0] if rows else 0
+    alts = max((r[0].shape[1] for r in rows), default=1)
+    width = max((r[0].shape[2] for r in rows), default=0)
     arr = np.full((nx, ny, alts, width), -1, dtype=np.int32)
     counts = np.zeros((nx, ny), dtype=np.int64)
-    for i, row in enumerate(grid):
-        for j, c in enumerate(row):
-            counts[i, j] = len(c)
-            for k, p in enumerate(c):
-                arr[i, j, k, :len(p)] = p
+    for i in range(nx):
+        row, counts[i] = rows[i]
+        arr[i, :, :row.shape[1], :row.shape[2]] = row
+        rows[i] = None  # let the row go: the whole table is held once
+    return arr, counts
+
+
+def _pad_row(row):
+    """One row of _pad2: (array [y, alts, hops], counts [y])."""
+    alts = max((len(c) for c in row), default=0) or 1
+    width = max((max(map(len, c)) for c in row if c), default=0)
+    arr = np.full((len(row), alts, width), -1, dtype=np.int32)
+    counts = np.zeros(len(row), dtype=np.int64)
+    for j, c in enumerate(row):
+        counts[j] = len(c)
+        if c and len(set(map(len, c))) == 1:  # tied paths: one hop count
+            arr[j, :len(c), :len(c[0])] = c
+            continue
+        for k, p in enumerate(c):
+            arr[j, k, :len(p)] = p
     return arr, counts
