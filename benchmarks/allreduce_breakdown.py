@@ -20,6 +20,13 @@ processes, on the very objects a call uses:
 and the remainder (interpreter bookkeeping: counters, descriptors, the call record) is what
 the total leaves. With the small-message path (`RuntimeOptions.ll_max_bytes`) the same
 columns are printed for the call through it, and its C hot loop timed alone.
+
+    PYTHONPATH=src python3 benchmarks/allreduce_breakdown.py --phases [--iters 200]
+
+times the mid sizes instead (all-reduce and all-to-all, 1 and 4 MiB, 2 ranks): per call, the
+communicator's dispatch, entering the call (`ShmTransport._enter`), running the plan (in C
+where `runtime.cplan` takes it, else interpreted) and the end-of-call checks, each the mean
+and median over the calls, measured inside the rank processes.
 """
 from __future__ import annotations
 
@@ -182,6 +189,76 @@ def crossover_worker(iters: int) -> None:
 
 
 CROSSOVER_SIZES = [8, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768]
+PHASE_CASES = [("all_reduce", 1 << 20), ("all_reduce", 4 << 20), ("all_to_all", 1 << 20),
+               ("all_to_all", 4 << 20)]
+
+
+def phases_worker(iters: int) -> None:
+    """Per case, each call's phases: timers around the transport's entry, plan run and
+    execute (the rest of execute is the end-of-call checks)."""
+    import numpy as np
+
+    import gpucomm.runtime as rt
+    from gpucomm.runtime import interpret, shm
+    comm = rt.init()
+    spent: dict = {}
+
+    def timed(cls, name, key):
+        real = getattr(cls, name)
+
+        def run(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return real(*a, **kw)
+            finally:
+                spent.setdefault(key, []).append(time.perf_counter() - t)
+        setattr(cls, name, run)
+    for cls, name in ((shm.ShmTransport, "_enter"), (interpret.Interpreter, "run"),
+                      (shm.ShmTransport, "execute")):
+        timed(cls, name, name.strip("_"))
+    res = {}
+    for coll, size in PHASE_CASES:
+        x = np.zeros(size // 4, np.float32)
+        y = np.empty_like(x)
+        call = (lambda x=x: comm.all_reduce(x)) if coll == "all_reduce" else \
+            (lambda x=x, y=y: comm.all_to_all(y, x))
+        for _ in range(5):
+            call()
+        comm.barrier()
+        spent.clear()
+        total = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            call()
+            total.append(time.perf_counter() - t)
+        ex, en, rn = (spent[k][-iters:] for k in ("execute", "enter", "run"))
+        res[f"{coll} {size >> 20} MiB"] = {
+            "dispatch": [a - b for a, b in zip(total, ex)], "enter": en, "plan": rn,
+            "end checks": [a - b - c for a, b, c in zip(ex, en, rn)], "total": total}
+    print(f"RESULT{comm.rank} " + json.dumps(res), flush=True)
+    comm.close()
+
+
+def run_phases(iters: int) -> int:
+    import statistics
+
+    from gpucomm.runtime.launch import launch
+    out = io.StringIO()
+    print(f"load before: {load()}")
+    status = launch([sys.executable, os.path.abspath(__file__), "--worker", "--phases",
+                     "--iters", str(iters)], 2, out=out, timeout=600)
+    found = [ln.split("RESULT", 1)[1] for ln in out.getvalue().splitlines() if "RESULT" in ln]
+    got = {text[0]: json.loads(text.split(" ", 1)[1]) for text in found}
+    if status or len(got) != 2:
+        raise RuntimeError(f"phase ranks failed (exit {status}):\n{out.getvalue()[-2000:]}")
+    for case in got["0"]:
+        print(f"\n== {case}, 2 ranks, {iters} calls: mean / median us per call")
+        for part in got["0"][case]:
+            cols = [f"rank {r}: {statistics.mean(got[r][case][part]) * 1e6:8.1f} / "
+                    f"{statistics.median(got[r][case][part]) * 1e6:8.1f}" for r in "01"]
+            print(f"  {part:<11} " + "   ".join(cols))
+    print(f"\nload after: {load()}  (2 cores; other jobs share them)")
+    return 0
 
 
 def run_ours(size: int, iters: int, crossover: bool = False) -> dict:
@@ -258,13 +335,20 @@ def main() -> int:
     ap.add_argument("--crossover", action="store_true",
                     help="time sizes 8 B - 32 KiB with the small-message path and without "
                          "(run with GPUCOMM_LL_MAX_BYTES=32768)")
+    ap.add_argument("--phases", action="store_true",
+                    help="where the time of 1 and 4 MiB all-reduces and all-to-alls goes")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.size < 4 or args.size % 4:
         ap.error(f"--size {args.size}: a positive multiple of 4 (float32) is needed")
     if args.worker:
-        (crossover_worker(args.iters) if args.crossover else worker(args.size, args.iters))
+        if args.phases:
+            phases_worker(args.iters)
+        else:
+            (crossover_worker(args.iters) if args.crossover else worker(args.size, args.iters))
         return 0
+    if args.phases:
+        return run_phases(min(args.iters, 1000))
     if args.crossover:
         print(f"load before: {load()}")
         res = run_ours(8, args.iters, crossover=True)
