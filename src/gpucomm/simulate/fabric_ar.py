@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..topology.routing import lane_key
+from .flow import maxmin
 
 if TYPE_CHECKING:
     from ..topology.routing import Router
@@ -111,25 +112,7 @@ def maxmin_rates(table: npt.NDArray[np.signedinteger[Any]], capacity: npt.NDArra
     """Max-min fair rates of flows that all run at once, each a row of link indices (-1:
     padding) listing a link once per lane on it (fabric.py's lane rows: m of a flow's L lanes
     on a link load it with m/L of the flow's rate, the link carrying capacity x L = `scale`).
-    Progressive filling: every unfrozen flow grows alike until a link fills, whose flows
-    freeze; a flow's own NIC links are in its row, so it never exceeds line rate."""
-    n = len(table)
-    rate = np.zeros(n)
-    valid = table >= 0
-    if not n or not valid.any():
-        return np.full(n, np.inf)
-    rows = np.repeat(np.arange(n), table.shape[1])[valid.reshape(-1)]
-    links = table[valid]
+    The flow model's progressive filling (flow.maxmin) with no per-flow cap: a flow's own NIC
+    links are in its row, so it never exceeds line rate."""
     room = np.asarray(capacity, dtype=np.float64) * np.asarray(scale, dtype=np.float64)
-    room = room.copy()
-    active = np.ones(n, dtype=bool)
-    while active.any():
-        on = active[rows]
-        load = np.bincount(links[on], minlength=len(room)).astype(np.float64)
-        used = load > 0
-        step = float((room[used] / load[used]).min())
-        rate[active] += step
-        room -= step * load
-        full = used & (room <= 1e-9 * np.maximum(capacity * scale, 1.0))
-        active[np.unique(rows[full[links]])] = False
-    return rate
+    return maxmin(np.asarray(table), room, np.full(len(table), np.inf))
