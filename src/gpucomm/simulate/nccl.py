@@ -379,7 +379,7 @@ def tree_chunk_bytes(proto: str, nbytes: float, nch: int, nodes: int, ppn: int) 
         for factor, floor in value("TREE_SIMPLE_CHUNK_RULES"):
             while nbytes // (nch * chunk) < depth * factor and chunk > floor:
                 chunk //= 2
-    if proto == "ll128":
+    elif proto == "ll128":
         steps = 1 + int(np.log2(max(nodes, 1))) + 0.1 * ppn  # log2i: the floor
         for factor, floor in K.TREE_LL128_CHUNK_RULES:
             while nbytes // (nch * chunk) < steps * factor / ppn and chunk > floor:

@@ -100,12 +100,11 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
         ((2, 5), _base(4.4, 4.4, 0.0), "v2.5.6-1"),
         ((2, 18), _base(6.8, 14.0, 0.0), "v2.18.1-1"),
         ((2, 23), K.TREE_BASE_LATENCY_S, "v2.23.4-1")],
-    # hwLat[hw][Tree][proto]: 28 us a Simple tree step until 2.23 (50 across nodes until 2.8)
     "TREE_SIMPLE_CHUNK_RULES": [
         ((2, 5), ((8, 131072), (4, 65536), (1, 32768)),
          "v2.5.6-1..v2.19.4-1 enqueue.cc computeColl: Tree/Simple, ncclPatternTreeUpDown"),
         ((2, 20), K.TREE_SIMPLE_CHUNK_RULES, "v2.20.3-1 computeCollChunkInfo (rule removed)")],
-
+    # hwLat[hw][Tree][proto]: 28 us a Simple tree step until 2.23 (50 across nodes until 2.8)
     "TREE_HOP_LATENCY_S": [
         ((2, 5), _tree_lat((.5, 1.0, 5.0), (1.9, 1.9, 7.5), (28, 28, 50)), "v2.5.6-1"),
         ((2, 7), _tree_lat((.52, 1.0, 5.0), (1.2, 1.9, 8.5), (28, 28, 50)), "v2.7.3-1"),
