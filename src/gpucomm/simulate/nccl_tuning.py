@@ -53,7 +53,6 @@ TREE_BW = tuple(K.TREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
 NVLS_EFF = tuple(K.NVLS_EFFICIENCY[g] for g in GENERATIONS)
 NET_OVERHEAD_US = 1.0  # getNetOverhead: x86 Intel (2.0 on AMD CPUs; the tables rarely say)
-FP8_RING_PENALTY = 1024.0  # enqueue.cc: ring on fp8 over > 8 ranks ranked this much slower
 
 
 def _us(seconds: dict[str, float]) -> PerProto:
@@ -176,9 +175,16 @@ def ranked(coll_name: str, nbytes: int, topo: Topology, channels: int, nranks: i
     enqueue.cc does); NCCL runs the first."""
     found = estimates(coll_name, nbytes, topo, channels, nranks=nranks, nodes=nodes,
                       algorithms={a for a, _ in pairs}, protocols={p for _, p in pairs})
-    keyed = sorted((t * (FP8_RING_PENALTY if fp8 and nranks > 8 and a == "ring" else 1.0), a, p)
+    keyed = sorted((t * fp8_ring_penalty(a, fp8, nranks), a, p)
                    for t, a, p in found if (a, p) in pairs)
     return [(a, p) for _, a, p in keyed]
+
+
+def fp8_ring_penalty(algorithm: str, fp8: bool, nranks: int) -> float:
+    """NCCL's tuner ranks ring 1024x slower for fp8 on more than 8 ranks: a long chain of
+    fp8 roundings loses precision (src/enqueue.cc updateCollCostTable); the time is not
+    changed, only the choice."""
+    return 1024.0 if fp8 and nranks > 8 and algorithm == "ring" else 1.0
 
 
 def choose(coll_name: str, nbytes: int, topo: Topology, channels: int, nranks: int, nodes: int,

@@ -180,13 +180,15 @@ def _select(select: str, tried: list[SimResult], skipped: list[ranking.Pair],
     candidate NCCL's model does not cover (a registered schedule asked for with `also`) is
     taken only if gpucomm times it faster than NCCL's pick."""
     p = len(placement)
-    fastest = min(tried, key=lambda r: r.time_s * _fp8_ring_penalty(r.algorithm, dtype, p))
+    fp8 = get_dtype(dtype).name in FP8
+    penalty = nccl_tuning.fp8_ring_penalty
+    fastest = min(tried, key=lambda r: r.time_s * penalty(r.algorithm, fp8, p))
     if select == "fastest":
         return fastest
     timed = {(r.algorithm, r.protocol): r for r in tried}
     order = nccl_tuning.ranked(coll.name, nbytes, topology, CHANNELS, p,
                                len(nccl.node_groups(topology, placement)),
-                               {*timed, *skipped}, get_dtype(dtype).name in FP8)
+                               {*timed, *skipped}, fp8)
     for pair in order:
         if pair not in timed:
             try:
@@ -203,14 +205,6 @@ def _select(select: str, tried: list[SimResult], skipped: list[ranking.Pair],
                   r.time_s < chosen.time_s]
         return min(others, key=lambda r: r.time_s) if others else chosen
     return fastest
-
-
-def _fp8_ring_penalty(algorithm: str, dtype: DTypeLike, nranks: int) -> float:
-    """NCCL's tuner ranks ring 1024x slower for fp8 on more than 8 ranks: a long chain of
-    fp8 roundings loses precision (src/enqueue.cc updateCollCostTable); the time is not
-    changed, only the choice."""
-    fp8 = get_dtype(dtype).name in FP8
-    return 1024.0 if fp8 and nranks > 8 and algorithm == "ring" else 1.0
 
 
 def host_issue_s(gpus_per_thread: int = 1, cuda_graph: bool = False) -> float:
