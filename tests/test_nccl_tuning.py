@@ -38,18 +38,18 @@ def test_nccl_selection_keeps_the_candidates_it_may_choose_from(a100x2):
     res = predict("all_reduce", 16 * MIB, a100x2, select="nccl", protocol="simple",
                   exclude=["ring"])
     assert (res.algorithm, res.protocol) == ("tree", "simple")
-    assert nccl_tuning.choose("all_reduce", 16 * MIB, a100x2, 16, 16, 2,
-                              {("tree", "simple")}) == ("tree", "simple")
-    assert nccl_tuning.choose("all_to_all", MIB, a100x2, 16, 16, 2, {("grouped", "simple")}) \
-        is None
+    assert nccl_tuning.ranked("all_reduce", 16 * MIB, a100x2, 16, 16, 2,
+                              {("tree", "simple")}) == [("tree", "simple")]
+    assert nccl_tuning.ranked("all_to_all", MIB, a100x2, 16, 16, 2,
+                              {("grouped", "simple")}) == []
 
 
 def test_nccl_selection_ranks_fp8_rings_over_eight_ranks_1024x_slower(a100x2):
     pairs = {("ring", "simple"), ("tree", "simple")}
-    assert nccl_tuning.choose("all_reduce", 1 << 30, a100x2, 16, 16, 2, pairs) == \
+    assert nccl_tuning.ranked("all_reduce", 1 << 30, a100x2, 16, 16, 2, pairs)[0] == \
         ("ring", "simple")
-    assert nccl_tuning.choose("all_reduce", 1 << 30, a100x2, 16, 16, 2, pairs, fp8=True) == \
-        ("tree", "simple")
+    assert nccl_tuning.ranked("all_reduce", 1 << 30, a100x2, 16, 16, 2, pairs, fp8=True) == \
+        [("tree", "simple"), ("ring", "simple")]
 
 
 def test_nccl_selection_falls_back_to_the_fastest_where_nccls_model_has_none(a100x2):

@@ -12,8 +12,8 @@ plateau (x1.4 from sm80); src/enqueue.cc (updateCollCostTable / topoGetAlgoInfo)
 pair of least estimated time, with ring on fp8 over more than 8 ranks ranked 1024x slower.
 Facts and formulas only; no code copied.
 
-gpucomm times a collective with its own model (predict.py); `choose` says which pair NCCL's
-model would pick among those gpucomm may run, so `predict(select="nccl")` times what NCCL
+gpucomm times a collective with its own model (predict.py); `ranked` orders the pairs gpucomm
+may run as NCCL's model would, NCCL running the first, so `predict(select="nccl")` times what NCCL
 runs rather than what gpucomm's own timing finds fastest.
 
 What NCCL reads from its topology search is taken here from gpucomm's topology: the GPU's
@@ -185,14 +185,6 @@ def fp8_ring_penalty(algorithm: str, fp8: bool, nranks: int) -> float:
     fp8 roundings loses precision (src/enqueue.cc updateCollCostTable); the time is not
     changed, only the choice."""
     return 1024.0 if fp8 and nranks > 8 and algorithm == "ring" else 1.0
-
-
-def choose(coll_name: str, nbytes: int, topo: Topology, channels: int, nranks: int, nodes: int,
-           pairs: Collection[tuple[str, str]], fp8: bool = False) -> tuple[str, str] | None:
-    """The pair among `pairs` NCCL's tuning model runs (ranked()'s first), or None where its
-    model covers none of them."""
-    order = ranked(coll_name, nbytes, topo, channels, nranks, nodes, pairs, fp8)
-    return order[0] if order else None
 
 
 def _ll128_on(arch: int, intra_hw: str, ppn: float) -> bool:
