@@ -111,6 +111,7 @@ def class_of(t: dict) -> str:
     if int(t["nodes"]) > 1:
         return "1 GPU per node" if int(t["gpus_per_node"]) == 1 else "multi-node"
     hw = (t["hardware"] + " " + (t.get("intra") or "")).lower()
+    hw = hw.replace("no nvswitch", "").replace("without nvswitch", "")  # a mesh says so
     if "nvswitch" in hw or any(g in hw for g in ("h100", "h200", "b200", "a100")):
         return "1 node NVSwitch"
     return "1 node NVLink mesh" if "nvlink" in hw.replace("no nvlink", "") else "1 node PCIe"
