@@ -3,6 +3,9 @@
     python3 benchmarks/accuracy.py [--data FILE ...] [--model analytic|flow]
                                    [--select fastest|nccl] [-v]
 
+`-v` prints every row: gpucomm's choice and time, the measured time and busbw, and NCCL's own
+model's time and choice for the same row.
+
 Data: data/published/nccl-tests-published.json (50 published tables, sources in its README)
 and every JSON table file under data/measurements/ (public measurements the project added,
 sources in data/measurements/README.md).
@@ -111,6 +114,7 @@ def class_of(t: dict) -> str:
     if int(t["nodes"]) > 1:
         return "1 GPU per node" if int(t["gpus_per_node"]) == 1 else "multi-node"
     hw = (t["hardware"] + " " + (t.get("intra") or "")).lower()
+    hw = hw.replace("no nvswitch", "").replace("without nvswitch", "")  # a mesh says so
     if "nvswitch" in hw or any(g in hw for g in ("h100", "h200", "b200", "a100")):
         return "1 node NVSwitch"
     return "1 node NVLink mesh" if "nvlink" in hw.replace("no nvlink", "") else "1 node PCIe"
@@ -210,9 +214,12 @@ def evaluate(data, model="analytic", verbose=False, calibration=None, select="fa
             _nccl_baseline(out, coll, size, topo, res.channels, factor, meas_t, meas_bus)
             rows_out.append(out)
             if verbose:
+                nccl = (f"  NCCL model {out['nccl_time_us']:10.1f}us {out['nccl_choice']}"
+                        if "nccl_time_us" in out else "")
                 print(f"  {t['id'][:40]:40s} {size:>12d} {res.reason:>30s}"
                       f" pred {res.time_us:10.1f}us {res.busbw_GBps:7.1f}  meas "
-                      f"{(meas_t or float('nan')):10.1f}us {(meas_bus or float('nan')):7.1f}")
+                      f"{(meas_t or float('nan')):10.1f}us {(meas_bus or float('nan')):7.1f}"
+                      + nccl)
     return rows_out
 
 
@@ -227,6 +234,7 @@ def _nccl_baseline(out, coll, size, topo, channels, factor, meas_t, meas_bus):
         return
     t_us, algo, proto = est
     out["nccl_choice"] = f"{algo}/{proto}"
+    out["nccl_time_us"] = t_us
     bus = size / (t_us * 1e-6) / 1e9 * factor
     if meas_bus:
         out["nccl_bus_err"] = (bus - meas_bus) / meas_bus

@@ -194,3 +194,21 @@ def test_nccl_version_flag_models_the_release_the_log_ran(capsys):
     with pytest.raises(SystemExit):
         main(["doctor", str(log), "--nccl-version", "3.1"])
     assert "nccl version '3.1' not understood" in capsys.readouterr().err
+
+
+def test_a_malformed_nccl_version_is_refused_not_replaced_by_the_logs(capsys):
+    """The library refuses a version it cannot read (it used to fall back to the log's), and
+    doctor and sim word a bad --nccl-version alike: argparse's one line naming the option."""
+    log = parse_log(EXAMPLE.read_text())
+    for bad in ("latest", "2", "3.1"):
+        with pytest.raises(ConfigError, match=f"nccl version '{bad}' not understood"):
+            DoctorRequest(log, nccl_version=bad)
+    assert DoctorRequest(log, nccl_version="2.18.5-1").nccl_version == "2.18.5-1"
+    errs = []
+    for argv in (["doctor", str(EXAMPLE)], ["sim", "-b", "1M", "-e", "1M"]):
+        with pytest.raises(SystemExit):
+            main([*argv, "--nccl-version", "bad"])
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        errs.append(err.split(": error: ", 1)[1].rsplit(" (see ", 1)[0])
+    assert errs[0] == errs[1] and errs[0].startswith("argument --nccl-version: nccl version 'bad'")

@@ -17,8 +17,8 @@ from ..bench.table import NCCL_TYPE
 from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
 from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve, retire
-from .common import (PLOT_SUFFIXES, add_format, add_select, html_arg, output_file, param_pairs,
-                     print_json, seeds_arg, sweep_sizes, write_text)
+from .common import (PLOT_SUFFIXES, add_format, add_select, html_arg, nccl_version_arg,
+                     output_file, param_pairs, print_json, seeds_arg, sweep_sizes, write_text)
 from .progress import Progress
 
 # the nccl-tests flags a prediction depends on (the others are accepted with a note)
@@ -49,7 +49,7 @@ def register(sub) -> None:
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (alpha-beta) or flow (link sharing)")
     retire(p, "--model")
-    p.add_argument("--nccl-version", metavar="X.Y", default=None,
+    p.add_argument("--nccl-version", metavar="X.Y", default=None, type=nccl_version_arg,
                    help="model this NCCL release's tuning constants and algorithms "
                         "(e.g. 2.18; default: the newest)")
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,

@@ -61,6 +61,12 @@ class DoctorRequest:
     cuda_graph: bool | None = None  # override the log's graph: (nccl-tests -G)
     nccl_version: str | None = None  # the NCCL the log ran, overriding its INFO lines
 
+    def __post_init__(self) -> None:
+        # a version given is the user's, so it must be one gpucomm models: no silent fallback
+        # to the log's (ConfigError naming what is allowed)
+        if self.nccl_version is not None:
+            parse_version(self.nccl_version, strict=True)
+
 
 @dataclass(frozen=True)
 class Diagnosis:

@@ -1,0 +1,41 @@
+"""The tables benchmarks/accuracy.py scores: every one maps to a topology and a class, and the
+V100 hybrid-cube-mesh nodes (GPUs linked directly, no switch) are scored as the NVLink-mesh
+class, whatever words their description uses for the missing switch."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucomm.topology import build_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _accuracy():
+    spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks/accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+A = _accuracy()
+TABLES = [t for path in A.DATA for t in json.loads(Path(path).read_text())]
+
+
+@pytest.mark.parametrize("table", TABLES, ids=[t["id"] for t in TABLES])
+def test_every_table_maps_to_a_topology_and_a_class(table):
+    topo = build_topology(**A.system_of(table))
+    assert topo.nranks == int(table["gpus"]) == int(table["nodes"]) * int(table["gpus_per_node"])
+    assert A.class_of(table) in A.CLASSES
+    assert table["rows"] and all(int(r["bytes"]) >= 0 for r in table["rows"])
+
+
+def test_single_node_v100_meshes_are_the_mesh_class():
+    meshes = [t for t in TABLES if "v100" in t["hardware"].lower() and int(t["nodes"]) == 1]
+    assert {t["id"] for t in meshes} >= {"blog2019_v100_1n8g_all_reduce",
+                                         "ocijp_v100_1n8g_all_reduce_1GiB"}
+    assert {A.class_of(t) for t in meshes} == {"1 node NVLink mesh"}
+    said = dict(meshes[0], hardware="8x V100, hybrid cube mesh, no NVSwitch")
+    assert A.class_of(said) == "1 node NVLink mesh"
+    assert A.class_of(dict(said, hardware="8x V100 with NVSwitch (DGX-2)")) == "1 node NVSwitch"
