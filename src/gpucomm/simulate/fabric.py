@@ -81,6 +81,7 @@ recover faster) and for flows shorter than the recovery.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import TYPE_CHECKING, Any, cast
 
@@ -153,6 +154,18 @@ class FabricPolicy:
         self.between = between
         self.lane_scale = np.where(between, float(self.lanes), 1.0)
         self.recovery_s = recovery_s() if network.lossless and network.cc == "dcqcn" else 0.0
+
+    def per_connection(self) -> FabricPolicy:
+        """This policy with one NCCL connection per op (lanes = its queue pairs where
+        connections are hashed apart): for callers that list every connection as its own
+        op, as the trees do (nccl.tree_fabric_slowdown), where NCCL's channel layout and
+        not CONNECTIONS_PER_PEER sets how many connections cross a NIC."""
+        if self.net.routing not in ("ecmp", "flowlet") or self.connections == 1:
+            return self
+        out = copy.copy(self)
+        out.connections, out.lanes = 1, self.net.qps_per_connection
+        out.lane_scale = np.where(self.between, float(out.lanes), 1.0)
+        return out
 
     # ---- capacity --------------------------------------------------------------------------
     def capacity(self, capacity: Floats, link_class: npt.NDArray[np.signedinteger[Any]],
