@@ -233,8 +233,7 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
     if len(nodes) > 1:
         lat_net, nic = _net(paths, placement, nodes)
         out["net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes))
-        out["nvls_net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes, True)) \
-            if paths.fabric is not None else out["net"]
+        out["nvls_net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes, True))
     chain = max(nodes.values(), key=len)
     if len(chain) > 1:
         idx = _index(placement, chain)
