@@ -104,7 +104,10 @@ Routes = npt.NDArray[np.signedinteger[Any]]  # padded link rows (ops, hops), -1:
 
 MAX_LANES = 32
 # NCCL_NCHANNELS_PER_NET_PEER's default (NCCL 2.x env docs): channels, so connections, per
-# network peer; rings get the same from NCCL duplicating each ring channel
+# network peer; rings get the same from NCCL duplicating each ring channel (a DGX H100's search
+# finds 8 at 48 GB/s, one per NIC, not doubled on sm90 below 50 GB/s: search.cc
+# ncclTopoDupChannels; connect.cc ncclTopoPostset doubles them: 16, 2 per NIC). Trees list
+# their own connections (nccl.tree_fabric_slowdown, FabricPolicy.per_connection)
 CONNECTIONS_PER_PEER = 2
 DCQCN_TIMER_S = 55e-6   # DCQCN rate-increase timer T (Zhu et al., SIGCOMM 2015, §5)
 DCQCN_FAST_RECOVERY = 5  # F: fast-recovery rounds, each halving the gap to the target rate
