@@ -163,9 +163,21 @@ class _Shape(TypedDict, total=False):
     g: int  # ranks on the largest node
     chain: _Chain | None
     net: tuple[float, float] | None  # (latency, payload capacity) of a node's NICs; 1 node: None
-    nvls_net: tuple[float, float]  # the same for nvls_tree's connections (2 or more nodes)
+    nvls_net: tuple[float, float]  # the same for nvls_tree's connections (_nvls_net)
     pair: float  # capacity between the chain's first two ranks
     ring_links: npt.NDArray[np.int64]
+
+
+def _nvls_net(shape: _Shape, paths: PathTable, topology: Topology,
+              placement: npt.ArrayLike) -> tuple[float, float] | None:
+    """shape's `net` for nvls_tree's own connections (tree_fabric_slowdown with nvls),
+    computed on first use and kept in the shape."""
+    if shape["net"] is None:
+        return None
+    if "nvls_net" not in shape:
+        lat_net, nic = _net(paths, placement, nodes := node_groups(topology, placement))
+        shape["nvls_net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes, True))
+    return shape["nvls_net"]
 
 
 def _net(paths: PathTable, placement: npt.ArrayLike,
@@ -233,7 +245,6 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
     if len(nodes) > 1:
         lat_net, nic = _net(paths, placement, nodes)
         out["net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes))
-        out["nvls_net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes, True))
     chain = max(nodes.values(), key=len)
     if len(chain) > 1:
         idx = _index(placement, chain)
@@ -452,7 +463,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     t_nvl = size * (1 + 1 / g) / (shape["pair"] * eff)
     lat = value("NVLS_LATENCY_S")
     t_net, f, fill = 0.0, 1.0, 0.0
-    net = shape["nvls_net"] if shape["net"] is not None else None
+    net = _nvls_net(shape, paths, topology, placement)
     if net is not None and chunk is not None:  # 2 or more nodes
         lat_net, nic = net
         f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node
