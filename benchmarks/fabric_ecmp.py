@@ -54,7 +54,10 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
       keeps the path it was placed on: the class of G&H's scheme) and per-packet adaptive
       routing (InfiniBand AR; Spectrum-X, NVIDIA: 95%) 77-95%. Per-packet AR is the even
       split in a fluid model (100%): what keeps it below (HoL blocking, transport
-      overheads) is finer than the model, so that bar fails.
+      overheads) is finer than the model, so that bar fails. A stale queue sample would not
+      lower it either: a microsecond at 400 Gb/s is 50 KB, far below a switch's shared
+      buffer, and the long-run split stays even. Each mean prints its standard error over
+      the patterns.
 3. Lossy RoCE, go-back-N: the ring's busbw at 1% packet loss against lossless. Bar: <= 20%
    (go-back-N collapses at percent-level loss: Mittal et al., "Revisiting Network Support for
    RDMA", SIGCOMM 2018). The model's mechanism: a rollback of the window per loss, and a
