@@ -367,8 +367,18 @@ def _cluster(seed=0, **kw):
 
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "nvls_tree"])
 def test_ecmp_with_one_qp_is_slower_than_an_even_split(algorithm):
+    # nvls_tree opens 8 connections per tree edge and rail (every NVLS channel its own), so
+    # on a rail fabric its busiest NIC (an inner tree node) carries more than the hashed
+    # cables do; on a top-of-rack leaf (16 NICs over 18 uplinks) the cables are as loaded
+    def cluster(seed, **kw):
+        if algorithm != "nvls_tree":
+            return _cluster(seed, **kw)
+        return build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="tor-2tier",
+                              leaf_ports=2, placement="spread",
+                              network=Network(seed=seed, **kw))
+
     def t(**kw):
-        return float(np.median([predict("all_reduce", 4 * GIB, _cluster(s, **kw),
+        return float(np.median([predict("all_reduce", 4 * GIB, cluster(s, **kw),
                                         algorithm=algorithm).time_s for s in range(3)]))
     ecmp, spray = t(routing="ecmp"), t(routing="spray")
     assert ecmp > spray * 1.05
@@ -393,6 +403,28 @@ def test_tree_without_a_fabric_model_is_unchanged():
     pl = np.arange(topo.nranks)
     from gpucomm.simulate.nccl import node_groups
     assert tree_fabric_slowdown(path_table(topo, pl), pl, node_groups(topo, pl)) == 1.0
+
+
+def test_trees_open_nccls_connections_per_rail():
+    # NCCL: tree channels are the search's (one per NIC) and their copies, tree 0 on the
+    # first half and tree 1 on the copies (1 connection per tree and rail on 8 NICs);
+    # NVLSTree runs all 16 NVLS channels on every head, tree c % 2 (8 per tree and rail)
+    from gpucomm.simulate.core import path_table
+    from gpucomm.simulate.nccl import node_groups, tree_fabric_slowdown
+
+    def slow(nvls, seed, **kw):
+        topo = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="tor-2tier",
+                              leaf_ports=2, placement="spread",
+                              network=Network(seed=seed, routing="ecmp", **kw))
+        pl = np.arange(topo.nranks)
+        return tree_fabric_slowdown(path_table(topo, pl), pl, node_groups(topo, pl), nvls)
+
+    for seed in range(3):
+        assert slow(False, seed) == slow(False, seed, connections=1)
+        assert slow(True, seed) == slow(False, seed, connections=8)
+    # more connections, more hashes: the busiest cable nearer the mean
+    assert np.mean([slow(True, s) for s in range(4)]) < np.mean([slow(False, s)
+                                                                 for s in range(4)])
 
 
 def test_double_binary_tree_is_ncclgetdtree():

@@ -81,6 +81,7 @@ recover faster) and for flows shorter than the recovery.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import TYPE_CHECKING, Any, cast
 
@@ -103,7 +104,10 @@ Routes = npt.NDArray[np.signedinteger[Any]]  # padded link rows (ops, hops), -1:
 
 MAX_LANES = 32
 # NCCL_NCHANNELS_PER_NET_PEER's default (NCCL 2.x env docs): channels, so connections, per
-# network peer; rings get the same from NCCL duplicating each ring channel
+# network peer; rings get the same from NCCL duplicating each ring channel (a DGX H100's search
+# finds 8 at 48 GB/s, one per NIC, not doubled on sm90 below 50 GB/s: search.cc
+# ncclTopoDupChannels; connect.cc ncclTopoPostset doubles them: 16, 2 per NIC). Trees list
+# their own connections (nccl.tree_fabric_slowdown, FabricPolicy.per_connection)
 CONNECTIONS_PER_PEER = 2
 DCQCN_TIMER_S = 55e-6   # DCQCN rate-increase timer T (Zhu et al., SIGCOMM 2015, §5)
 DCQCN_FAST_RECOVERY = 5  # F: fast-recovery rounds, each halving the gap to the target rate
@@ -153,6 +157,18 @@ class FabricPolicy:
         self.between = between
         self.lane_scale = np.where(between, float(self.lanes), 1.0)
         self.recovery_s = recovery_s() if network.lossless and network.cc == "dcqcn" else 0.0
+
+    def per_connection(self) -> FabricPolicy:
+        """This policy with one NCCL connection per op (lanes = its queue pairs where
+        connections are hashed apart): for callers that list every connection as its own
+        op, as the trees do (nccl.tree_fabric_slowdown), where NCCL's channel layout and
+        not CONNECTIONS_PER_PEER sets how many connections cross a NIC."""
+        if self.net.routing not in ("ecmp", "flowlet") or self.connections == 1:
+            return self
+        out = copy.copy(self)
+        out.connections, out.lanes = 1, self.net.qps_per_connection
+        out.lane_scale = np.where(self.between, float(out.lanes), 1.0)
+        return out
 
     # ---- capacity --------------------------------------------------------------------------
     def capacity(self, capacity: Floats, link_class: npt.NDArray[np.signedinteger[Any]],

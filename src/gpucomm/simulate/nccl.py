@@ -163,8 +163,21 @@ class _Shape(TypedDict, total=False):
     g: int  # ranks on the largest node
     chain: _Chain | None
     net: tuple[float, float] | None  # (latency, payload capacity) of a node's NICs; 1 node: None
+    nvls_net: tuple[float, float]  # the same for nvls_tree's connections (_nvls_net)
     pair: float  # capacity between the chain's first two ranks
     ring_links: npt.NDArray[np.int64]
+
+
+def _nvls_net(shape: _Shape, paths: PathTable, topology: Topology,
+              placement: npt.ArrayLike) -> tuple[float, float] | None:
+    """shape's `net` for nvls_tree's own connections (tree_fabric_slowdown with nvls),
+    computed on first use and kept in the shape."""
+    if shape["net"] is None:
+        return None
+    if "nvls_net" not in shape:
+        lat_net, nic = _net(paths, placement, nodes := node_groups(topology, placement))
+        shape["nvls_net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes, True))
+    return shape["nvls_net"]
 
 
 def _net(paths: PathTable, placement: npt.ArrayLike,
@@ -279,34 +292,50 @@ def dtree_parents(n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
 def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
-                         nodes: dict[int, list[int]]) -> float:
-    """How much the fabric slows the network part of a tree (tree, nvls_tree) against a
-    fabric that never collides: 1 without a fabric model (topology.network None).
+                         nodes: dict[int, list[int]], nvls: bool = False) -> float:
+    """How much the fabric slows the network part of a tree (tree, or nvls_tree with `nvls`)
+    against a fabric that never collides: 1 without a fabric model (topology.network None).
 
-    The flows are the connections NCCL opens for the trees: on every NIC rail (one tree
-    channel per rail, each node entered and left by the GPU next to that rail's NIC, as
-    NCCL's tree channels are laid out, PXN carrying the rest over NVLink), both binary trees'
-    edges between nodes, up (reduce) and down (broadcast), at once; each is NCCL's
-    connections per peer times its queue pairs on the fabric's lanes (fabric.py), hashed,
-    sprayed or adaptively routed as the network says. A pipelined tree moves at its slowest
-    edge's pace (fabric.FabricPolicy.pipeline_slowdown)."""
+    The flows are the connections NCCL opens for the trees, each its own op (its queue pairs
+    the fabric's lanes, fabric.FabricPolicy.per_connection), both binary trees' edges between
+    nodes, up (reduce) and down (broadcast), at once, hashed, sprayed or adaptively routed as
+    the network says. Every channel has its own connection to its tree peers (init.cc
+    ncclTransportP2pConnect per channel; net.cc shares a connection only without a graph,
+    i.e. for send/recv), and the channels fall on the rails as NCCL lays them out:
+    - tree: the search's channels (one per NIC) are duplicated, the first half running tree
+      0 and the copies tree 1 (connect.cc connectTrees, channel c and c + nChannels), so a
+      rail carries TREE_CHANNELS / 2 / rails connections of each tree (1 on 8 NICs); channel c
+      leaves by rail c (mod the rails);
+    - nvls_tree: every NVLS channel (NCCL_NVLS_NCHANNELS, 16) of a head rank talks to its
+      tree peers, tree 0 on even channels and tree 1 on odd ones (connect.cc connectNvls,
+      treeUp[c%2]), the head being the rank next to its rail's NIC: NVLS_CHANNELS / 2
+      connections of each tree per rail (8).
+    A connection's messages go round-robin over its queue pairs. An explicit
+    `Network.connections` sets the connections per tree, per rail, instead. A pipelined tree
+    moves at its slowest edge's pace (fabric.FabricPolicy.pipeline_slowdown)."""
     fab = paths.fabric
     n = len(nodes)
     if fab is None or n < 2:
         return 1.0
     heads = _index(placement, [v[0] for v in nodes.values()])
-    child_parts, parent_parts = [], []
-    for parent in dtree_parents(n):
-        child = np.flatnonzero(parent >= 0)
-        child_parts.append(child)
-        parent_parts.append(parent[child])
-    child, parent = np.concatenate(child_parts), np.concatenate(parent_parts)
-    src = np.concatenate([heads[child], heads[parent]])
-    dst = np.concatenate([heads[parent], heads[child]])
     rails = paths.rails_per_node
-    ch = np.repeat(np.arange(rails, dtype=np.int64), len(src))
-    table = paths.routes(np.tile(src, rails), np.tile(dst, rails), ch)
-    return fab.pipeline_slowdown(table, paths.capacity)
+    per = fab.net.connections or max((K.NVLS_CHANNELS if nvls else K.TREE_CHANNELS // rails)
+                                     // 2, 1)
+    src_parts, dst_parts, ch_parts = [], [], []
+    for t, parent in enumerate(dtree_parents(n)):
+        child = np.flatnonzero(parent >= 0)
+        src = np.concatenate([heads[child], heads[parent[child]]])
+        dst = np.concatenate([heads[parent[child]], heads[child]])
+        # connection k of tree t on rail r: a channel number that leaves by rail r
+        conn = (np.arange(per, dtype=np.int64) * 2 + t)[:, None] * rails + \
+            np.arange(rails, dtype=np.int64)[None, :]
+        ch_parts.append(np.repeat(conn.reshape(-1), len(src)))
+        src_parts.append(np.tile(src, per * rails))
+        dst_parts.append(np.tile(dst, per * rails))
+    one = fab.per_connection()
+    table = paths.routes(np.concatenate(src_parts), np.concatenate(dst_parts),
+                         np.concatenate(ch_parts), fabric=one)
+    return one.pipeline_slowdown(table, paths.capacity)
 
 
 def net_hop_floor(topology: Topology, placement: npt.ArrayLike, proto: str,
@@ -434,7 +463,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     t_nvl = size * (1 + 1 / g) / (shape["pair"] * eff)
     lat = value("NVLS_LATENCY_S")
     t_net, f, fill = 0.0, 1.0, 0.0
-    net = shape["net"]
+    net = _nvls_net(shape, paths, topology, placement)
     if net is not None and chunk is not None:  # 2 or more nodes
         lat_net, nic = net
         f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node

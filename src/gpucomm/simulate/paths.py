@@ -97,8 +97,11 @@ class PathTable:
                                             default=1) or 1
         return int(self.cache.rails_per_node)
 
-    def routes(self, src: npt.ArrayLike, dst: npt.ArrayLike, channel: npt.ArrayLike) -> Routes:
-        """Padded link table (ops, hops) for schedule ranks src -> dst on channels."""
+    def routes(self, src: npt.ArrayLike, dst: npt.ArrayLike, channel: npt.ArrayLike,
+               fabric: FabricPolicy | None = None) -> Routes:
+        """Padded link table (ops, hops) for schedule ranks src -> dst on channels; `fabric`
+        (a variant of this table's policy, e.g. FabricPolicy.per_connection) lays the lanes
+        instead of self.fabric."""
         src = np.asarray(src, dtype=np.int64)
         c = np.broadcast_to(np.asarray(channel, dtype=np.int64), src.shape)
         row = c % len(self.placement)
@@ -115,8 +118,9 @@ class PathTable:
             out = _widen(out, width)
             out[idx] = _widen(rows, width)
         out[s == d] = -1  # a local copy crosses no link
-        if self.fabric is not None:  # one path per lane (queue pair, sprayed share)
-            out = self.fabric.lane_routes(out, idx, gs, gd, c[idx])
+        fabric = fabric or self.fabric
+        if fabric is not None:  # one path per lane (queue pair, sprayed share)
+            out = fabric.lane_routes(out, idx, gs, gd, c[idx])
         return out
 
     def _rail_gpus(self, src: Ints, dst: Ints, channels: Ints) -> tuple[Ints, Ints]:
