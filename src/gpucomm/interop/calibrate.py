@@ -17,8 +17,9 @@ Topology built with the candidate value (topology.profile.apply_profile):
   (network_sync_from_bytes: where the net plugin starts to synchronise each step; 0, every
   step, where no row rises against the one before it), by bisection on their median
   predicted/measured time; nic_efficiency is then fitted again with it in place (large
-  messages pay it too). Only beside a fitted nic_efficiency. A step cost, not a per-call one: a run with more network steps (more
-  ranks in a ring, more nodes in a tree) pays it more often.
+  messages pay it too). Only beside a fitted nic_efficiency. A step cost, not a per-call
+  one: a run with more network steps (more ranks in a ring, more nodes in a tree) pays it
+  more often.
 A value outside what physics allows (a NIC above its line rate) is an error, not a profile.
 """
 from __future__ import annotations
