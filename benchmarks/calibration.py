@@ -1,7 +1,7 @@
 """Calibrate on one run of a cluster, predict its other runs: uncalibrated vs calibrated error.
 
     PYTHONPATH=src python3 benchmarks/calibration.py [--cluster NAME] [-v] [--residuals]
-                                                     [--select fastest|nccl]
+                                                     [--select fastest|nccl] [--published]
 
 For every cluster of data/logs/index.json with several runs (other node counts, GPUs per node
 or collectives), `gpucomm calibrate`'s library call fits a profile on the run marked
@@ -12,6 +12,8 @@ median within 10% at >= 64 MiB and within 20% at 1-64 MiB, calibrated, on held-o
 `--residuals`: per cluster and per size, the held-out rows' median measured/predicted time,
 calibrated, and what the model ran there (where the mid sizes miss, and why). `--select nccl`:
 auto runs the pair NCCL's tuning model picks (predict's select), in the fit and the predictions.
+`--published`: the same, on pairs of published tables (and logs) of one cluster (PAIRS), printed
+beside the bar.
 """
 from __future__ import annotations
 
@@ -32,6 +34,25 @@ from gpucomm.interop.doctor import DoctorRequest, diagnose  # noqa: E402
 from gpucomm.interop.nccltests import parse_logs  # noqa: E402
 
 LOGS = ROOT / "data" / "logs"
+PUBLISHED = ROOT / "data" / "published" / "nccl-tests-published.json"
+# Published tables (data/published) of one cluster at two runs: calibrate on the first, predict
+# the second, as for the logs. A source is a log of data/logs or a table id; `flags` is what the
+# source does not say of the machine (DoctorRequest fields). Held-out evidence beside the bar:
+# none of these were looked at when the calibration rules were chosen.
+PAIRS = (
+    ("aws-p4d EFA (log NCCL 2.9.9 -> table NCCL 2.8.3)", "aws-p4d-eks-2n-nccl2.9.9-efa.log",
+     "aws_p4d_2n16g_all_reduce", {"collective": "all_reduce", "gpu": "a100",
+                                  "nic": "efa-100g", "nics_per_node": 4}),
+    ("aws-p4d EFA (table NCCL 2.8.3 -> log NCCL 2.9.9)", "aws_p4d_2n16g_all_reduce",
+     "aws-p4d-eks-2n-nccl2.9.9-efa.log", {"collective": "all_reduce", "gpu": "a100",
+                                          "nic": "efa-100g", "nics_per_node": 4}),
+    ("nccl-tests#309 cluster B IB (4 nodes -> 8 nodes)",
+     "nccltests309_h100_4n32g_ib_all_reduce_clusterB",
+     "nccltests309_h100_8n64g_ib_all_reduce_clusterB", {"gpu": "h100", "nic": "ib-ndr"}),
+    ("nccl-tests#309 cluster B IB (8 nodes -> 4 nodes)",
+     "nccltests309_h100_8n64g_ib_all_reduce_clusterB",
+     "nccltests309_h100_4n32g_ib_all_reduce_clusterB", {"gpu": "h100", "nic": "ib-ndr"}),
+)
 CLASSES = ((">=64MiB", lambda s: s >= 64 << 20, 0.10),
            ("1-64MiB", lambda s: (1 << 20) <= s < 64 << 20, 0.20),
            ("<=64KiB", lambda s: s <= 64 << 10, None))
@@ -42,6 +63,56 @@ def requests(entry, select="fastest") -> list:
     return [DoctorRequest(log, name=entry["file"], select=select,
                           nccl_version=entry.get("nccl_version"))  # where the source states it
             for log in parse_logs(path.read_text())]
+
+
+def table_log(entry: dict) -> str:
+    """A published table as the nccl-tests output it was printed from (float rows, one rank per
+    GPU, device lines naming the hosts), so that doctor and calibrate read it as a log."""
+    n, per = entry["nodes"] * entry["gpus_per_node"], entry["gpus_per_node"]
+    out = [f"# Collective test starting: {entry['collective']}_perf", "# Using devices"]
+    out += [f"#  Rank {r:3d} Group  0 Pid {1000 + r} on node{r // per} device {r % per} "
+            "[0x00] GPU" for r in range(n)]
+    factor = 2 * (n - 1) / n if entry["collective"] == "all_reduce" else (n - 1) / n
+    for row in entry["rows"]:
+        size, t = row["bytes"], row["time_us"]
+        alg = size / t / 1e3
+        cols = f"{t:.2f} {alg:.2f} {alg * factor:.2f} 0"
+        out.append(f"{size} {size // 4} float sum -1 {cols} {cols}")
+    return "\n".join(out) + "\n"
+
+
+def source_requests(source: str, flags: dict, tables: dict) -> list:
+    """DoctorRequests of a pair's source: a log of data/logs or a published table's id."""
+    text = (LOGS / source).read_text() if source.endswith(".log") else table_log(tables[source])
+    version = tables[source]["nccl_version"].split("+")[0] if source in tables else None
+    return [DoctorRequest(log, name=source, nccl_version=version, **flags)
+            for log in parse_logs(text)]
+
+
+def published_pairs(verbose: bool) -> None:
+    """Calibrate on one source of each PAIRS entry, predict the other: median |busbw error| of
+    the held-out rows per size class, uncalibrated and calibrated, and pooled."""
+    tables = {e["id"]: e for e in json.loads(PUBLISHED.read_text())}
+    pooled: dict = {"uncal": defaultdict(list), "cal": defaultdict(list)}
+    print("published tables, pairs of one cluster (not part of the bar):")
+    for label, train, held, flags in PAIRS:
+        try:
+            prof = calibrate(CalibrateRequest(tuple(source_requests(train, flags, tables))))
+        except GpucommError as e:
+            print(f"{label}: calibration refused: {e}")
+            continue
+        reqs = source_requests(held, flags, tables)
+        u, c = errors(reqs, None), errors(reqs, prof)
+        for k in u:
+            pooled["uncal"][k] += u[k]
+            pooled["cal"][k] += c.get(k, [])
+        print(f"  {label:56s} " + "  ".join(f"{med(u.get(n, []))} {med(c.get(n, []))}"
+                                             for n, _, _ in CLASSES)
+              + (f"   [{', '.join(f'{k}={v:.3g}' for k, v in prof.parameters.items())}]"
+                 if verbose else ""))
+    print(f"  {'all pairs':56s} " + "  ".join(
+        f"{med(pooled['uncal'].get(n, []))} {med(pooled['cal'].get(n, []))}"
+        for n, _, _ in CLASSES))
 
 
 def errors(reqs, profile, resid=None) -> dict:
@@ -86,6 +157,9 @@ def main(argv=None) -> int:
     ap.add_argument("--select", default="fastest", choices=("fastest", "nccl"),
                     help="how auto chooses, in the fit and the predictions: gpucomm's fastest "
                     "pair, or the pair NCCL's tuning model picks")
+    ap.add_argument("--published", action="store_true",
+                    help="also calibrate on one published table (or log) of a cluster and "
+                    "predict another of the same cluster (PAIRS; printed beside the bar)")
     args = ap.parse_args(argv)
     index = json.loads((LOGS / "index.json").read_text())
     clusters: dict = defaultdict(list)
@@ -131,6 +205,8 @@ def main(argv=None) -> int:
     print(f"{'all held-out rows':58s} " + "  ".join(
         f"{med(pooled['uncal'].get(n, []))} {med(pooled['cal'].get(n, []))}"
         for n, _, _ in CLASSES))
+    if args.published:
+        published_pairs(args.v)
     ok = True
     for n, _, bar in CLASSES:
         if bar is None or not pooled["cal"].get(n):

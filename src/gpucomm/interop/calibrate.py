@@ -12,10 +12,14 @@ Topology built with the candidate value (topology.profile.apply_profile):
 - network_latency_us on multi-node tests' rows of 64 KiB and less (latency bound), by
   bisection on the median predicted/measured time;
 - network_sync_us, the per-step synchronisation cost across nodes, on multi-node rows between
-  64 KiB and 64 MiB: from the per-rank share where the measured time jumps most against the
-  model (network_sync_from_bytes: where the net plugin starts to synchronise each step) up,
-  by bisection on their median predicted/measured time; nic_efficiency is then fitted again
-  with it in place (large messages pay it too).
+  64 KiB and 64 MiB, wherever those rows are slower than the model: from the per-rank share
+  where measured over predicted time rises most between two sizes of a test
+  (network_sync_from_bytes: where the net plugin starts to synchronise each step; 0, every
+  step, where no row rises against the one before it), by bisection on their median
+  predicted/measured time; nic_efficiency is then fitted again with it in place (large
+  messages pay it too). Only beside a fitted nic_efficiency. A step cost, not a per-call
+  one: a run with more network steps (more ranks in a ring, more nodes in a tree) pays it
+  more often.
 A value outside what physics allows (a NIC above its line rate) is an error, not a profile.
 """
 from __future__ import annotations
@@ -41,7 +45,6 @@ MEANING = {
     "network_sync_from_bytes": "per-rank share of a collective from which each network step "
                                "pays network_sync_us",
 }
-SYNC_JUMP = 1.5  # a jump of measured over predicted time this large between two sizes
 MAX_SYNC_US = 10000.0
 
 
@@ -77,12 +80,13 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     small_multi = _rows(multi, lambda r: r["size"] <= SMALL)
     if len(small_multi) >= MIN_ROWS and "network_latency_us" in catalog:
         params["network_latency_us"] = _fit_latency(multi, params)
-    sync = _fit_sync(multi, params) if "network_sync_us" in catalog else None
+    # the sync only beside a fitted NIC rate: without large rows a step cost and a slow NIC
+    # cannot be told apart
+    sync = _fit_sync(multi, params) if "nic_efficiency" in params else None
     if sync is not None:
         params.update(sync)
-        if "nic_efficiency" in params:
-            params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
-                                                  params["nic_efficiency"], _big)
+        params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
+                                              params["nic_efficiency"], _big)
     if not params:
         raise ConfigError(
             f"too few rows to fit: {len(big_single)} single-node and {len(big_multi)} multi-node "
@@ -187,9 +191,9 @@ def _mid(row) -> bool:
 
 
 def _fit_sync(tests, params) -> dict | None:
-    """network_sync_us and network_sync_from_bytes, or None where the log shows no step in
-    time the model lacks (no jump of measured over predicted time of SYNC_JUMP or more between
-    two sizes of a test, or nothing left to explain)."""
+    """network_sync_us and network_sync_from_bytes, or None where the mid-size rows are not
+    slower than the model (nothing left to explain). The sync starts at the per-rank share where
+    measured over predicted time rises most from one size of a test to the next, else at 0."""
     per_test = []
     for t in tests:
         ranks = max(int(t.kw.get("nodes", 1)) * int(t.kw.get("gpus_per_node", 1)), 1)
@@ -197,14 +201,12 @@ def _fit_sync(tests, params) -> dict | None:
                        if r.get("predicted_time_us") and r["time_us"] > 0),
                       key=lambda r: r["size"])
         per_test.append((ranks, rows))
-    best, start = SYNC_JUMP, None
+    best, start = 1.0, 0.0
     for ranks, rows in per_test:
         for a, b in zip(rows, rows[1:]):
             jump = (b["time_us"] / b["predicted_time_us"]) / (a["time_us"] / a["predicted_time_us"])
-            if jump >= best:
+            if jump > best:
                 best, start = jump, b["size"] / ranks
-    if start is None:
-        return None
 
     def median_ratio(us):
         trial = {**params, "network_sync_us": us, "network_sync_from_bytes": start}

@@ -1,0 +1,37 @@
+"""benchmarks/calibration.py --published reads a published table as the nccl-tests log it was
+printed from: same sizes and times, the machine the table states (issue 23)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucomm.interop.doctor import diagnose
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("calibration_bench",
+                                                  ROOT / "benchmarks" / "calibration.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_table_reads_back_as_its_log(bench):
+    tables = {e["id"]: e for e in json.loads(bench.PUBLISHED.read_text())}
+    for _, train, held, flags in bench.PAIRS:
+        for source in (train, held):
+            if source.endswith(".log"):
+                assert (bench.LOGS / source).is_file()
+                continue
+            table = tables[source]
+            (req,) = bench.source_requests(source, flags, tables)
+            assert [(r["size"], r["time_us"]) for r in req.log.good_rows] == \
+                [(r["bytes"], pytest.approx(r["time_us"], abs=0.01)) for r in table["rows"]]
+            system = diagnose(req).system
+            assert (system["nodes"], system["gpus_per_node"]) == \
+                (table["nodes"], table["gpus_per_node"])
+            assert req.nccl_version == table["nccl_version"].split("+")[0]
