@@ -93,15 +93,18 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
 def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
                   nbytes: float, nranks: int, channels: int, net_floor_s: float = 0.0) -> Protocol:
     """The protocol of an NCCL ring across nodes, with the latency refinements of NCCL's own
-    model (constants.py) and one of ours: every step, NVLink ones included, costs at least a
-    network step (constants.RING_STEP_AT_NET_PACE), and a Simple all-reduce ring's latency
+    model (constants.py) and one of ours: where NCCL runs the ring on more than one channel
+    (ring_channels), every step, NVLink ones included, costs at least a network step
+    (constants.RING_STEP_AT_NET_PACE); on one channel only the network steps do, as in NCCL's
+    own model. A Simple all-reduce ring's latency
     carries the plateau factor. `net_floor_s`: the least software latency of a network step on
     these NICs (net_stack_floor_s less the link's)."""
     if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
         return proto
     net = CLASS_NAMES.index("net")
     step = max(proto.hop_latency_s[net], net_floor_s)  # one network step's software latency
-    floor = step if K.RING_STEP_AT_NET_PACE else K.NET_MESSAGE_OVERHEAD_S[proto.name]
+    paced = K.RING_STEP_AT_NET_PACE and ring_channels(proto.name, nbytes, nranks, channels) > 1
+    floor = step if paced else K.NET_MESSAGE_OVERHEAD_S[proto.name]
     hop = tuple(step if c == "net" else max(h, floor)
                 for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
     factor = 1.0
@@ -115,6 +118,20 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
                    base_latency_s=proto.base_latency_s * factor,
                    slice_bytes=min(proto.slice_bytes,
                                    int(np.ceil(message / proto.wire_efficiency))))
+
+
+def ring_channels(proto_name: str, nbytes: float, nranks: int, channels: int) -> int:
+    """The channels NCCL runs a ring collective of `nbytes` on: its channel tuning
+    (enqueue.cc, v2.18 and 2.4 alike) drops channels while nBytes < nc x nThreads x
+    threadThreshold (constants.RING_THREADS; the LL threshold is x nRanks for rings,
+    tuning.cc), down to one."""
+    threads, per_thread = K.RING_THREADS[proto_name]
+    if proto_name == "ll":
+        per_thread *= nranks
+    nc = max(int(channels), 1)
+    while nc > 1 and nbytes < nc * threads * per_thread:
+        nc -= 1
+    return nc
 
 
 def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
