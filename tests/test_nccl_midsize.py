@@ -6,7 +6,8 @@ import pytest
 
 from gpucomm.simulate import constants as K
 from gpucomm.simulate import nccl, predict
-from gpucomm.simulate.protocol import get_protocol, net_stack_floor_s, ring_protocol
+from gpucomm.simulate.protocol import (get_protocol, net_stack_floor_s, ring_channels,
+                                      ring_protocol)
 from gpucomm.topology import build_topology
 
 MIB = 1 << 20
@@ -133,3 +134,36 @@ def test_ring_across_nodes_steps_at_network_pace(monkeypatch, mib, measured_us):
     monkeypatch.setattr(K, "RING_STEP_AT_NET_PACE", False)
     nccl_floor = predict("all_reduce", mib * MIB, t, algorithm="ring").time_us
     assert nccl_floor < 0.8 * measured_us
+
+
+@pytest.mark.parametrize("proto,nbytes,ranks,channels", [
+    # enqueue.cc: nc drops while nBytes < nc x nThreads x threadThreshold; a ring's LL
+    # threshold is 8 B x nRanks a thread (tuning.cc), 512 threads: 64 KiB a channel on 16 ranks
+    ("ll", 8, 16, 1), ("ll", 64 * 1024, 16, 1), ("ll", 128 * 1024, 16, 2), ("ll", MIB, 16, 16),
+    ("ll128", 5120, 16, 1), ("ll128", 10240, 16, 2),  # 640 threads x 8 B
+    ("simple", 32 * 1024, 16, 1), ("simple", 64 * 1024, 16, 2),  # 512 threads x 64 B
+])
+def test_ring_channels_follow_nccls_channel_tuning(proto, nbytes, ranks, channels):
+    assert ring_channels(proto, nbytes, ranks, 16) == channels
+
+
+def test_a_one_channel_ring_pays_the_network_only_at_node_boundaries():
+    """On one channel (an 8 B ring) NVLink steps keep their own latency, held only at NCCL's
+    per-message overhead (tuning.cc); the network steps pay the network's (here a 20 us
+    floor). From two channels on, every step is held at the network step."""
+    ll = get_protocol("ll", "hopper", 2)
+    nvl, net = ll.hop_latency_s[0], 20e-6
+    tiny = ring_protocol(ll, "hopper", 2, "all_reduce", 8, 16, 16, net).hop_latency_s
+    assert tiny[0] == pytest.approx(max(nvl, K.NET_MESSAGE_OVERHEAD_S["ll"]))
+    assert tiny[2] == pytest.approx(net)
+    paced = ring_protocol(ll, "hopper", 2, "all_reduce", 128 * 1024, 16, 16, net)
+    assert paced.hop_latency_s == pytest.approx((net,) * 3)
+
+
+def test_p3dn_ring_of_8_bytes_crosses_the_network_four_times():
+    """2 x p3dn (EFA without GPUDirect RDMA, NCCL 2.4.8, rings): 137 us measured for 8 B (the
+    published table). 30 steps at a network step's 20 us would be 600 us; 4 crossings of it
+    and 26 NVLink steps are ~125 us."""
+    p3dn = build_topology("dgx-v100", nodes=2, nic="efa-100g-nogdr", nics_per_node=1)
+    t = predict("all_reduce", 8, p3dn, algorithm="ring", protocol="ll").time_us
+    assert 137 / 1.25 < t < 137 * 1.25
