@@ -82,8 +82,6 @@ def system_of(t: dict) -> dict:
         raise ValueError(f"no preset for hardware {t['hardware']!r}")
     if kw["nodes"] > 1:
         kw.update(network_of((t.get("inter") or "").lower()))
-        if kw.get("nic") == "efa-100g" and "p3dn" in hw:  # EFA without GPUDirect RDMA
-            kw["nic"] = "efa-100g-nogdr"
     return {k: v for k, v in kw.items() if v is not None}
 
 

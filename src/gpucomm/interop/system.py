@@ -42,9 +42,7 @@ LABEL = {"dgx-b200": "DGX B200", "hgx-h200": "HGX H200", "dgx-h100": "DGX H100",
          "pcie": "PCIe host", "mi300x": "MI300X platform", "mi355x": "MI355X platform"}
 # Per-GPU-generation NIC of the same family when the log names only the family.
 _ROCE = {"b200": "roce-400g", "h200": "roce-400g", "h100": "roce-400g", "a100": "roce-200g"}
-# V100 with EFA is a p3dn.24xlarge, which has no GPUDirect RDMA (catalog efa-100g-nogdr).
-_EFA = {"b200": "efa-400g", "h200": "efa-400g", "h100": "efa-400g", "a100": "efa-100g",
-        "v100": "efa-100g-nogdr"}
+_EFA = {"b200": "efa-400g", "h200": "efa-400g", "h100": "efa-400g", "a100": "efa-100g"}
 # InfiniBand by GPU generation when NCCL prints no port speed (what those nodes shipped with).
 _IB = {"b200": "ib-ndr", "h200": "ib-ndr", "h100": "ib-ndr", "a100": "ib-hdr", "v100": "ib-edr",
        "mi300x": "ib-ndr", "mi355x": "ib-ndr"}

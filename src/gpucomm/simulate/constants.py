@@ -106,10 +106,14 @@ NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
 # no step of a ring over 2+ nodes is faster than the network's, however fast NVLink is.
 #
 # Not at the smallest sizes: there NCCL runs the ring on one channel (protocol.ring_channels)
-# and a message's critical path crosses the network only at the node boundaries, so NCCL's own
-# model holds (tuning.cc: nInterSteps at the network latency, the other steps at the intra-node
-# one). The published 2 x p3dn (EFA, NCCL 2.4.8, rings) table runs an 8 B all-reduce in 137 us,
-# 30 steps of which 4 cross the network: 30 steps at a network step's ~20 us would be ~600 us.
+# and a message's critical path crosses the network only at the node boundaries, as NCCL's own
+# model has it (tuning.cc: nInterSteps = 2 nNodes at the network latency, the other steps at the
+# intra-node one) and AWS's tuner for EFA too (aws-ofi-nccl src/tuner/nccl_ofi_model.cpp,
+# NCCL_ALGO_RING: num_internode_steps x net_lat + the rest x the NVLink latency, net_lat 20 us).
+# Such a crossing pays the NIC kind's latency (NET_STACK_LATENCY_S), not a NIC's measured step
+# floor (catalog stack_latency_us, measured on a tree). Published 2-node EFA rings of 8 B:
+# p3dn (NCCL 2.4.8) 137 us and p4d (NCCL 2.7.8, held out) 159 us, 30 steps of which 4 cross:
+# ~22-31 us a crossing, where 30 steps at p4d's 70 us step would be ~2 ms.
 # Our reading of why more channels change it: one proxy thread per GPU (src/proxy.cc) serves
 # every channel's network messages in turn, so with many channels a step's messages queue
 # behind each other at the node's exit GPUs; with one there is no queue. A reading, not a
