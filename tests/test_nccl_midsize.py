@@ -6,7 +6,8 @@ import pytest
 
 from gpucomm.simulate import constants as K
 from gpucomm.simulate import nccl, predict
-from gpucomm.simulate.protocol import get_protocol, net_stack_floor_s, ring_protocol
+from gpucomm.simulate.protocol import (get_protocol, net_stack_floor_s, ring_channels,
+                                      ring_protocol)
 from gpucomm.topology import build_topology
 
 MIB = 1 << 20
@@ -133,3 +134,39 @@ def test_ring_across_nodes_steps_at_network_pace(monkeypatch, mib, measured_us):
     monkeypatch.setattr(K, "RING_STEP_AT_NET_PACE", False)
     nccl_floor = predict("all_reduce", mib * MIB, t, algorithm="ring").time_us
     assert nccl_floor < 0.8 * measured_us
+
+
+@pytest.mark.parametrize("proto,nbytes,ranks,channels", [
+    # enqueue.cc: nc drops while nBytes < nc x nThreads x threadThreshold; a ring's LL
+    # threshold is 8 B x nRanks a thread (tuning.cc), 512 threads: 64 KiB a channel on 16 ranks
+    ("ll", 8, 16, 1), ("ll", 64 * 1024, 16, 1), ("ll", 128 * 1024, 16, 2), ("ll", MIB, 16, 16),
+    ("ll128", 5120, 16, 1), ("ll128", 10240, 16, 2),  # 640 threads x 8 B
+    ("simple", 32 * 1024, 16, 1), ("simple", 64 * 1024, 16, 2),  # 512 threads x 64 B
+])
+def test_ring_channels_follow_nccls_channel_tuning(proto, nbytes, ranks, channels):
+    assert ring_channels(proto, nbytes, ranks, 16) == channels
+
+
+def test_a_one_channel_ring_pays_the_network_only_at_node_boundaries():
+    """On one channel (an 8 B ring) NVLink steps keep their own latency, held only at NCCL's
+    per-message overhead (tuning.cc); the network steps pay the NIC kind's latency (20 us), not
+    the NIC's measured step floor (65 us). From two channels on, every step is held at the
+    network step, floor included."""
+    ll = get_protocol("ll", "hopper", 2)
+    nvl, floor, net = ll.hop_latency_s[0], 65e-6, 20e-6  # a NIC's measured floor, its kind's
+    tiny = ring_protocol(ll, "hopper", 2, "all_reduce", 8, 16, 16, floor, net).hop_latency_s
+    assert tiny[0] == pytest.approx(max(nvl, K.NET_MESSAGE_OVERHEAD_S["ll"]))
+    assert tiny[2] == pytest.approx(net)
+    paced = ring_protocol(ll, "hopper", 2, "all_reduce", 128 * 1024, 16, 16, floor, net)
+    assert paced.hop_latency_s == pytest.approx((floor,) * 3)
+
+
+def test_efa_rings_of_8_bytes_cross_the_network_four_times():
+    """Published 2-node EFA rings (both tables): p3dn (NCCL 2.4.8) 137 us and p4d (NCCL 2.7.8,
+    GPUDirect RDMA) 159 us for 8 B. 30 steps at p4d's measured 70 us step would be ~2 ms; 4
+    crossings at the EFA kind's 20 us (AWS's tuner) and 26 NVLink steps are ~110-125 us."""
+    p3dn = build_topology("dgx-v100", nodes=2, nic="efa-100g", nics_per_node=1)
+    p4d = build_topology("dgx-a100", nodes=2, nic="efa-100g", nics_per_node=4)
+    for topo, measured in ((p3dn, 137), (p4d, 159)):
+        t = predict("all_reduce", 8, topo, algorithm="ring", protocol="ll").time_us
+        assert measured / 1.5 < t < measured * 1.1

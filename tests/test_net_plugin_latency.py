@@ -41,11 +41,12 @@ def test_the_plugin_property_is_no_time_a_step_takes():
 
 def test_efa_v1_steps_take_their_measured_latency():
     """p4d (EFA v1): 168 us (published table) and 179 us (held-out log) for an 8-byte 2-node
-    all-reduce; the model's tree with two network steps of 70 us."""
+    all-reduce; the model's tree with two network steps of 70 us. (The fastest pair there is
+    now a one-channel ring, whose crossings pay the kind's 20 us: test_nccl_midsize.)"""
     assert get_nic("efa-100g").stack_latency_s == pytest.approx(70e-6)
     assert get_nic("efa-400g").stack_latency_s == 0.0
     p4d = build_topology("dgx-a100", nodes=2, nic="efa-100g", nics_per_node=4)
-    assert 150e-6 < predict("all_reduce", 8, p4d).time_s < 190e-6
+    assert 150e-6 < predict("all_reduce", 8, p4d, algorithm="tree").time_s < 190e-6
 
 
 CASES = [  # (collective, bytes, algorithm, protocol, network crossings on the critical path)

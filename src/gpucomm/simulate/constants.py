@@ -104,7 +104,25 @@ NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
 # reduce-scatter on 10 nodes x 4 and x 8 H100 (xxrjun) exceed the data term by ~2.5 and ~4 us a
 # step at 32-64 MiB, as 39 and 79 steps at the network's pace do. A consequence to keep in mind:
 # no step of a ring over 2+ nodes is faster than the network's, however fast NVLink is.
+#
+# Not at the smallest sizes: there NCCL runs the ring on one channel (protocol.ring_channels)
+# and a message's critical path crosses the network only at the node boundaries, as NCCL's own
+# model has it (tuning.cc: nInterSteps = 2 nNodes at the network latency, the other steps at the
+# intra-node one) and AWS's tuner for EFA too (aws-ofi-nccl src/tuner/nccl_ofi_model.cpp,
+# NCCL_ALGO_RING: num_internode_steps x net_lat + the rest x the NVLink latency, net_lat 20 us).
+# Such a crossing pays the NIC kind's latency (NET_STACK_LATENCY_S), not a NIC's measured step
+# floor (catalog stack_latency_us, measured on a tree). Published 2-node EFA rings of 8 B:
+# p3dn (NCCL 2.4.8) 137 us and p4d (NCCL 2.7.8, held out) 159 us, 30 steps of which 4 cross:
+# ~22-31 us a crossing, where 30 steps at p4d's 70 us step would be ~2 ms.
+# Our reading of why more channels change it: one proxy thread per GPU (src/proxy.cc) serves
+# every channel's network messages in turn, so with many channels a step's messages queue
+# behind each other at the node's exit GPUs; with one there is no queue. A reading, not a
+# derivation: the mid-size tables above (several channels) are what shows the pace.
 RING_STEP_AT_NET_PACE = True
+# NCCL's ring channel tuning (enqueue.cc; comm.h NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD 8 / 8 /
+# 64 bytes a thread, devcomm.h NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS 512 / 640 / 512): (threads,
+# threshold) per protocol; tuning.cc multiplies the ring's LL threshold by nRanks.
+RING_THREADS = {"ll": (512, 8), "ll128": (640, 8), "simple": (512, 64)}
 RING_PLATEAU_FACTOR = {"volta": 1.9}
 RING_PLATEAU_FACTOR_DEFAULT = 1.4
 RING_PLATEAU_MIN_BYTES = 64

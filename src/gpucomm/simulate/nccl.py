@@ -339,10 +339,11 @@ def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
 
 
 def net_hop_floor(topology: Topology, placement: npt.ArrayLike, proto: str,
-                  paths: PathTable) -> float:
-    """Least software latency of one network step here (protocol.net_stack_floor_s) less the
-    links' own latency on the path between nodes, which the step already pays."""
-    floor = net_stack_floor_s(topology, proto)
+                  paths: PathTable, measured: bool = True) -> float:
+    """Least software latency of one network step here (protocol.net_stack_floor_s, `measured`
+    as there) less the links' own latency on the path between nodes, which the step already
+    pays."""
+    floor = net_stack_floor_s(topology, proto, measured)
     if floor <= 0:
         return 0.0
     nodes = node_groups(topology, placement)

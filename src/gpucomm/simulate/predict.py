@@ -418,9 +418,11 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
         size = float(layout(coll, nbytes, dtype, p).size)
+        floors = [nccl.net_hop_floor(topology, placement, proto, paths, measured)
+                  for measured in (True, False)]
         timing = with_net_sync(
             ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name, size, p,
-                          CHANNELS, nccl.net_hop_floor(topology, placement, proto, paths)),
+                          CHANNELS, *floors),
             topology, size / p)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop, sweep=sweep)

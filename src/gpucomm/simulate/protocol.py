@@ -91,17 +91,25 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
 
 
 def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
-                  nbytes: float, nranks: int, channels: int, net_floor_s: float = 0.0) -> Protocol:
+                  nbytes: float, nranks: int, channels: int, net_floor_s: float = 0.0,
+                  net_latency_s: float | None = None) -> Protocol:
     """The protocol of an NCCL ring across nodes, with the latency refinements of NCCL's own
-    model (constants.py) and one of ours: every step, NVLink ones included, costs at least a
-    network step (constants.RING_STEP_AT_NET_PACE), and a Simple all-reduce ring's latency
+    model (constants.py) and one of ours: where NCCL runs the ring on more than one channel
+    (ring_channels), every step, NVLink ones included, costs at least a network step
+    (constants.RING_STEP_AT_NET_PACE); on one channel only the network steps do, as in NCCL's
+    own model. A Simple all-reduce ring's latency
     carries the plateau factor. `net_floor_s`: the least software latency of a network step on
-    these NICs (net_stack_floor_s less the link's)."""
+    these NICs (net_stack_floor_s less the link's); `net_latency_s`: the same without the NIC's
+    measured stack floor (net_stack_floor_s(measured=False)), what a crossing of a one-channel
+    ring pays (constants.RING_STEP_AT_NET_PACE); None: net_floor_s."""
     if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
         return proto
     net = CLASS_NAMES.index("net")
+    paced = K.RING_STEP_AT_NET_PACE and ring_channels(proto.name, nbytes, nranks, channels) > 1
+    if not paced and net_latency_s is not None:
+        net_floor_s = net_latency_s
     step = max(proto.hop_latency_s[net], net_floor_s)  # one network step's software latency
-    floor = step if K.RING_STEP_AT_NET_PACE else K.NET_MESSAGE_OVERHEAD_S[proto.name]
+    floor = step if paced else K.NET_MESSAGE_OVERHEAD_S[proto.name]
     hop = tuple(step if c == "net" else max(h, floor)
                 for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
     factor = 1.0
@@ -117,10 +125,25 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
                                    int(np.ceil(message / proto.wire_efficiency))))
 
 
-def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
+def ring_channels(proto_name: str, nbytes: float, nranks: int, channels: int) -> int:
+    """The channels NCCL runs a ring collective of `nbytes` on: its channel tuning
+    (enqueue.cc, v2.18 and 2.4 alike) drops channels while nBytes < nc x nThreads x
+    threadThreshold (constants.RING_THREADS; the LL threshold is x nRanks for rings,
+    tuning.cc), down to one."""
+    threads, per_thread = K.RING_THREADS[proto_name]
+    if proto_name == "ll":
+        per_thread *= nranks
+    nc = max(int(channels), 1)
+    while nc > 1 and nbytes < nc * threads * per_thread:
+        nc -= 1
+    return nc
+
+
+def net_stack_floor_s(topology: Topology, proto_name: str, measured: bool = True) -> float:
     """Least latency of one network step (software stack and wire) on this topology's NICs,
     beyond NCCL's InfiniBand-measured one: the NIC's own (catalog stack_latency_us), else the
-    libfabric plugins' by NIC kind (constants.py), else 0."""
+    libfabric plugins' by NIC kind (constants.py), else 0. `measured=False`: the kind's figure
+    only, without the NIC's measured floor (what a ring on one channel pays a crossing)."""
     model = _nic_model(topology)
     if not model:
         return 0.0
@@ -129,7 +152,7 @@ def net_stack_floor_s(topology: Topology, proto_name: str) -> float:
         nic = get_nic(model)
     except Exception:  # not a catalog NIC: no stack figure
         return 0.0
-    floor = nic.stack_latency_s or K.NET_STACK_LATENCY_S.get(nic.kind, 0.0)
+    floor = (measured and nic.stack_latency_s) or K.NET_STACK_LATENCY_S.get(nic.kind, 0.0)
     kind = nic.kind
     if proto_name == "simple":
         floor += K.NET_STACK_COMPLETION_S.get(kind, 0.0)
