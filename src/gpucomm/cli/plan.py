@@ -21,11 +21,12 @@ from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Compa
 from ..workloads.search import SearchResult
 from ..topology import FABRICS
 from .common import (PLOT_SUFFIXES, add_format, html_arg, name_arg, nics_arg, output_file,
-                     oversubscription_arg, positive_int, print_json)
+                     nonnegative_int, oversubscription_arg, positive_int,
+                     print_json)
 from .topo import add_network_args, network_from_args
 
 _INTS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "seq", "global_batch", "micro_batch", "zero",
-         "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
+         "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports", "other_job")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
           "pp_overlap", "ep_overlap", "fp8_activations", "offload_activations",
@@ -144,6 +145,11 @@ def register(sub) -> None:
                    help="also list every collective with its group, size and time")
     add_format(p)
     add_network_args(p)
+    p.add_argument("--other-job", type=nonnegative_int, default=None, metavar="NODES",
+                   help="a second job on NODES more nodes of the fabric, placed by --placement "
+                   "on the nodes the job leaves; its groups, shaped like each of the job's "
+                   "groups, run the same collective at the same moment and share the cables "
+                   "(needs a modelled fabric; 0: none)")
     p.set_defaults(func=cmd_plan)
 
 

@@ -91,6 +91,8 @@ def _topology(system: str, nodes: int, nic, options: tuple):
     from ..topology import Topology, build_topology
     opts = dict(options)
     fitted = opts.pop("profile", None)
+    other = opts.pop("other_job", 0)  # a second job's nodes follow the job's (Timer)
+    nodes += other if nodes > 1 else 0
     if system.endswith((".yaml", ".yml")):
         node = Topology.load(system)
         if len({d.node for d in node.devices}) != 1:
@@ -160,6 +162,7 @@ class Timer:
         self._cache = cluster.timings.setdefault((sim_model, contention, serving), {})
         opts = dict(cluster.options)
         self.whole = opts.get("network") is not None or opts.get("fabric") in PORT_LEVEL
+        self.other_job = check_other_job(opts.get("other_job", 0), self.whole, contention)
 
     def place(self, groups: Sequence[Sequence[int]]):
         """(topology, the groups' ranks on it): the cluster itself where its fabric is
@@ -251,6 +254,46 @@ class Timer:
                         self._cache[skey] = slow
             self._cache[shape] = out
         return self._cache[shape]
+
+
+def check_other_job(nodes, whole: bool, contention: bool) -> int:
+    """The second job's node count (0: none), checked against what can time it."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ConfigError(f"other_job {nodes!r} not allowed: a node count >= 0 (0: none)")
+    if nodes and not whole:
+        raise ConfigError("--other-job needs a modelled fabric (--fabric rail-2tier, "
+                          "rail-3tier or tor-2tier, or a --routing): a second job meets the "
+                          "job only on the cables it shares")
+    if nodes and not contention:
+        raise ConfigError("--other-job is timed together with the job's groups: drop "
+                          "--no-contention")
+    return nodes
+
+
+def other_job_groups(ranks: tuple[int, ...], job_nodes: int, other_nodes: int,
+                     gpus_per_node: int) -> list[tuple[int, ...]]:
+    """A second job's groups shaped like `ranks`, on its `other_nodes` nodes (cluster nodes
+    job_nodes..job_nodes+other_nodes-1, which the placement puts on the leaves the job
+    leaves): consecutive blocks of as many nodes as `ranks` spans, each member keeping its
+    place in the group's node order and its GPU index shifted by 0..gpus_per_node-1, disjoint.
+    The second job runs the same collective at the same moment on every such group (a job
+    of the same shape at the same phase: the pessimistic end, as job_peers). A group inside
+    one node meets no fabric and gets none."""
+    order = list(dict.fromkeys(r // gpus_per_node for r in ranks))
+    k = len(order)
+    if k < 2 or other_nodes < k:
+        return []
+    place = {n: i for i, n in enumerate(order)}
+    used: set[int] = set()
+    out = []
+    for j in range(other_nodes // k):
+        for s in range(gpus_per_node):
+            g = tuple((job_nodes + j * k + place[r // gpus_per_node]) * gpus_per_node
+                      + (r + s) % gpus_per_node for r in ranks)
+            if used.isdisjoint(g) and len(set(g)) == len(g):
+                used.update(g)
+                out.append(g)
+    return out
 
 
 def peer_groups(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: int
@@ -554,6 +597,8 @@ def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tu
         ranks = group_of(lay, c.group, 0, gpn)
         peers = [] if not contention else job_peers(lay, c.group, ranks, gpn) \
             if timer.whole else peer_groups(lay, c.group, ranks, gpn)
+        if timer.other_job:
+            peers = [*peers, *other_job_groups(ranks, cluster.nodes, timer.other_job, gpn)]
         t = timer.time(c.collective, c.nbytes, ranks, peers)
         mult = lay.microbatches if c.per == "microbatch" else 1
         timed.append(CommTime(c, ranks, t["time_s"], t["time_s"] * c.count * mult,

@@ -1,0 +1,93 @@
+"""Issue 25, item 5: a second job's placement as other jobs' load. `plan --other-job NODES`
+puts a second job on NODES more nodes of the fabric (placed by --placement on the nodes the
+job leaves); its groups, shaped like the job's, run the same collective at the same moment,
+timed together with the job's groups by the same fabric model, so they slow the job exactly
+where they share its cables."""
+import pytest
+
+from gpucomm.cli import main
+from gpucomm.errors import ConfigError
+from gpucomm.topology.fabric import Network
+from gpucomm.workloads import steptime
+from gpucomm.workloads.layout import Layout
+from gpucomm.workloads.steptime import other_job_groups, plan
+
+# llama3-8b on 16 DGX H100: tp 8, pp 2, dp 8 (one GPU per node along a rail); leaves of 4
+LAYOUT = Layout(tp=8, pp=2, dp=8, seq=8192, global_batch=64)
+
+
+def _plan(placement, other=0, routing="ecmp", leaf_ports=4):
+    return plan("llama3-8b", "dgx-h100", 16, LAYOUT, "roce-400g", fabric="rail-2tier",
+                leaf_ports=leaf_ports, placement=placement, network=Network(routing=routing),
+                other_job=other)
+
+
+def _alone(monkeypatch, placement, other):
+    """The job alone on the same (job + other) nodes, the second job idle."""
+    with monkeypatch.context() as m:
+        m.setattr(steptime, "other_job_groups", lambda *a: [])
+        return _plan(placement, other)
+
+
+def _dp(p):
+    return p.comm_time_s["DP"]
+
+
+def test_a_second_job_on_other_leaves_changes_nothing():
+    # packed: the job fills leaves 0-3, the second job leaves 4-7; in a rail-2tier fabric a
+    # leaf's uplinks are its own, so no cable is shared
+    alone, other = _plan("packed"), _plan("packed", 16)
+    assert _dp(other) == pytest.approx(_dp(alone), rel=1e-9)
+    assert other.step_time_s == pytest.approx(alone.step_time_s, rel=1e-9)
+
+
+def test_a_second_job_on_shared_leaves_slows_the_job(monkeypatch):
+    # spread: both jobs' nodes on every leaf, their DP rings hashed onto the same uplinks
+    for placement in ("spread", "random"):
+        alone, other = _alone(monkeypatch, placement, 16), _plan(placement, 16)
+        assert _dp(other) > 1.05 * _dp(alone), placement
+        assert other.step_time_s > alone.step_time_s
+        dp = [c for c in other.comms if c.comm.kind == "DP"]
+        assert all(c.together == 16 + 16 for c in dp)  # 16 of the job, 16 of the second
+
+
+def test_random_placement_meets_the_second_job_where_packed_does_not():
+    assert _dp(_plan("random", 16)) > 1.3 * _dp(_plan("packed", 16))
+
+
+def test_spraying_a_full_bisection_fabric_absorbs_the_second_job(monkeypatch):
+    # an even split over every uplink: a leaf's uplinks carry what its NICs send, no more
+    alone = _alone(monkeypatch, "spread", 16)
+    sprayed = _plan("spread", 16, routing="spray")
+    assert _dp(sprayed) < _dp(alone)
+
+
+def test_other_job_groups_are_shaped_like_the_group_and_disjoint():
+    ranks = (0, 8, 16, 24, 32, 40, 48, 56)  # nodes 0..7, GPU 0
+    groups = other_job_groups(ranks, 16, 16, 8)
+    assert len(groups) == 2 * 8  # 2 blocks of 8 nodes x 8 GPU indices
+    every = [r for g in groups for r in g]
+    assert len(every) == len(set(every)) and min(every) >= 16 * 8 and max(every) < 32 * 8
+    assert all(len({r // 8 for r in g}) == 8 and len({r % 8 for r in g}) == 1 for g in groups)
+    assert other_job_groups(tuple(range(8)), 16, 16, 8) == []  # inside a node: no fabric
+    assert other_job_groups(ranks, 16, 4, 8) == []  # a second job smaller than the group
+
+
+def test_other_job_needs_a_fabric_model_and_contention():
+    with pytest.raises(ConfigError, match="modelled fabric"):
+        plan("llama3-8b", "dgx-h100", 16, LAYOUT, "roce-400g", other_job=16)
+    with pytest.raises(ConfigError, match="no-contention"):
+        plan("llama3-8b", "dgx-h100", 16, LAYOUT, "roce-400g", fabric="rail-2tier",
+             leaf_ports=4, contention=False, other_job=16)
+    with pytest.raises(ConfigError, match="node count"):
+        _plan("packed", -1)
+
+
+def test_cli_flag_is_validated(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--model", "llama3-8b", "--nodes", "2", "--other-job", "x"])
+    assert "--other-job" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama3-8b", "--nodes", "16", "--tp", "8", "--pp", "2",
+                 "--seq", "8192", "--global-batch", "64", "--nic", "roce-400g", "--fabric",
+                 "rail-2tier", "--leaf-ports", "4", "--placement", "spread", "--other-job",
+                 "16", "--format", "json"]) == 0
