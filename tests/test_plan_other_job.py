@@ -91,3 +91,38 @@ def test_cli_flag_is_validated(capsys):
                  "--seq", "8192", "--global-batch", "64", "--nic", "roce-400g", "--fabric",
                  "rail-2tier", "--leaf-ports", "4", "--placement", "spread", "--other-job",
                  "16", "--format", "json"]) == 0
+
+
+def _sim(capsys, placement, other=None, *extra):
+    argv = ["sim", "--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "4", "--nic",
+            "roce-400g", "--fabric", "rail-2tier", "--leaf-ports", "2", "--routing", "ecmp",
+            "-b", "256M", "-e", "256M", "--algorithm", "ring", "--placement", placement,
+            "--format", "json", *extra] + ([] if other is None else ["--other-job", str(other)])
+    assert main(argv) == 0
+    import json
+    return json.loads(capsys.readouterr().out)
+
+
+def test_sim_second_job_slows_the_job_only_where_it_shares_leaves(capsys):
+    packed = _sim(capsys, "packed", 4)
+    assert packed["other_job"] == {"nodes": 4, "groups": 1} and packed["nranks"] == 32
+    (row,) = packed["rows"]
+    assert row["time_us"] == pytest.approx(row["time_alone_us"], rel=1e-9)  # other leaves
+    (row,) = _sim(capsys, "spread", 4)["rows"]
+    assert row["time_us"] > 1.2 * row["time_alone_us"]  # both jobs under every leaf
+    (row,) = _sim(capsys, "spread", 8)["rows"]  # two groups of the second job
+    assert row["time_us"] > 1.2 * row["time_alone_us"]
+
+
+def test_sim_second_job_is_refused_where_it_cannot_be_timed(capsys):
+    base = ["sim", "--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "4", "--nic",
+            "roce-400g", "--fabric", "rail-2tier", "--leaf-ports", "2", "-b", "256M", "-e",
+            "256M", "--placement", "spread"]
+    for extra, why in ((["--other-job", "2"], "at least 4 nodes"),
+                       (["--other-job", "4", "--algorithm", "tree"], "closed form"),
+                       (["--other-job", "4", "--seeds", "2"], "--seeds")):
+        assert main(base + extra) == 2
+        assert why in capsys.readouterr().err
+    assert main(["sim", "--system", "dgx-h100", "--nodes", "2", "-b", "1M", "-e", "1M",
+                 "--other-job", "2"]) == 2
+    assert "modelled fabric" in capsys.readouterr().err

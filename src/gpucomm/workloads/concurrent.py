@@ -76,3 +76,34 @@ def union_placement(placement, groups: list) -> np.ndarray:
         return np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
     pos = np.vectorize(first.__getitem__, otypes=[np.int64])(pl)
     return np.concatenate([np.asarray(g, dtype=np.int64)[pos] for g in groups], axis=-1)
+
+
+def with_second_job(result, topology, job: list, second: list, *, model: str = "analytic"):
+    """`result` (a prediction for the job on ranks `job` of `topology`) with a second job
+    running the same collective at the same moment on each group of `second` (lists of
+    topology ranks shaped like `job`): both timed together by `model` on the shared links,
+    and the job's time raised by the slowdown over the job alone (same model), recorded as a
+    bound of its timed run. ConfigError where the job's algorithm is a closed form (tree,
+    nvls, nvls_tree: no schedule to compose)."""
+    import dataclasses
+
+    from ..collectives import layout
+    from ..errors import ConfigError
+    timed = result.timed
+    if not second or result.nranks < 2:
+        return result
+    if timed is None or timed.schedule is None:
+        raise ConfigError(f"--other-job times the two jobs' schedules together; "
+                          f"{result.algorithm} at {result.size} B is NCCL's closed form, "
+                          "not a schedule: give --algorithm ring (or another schedule)")
+    coll, dtype = result.collective, result.dtype
+    together = time_together(coll, result.size, topology, [job, *second], result,
+                             dtype=dtype, model=model)
+    alone = time_together(coll, result.size, topology, [job], result, dtype=dtype, model=model)
+    if together is None or not alone or together <= alone:
+        return result
+    t = result.time_s * together / alone
+    algbw, busbw = layout(coll, result.size, dtype, result.nranks).busbw(t)
+    why = f"a second job on {len(second)} group(s) of the job's shape: shared cables"
+    return dataclasses.replace(result, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
+                               timed=timed.bounded(why, t))
