@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from ..topology.build import PORT_LEVEL
 from .comms import Comm, step_comms
-from .concurrent import time_together
+from .concurrent import time_together, without_second_job
 from .frameworks import fp8_recipe, get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
                       activation_bytes_per_token, gemm_peak,
@@ -243,6 +243,9 @@ class Timer:
                                   model=self.sim_model, **pick)
                 together = time_together(collective, int(nbytes), topo, local, res,
                                          dtype=dtype, model=model)
+                if self.other_job and together is not None:
+                    together = self._with_second(collective, int(nbytes), topo, local, res,
+                                                 dtype, model, together)
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
                                       dtype=dtype, model=model)
                 if together is not None and alone:
@@ -254,6 +257,18 @@ class Timer:
                         self._cache[skey] = slow
             self._cache[shape] = out
         return self._cache[shape]
+
+    def _with_second(self, collective, nbytes, topo, local, res, dtype, model, together):
+        """`together` (the job's groups and the second job's, side by side) as the job's own
+        time (without_second_job)."""
+        first = self.cluster.nodes * self.cluster.gpus_per_node  # the second job's ranks follow
+        own = [g for g in local if min(g) < first]
+        second = [g for g in local if min(g) >= first]
+        if not second:
+            return together
+        job = time_together(collective, nbytes, topo, own, res, dtype=dtype, model=model)
+        alone = time_together(collective, nbytes, topo, second, res, dtype=dtype, model=model)
+        return without_second_job(together, job, alone)
 
 
 def check_other_job(nodes, whole: bool, contention: bool) -> int:
