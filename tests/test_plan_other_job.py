@@ -136,3 +136,16 @@ def test_sim_second_job_is_refused_where_it_cannot_be_timed(capsys):
     assert main(["sim", "--system", "dgx-h100", "--nodes", "2", "-b", "1M", "-e", "1M",
                  "--other-job", "2"]) == 2
     assert "modelled fabric" in capsys.readouterr().err
+
+
+def test_plan_warns_where_a_closed_form_cannot_meet_the_second_job():
+    # ZeRO 0: the DP gradients are all-reduced; a small bucket goes to NCCL's tree (a closed
+    # form), which cannot be timed together with the second job's schedules
+    lay = Layout(tp=8, pp=1, dp=16, seq=8192, global_batch=64, zero=0)
+    p = plan("llama3-8b", "dgx-h100", 16, lay, "roce-400g", fabric="rail-2tier", leaf_ports=4,
+             placement="spread", network=Network(routing="ecmp"), other_job=16)
+    trees = [c for c in p.comms if c.algorithm in ("tree", "nvls", "nvls_tree")
+             and len({r // 8 for r in c.ranks}) > 1]
+    assert trees and all(c.together == 1 for c in trees)
+    assert any("closed form" in w and "second job" in w for w in p.warnings)
+    assert not any("--other-job" in w for w in _plan("spread", 16).warnings)

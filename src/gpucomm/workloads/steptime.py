@@ -600,7 +600,23 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
     step = _training_step if lay.mode == "train" else _inference_step
+    warnings += second_job_warnings(timed, dict(cluster.options).get("other_job", 0),
+                                    cluster.gpus_per_node)
     return replace(step(model, lay, cluster, mem, timed), warnings=warnings)
+
+
+def second_job_warnings(timed: Sequence[CommTime], other_job: int, gpus_per_node: int
+                        ) -> tuple[str, ...]:
+    """A warning per collective across nodes that --other-job could not reach: NCCL's closed
+    forms (tree, nvls, nvls_tree) are no schedule to time together with the second job's."""
+    from ..simulate.nccl import CLOSED_FORMS
+    if not other_job:
+        return ()
+    missed = sorted({f"{c.comm.kind} {c.comm.collective} ({c.algorithm})" for c in timed
+                     if c.algorithm in CLOSED_FORMS
+                     and len({r // gpus_per_node for r in c.ranks}) > 1})
+    return tuple(f"--other-job: {m} is NCCL's closed form, not a schedule: timed without the "
+                 "second job's traffic" for m in missed)
 
 
 def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tuple:
