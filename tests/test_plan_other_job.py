@@ -149,3 +149,16 @@ def test_plan_warns_where_a_closed_form_cannot_meet_the_second_job():
     assert trees and all(c.together == 1 for c in trees)
     assert any("closed form" in w and "second job" in w for w in p.warnings)
     assert not any("--other-job" in w for w in _plan("spread", 16).warnings)
+
+
+def test_pfc_pauses_of_the_second_job_hold_a_tree_schedule_back(capsys):
+    # NCCL's double binary tree as a schedule is timed side by side with the second job's,
+    # step by step; without congestion control (PFC alone, --cc none) a port the two jobs'
+    # flows oversubscribe pauses the links before it, and the job's tree edges on those links
+    # are held to the hot flows' share (head-of-line victims, simulate/fabric.py pause_caps).
+    # With DCQCN there are no pauses; the job alone meets no pause either way.
+    rows = {cc: _sim(capsys, "random", 4, "--algorithm", "double_binary_tree", "--cc",
+                     cc)["rows"][0] for cc in ("dcqcn", "none")}
+    assert rows["none"]["time_alone_us"] == pytest.approx(rows["dcqcn"]["time_alone_us"],
+                                                          rel=1e-9)
+    assert rows["none"]["time_us"] > rows["dcqcn"]["time_us"] * 1.004
