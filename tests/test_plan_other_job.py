@@ -162,3 +162,17 @@ def test_pfc_pauses_of_the_second_job_hold_a_tree_schedule_back(capsys):
     assert rows["none"]["time_alone_us"] == pytest.approx(rows["dcqcn"]["time_alone_us"],
                                                           rel=1e-9)
     assert rows["none"]["time_us"] > rows["dcqcn"]["time_us"] * 1.004
+
+
+def test_plan_says_how_much_the_second_job_slows_each_kind(monkeypatch, capsys):
+    alone, other = _alone(monkeypatch, "spread", 16), _plan("spread", 16)
+    ratio = other.second_job_by_kind
+    assert ratio["DP"] == pytest.approx(_dp(other) / _dp(alone), rel=1e-9) and ratio["DP"] > 1
+    assert "TP" not in ratio  # inside a node: no second job's traffic
+    assert _plan("packed", 16).second_job_by_kind == {}  # on its own leaves
+    assert other.to_dict()["second_job_slowdown_by_kind"] == ratio
+    assert main(["plan", "--model", "llama3-8b", "--nodes", "16", "--tp", "8", "--pp", "2",
+                 "--seq", "8192", "--global-batch", "64", "--nic", "roce-400g", "--fabric",
+                 "rail-2tier", "--leaf-ports", "4", "--placement", "spread", "--routing",
+                 "ecmp", "--other-job", "16"]) == 0
+    assert f"DP x{ratio['DP']:.2f}" in capsys.readouterr().out

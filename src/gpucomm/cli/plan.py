@@ -323,6 +323,9 @@ def _metric_rows(r) -> list[tuple[str, str]]:
                     if part in r.ep_split:
                         rows.append((f"  EP all-to-all {label}", _t(r.ep_split[part])))
     rows += [("exposed comm", f"{_t(r.exposed_comm_s)} ({r.exposed_comm_s / step:.1%})")]
+    if r.second_job_by_kind:  # --other-job: against the job alone on the same cluster
+        rows.append(("second job slows comm", ", ".join(
+            f"{k} x{v:.2f}" for k, v in sorted(r.second_job_by_kind.items()))))
     if r.layout.mode == "train":
         rows.append(("pipeline bubble", f"{_t(r.bubble_s)} ({r.bubble_s / step:.1%})"))
         rows.append(("optimizer step", _t(r.optimizer_s)))

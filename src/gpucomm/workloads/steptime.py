@@ -229,7 +229,8 @@ class Timer:
             big = nbytes >= RING_ONLY_BYTES
             skey = ("slowdown", collective, shape[2], res.algorithm, res.protocol)
             if self.contention and len(groups) > 1 and big and skey in self._cache:
-                out.update(time_s=out["time_s"] * self._cache[skey], together=len(groups))
+                out.update(time_s=out["time_s"] * self._cache[skey], together=len(groups),
+                           second=self._cache.get(("second", *skey), 1.0))
             elif self.contention and len(groups) > 1:
                 # too many ranks to simulate at once: measure the slowdown on the groups cut
                 # to their first members (same nodes pattern, same links shared)
@@ -243,32 +244,37 @@ class Timer:
                                   model=self.sim_model, **pick)
                 together = time_together(collective, int(nbytes), topo, local, res,
                                          dtype=dtype, model=model)
+                second = 1.0
                 if self.other_job and together is not None:
-                    together = self._with_second(collective, int(nbytes), topo, local, res,
-                                                 dtype, model, together)
+                    together, second = self._with_second(collective, int(nbytes), topo, local,
+                                                         res, dtype, model, together)
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
                                       dtype=dtype, model=model)
                 if together is not None and alone:
                     # the flow model's slowdown from sharing, applied to the chosen model's
                     # time of one group (so the two models' other differences stay out)
                     slow = max(1.0, together / alone)
-                    out.update(time_s=out["time_s"] * slow, together=len(groups))
+                    out.update(time_s=out["time_s"] * slow, together=len(groups),
+                               second=second)
                     if big:
                         self._cache[skey] = slow
+                        self._cache[("second", *skey)] = second
             self._cache[shape] = out
         return self._cache[shape]
 
     def _with_second(self, collective, nbytes, topo, local, res, dtype, model, together):
         """`together` (the job's groups and the second job's, side by side) as the job's own
-        time (without_second_job)."""
+        time (without_second_job), and how much slower that is than the job's groups alone
+        on this cluster."""
         first = self.cluster.nodes * self.cluster.gpus_per_node  # the second job's ranks follow
         own = [g for g in local if min(g) < first]
         second = [g for g in local if min(g) >= first]
         if not second:
-            return together
+            return together, 1.0
         job = time_together(collective, nbytes, topo, own, res, dtype=dtype, model=model)
         alone = time_together(collective, nbytes, topo, second, res, dtype=dtype, model=model)
-        return without_second_job(together, job, alone)
+        mine = without_second_job(together, job, alone)
+        return mine, max(mine / job, 1.0) if job else 1.0
 
 
 def check_other_job(nodes, whole: bool, contention: bool) -> int:
@@ -380,11 +386,13 @@ class CommTime:
     algorithm: str
     protocol: str
     together: int = 1  # groups timed together (sharing links)
+    second_job: float = 1.0  # how much a second job (--other-job) slows it on this cluster
 
     def to_dict(self) -> dict:
         d = self.comm.to_dict()
         d.update(group_size=len(self.ranks), time_s=self.time_s, total_s=self.total_s,
-                 algorithm=self.algorithm, protocol=self.protocol, groups_together=self.together)
+                 algorithm=self.algorithm, protocol=self.protocol, groups_together=self.together,
+                 second_job_slowdown=self.second_job)
         return d
 
 
@@ -426,6 +434,18 @@ class PredictedStep:
         return self.exposed_by_kind.get("EP", 0.0) / total if total else None
 
     @property
+    def second_job_by_kind(self) -> dict:
+        """Per kind slowed by a second job (--other-job): its total per step with the second
+        job over without it, on the same cluster."""
+        out = {}
+        for kind in {c.comm.kind for c in self.comms}:
+            mine = [c for c in self.comms if c.comm.kind == kind]
+            alone = sum(c.total_s / c.second_job for c in mine)
+            if alone > 0 and any(c.second_job > 1.0 for c in mine):
+                out[kind] = sum(c.total_s for c in mine) / alone
+        return out
+
+    @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total
 
@@ -454,6 +474,7 @@ class PredictedStep:
                 dict(self.exposed_by_kind), "exposed_comm_s": self.exposed_comm_s,
             "ep_all_to_all_s": dict(self.ep_split),
             "ep_exposed_share": self.ep_exposed_share,
+            "second_job_slowdown_by_kind": self.second_job_by_kind,
             "bubble_s": self.bubble_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
             "causal_tflops_per_gpu": self.causal_tflops_per_gpu,
@@ -633,7 +654,8 @@ def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tu
         t = timer.time(c.collective, c.nbytes, ranks, peers)
         mult = lay.microbatches if c.per == "microbatch" else 1
         timed.append(CommTime(c, ranks, t["time_s"], t["time_s"] * c.count * mult,
-                              t["algorithm"], t["protocol"], t["together"]))
+                              t["algorithm"], t["protocol"], t["together"],
+                              t.get("second", 1.0)))
     return tuple(timed)
 
 
