@@ -21,11 +21,12 @@ from ..workloads.request import (COMPARE_KEYS, LAYOUT_KEYS, TOPOLOGY_KEYS, Compa
 from ..workloads.search import SearchResult
 from ..topology import FABRICS
 from .common import (PLOT_SUFFIXES, add_format, html_arg, name_arg, nics_arg, output_file,
-                     oversubscription_arg, positive_int, print_json)
+                     nonnegative_int, oversubscription_arg, positive_int,
+                     print_json)
 from .topo import add_network_args, network_from_args
 
 _INTS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "seq", "global_batch", "micro_batch", "zero",
-         "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports")
+         "nodes", "pcie_gen", "nics_per_node", "gpus_per_node", "leaf_ports", "other_job")
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
           "pp_overlap", "ep_overlap", "fp8_activations", "offload_activations",
@@ -144,6 +145,11 @@ def register(sub) -> None:
                    help="also list every collective with its group, size and time")
     add_format(p)
     add_network_args(p)
+    p.add_argument("--other-job", type=nonnegative_int, default=None, metavar="NODES",
+                   help="a second job on NODES more nodes of the fabric, placed by --placement "
+                   "on the nodes the job leaves; its groups, shaped like each of the job's "
+                   "groups, run the same collective at the same moment and share the cables "
+                   "(needs a modelled fabric; 0: none)")
     p.set_defaults(func=cmd_plan)
 
 
@@ -317,6 +323,9 @@ def _metric_rows(r) -> list[tuple[str, str]]:
                     if part in r.ep_split:
                         rows.append((f"  EP all-to-all {label}", _t(r.ep_split[part])))
     rows += [("exposed comm", f"{_t(r.exposed_comm_s)} ({r.exposed_comm_s / step:.1%})")]
+    if r.second_job_by_kind:  # --other-job: against the job alone on the same cluster
+        rows.append(("second job slows comm", ", ".join(
+            f"{k} x{v:.2f}" for k, v in sorted(r.second_job_by_kind.items()))))
     if r.layout.mode == "train":
         rows.append(("pipeline bubble", f"{_t(r.bubble_s)} ({r.bubble_s / step:.1%})"))
         rows.append(("optimizer step", _t(r.optimizer_s)))

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..collectives import get_collective
 from ..dtypes import PREMULSUM, REDUCE_OPS, check_op, get_dtype
@@ -18,7 +19,8 @@ from ..errors import ConfigError
 from .topo import add_topology_args, topology_from_args
 from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve, retire
 from .common import (PLOT_SUFFIXES, add_format, add_select, html_arg, nccl_version_arg,
-                     output_file, param_pairs, print_json, seeds_arg, sweep_sizes, write_text)
+                     output_file, param_pairs, positive_int, print_json, seeds_arg, sweep_sizes,
+                     write_text)
 from .progress import Progress
 
 # the nccl-tests flags a prediction depends on (the others are accepted with a note)
@@ -61,6 +63,12 @@ def register(sub) -> None:
     p.add_argument("--seeds", type=seeds_arg, metavar="N",
                    help="predict with fabric seeds 0..N-1 (ECMP hash, random placement, failed "
                    "cables) and print the median seed's row with the busbw spread")
+    p.add_argument("--other-job", type=positive_int, default=None, metavar="NODES",
+                   help="a second job on NODES more nodes of the fabric, placed by --placement "
+                   "on the nodes the job leaves, running the same collective at the same "
+                   "moment on groups shaped like the job (NODES // --nodes of them); the "
+                   "job's time is raised by what sharing the cables costs it (needs a fabric "
+                   "model and a schedule, not a closed form)")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
     p.add_argument("--html", type=html_arg, metavar="FILE.html",
@@ -79,30 +87,44 @@ def cmd_sim(args) -> int:
     from ..simulate.versions import parse_version
     args.nccl_version = parse_version(args.nccl_version, strict=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    topo = topology_from_args(args)
+    job: list[int] = []
+    second: list[list[int]] = []
+    if args.other_job:
+        topo, job, second = _with_second_job(args)
+    else:
+        topo = topology_from_args(args)
     _check_threads(args, topo)
     t1, c1 = time.perf_counter(), time.process_time()
     coll = get_collective(args.collective or "all_reduce")
     if coll.reduces:
         check_op(_op(args), get_dtype(args.datatype))  # as bench and algo: no avg on integers
+    nranks = len(job) or topo.nranks
     sizes = nccl_tests_sizes(coll.name, sweep_sizes(args.minbytes, args.maxbytes,
-                             args.stepfactor, args.stepbytes), args.datatype, topo.nranks)
+                             args.stepfactor, args.stepbytes), args.datatype, nranks)
     params = _builder_params(args, coll)
     if args.seeds:
         return _seeded(args, coll, params, sizes)
     from ..simulate.sweep import predict_sizes
     with Progress(len(sizes), "sizes") as bar:
         results = predict_sizes(coll, sizes, topo, **_options(args, coll, params),
-                                on_size=lambda size: bar.advance(f"{size} B"))
+                                ranks=job or None, on_size=lambda size: bar.advance(f"{size} B"))
+    alone = [r.time_s for r in results]
+    if second:
+        from ..workloads.concurrent import with_second_job
+        results = [with_second_job(r, topo, job, second, model=args.model) for r in results]
     if os.environ.get("GPUCOMM_SIM_TIMING"):  # benchmarks/sim_speed.py: where the time went
         print(f"gpucomm sim timing: topology {t1 - t0:.3f} s ({c1 - c0:.3f} CPU), prediction "
               f"{time.perf_counter() - t1:.3f} s ({time.process_time() - c1:.3f} CPU)",
               file=sys.stderr)
-    rows = [r.to_row() for r in results]
-    for row in rows:
+    rows: list[dict[str, Any]] = [dict(r.to_row()) for r in results]
+    for row, t in zip(rows, alone):
         row["redop"] = args.op if coll.reduces else "none"
-    doc = {"collective": coll.name, "topology": topo.name, "nranks": topo.nranks,
+        if second:
+            row["time_alone_us"] = round(t * 1e6, 3)  # as to_row rounds time_us
+    doc = {"collective": coll.name, "topology": topo.name, "nranks": nranks,
            "model": args.model, "rows": rows}
+    if second:
+        doc["other_job"] = {"nodes": args.other_job, "groups": len(second)}
     if args.output_file:
         write_text(args.output_file, _json_text(doc))
     if args.format == "json":
@@ -110,12 +132,51 @@ def cmd_sim(args) -> int:
     else:
         print(f"# gpucomm sim: {coll.name} on {topo} ({args.model} model)")
         print(_table(rows))
+        _print_second_job(args.other_job, len(second), nranks, rows)
     if args.plot:
         from ..report.plot import plot_sweep
         plot_sweep(rows, args.plot, title=f"{coll.name} on {topo.name}")
     if args.trace or args.html:
         _write_views(args, doc, topo, results)
     return 0
+
+
+def _print_second_job(nodes: int | None, groups: int, nranks: int, rows) -> None:
+    """--other-job's lines under the table: each size alone and with the second job."""
+    if not groups:
+        return
+    print(f"# a second job on {nodes} nodes ({groups} group(s) shaped like the job's {nranks} "
+          "ranks) runs the same collective at the same moment:")
+    for r in rows:
+        print(f"# {r['size']:>13} B: job alone on this cluster {r['time_alone_us']:.2f} us, "
+              f"with the second job {r['time_us']:.2f} us "
+              f"({r['time_us'] / r['time_alone_us'] - 1:+.1%})")
+
+
+def _with_second_job(args):
+    """--other-job NODES: (the cluster of --nodes + NODES nodes, the job's ranks on its first
+    --nodes nodes, the second job's groups shaped like the job on the rest)."""
+    if args.seeds or args.compare:
+        raise ConfigError("--other-job does not combine with --seeds or --compare")
+    job_nodes = args.nodes or 1
+    if job_nodes < 2 or args.other_job < job_nodes:
+        raise ConfigError(f"--other-job {args.other_job}: the second job runs the job's "
+                          f"collective on groups of the job's {job_nodes} node(s), so it needs "
+                          f"--nodes >= 2 and at least {job_nodes} nodes")
+    args.nodes = job_nodes + args.other_job
+    try:
+        topo = topology_from_args(args)
+    finally:
+        args.nodes = job_nodes
+    if topo.network is None:
+        raise ConfigError("--other-job needs a modelled fabric (--fabric rail-2tier, rail-3tier "
+                          "or tor-2tier, or a --routing): a second job meets the job only on "
+                          "the cables it shares")
+    from ..workloads.steptime import other_job_groups
+    gpn = topo.gpus_per_node
+    job = list(range(job_nodes * gpn))
+    second = [list(g) for g in other_job_groups(tuple(job), job_nodes, args.other_job, gpn)]
+    return topo, job, second
 
 
 def _write_views(args, doc, topo, results) -> None:

@@ -271,8 +271,28 @@ def _ring_curve(sched: Schedule, coster: StepCoster, maxmin: bool = False) -> Ri
     if hit is not None:
         known: RingShape = hit
         return known
-    from ..schedule import step
     from .frontier import RingCurve
+    x0, a, nsteps, pat = ring_rows(sched, coster, maxmin)
+    # the protocols' costers share it
+    paths = coster.paths
+    unit = paths.cache.ring_busy.get(key)
+    if unit is None:
+        unit = np.zeros(paths.nlinks)
+        _account(unit, pat, np.full(len(pat.alpha), float(nsteps)))
+        paths.cache.ring_busy[key] = unit
+    made = coster.rings[(*key, maxmin)] = RingShape(curve=RingCurve(zip(x0, a), nsteps),
+                                         busy_s_per_byte=unit / paths.capacity / paths.lane_scale,
+                                         ops=nsteps * len(pat.alpha))
+    return made
+
+
+def ring_rows(sched: Schedule, coster: StepCoster, maxmin: bool = False
+              ) -> tuple[Floats, Floats, int, Pattern]:
+    """A ring's per-op wire seconds per byte x0 and latency a, as (channel, rank) arrays (an op
+    of every step from rank r to r+1 on a channel), its steps, and the probe step's pattern.
+    `maxmin`: each op at its max-min fair rate among the step's ops (ring_many)."""
+    from ..schedule import step
+    p, c = sched.nranks, max(int(sched.channels), 1)
     r = np.arange(p)
     if sched.collective.name == "all_reduce":
         # channel ch owns chunks ch*P .. ch*P+P-1 (see algorithms/ring.py); one probe step
@@ -300,14 +320,4 @@ def _ring_curve(sched: Schedule, coster: StepCoster, maxmin: bool = False) -> Ri
         rate[moving] = fair(pat.table[moving], coster.link_cap, pat.flow_cap[moving])
     x0 = shape(np.where(pat.local, 0.0, 1.0 / rate))
     a = shape(np.asarray(pat.alpha, dtype=np.float64))
-    # the protocols' costers share it
-    paths = coster.paths
-    unit = paths.cache.ring_busy.get(key)
-    if unit is None:
-        unit = np.zeros(paths.nlinks)
-        _account(unit, pat, np.full(len(probe), float(nsteps)))
-        paths.cache.ring_busy[key] = unit
-    made = coster.rings[(*key, maxmin)] = RingShape(curve=RingCurve(zip(x0, a), nsteps),
-                                         busy_s_per_byte=unit / paths.capacity / paths.lane_scale,
-                                         ops=nsteps * len(probe))
-    return made
+    return x0, a, nsteps, pat

@@ -202,8 +202,7 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
             if out.extrapolated:
                 note += (f"; periodic from a step on: the last {out.extrapolated} of "
                          f"{2 * (schedule.nranks - 1)} steps extrapolated")
-        elif not trace and analytic.is_ring(schedule) and \
-                not schedule.ops_at_most(FLOW_RING_OPS) and \
+        elif analytic.is_ring(schedule) and not schedule.ops_at_most(FLOW_RING_OPS) and \
                 (ring := analytic.ring_many(schedule, cst, [lay.block_count], itemsize,
                                             maxmin=True)[0]) is not None:
             end, ops = ring.end_s, ring.ops
@@ -212,6 +211,8 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
             note = (f"flow model from the ring's frontier: each op at its max-min fair rate "
                     f"among a step's {schedule.nranks * max(schedule.channels, 1):,} ops, "
                     f"{ops:,} ops not simulated one by one (more than {FLOW_RING_OPS:,})")
+            if trace:  # the same recurrence stepped op by op: the trace of this very run
+                timeline = _ring_trace(schedule, cst, bounds, itemsize)
         else:
             if schedule.nranks > FLOW_MAX_RANKS:
                 raise ConfigError(
@@ -306,6 +307,18 @@ def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayo
     return [_result(schedule, lay, proto, "analytic", out.end_s, out.ops, out.ops, out.busy, (),
                     redop, out.note)
             for lay, out in zip(lays, outs) if out is not None]
+
+
+def _ring_trace(schedule: Schedule, cst: StepCoster, bounds: Ints,
+                itemsize: int) -> list[TimelineRecord]:
+    """The timeline of a ring the flow model answered from its frontier (flow_ring.py), up to
+    FLOW_MAX_OPS records."""
+    if not schedule.ops_at_most(FLOW_MAX_OPS):
+        raise ConfigError(f"a trace of {schedule.algorithm} {schedule.collective.name} on "
+                          f"{schedule.nranks:,} ranks would hold more than {FLOW_MAX_OPS:,} ops: "
+                          "drop --trace/--html or use fewer nodes or a smaller size")
+    from .flow_ring import ring_timeline
+    return ring_timeline(schedule, cst, bounds, itemsize)
 
 
 def _flow_timeline(schedule: Schedule, times: tuple[Floats, Floats], bounds: Ints,

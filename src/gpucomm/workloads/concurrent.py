@@ -76,3 +76,50 @@ def union_placement(placement, groups: list) -> np.ndarray:
         return np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
     pos = np.vectorize(first.__getitem__, otypes=[np.int64])(pl)
     return np.concatenate([np.asarray(g, dtype=np.int64)[pos] for g in groups], axis=-1)
+
+
+def with_second_job(result, topology, job: list, second: list, *, model: str = "analytic"):
+    """`result` (a prediction for the job on ranks `job` of `topology`) with a second job
+    running the same collective at the same moment on each group of `second` (lists of
+    topology ranks shaped like `job`): both timed together by `model` on the shared links,
+    and the job's time raised by the slowdown over the job alone (same model; where the
+    second job alone is the slower, only how far the union runs past it:
+    without_second_job), recorded as a bound of its timed run. ConfigError where the job's
+    algorithm is a closed form (tree, nvls, nvls_tree: no schedule to compose)."""
+    import dataclasses
+
+    from ..collectives import layout
+    from ..errors import ConfigError
+    timed = result.timed
+    if not second or result.nranks < 2:
+        return result
+    if timed is None or timed.schedule is None:
+        raise ConfigError(f"--other-job times the two jobs' schedules together; "
+                          f"{result.algorithm} at {result.size} B is NCCL's closed form, "
+                          "not a schedule: give --algorithm ring (or another schedule)")
+    coll, dtype = result.collective, result.dtype
+    together = time_together(coll, result.size, topology, [job, *second], result,
+                             dtype=dtype, model=model)
+    alone = time_together(coll, result.size, topology, [job], result, dtype=dtype, model=model)
+    if together is None or not alone:
+        return result
+    own = without_second_job(together, alone, time_together(coll, result.size, topology, second,
+                                                            result, dtype=dtype, model=model))
+    if own <= alone:
+        return result
+    t = result.time_s * own / alone
+    algbw, busbw = layout(coll, result.size, dtype, result.nranks).busbw(t)
+    why = f"a second job on {len(second)} group(s) of the job's shape: shared cables"
+    return dataclasses.replace(result, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
+                               timed=timed.bounded(why, t))
+
+
+def without_second_job(together: float, job: float | None, second: float | None) -> float:
+    """The job's own time within a union with a second job that ends at `together`: the
+    union ends when the slower of the two does, so where the second job alone (`second`) is
+    slower than the job alone (`job`), only how far the union runs past it is charged to the
+    job (its own end inside the union is not timed: an estimate, never the second job's own
+    slowness counted as the job's)."""
+    if job is None or second is None or second <= job:
+        return together
+    return job * max(together / second, 1.0)

@@ -20,10 +20,12 @@ from .layout import Layout
 from .models import get_model
 from .steptime import Cluster, PredictedStep, make_cluster, plan
 
-# "network": a topology.fabric.Network value (routing, QPs, loss, failed cables), built by the CLI
+# "network": a topology.fabric.Network value (routing, QPs, loss, failed cables), built by the CLI;
+# "other_job": a second job's node count (steptime.other_job_groups); "profile": a calibration
+# profile's (parameter, value) pairs
 TOPOLOGY_KEYS = ("gpu", "pcie_gen", "fabric", "oversubscription", "nics_per_node", "p2p",
-                 "gpus_per_node", "leaf_ports", "placement", "network",
-                 "profile")  # profile: a calibration profile's (parameter, value) pairs
+                 "gpus_per_node", "leaf_ports", "placement", "network", "other_job",
+                 "profile")
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout))
 COMPARE_KEYS = ("system", "nic", "nodes") + tuple(k for k in TOPOLOGY_KEYS
                                                   if k not in ("network", "profile")) \

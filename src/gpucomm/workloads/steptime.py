@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from ..topology.build import PORT_LEVEL
 from .comms import Comm, step_comms
-from .concurrent import time_together
+from .concurrent import time_together, without_second_job
 from .frameworks import fp8_recipe, get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
                       activation_bytes_per_token, gemm_peak,
@@ -91,6 +91,8 @@ def _topology(system: str, nodes: int, nic, options: tuple):
     from ..topology import Topology, build_topology
     opts = dict(options)
     fitted = opts.pop("profile", None)
+    other = opts.pop("other_job", 0)  # a second job's nodes follow the job's (Timer)
+    nodes += other if nodes > 1 else 0
     if system.endswith((".yaml", ".yml")):
         node = Topology.load(system)
         if len({d.node for d in node.devices}) != 1:
@@ -160,6 +162,7 @@ class Timer:
         self._cache = cluster.timings.setdefault((sim_model, contention, serving), {})
         opts = dict(cluster.options)
         self.whole = opts.get("network") is not None or opts.get("fabric") in PORT_LEVEL
+        self.other_job = check_other_job(opts.get("other_job", 0), self.whole, contention)
 
     def place(self, groups: Sequence[Sequence[int]]):
         """(topology, the groups' ranks on it): the cluster itself where its fabric is
@@ -226,7 +229,8 @@ class Timer:
             big = nbytes >= RING_ONLY_BYTES
             skey = ("slowdown", collective, shape[2], res.algorithm, res.protocol)
             if self.contention and len(groups) > 1 and big and skey in self._cache:
-                out.update(time_s=out["time_s"] * self._cache[skey], together=len(groups))
+                out.update(time_s=out["time_s"] * self._cache[skey], together=len(groups),
+                           second=self._cache.get(("second", *skey), 1.0))
             elif self.contention and len(groups) > 1:
                 # too many ranks to simulate at once: measure the slowdown on the groups cut
                 # to their first members (same nodes pattern, same links shared)
@@ -240,17 +244,77 @@ class Timer:
                                   model=self.sim_model, **pick)
                 together = time_together(collective, int(nbytes), topo, local, res,
                                          dtype=dtype, model=model)
+                second = 1.0
+                if self.other_job and together is not None:
+                    together, second = self._with_second(collective, int(nbytes), topo, local,
+                                                         res, dtype, model, together)
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
                                       dtype=dtype, model=model)
                 if together is not None and alone:
                     # the flow model's slowdown from sharing, applied to the chosen model's
                     # time of one group (so the two models' other differences stay out)
                     slow = max(1.0, together / alone)
-                    out.update(time_s=out["time_s"] * slow, together=len(groups))
+                    out.update(time_s=out["time_s"] * slow, together=len(groups),
+                               second=second)
                     if big:
                         self._cache[skey] = slow
+                        self._cache[("second", *skey)] = second
             self._cache[shape] = out
         return self._cache[shape]
+
+    def _with_second(self, collective, nbytes, topo, local, res, dtype, model, together):
+        """`together` (the job's groups and the second job's, side by side) as the job's own
+        time (without_second_job), and how much slower that is than the job's groups alone
+        on this cluster."""
+        first = self.cluster.nodes * self.cluster.gpus_per_node  # the second job's ranks follow
+        own = [g for g in local if min(g) < first]
+        second = [g for g in local if min(g) >= first]
+        if not second:
+            return together, 1.0
+        job = time_together(collective, nbytes, topo, own, res, dtype=dtype, model=model)
+        alone = time_together(collective, nbytes, topo, second, res, dtype=dtype, model=model)
+        mine = without_second_job(together, job, alone)
+        return mine, max(mine / job, 1.0) if job else 1.0
+
+
+def check_other_job(nodes, whole: bool, contention: bool) -> int:
+    """The second job's node count (0: none), checked against what can time it."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ConfigError(f"other_job {nodes!r} not allowed: a node count >= 0 (0: none)")
+    if nodes and not whole:
+        raise ConfigError("--other-job needs a modelled fabric (--fabric rail-2tier, "
+                          "rail-3tier or tor-2tier, or a --routing): a second job meets the "
+                          "job only on the cables it shares")
+    if nodes and not contention:
+        raise ConfigError("--other-job is timed together with the job's groups: drop "
+                          "--no-contention")
+    return nodes
+
+
+def other_job_groups(ranks: tuple[int, ...], job_nodes: int, other_nodes: int,
+                     gpus_per_node: int) -> list[tuple[int, ...]]:
+    """A second job's groups shaped like `ranks`, on its `other_nodes` nodes (cluster nodes
+    job_nodes..job_nodes+other_nodes-1, which the placement puts on the leaves the job
+    leaves): consecutive blocks of as many nodes as `ranks` spans, each member keeping its
+    place in the group's node order and its GPU index shifted by 0..gpus_per_node-1, disjoint.
+    The second job runs the same collective at the same moment on every such group (a job
+    of the same shape at the same phase: the pessimistic end, as job_peers). A group inside
+    one node meets no fabric and gets none."""
+    order = list(dict.fromkeys(r // gpus_per_node for r in ranks))
+    k = len(order)
+    if k < 2 or other_nodes < k:
+        return []
+    place = {n: i for i, n in enumerate(order)}
+    used: set[int] = set()
+    out = []
+    for j in range(other_nodes // k):
+        for s in range(gpus_per_node):
+            g = tuple((job_nodes + j * k + place[r // gpus_per_node]) * gpus_per_node
+                      + (r + s) % gpus_per_node for r in ranks)
+            if used.isdisjoint(g) and len(set(g)) == len(g):
+                used.update(g)
+                out.append(g)
+    return out
 
 
 def peer_groups(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: int
@@ -322,11 +386,13 @@ class CommTime:
     algorithm: str
     protocol: str
     together: int = 1  # groups timed together (sharing links)
+    second_job: float = 1.0  # how much a second job (--other-job) slows it on this cluster
 
     def to_dict(self) -> dict:
         d = self.comm.to_dict()
         d.update(group_size=len(self.ranks), time_s=self.time_s, total_s=self.total_s,
-                 algorithm=self.algorithm, protocol=self.protocol, groups_together=self.together)
+                 algorithm=self.algorithm, protocol=self.protocol, groups_together=self.together,
+                 second_job_slowdown=self.second_job)
         return d
 
 
@@ -368,6 +434,18 @@ class PredictedStep:
         return self.exposed_by_kind.get("EP", 0.0) / total if total else None
 
     @property
+    def second_job_by_kind(self) -> dict:
+        """Per kind slowed by a second job (--other-job): its total per step with the second
+        job over without it, on the same cluster."""
+        out = {}
+        for kind in {c.comm.kind for c in self.comms}:
+            mine = [c for c in self.comms if c.comm.kind == kind]
+            alone = sum(c.total_s / c.second_job for c in mine)
+            if alone > 0 and any(c.second_job > 1.0 for c in mine):
+                out[kind] = sum(c.total_s for c in mine) / alone
+        return out
+
+    @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total
 
@@ -396,6 +474,7 @@ class PredictedStep:
                 dict(self.exposed_by_kind), "exposed_comm_s": self.exposed_comm_s,
             "ep_all_to_all_s": dict(self.ep_split),
             "ep_exposed_share": self.ep_exposed_share,
+            "second_job_slowdown_by_kind": self.second_job_by_kind,
             "bubble_s": self.bubble_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
             "causal_tflops_per_gpu": self.causal_tflops_per_gpu,
@@ -542,7 +621,23 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
     step = _training_step if lay.mode == "train" else _inference_step
+    warnings += second_job_warnings(timed, dict(cluster.options).get("other_job", 0),
+                                    cluster.gpus_per_node)
     return replace(step(model, lay, cluster, mem, timed), warnings=warnings)
+
+
+def second_job_warnings(timed: Sequence[CommTime], other_job: int, gpus_per_node: int
+                        ) -> tuple[str, ...]:
+    """A warning per collective across nodes that --other-job could not reach: NCCL's closed
+    forms (tree, nvls, nvls_tree) are no schedule to time together with the second job's."""
+    from ..simulate.nccl import CLOSED_FORMS
+    if not other_job:
+        return ()
+    missed = sorted({f"{c.comm.kind} {c.comm.collective} ({c.algorithm})" for c in timed
+                     if c.algorithm in CLOSED_FORMS
+                     and len({r // gpus_per_node for r in c.ranks}) > 1})
+    return tuple(f"--other-job: {m} is NCCL's closed form, not a schedule: timed without the "
+                 "second job's traffic" for m in missed)
 
 
 def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tuple:
@@ -554,10 +649,13 @@ def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tu
         ranks = group_of(lay, c.group, 0, gpn)
         peers = [] if not contention else job_peers(lay, c.group, ranks, gpn) \
             if timer.whole else peer_groups(lay, c.group, ranks, gpn)
+        if timer.other_job:
+            peers = [*peers, *other_job_groups(ranks, cluster.nodes, timer.other_job, gpn)]
         t = timer.time(c.collective, c.nbytes, ranks, peers)
         mult = lay.microbatches if c.per == "microbatch" else 1
         timed.append(CommTime(c, ranks, t["time_s"], t["time_s"] * c.count * mult,
-                              t["algorithm"], t["protocol"], t["together"]))
+                              t["algorithm"], t["protocol"], t["together"],
+                              t.get("second", 1.0)))
     return tuple(timed)
 
 
