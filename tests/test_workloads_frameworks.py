@@ -216,11 +216,45 @@ def test_moe_token_copies_cost_hbm_time_forward_and_backward():
     assert t.permute_s == pytest.approx(moe_permute_elements(m, many) * 2 * 4096 / hbm)
     # counted once in forward and once in backward (the gradients take the reverse trip)
     assert t.forward_s == pytest.approx(t.gemm_s + t.attention_s + t.elementwise_s
-                                        + t.cast_fwd_s + t.permute_s)
+                                        + t.cast_fwd_s + t.permute_s + t.expert_host_s)
     assert t.backward_s() == pytest.approx(2 * t.gemm_s + t.attention_bwd_factor
                                            * t.attention_s + 2 * t.elementwise_s
-                                           + t.cast_bwd_s + t.permute_s)
+                                           + t.cast_bwd_s + t.permute_s
+                                           + 2 * t.expert_host_s)
     assert layer_times(m, one, H100, 1, 4096).permute_s < t.permute_s
+
+
+def test_per_expert_gemm_launches_cost_time_only_where_they_outrun_the_gpu():
+    from gpucomm.workloads.compute import expert_host_s
+    meg = get_framework("megatron")
+    raw = yaml.safe_load((DATA / "megatron.yaml").read_text())
+    assert meg.expert_gemm_host_s == pytest.approx(33.4e-6)  # TE PR #3134: 0.267 ms / 8
+    assert "3134" in raw["expert_gemm_host_source"]
+    assert get_framework("torchtitan").expert_gemm_host_s == 0.0
+    b200 = get_gpu("b200")
+    m = get_model("qwen3-30b-a3b")
+    lay = Layout(ep=8, dp=8, seq=4096, precision="mxfp8")
+    small, big = (layer_times(m, lay, b200, b, 4096) for b in (1, 64))
+    # 16 local experts x 33.4 us per call against one sequence's expert GEMMs: launch-bound
+    assert small.expert_host_s > 0.5 * 2 * 16 * meg.expert_gemm_host_s
+    assert big.expert_host_s == 0.0  # 64 sequences: the GEMMs outlast their launches
+    assert layer_times(get_model("llama3-8b"), Layout(seq=4096), b200, 1, 4096
+                       ).expert_host_s == 0.0
+    # fewer local experts, fewer launches
+    assert layer_times(m, lay.with_(ep=128 // 2), b200, 1, 4096).expert_host_s \
+        < small.expert_host_s
+    assert expert_host_s(m, lay, 1e-6, 0.0) == 0.0
+    # recomputing the experts re-issues their forward launches
+    redo = layer_times(m, lay.with_(recompute_modules=("moe",)), b200, 1, 4096)
+    assert redo.modules_s > small.expert_host_s > 0
+
+
+def test_a_host_cost_without_its_source_is_refused():
+    from gpucomm.workloads.frameworks import _framework
+    raw = yaml.safe_load((DATA / "megatron.yaml").read_text())
+    del raw["expert_gemm_host_source"]
+    with pytest.raises(ConfigError, match="expert_gemm_host_s needs"):
+        _framework(raw, "frameworks/x.yaml")
 
 
 def test_torchtitan_pipeline_runs_as_many_microbatches_as_stages():
