@@ -76,7 +76,8 @@ MORE = "Third pass: Megatron-Bridge docs/performance-summary-archive.md, DeepSee
 FOURTH = "Fourth pass: Megatron-Bridge docs/performance-summary-archive.md, dropless Qwen3 " \
     "layouts not yet in the table (25.11 / 26.02 / 26.02.01 containers)"
 DGXC = "NVIDIA DGX Cloud Benchmarking v25.03 (github.com/NVIDIA/dgxc-benchmarking at 1b9bb6b, " \
-    "NeMo 24.12): llama3.1/README_{8b,70b,405b}.md, nemo_megatron/README_175b.md"
+    "NeMo 24.12): llama3.1/README_{8b,70b,405b}.md, nemo_megatron/README_175b.md, " \
+    "nemotron/README_{15b,340b}.md"
 # added in the second pass (issue 26), held out: run once before any rule was judged on them
 ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 # added in the third pass, held out likewise (their first-contact score is in the note)
@@ -439,25 +440,37 @@ DGXC_TABLES = [
      (100275, 199292, 390167, 779393, 1549142, 3053178)),
     ("gpt3-175b", (4, 8, 1, 12), 2048, (128, 256, 512, 1024, 2048), 2,
      (63099, 124712, 249068, 496191, 988057), (93190, 183157, 363206, 720671, 1407485)),
+    ("nemotron4-340b", (8, 8, 1, 12), 4096, (128, 256, 512, 1024, 2048), 0.25,
+     (28432, 56134, 111551, 221686, 433296), (41478, 81665, 160825, 313945, 600903)),
 ]
+# Nemotron-4 15B runs MBS 4 (TP 4, GA 4, GBS 4 per GPU)
+DGXC_15B = ((16, 32, 64, 128, 256, 512, 1024, 2048),
+            (93223, 185654, 368568, 733526, 1470654, 2917777, 5795239, 11622595),
+            (128565, 256250, 512000, 1018529, 2021351, 3956891, 8012042, 15827562))
 
 
 def _dgx_cloud():
     """NVIDIA DGX Cloud Benchmarking (one of the issue's named sources), the newest release
     whose recipe READMEs publish Expected Performance tables (v25.03, container nemo:24.12):
-    every row of a model the planner holds, held out. Llama 3.1 8B (TP 1, CP 2, GA 32),
-    70B (TP 4, PP 4, CP 2, VP 5, GA 64) and GPT-3 175B ("NeMo Megatron", TP 4, PP 8, VP 12,
-    seq 2048) weak-scaled on H100 in BF16 and FP8, MBS 1; Llama 3.1 405B (TP 8, PP 9, CP 2,
-    VP 7) at the three counts that run all 126 layers (576 / 1,152 / 2,304 GPUs, GBS 252 /
-    504 / 1,008). Left out: the 405B rows cut to 7 / 21 / 42 layers (not the published
-    model), Nemotron-4 and Grok-1 (no model config), MaxText and PaxML (JAX, no framework
+    every row of a model the planner holds, held out. Weak-scaled on H100 in BF16 and FP8:
+    Llama 3.1 8B (TP 1, CP 2, MBS 1, GA 32), 70B (TP 4, PP 4, CP 2, VP 5, MBS 1, GA 64),
+    GPT-3 175B ("NeMo Megatron", TP 4, PP 8, VP 12, MBS 1, seq 2048), Nemotron-4 340B (TP 8,
+    PP 8, VP 12, MBS 1, GBS GPUs / 4, seq 4096) and 15B (TP 4, MBS 4, GA 4, seq 4096), the
+    sequence lengths those of the READMEs' model-flops formulas; Llama 3.1 405B (TP 8, PP 9,
+    CP 2, VP 7) at the three counts that run all 126 layers (576 / 1,152 / 2,304 GPUs, GBS
+    252 / 504 / 1,008). Left out: the 405B rows cut to 7 / 21 / 42 layers (not the
+    published model), Grok-1 (no model config), MaxText and PaxML (JAX, no framework
     profile). Tokens/s over all GPUs divided by the GPU count; NeMo's performance recipes
     turn TP communication overlap on."""
     for model, (tp, pp, cp, vp), seq, counts, per_gpu, bf16, fp8 in DGXC_TABLES:
         for gpus, b, f in zip(counts, bf16, fp8):
             for prec, tps in (("bf16", b), ("fp8", f)):
-                yield _nemo(model, gpus, per_gpu * gpus, 1, seq, tp, pp, cp, vp, tps / gpus,
-                            precision=prec, source=DGXC)
+                yield _nemo(model, gpus, int(per_gpu * gpus), 1, seq, tp, pp, cp, vp,
+                            tps / gpus, precision=prec, source=DGXC)
+    for gpus, b, f in zip(*DGXC_15B):
+        for prec, tps in (("bf16", b), ("fp8", f)):
+            yield _nemo("nemotron4-15b", gpus, 4 * gpus, 4, 4096, 4, 1, 1, 1, tps / gpus,
+                        precision=prec, source=DGXC)
     for gpus, gb, b, f in ((576, 252, 117964, 187671), (1152, 504, 234589, 371961),
                            (2304, 1008, 466527, 737280)):
         for prec, tps in (("bf16", b), ("fp8", f)):
