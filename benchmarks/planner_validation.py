@@ -40,6 +40,12 @@ Added in the third pass (`ADDED3`, held out likewise; `_added_third` names each 
 - Megatron-Bridge performance-summary-archive.md: Qwen3 30B-A3B and 235B-A22B on H100, B200
   and GB200 (26.04.01 / 26.06), DeepSeek-V3 on B200 (PP 8, EP 32, 26.04.01) and on 1,024 H100
   (25.09), Llama 3.1 405B on GB200 with MXFP8 (VP 8, 26.06).
+Added in the fourth pass (`ADDED4`, held out likewise; first contact in the note):
+- Megatron-Bridge performance-summary-archive.md: every dropless Qwen3 layout not yet in the
+  table (25.11 / 26.02 / 26.02.01 containers: MBS 1, PP 2 on H100, GBS 1,024 / 2,048).
+- NVIDIA DGX Cloud Benchmarking v25.03 (NeMo 24.12 on H100): every Expected-Performance row of
+  Llama 3.1 8B / 70B / 405B, GPT-3 175B and Nemotron-4 15B / 340B, bf16 and fp8, 8 to 2,304
+  GPUs (`_dgx_cloud`).
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
 bound of the live peak the planner estimates).
 """

@@ -167,6 +167,20 @@ def test_published_runs_table_names_source_layout_and_metric():
         is None
 
 
+def test_fourth_pass_runs_are_every_published_row_and_held_out():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import planner_validation as pv
+    runs = list(pv.cases())
+    dgxc = [r for r in runs if r[0] == pv.DGXC]
+    # 8B 5, 70B 6, GPT-3 175B 5, Nemotron-4 340B 5, 15B 8 GPU counts, the 405B's 3 full-model
+    # counts, each in bf16 and fp8
+    assert len(dgxc) == 2 * (5 + 6 + 5 + 5 + 8 + 3)
+    fourth = [r for r in runs if r[0] == pv.FOURTH]
+    assert len(fourth) == 7 and all(pv._is_moe(r[1]) for r in fourth)
+    assert all(r[6] for r in dgxc + fourth)
+    assert {r[0] for r in dgxc + fourth} == set(pv.ADDED4)
+
+
 def test_plan_on_a_topology_file_matches_the_preset_it_was_written_from(tmp_path):
     from gpucomm.topology import build_topology
     from gpucomm.workloads.request import answer
