@@ -81,6 +81,8 @@ MORE = "Third pass: Megatron-Bridge docs/performance-summary-archive.md, DeepSee
     "EP 32 (26.04.01) and H100 (25.09), Llama 3.1 405B GB200 MXFP8 VP 8 (26.06)"
 FOURTH = "Fourth pass: Megatron-Bridge docs/performance-summary-archive.md, dropless Qwen3 " \
     "layouts not yet in the table (25.11 / 26.02 / 26.02.01 containers)"
+FOURTH_DENSE = "Fourth pass: Megatron-Bridge docs/performance-summary-archive.md, dense " \
+    "layouts not yet in the table (25.09 / 25.11 containers)"
 DGXC = "NVIDIA DGX Cloud Benchmarking v25.03 (github.com/NVIDIA/dgxc-benchmarking at 1b9bb6b, " \
     "NeMo 24.12): llama3.1/README_{8b,70b,405b}.md, nemo_megatron/README_175b.md, " \
     "nemotron/README_{15b,340b}.md"
@@ -89,7 +91,7 @@ ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 # added in the third pass, held out likewise (their first-contact score is in the note)
 ADDED3 = (QWEN3, MORE)
 # added in the fourth pass, held out (first contact, before the MoE host rule, in the note)
-ADDED4 = (FOURTH, DGXC)
+ADDED4 = (FOURTH, FOURTH_DENSE, DGXC)
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over the held-out runs (the issue's "all of them": its
 # large held-out set); the median over every run, held-in included, is printed as information
@@ -434,6 +436,14 @@ def _added_fourth():
     # Qwen3 235B-A22B on 256 H100, TP 2 PP 8 VP 4 EP 32, GBS 2048 (25.11)
     yield _nemo("qwen3-235b-a22b", 256, 2048, 1, 4096, 2, 8, 1, 4, 1575, ep=32, source=FOURTH,
                 extra=["--etp", "1", "--ep-overlap", "--no-tp-overlap"])
+    # the dense archive layouts not yet in the table, by the second pass's rule (GB200
+    # Megatron-FSDP rows whose offload depth the summary does not give stay out: 25.09's 405B
+    # FP8-CS FSDP 64 x TP 2 row): Llama 3 8B GB200 MXFP8 (25.11, the parenthesised FP8-MX
+    # value) and Llama 3.1 405B on 128 GB200 in MXFP8, TP 4 PP 8 CP 2 VP 8 (25.09)
+    gb8 = dict(system="gb200-nvl72", per_node=8, source=FOURTH_DENSE)
+    yield _nemo("llama3-8b", 8, 128, 2, 8192, 1, 1, 1, 1, 29789, precision="mxfp8", **gb8)
+    yield _nemo("llama3-405b", 128, 64, 1, 8192, 4, 8, 2, 8, 578, precision="mxfp8",
+                system="gb200-nvl72", per_node=64, source=FOURTH_DENSE)
 
 
 # DGX Cloud Benchmarking v25.03 "Expected Performance" tables: (model, layout, seq, layout's

@@ -177,8 +177,10 @@ def test_fourth_pass_runs_are_every_published_row_and_held_out():
     assert len(dgxc) == 2 * (5 + 6 + 5 + 5 + 8 + 3)
     fourth = [r for r in runs if r[0] == pv.FOURTH]
     assert len(fourth) == 7 and all(pv._is_moe(r[1]) for r in fourth)
-    assert all(r[6] for r in dgxc + fourth)
-    assert {r[0] for r in dgxc + fourth} == set(pv.ADDED4)
+    dense = [r for r in runs if r[0] == pv.FOURTH_DENSE]
+    assert len(dense) == 2 and not any(pv._is_moe(r[1]) for r in dense)
+    assert all(r[6] for r in dgxc + fourth + dense)
+    assert {r[0] for r in dgxc + fourth + dense} == set(pv.ADDED4)
 
 
 def test_plan_on_a_topology_file_matches_the_preset_it_was_written_from(tmp_path):
