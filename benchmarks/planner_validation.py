@@ -471,9 +471,11 @@ DGXC_15B = ((16, 32, 64, 128, 256, 512, 1024, 2048),
 
 
 def _dgx_cloud():
-    """NVIDIA DGX Cloud Benchmarking (one of the issue's named sources), the newest release
-    whose recipe READMEs publish Expected Performance tables (v25.03, container nemo:24.12):
-    every row of a model the planner holds, held out. Weak-scaled on H100 in BF16 and FP8:
+    """NVIDIA DGX Cloud Benchmarking (one of the issue's named sources), v25.03 (container
+    nemo:24.12), the last release with one README per model size: every Expected-Performance
+    row of a model the planner holds, held out. Later releases (v25.04.01 to v25.05.04,
+    NeMo 25.02 to 25.04.01) publish further tables (Llama 3.1 405B on GB200 and H100 in other
+    layouts, DeepSeek-V3, Llama 4, Nemotron-H) not added yet. Weak-scaled on H100 in BF16 and FP8:
     Llama 3.1 8B (TP 1, CP 2, MBS 1, GA 32), 70B (TP 4, PP 4, CP 2, VP 5, MBS 1, GA 64),
     GPT-3 175B ("NeMo Megatron", TP 4, PP 8, VP 12, MBS 1, seq 2048), Nemotron-4 340B (TP 8,
     PP 8, VP 12, MBS 1, GBS GPUs / 4, seq 4096) and 15B (TP 4, MBS 4, GA 4, seq 4096), the
