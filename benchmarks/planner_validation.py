@@ -86,12 +86,14 @@ FOURTH_DENSE = "Fourth pass: Megatron-Bridge docs/performance-summary-archive.md
 DGXC = "NVIDIA DGX Cloud Benchmarking v25.03 (github.com/NVIDIA/dgxc-benchmarking at 1b9bb6b, " \
     "NeMo 24.12): llama3.1/README_{8b,70b,405b}.md, nemo_megatron/README_175b.md, " \
     "nemotron/README_{15b,340b}.md"
+DGXC5 = "NVIDIA DGX Cloud Benchmarking v25.05.04 (github.com/NVIDIA/dgxc-benchmarking at " \
+    "1f6d9f4, NeMo 25.04): llama3.1, nemotron and deepseek_v3/pretraining READMEs"
 # added in the second pass (issue 26), held out: run once before any rule was judged on them
 ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 # added in the third pass, held out likewise (their first-contact score is in the note)
 ADDED3 = (QWEN3, MORE)
 # added in the fourth pass, held out (first contact, before the MoE host rule, in the note)
-ADDED4 = (FOURTH, FOURTH_DENSE, DGXC)
+ADDED4 = (FOURTH, FOURTH_DENSE, DGXC, DGXC5)
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over the held-out runs (the issue's "all of them": its
 # large held-out set); the median over every run, held-in included, is printed as information
@@ -298,6 +300,7 @@ def cases():
     yield from _added_third()
     yield from _added_fourth()
     yield from _dgx_cloud()
+    yield from _dgx_cloud_2505()
     # DeepSeek-V3: 2,048 H800, PP 16 (DualPipe), EP 64 across 8 nodes, ZeRO-1 DP, fp8
     # blockwise, MLA up-projections / RMSNorm / SwiGLU recomputed, fp8 activation caching,
     # all-to-all hidden by DualPipe, batch 15,360 x 4K (its final value); 180K H800 GPU
@@ -473,9 +476,9 @@ DGXC_15B = ((16, 32, 64, 128, 256, 512, 1024, 2048),
 def _dgx_cloud():
     """NVIDIA DGX Cloud Benchmarking (one of the issue's named sources), v25.03 (container
     nemo:24.12), the last release with one README per model size: every Expected-Performance
-    row of a model the planner holds, held out. Later releases (v25.04.01 to v25.05.04,
-    NeMo 25.02 to 25.04.01) publish further tables (Llama 3.1 405B on GB200 and H100 in other
-    layouts, DeepSeek-V3, Llama 4, Nemotron-H) not added yet. Weak-scaled on H100 in BF16 and FP8:
+    row of a model the planner holds, held out. v25.05.04's tables are `_dgx_cloud_2505`;
+    the tables of v25.04.01 and v25.05 / v25.05.01 (other containers, some layouts v25.05.04
+    no longer lists) are not added. Weak-scaled on H100 in BF16 and FP8:
     Llama 3.1 8B (TP 1, CP 2, MBS 1, GA 32), 70B (TP 4, PP 4, CP 2, VP 5, MBS 1, GA 64),
     GPT-3 175B ("NeMo Megatron", TP 4, PP 8, VP 12, MBS 1, seq 2048), Nemotron-4 340B (TP 8,
     PP 8, VP 12, MBS 1, GBS GPUs / 4, seq 4096) and 15B (TP 4, MBS 4, GA 4, seq 4096), the
@@ -500,6 +503,46 @@ def _dgx_cloud():
         for prec, tps in (("bf16", b), ("fp8", f)):
             yield _nemo("llama3-405b", gpus, gb, 1, 8192, 8, 9, 2, 7, tps / gpus,
                         precision=prec, source=DGXC)
+
+
+def _dgx_cloud_2505():
+    """DGX Cloud Benchmarking v25.05.04 (the newest release with Expected-Performance tables,
+    containers nemo:25.04.00 / 25.04.01), every table row of a model the planner holds, held
+    out, with the layout of the README's own table and no switch beyond it (TP communication
+    overlap where TP > 1, as _nemo sets; the recipes' recompute / dispatcher settings were not
+    read): Llama 3.1 405B on GB200 (TP 4, PP 8, CP 2, VP 8, GBS GPUs / 2) and on 512 H100
+    (TP 8, PP 8, CP 2, VP 8, GBS 256); Nemotron-4 15B on 16 H100 (TP 2, MBS 2, GBS 64), 340B
+    on 256 H100 (TP 8, PP 8, VP 12, GBS 64) and on GB200 (TP 8, PP 4, VP 12; weak-scaled GBS
+    GPUs / 4 and strong-scaled GBS 512); DeepSeek-V3 BF16 (TP 2, ETP 1, MBS 1) on H100 (PP 8
+    EP 64 GBS 4,096 on 512; PP 16 EP 64 GBS 8,192 on 1,024) and on GB200 (PP 4; EP 32 GBS
+    1,024 on 128, EP 64 GBS 2,048 / 4,096 on 256 / 512). Left out: Llama 4, Nemotron-H and
+    Grok-1 (no model config)."""
+    gb = dict(system="gb200-nvl72", per_node=64, source=DGXC5)
+    for gpus, b, f in ((128, 56092, 85514), (256, 110563, 169590), (512, 220567, 335867)):
+        for prec, tps in (("bf16", b), ("fp8", f)):
+            yield _nemo("llama3-405b", gpus, gpus // 2, 1, 8192, 4, 8, 2, 8, tps / gpus,
+                        precision=prec, **gb)
+    for prec, tps in (("bf16", 105863), ("fp8", 161072)):
+        yield _nemo("llama3-405b", 512, 256, 1, 8192, 8, 8, 2, 8, tps / 512, precision=prec,
+                    source=DGXC5)
+    for prec, t15, t340 in (("bf16", 95463, 56913), ("fp8", 131863, 84372)):
+        yield _nemo("nemotron4-15b", 16, 64, 2, 4096, 2, 1, 1, 1, t15 / 16, precision=prec,
+                    source=DGXC5)
+        yield _nemo("nemotron4-340b", 256, 64, 1, 4096, 8, 8, 1, 12, t340 / 256,
+                    precision=prec, source=DGXC5)
+    for gpus, gbs, b, f in ((128, 32, 59877, 88383), (256, 64, 119700, 172804),
+                            (512, 128, 235212, 338468), (128, 512, 64211, 96067),
+                            (256, 512, 126486, 187078), (512, 512, 247656, 369998)):
+        for prec, tps in (("bf16", b), ("fp8", f)):
+            yield _nemo("nemotron4-340b", gpus, gbs, 1, 4096, 8, 4, 1, 12, tps / gpus,
+                        precision=prec, **gb)
+    for gpus, pp, gbs, tps in ((512, 8, 4096, 342755.90), (1024, 16, 8192, 644781.55)):
+        yield _nemo("deepseek-v3", gpus, gbs, 1, 4096, 2, pp, 1, 1, tps / gpus, precision="bf16",
+                    ep=64, source=DGXC5, extra=["--etp", "1"])
+    for gpus, ep, gbs, tps in ((128, 32, 1024, 122755.33), (256, 64, 2048, 245323.97),
+                               (512, 64, 4096, 489502.71)):
+        yield _nemo("deepseek-v3", gpus, gbs, 1, 4096, 2, 4, 1, 1, tps / gpus, precision="bf16",
+                    ep=ep, extra=["--etp", "1"], **gb)
 
 
 def gpucomm(*argv) -> tuple[int, object, str]:
