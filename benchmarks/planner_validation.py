@@ -516,7 +516,9 @@ def _dgx_cloud_2505():
     GPUs / 4 and strong-scaled GBS 512); DeepSeek-V3 BF16 (TP 2, ETP 1, MBS 1) on H100 (PP 8
     EP 64 GBS 4,096 on 512; PP 16 EP 64 GBS 8,192 on 1,024) and on GB200 (PP 4; EP 32 GBS
     1,024 on 128, EP 64 GBS 2,048 / 4,096 on 256 / 512). Left out: Llama 4, Nemotron-H and
-    Grok-1 (no model config)."""
+    Grok-1 (no model config). Read from deepseek_v3/pretraining/launch.sh after first contact
+    (no rule): recompute modules mla_up_proj on H100 and core_attn (--recompute selective) on
+    GB200, no activation offload."""
     gb = dict(system="gb200-nvl72", per_node=64, source=DGXC5)
     for gpus, b, f in ((128, 56092, 85514), (256, 110563, 169590), (512, 220567, 335867)):
         for prec, tps in (("bf16", b), ("fp8", f)):
@@ -538,11 +540,12 @@ def _dgx_cloud_2505():
                         precision=prec, **gb)
     for gpus, pp, gbs, tps in ((512, 8, 4096, 342755.90), (1024, 16, 8192, 644781.55)):
         yield _nemo("deepseek-v3", gpus, gbs, 1, 4096, 2, pp, 1, 1, tps / gpus, precision="bf16",
-                    ep=64, source=DGXC5, extra=["--etp", "1"])
+                    ep=64, source=DGXC5, extra=["--etp", "1", "--recompute-modules",
+                                                "mla_up_proj"])
     for gpus, ep, gbs, tps in ((128, 32, 1024, 122755.33), (256, 64, 2048, 245323.97),
                                (512, 64, 4096, 489502.71)):
         yield _nemo("deepseek-v3", gpus, gbs, 1, 4096, 2, 4, 1, 1, tps / gpus, precision="bf16",
-                    ep=ep, extra=["--etp", "1"], **gb)
+                    ep=ep, extra=["--etp", "1", "--recompute", "selective"], **gb)
 
 
 def gpucomm(*argv) -> tuple[int, object, str]:

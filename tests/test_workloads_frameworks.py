@@ -179,8 +179,12 @@ def test_fourth_pass_runs_are_every_published_row_and_held_out():
     assert len(fourth) == 7 and all(pv._is_moe(r[1]) for r in fourth)
     dense = [r for r in runs if r[0] == pv.FOURTH_DENSE]
     assert len(dense) == 2 and not any(pv._is_moe(r[1]) for r in dense)
-    assert all(r[6] for r in dgxc + fourth + dense)
-    assert {r[0] for r in dgxc + fourth + dense} == set(pv.ADDED4)
+    # v25.05.04: 405B on 3 GB200 counts and 512 H100, Nemotron-4 15B and 340B on H100, 340B on
+    # 3 GB200 counts weak- and strong-scaled, each in bf16 and fp8; DeepSeek-V3 bf16 at 5 counts
+    later = [r for r in runs if r[0] == pv.DGXC5]
+    assert len(later) == 2 * (3 + 1 + 2 + 6) + 5
+    assert all(r[6] for r in dgxc + fourth + dense + later)
+    assert {r[0] for r in dgxc + fourth + dense + later} == set(pv.ADDED4)
 
 
 def test_plan_on_a_topology_file_matches_the_preset_it_was_written_from(tmp_path):
