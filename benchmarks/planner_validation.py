@@ -40,6 +40,12 @@ Added in the third pass (`ADDED3`, held out likewise; `_added_third` names each 
 - Megatron-Bridge performance-summary-archive.md: Qwen3 30B-A3B and 235B-A22B on H100, B200
   and GB200 (26.04.01 / 26.06), DeepSeek-V3 on B200 (PP 8, EP 32, 26.04.01) and on 1,024 H100
   (25.09), Llama 3.1 405B on GB200 with MXFP8 (VP 8, 26.06).
+Added in the fourth pass (`ADDED4`, held out likewise; first contact in the note):
+- Megatron-Bridge performance-summary-archive.md: every dropless Qwen3 layout not yet in the
+  table (25.11 / 26.02 / 26.02.01 containers: MBS 1, PP 2 on H100, GBS 1,024 / 2,048).
+- NVIDIA DGX Cloud Benchmarking v25.03 (NeMo 24.12 on H100): every Expected-Performance row of
+  Llama 3.1 8B / 70B / 405B, GPT-3 175B and Nemotron-4 15B / 340B, bf16 and fp8, 8 to 2,304
+  GPUs (`_dgx_cloud`).
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
 bound of the live peak the planner estimates).
 """
@@ -73,10 +79,21 @@ QWEN3 = "Third pass: Megatron-Bridge docs/performance-summary-archive.md, Qwen3 
     "235B-A22B (26.04.01 / 26.06 containers)"
 MORE = "Third pass: Megatron-Bridge docs/performance-summary-archive.md, DeepSeek-V3 B200 PP 8 " \
     "EP 32 (26.04.01) and H100 (25.09), Llama 3.1 405B GB200 MXFP8 VP 8 (26.06)"
+FOURTH = "Fourth pass: Megatron-Bridge docs/performance-summary-archive.md, dropless Qwen3 " \
+    "layouts not yet in the table (25.11 / 26.02 / 26.02.01 containers)"
+FOURTH_DENSE = "Fourth pass: Megatron-Bridge docs/performance-summary-archive.md, dense " \
+    "layouts not yet in the table (25.09 / 25.11 containers)"
+DGXC = "NVIDIA DGX Cloud Benchmarking v25.03 (github.com/NVIDIA/dgxc-benchmarking at 1b9bb6b, " \
+    "NeMo 24.12): llama3.1/README_{8b,70b,405b}.md, nemo_megatron/README_175b.md, " \
+    "nemotron/README_{15b,340b}.md"
+DGXC5 = "NVIDIA DGX Cloud Benchmarking v25.05.04 (github.com/NVIDIA/dgxc-benchmarking at " \
+    "1f6d9f4, NeMo 25.04): llama3.1, nemotron and deepseek_v3/pretraining READMEs"
 # added in the second pass (issue 26), held out: run once before any rule was judged on them
 ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 # added in the third pass, held out likewise (their first-contact score is in the note)
 ADDED3 = (QWEN3, MORE)
+# added in the fourth pass, held out (first contact, before the MoE host rule, in the note)
+ADDED4 = (FOURTH, FOURTH_DENSE, DGXC, DGXC5)
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over the held-out runs (the issue's "all of them": its
 # large held-out set); the median over every run, held-in included, is printed as information
@@ -281,6 +298,9 @@ def cases():
                      ac="selective", async_tp=True, source=ASYNCTP, held_out=False)
     yield from _added()
     yield from _added_third()
+    yield from _added_fourth()
+    yield from _dgx_cloud()
+    yield from _dgx_cloud_2505()
     # DeepSeek-V3: 2,048 H800, PP 16 (DualPipe), EP 64 across 8 nodes, ZeRO-1 DP, fp8
     # blockwise, MLA up-projections / RMSNorm / SwiGLU recomputed, fp8 activation caching,
     # all-to-all hidden by DualPipe, batch 15,360 x 4K (its final value); 180K H800 GPU
@@ -384,6 +404,148 @@ def _added_third():
     # Llama 3.1 405B on GB200, MXFP8, 26.06 (TP 4, PP 16, VP 8)
     yield _nemo("llama3-405b", 256, 1536, 1, 8192, 4, 16, 1, 8, 783, precision="mxfp8",
                 system="gb200-nvl72", per_node=64, source=MORE)
+
+
+def _added_fourth():
+    """Runs added in the fourth pass of issue 26 (held out). The rule that chose them, fixed
+    before any was run: every dropless MoE row of the archive (Qwen3 30B-A3B / 235B-A22B,
+    DeepSeek-V3) on H100, B200 or GB200 in FP8-CS, MXFP8 or BF16 whose layout (system, GPUs,
+    precision, TP/PP/VP/EP, MBS, GBS) is not already in the table, from the newest container
+    that published it. The 25.09 rows marked "tokendrop" are left out (drop-and-pad routing
+    is not expressible). The all-to-all overlap is the recipe family's at the container's tag
+    (v0.2.0 = 25.11, v0.3.0 = 26.02: qwen3 workload_base_configs.py, H100 30B PP 2 and
+    H100 / B200 235B: moe_a2a_overlap=True; B200 / GB200 30B and GB200 235B: none); the H100
+    235B rows take the same --etp 1 --no-tp-overlap as the third-pass row of that recipe.
+    Every Qwen3 recipe sets expert TP 1."""
+    gb = dict(system="gb200-nvl72", per_node=64, source=FOURTH)
+    # Qwen3 30B-A3B on 16 H100, PP 2 VP 12 EP 8, MBS 1 GBS 1024 (26.02.01)
+    yield _nemo("qwen3-30b-a3b", 16, 1024, 1, 4096, 1, 2, 1, 12, 9058, ep=8, source=FOURTH,
+                extra=["--etp", "1", "--ep-overlap"])
+    # Qwen3 30B-A3B on 16 H100, PP 2 VP 24 EP 8, MBS 2 GBS 512 (25.11)
+    yield _nemo("qwen3-30b-a3b", 16, 512, 2, 4096, 1, 2, 1, 24, 5275, ep=8, source=FOURTH,
+                extra=["--etp", "1", "--ep-overlap"])
+    # Qwen3 30B-A3B on 8 B200, MBS 1 (26.02)
+    yield _nemo("qwen3-30b-a3b", 8, 512, 1, 4096, 1, 1, 1, 1, 9691, system="dgx-b200",
+                precision="mxfp8", ep=8, source=FOURTH, extra=["--etp", "1"])
+    # Qwen3 235B-A22B on 256 GB200, PP 8 without VP, EP 32 (26.02.01)
+    yield _nemo("qwen3-235b-a22b", 256, 8192, 1, 4096, 1, 8, 1, 1, 5530, precision="mxfp8",
+                ep=32, extra=["--etp", "1"], **gb)
+    # Qwen3 235B-A22B on 256 GB200, BF16, PP 8 VP 3 EP 32 (25.11)
+    yield _nemo("qwen3-235b-a22b", 256, 8192, 1, 4096, 1, 8, 1, 3, 4916, precision="bf16",
+                ep=32, extra=["--etp", "1"], **gb)
+    # Qwen3 235B-A22B on 64 B200, PP 8 VP 2 EP 8, GBS 1024 (25.11)
+    yield _nemo("qwen3-235b-a22b", 64, 1024, 1, 4096, 1, 8, 1, 2, 3269, system="dgx-b200",
+                precision="mxfp8", ep=8, source=FOURTH, extra=["--etp", "1", "--ep-overlap"])
+    # Qwen3 235B-A22B on 256 H100, TP 2 PP 8 VP 4 EP 32, GBS 2048 (25.11)
+    yield _nemo("qwen3-235b-a22b", 256, 2048, 1, 4096, 2, 8, 1, 4, 1575, ep=32, source=FOURTH,
+                extra=["--etp", "1", "--ep-overlap", "--no-tp-overlap"])
+    # the dense archive layouts not yet in the table, by the second pass's rule (GB200
+    # Megatron-FSDP rows whose offload depth the summary does not give stay out: 25.09's 405B
+    # FP8-CS FSDP 64 x TP 2 row): Llama 3 8B GB200 MXFP8 (25.11, the parenthesised FP8-MX
+    # value) and Llama 3.1 405B on 128 GB200 in MXFP8, TP 4 PP 8 CP 2 VP 8 (25.09)
+    gb8 = dict(system="gb200-nvl72", per_node=8, source=FOURTH_DENSE)
+    yield _nemo("llama3-8b", 8, 128, 2, 8192, 1, 1, 1, 1, 29789, precision="mxfp8", **gb8)
+    yield _nemo("llama3-405b", 128, 64, 1, 8192, 4, 8, 2, 8, 578, precision="mxfp8",
+                system="gb200-nvl72", per_node=64, source=FOURTH_DENSE)
+
+
+# DGX Cloud Benchmarking v25.03 "Expected Performance" tables: (model, layout, seq, layout's
+# GPU counts, GBS per GPU, tokens/s over all GPUs in bf16 and fp8 at each count)
+DGXC_TABLES = [
+    ("llama3-8b", (1, 1, 2, 1), 8192, (8, 16, 32, 64, 128), 16,
+     (82028, 161443, 322638, 645277, 1275155), (111054, 221358, 437088, 870639, 1725163)),
+    ("llama3-70b", (4, 4, 2, 5), 8192, (64, 128, 256, 512, 1024, 2048), 2,
+     (71756, 142663, 284881, 566797, 1129246, 2260623),
+     (100275, 199292, 390167, 779393, 1549142, 3053178)),
+    ("gpt3-175b", (4, 8, 1, 12), 2048, (128, 256, 512, 1024, 2048), 2,
+     (63099, 124712, 249068, 496191, 988057), (93190, 183157, 363206, 720671, 1407485)),
+    ("nemotron4-340b", (8, 8, 1, 12), 4096, (128, 256, 512, 1024, 2048), 0.25,
+     (28432, 56134, 111551, 221686, 433296), (41478, 81665, 160825, 313945, 600903)),
+]
+# read from the recipe after first contact (no rule): nemotron/configure.sh at 1b9bb6b sets
+# CP 2 for the BF16 340B runs (the README header leaves CP out), and nemotron4-340b-synth.yaml
+# keeps activations_checkpoint_granularity: selective
+DGXC_SWITCHES = {("nemotron4-340b", "bf16"): (2, ["--recompute", "selective"]),
+                 ("nemotron4-340b", "fp8"): (1, ["--recompute", "selective"])}
+# Nemotron-4 15B runs MBS 4 (TP 4, GA 4, GBS 4 per GPU)
+DGXC_15B = ((16, 32, 64, 128, 256, 512, 1024, 2048),
+            (93223, 185654, 368568, 733526, 1470654, 2917777, 5795239, 11622595),
+            (128565, 256250, 512000, 1018529, 2021351, 3956891, 8012042, 15827562))
+
+
+def _dgx_cloud():
+    """NVIDIA DGX Cloud Benchmarking (one of the issue's named sources), v25.03 (container
+    nemo:24.12), the last release with one README per model size: every Expected-Performance
+    row of a model the planner holds, held out. v25.05.04's tables are `_dgx_cloud_2505`;
+    the tables of v25.04.01 and v25.05 / v25.05.01 (other containers, some layouts v25.05.04
+    no longer lists) are not added. Weak-scaled on H100 in BF16 and FP8:
+    Llama 3.1 8B (TP 1, CP 2, MBS 1, GA 32), 70B (TP 4, PP 4, CP 2, VP 5, MBS 1, GA 64),
+    GPT-3 175B ("NeMo Megatron", TP 4, PP 8, VP 12, MBS 1, seq 2048), Nemotron-4 340B (TP 8,
+    PP 8, VP 12, MBS 1, GBS GPUs / 4, seq 4096) and 15B (TP 4, MBS 4, GA 4, seq 4096), the
+    sequence lengths those of the READMEs' model-flops formulas; Llama 3.1 405B (TP 8, PP 9,
+    CP 2, VP 7) at the three counts that run all 126 layers (576 / 1,152 / 2,304 GPUs, GBS
+    252 / 504 / 1,008). Left out: the 405B rows cut to 7 / 21 / 42 layers (not the
+    published model), Grok-1 (no model config), MaxText and PaxML (JAX, no framework
+    profile). Tokens/s over all GPUs divided by the GPU count; NeMo's performance recipes
+    turn TP communication overlap on."""
+    for model, (tp, pp, cp, vp), seq, counts, per_gpu, bf16, fp8 in DGXC_TABLES:
+        for gpus, b, f in zip(counts, bf16, fp8):
+            for prec, tps in (("bf16", b), ("fp8", f)):
+                c, extra = DGXC_SWITCHES.get((model, prec), (cp, []))
+                yield _nemo(model, gpus, int(per_gpu * gpus), 1, seq, tp, pp, c, vp,
+                            tps / gpus, precision=prec, source=DGXC, extra=extra)
+    for gpus, b, f in zip(*DGXC_15B):
+        for prec, tps in (("bf16", b), ("fp8", f)):
+            yield _nemo("nemotron4-15b", gpus, 4 * gpus, 4, 4096, 4, 1, 1, 1, tps / gpus,
+                        precision=prec, source=DGXC)
+    for gpus, gb, b, f in ((576, 252, 117964, 187671), (1152, 504, 234589, 371961),
+                           (2304, 1008, 466527, 737280)):
+        for prec, tps in (("bf16", b), ("fp8", f)):
+            yield _nemo("llama3-405b", gpus, gb, 1, 8192, 8, 9, 2, 7, tps / gpus,
+                        precision=prec, source=DGXC)
+
+
+def _dgx_cloud_2505():
+    """DGX Cloud Benchmarking v25.05.04 (the newest release with Expected-Performance tables,
+    containers nemo:25.04.00 / 25.04.01), every table row of a model the planner holds, held
+    out, with the layout of the README's own table and no switch beyond it (TP communication
+    overlap where TP > 1, as _nemo sets; the recipes' recompute / dispatcher settings were not
+    read): Llama 3.1 405B on GB200 (TP 4, PP 8, CP 2, VP 8, GBS GPUs / 2) and on 512 H100
+    (TP 8, PP 8, CP 2, VP 8, GBS 256); Nemotron-4 15B on 16 H100 (TP 2, MBS 2, GBS 64), 340B
+    on 256 H100 (TP 8, PP 8, VP 12, GBS 64) and on GB200 (TP 8, PP 4, VP 12; weak-scaled GBS
+    GPUs / 4 and strong-scaled GBS 512); DeepSeek-V3 BF16 (TP 2, ETP 1, MBS 1) on H100 (PP 8
+    EP 64 GBS 4,096 on 512; PP 16 EP 64 GBS 8,192 on 1,024) and on GB200 (PP 4; EP 32 GBS
+    1,024 on 128, EP 64 GBS 2,048 / 4,096 on 256 / 512). Left out: Llama 4, Nemotron-H and
+    Grok-1 (no model config). Read from deepseek_v3/pretraining/launch.sh after first contact
+    (no rule): recompute modules mla_up_proj on H100 and core_attn (--recompute selective) on
+    GB200, no activation offload."""
+    gb = dict(system="gb200-nvl72", per_node=64, source=DGXC5)
+    for gpus, b, f in ((128, 56092, 85514), (256, 110563, 169590), (512, 220567, 335867)):
+        for prec, tps in (("bf16", b), ("fp8", f)):
+            yield _nemo("llama3-405b", gpus, gpus // 2, 1, 8192, 4, 8, 2, 8, tps / gpus,
+                        precision=prec, **gb)
+    for prec, tps in (("bf16", 105863), ("fp8", 161072)):
+        yield _nemo("llama3-405b", 512, 256, 1, 8192, 8, 8, 2, 8, tps / 512, precision=prec,
+                    source=DGXC5)
+    for prec, t15, t340 in (("bf16", 95463, 56913), ("fp8", 131863, 84372)):
+        yield _nemo("nemotron4-15b", 16, 64, 2, 4096, 2, 1, 1, 1, t15 / 16, precision=prec,
+                    source=DGXC5)
+        yield _nemo("nemotron4-340b", 256, 64, 1, 4096, 8, 8, 1, 12, t340 / 256,
+                    precision=prec, source=DGXC5)
+    for gpus, gbs, b, f in ((128, 32, 59877, 88383), (256, 64, 119700, 172804),
+                            (512, 128, 235212, 338468), (128, 512, 64211, 96067),
+                            (256, 512, 126486, 187078), (512, 512, 247656, 369998)):
+        for prec, tps in (("bf16", b), ("fp8", f)):
+            yield _nemo("nemotron4-340b", gpus, gbs, 1, 4096, 8, 4, 1, 12, tps / gpus,
+                        precision=prec, **gb)
+    for gpus, pp, gbs, tps in ((512, 8, 4096, 342755.90), (1024, 16, 8192, 644781.55)):
+        yield _nemo("deepseek-v3", gpus, gbs, 1, 4096, 2, pp, 1, 1, tps / gpus, precision="bf16",
+                    ep=64, source=DGXC5, extra=["--etp", "1", "--recompute-modules",
+                                                "mla_up_proj"])
+    for gpus, ep, gbs, tps in ((128, 32, 1024, 122755.33), (256, 64, 2048, 245323.97),
+                               (512, 64, 4096, 489502.71)):
+        yield _nemo("deepseek-v3", gpus, gbs, 1, 4096, 2, 4, 1, 1, tps / gpus, precision="bf16",
+                    ep=ep, extra=["--etp", "1", "--recompute", "selective"], **gb)
 
 
 def gpucomm(*argv) -> tuple[int, object, str]:
@@ -510,7 +672,8 @@ def _summary(rows) -> dict:
            "held_out_dense": [abs(r["error"]) for r in acc
                               if r["held_out"] and not r.get("moe")],
            "added": [abs(r["error"]) for r in acc if r["source"] in ADDED],
-           "added_third": [abs(r["error"]) for r in acc if r["source"] in ADDED3]}
+           "added_third": [abs(r["error"]) for r in acc if r["source"] in ADDED3],
+           "added_fourth": [abs(r["error"]) for r in acc if r["source"] in ADDED4]}
     llama = [r for r in rows if r["source"] == LLAMA3]
     out = {"runs": len(rows), "held_out_runs": sum(r["held_out"] for r in rows),
            "fp8_runs": sum(r["fp8"] for r in rows), "accepted": len(acc),
@@ -599,7 +762,8 @@ def _print(rows, summary) -> None:
           f"{pct(s['median_abs_error_fp8'])}, "
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
           f"{pct(s['median_abs_error_added'])}, in the third "
-          f"{pct(s['median_abs_error_added_third'])}; held-out MoE "
+          f"{pct(s['median_abs_error_added_third'])}, in the fourth "
+          f"{pct(s['median_abs_error_added_fourth'])}; held-out MoE "
           f"{pct(s['median_abs_error_held_out_moe'])} ({len_moe} runs), held-out dense "
           f"{pct(s['median_abs_error_held_out_dense'])} ({len_dense} runs); max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")

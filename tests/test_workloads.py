@@ -22,6 +22,8 @@ from gpucomm.workloads.models import load_model
     ("megatron-gpt-146b", 145.6e9, 145.6e9),  # Narayanan et al. 2021, Table 1
     ("megatron-gpt-1t", 1008.0e9, 1008.0e9),
     ("qwen3-235b-a22b", 235e9, 22e9),     # Qwen3 model card: 235B total, 22B activated
+    ("nemotron4-340b", 341.0e9, 341.0e9),  # report: 9.4B embedding + 331.6B non-embedding
+    ("nemotron4-15b", 15.7e9, 15.7e9),    # report: 3.2B embedding + 12.5B non-embedding
 ])
 def test_shipped_model_sizes_match_published(name, total, active):
     m = get_model(name)

@@ -167,6 +167,26 @@ def test_published_runs_table_names_source_layout_and_metric():
         is None
 
 
+def test_fourth_pass_runs_are_every_published_row_and_held_out():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import planner_validation as pv
+    runs = list(pv.cases())
+    dgxc = [r for r in runs if r[0] == pv.DGXC]
+    # 8B 5, 70B 6, GPT-3 175B 5, Nemotron-4 340B 5, 15B 8 GPU counts, the 405B's 3 full-model
+    # counts, each in bf16 and fp8
+    assert len(dgxc) == 2 * (5 + 6 + 5 + 5 + 8 + 3)
+    fourth = [r for r in runs if r[0] == pv.FOURTH]
+    assert len(fourth) == 7 and all(pv._is_moe(r[1]) for r in fourth)
+    dense = [r for r in runs if r[0] == pv.FOURTH_DENSE]
+    assert len(dense) == 2 and not any(pv._is_moe(r[1]) for r in dense)
+    # v25.05.04: 405B on 3 GB200 counts and 512 H100, Nemotron-4 15B and 340B on H100, 340B on
+    # 3 GB200 counts weak- and strong-scaled, each in bf16 and fp8; DeepSeek-V3 bf16 at 5 counts
+    later = [r for r in runs if r[0] == pv.DGXC5]
+    assert len(later) == 2 * (3 + 1 + 2 + 6) + 5
+    assert all(r[6] for r in dgxc + fourth + dense + later)
+    assert {r[0] for r in dgxc + fourth + dense + later} == set(pv.ADDED4)
+
+
 def test_plan_on_a_topology_file_matches_the_preset_it_was_written_from(tmp_path):
     from gpucomm.topology import build_topology
     from gpucomm.workloads.request import answer
@@ -216,11 +236,45 @@ def test_moe_token_copies_cost_hbm_time_forward_and_backward():
     assert t.permute_s == pytest.approx(moe_permute_elements(m, many) * 2 * 4096 / hbm)
     # counted once in forward and once in backward (the gradients take the reverse trip)
     assert t.forward_s == pytest.approx(t.gemm_s + t.attention_s + t.elementwise_s
-                                        + t.cast_fwd_s + t.permute_s)
+                                        + t.cast_fwd_s + t.permute_s + t.expert_host_s)
     assert t.backward_s() == pytest.approx(2 * t.gemm_s + t.attention_bwd_factor
                                            * t.attention_s + 2 * t.elementwise_s
-                                           + t.cast_bwd_s + t.permute_s)
+                                           + t.cast_bwd_s + t.permute_s
+                                           + 2 * t.expert_host_s)
     assert layer_times(m, one, H100, 1, 4096).permute_s < t.permute_s
+
+
+def test_per_expert_gemm_launches_cost_time_only_where_they_outrun_the_gpu():
+    from gpucomm.workloads.compute import expert_host_s
+    meg = get_framework("megatron")
+    raw = yaml.safe_load((DATA / "megatron.yaml").read_text())
+    assert meg.expert_gemm_host_s == pytest.approx(33.4e-6)  # TE PR #3134: 0.267 ms / 8
+    assert "3134" in raw["expert_gemm_host_source"]
+    assert get_framework("torchtitan").expert_gemm_host_s == 0.0
+    b200 = get_gpu("b200")
+    m = get_model("qwen3-30b-a3b")
+    lay = Layout(ep=8, dp=8, seq=4096, precision="mxfp8")
+    small, big = (layer_times(m, lay, b200, b, 4096) for b in (1, 64))
+    # 16 local experts x 33.4 us per call against one sequence's expert GEMMs: launch-bound
+    assert small.expert_host_s > 0.5 * 2 * 16 * meg.expert_gemm_host_s
+    assert big.expert_host_s == 0.0  # 64 sequences: the GEMMs outlast their launches
+    assert layer_times(get_model("llama3-8b"), Layout(seq=4096), b200, 1, 4096
+                       ).expert_host_s == 0.0
+    # fewer local experts, fewer launches
+    assert layer_times(m, lay.with_(ep=128 // 2), b200, 1, 4096).expert_host_s \
+        < small.expert_host_s
+    assert expert_host_s(m, lay, 1e-6, 0.0) == 0.0
+    # recomputing the experts re-issues their forward launches
+    redo = layer_times(m, lay.with_(recompute_modules=("moe",)), b200, 1, 4096)
+    assert redo.modules_s > small.expert_host_s > 0
+
+
+def test_a_host_cost_without_its_source_is_refused():
+    from gpucomm.workloads.frameworks import _framework
+    raw = yaml.safe_load((DATA / "megatron.yaml").read_text())
+    del raw["expert_gemm_host_source"]
+    with pytest.raises(ConfigError, match="expert_gemm_host_s needs"):
+        _framework(raw, "frameworks/x.yaml")
 
 
 def test_torchtitan_pipeline_runs_as_many_microbatches_as_stages():

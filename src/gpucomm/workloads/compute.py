@@ -162,15 +162,18 @@ class LayerTimes:
     selective_s: float = -1.0  # what --recompute selective re-runs (-1: the attention core)
     modules_s: float = 0.0  # what recompute_modules re-run in backward
     permute_s: float = 0.0  # MoE: routed token copies into and out of expert order
+    expert_host_s: float = 0.0  # MoE: what issuing the expert GEMMs one call per local expert
+    # adds beyond their GPU time, per pass (forward; backward makes dgrad and wgrad passes)
 
     @property
     def forward_s(self) -> float:
         return self.gemm_s + self.attention_s + self.elementwise_s + self.cast_fwd_s \
-            + self.permute_s
+            + self.permute_s + self.expert_host_s
 
     def backward_s(self) -> float:
         return 2 * self.gemm_s + self.attention_bwd_factor * self.attention_s \
-            + 2 * self.elementwise_s + self.cast_bwd_s + self.permute_s
+            + 2 * self.elementwise_s + self.cast_bwd_s + self.permute_s \
+            + 2 * self.expert_host_s
 
     def recompute_s(self, recompute: str) -> float:
         selective = self.attention_s if self.selective_s < 0 else self.selective_s
@@ -259,9 +262,36 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
         "shared_experts": 2 * tokens * model.shared_experts * model.expert_params / t / rate,
         "moe": (2 * tokens * n_routed * model.expert_params / t / rate
                 + mlp * per_elem) if model.moe else 0.0}
+    host = expert_host_s(model, lay, 2 * tokens * n_routed * model.expert_params / t / rate,
+                         fw.expert_gemm_host_s)
+    module_s["moe"] += host
     modules = sum(module_s[m] for m in set(lay.recompute_modules))
     permute = moe_permute_elements(model, lay) * BF16 * tokens / hbm
-    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b, selective, modules, permute)
+    return LayerTimes(gemm_s, attn_s, elem_s, bwd, cast_f, cast_b, selective, modules, permute,
+                      host)
+
+
+def expert_host_s(model: ModelConfig, lay: Layout, expert_gpu_s: float, per_call_s: float
+                  ) -> float:
+    """Seconds one pass over a dropless MoE layer's experts (fc1 then fc2) takes beyond the GPU
+    time of their GEMMs (`expert_gpu_s`) when the framework issues one GEMM call per local
+    expert at `per_call_s` of host time each: Megatron-core syncs the token counts to the host
+    before the experts, so the GPU waits on the launches, and each grouped GEMM of n local
+    experts takes max(n x per_call_s, its GPU time).
+
+    >>> m = ModelConfig("moe", layers=1, hidden=4, ffn=8, heads=1, vocab=8, experts=8, top_k=2)
+    >>> lay = Layout(ep=2)
+    >>> # 4 local experts: 40 us of launches against fc1's 20 us and fc2's 10 us of GPU time
+    >>> round(expert_host_s(m, lay, 30e-6, 10e-6) * 1e6, 3)
+    50.0
+    >>> expert_host_s(m, lay, 300e-6, 10e-6)  # GPU-bound: the launches hide behind the GEMMs
+    0.0
+    """
+    if not model.moe or per_call_s <= 0.0:
+        return 0.0
+    host = model.experts / lay.ep * per_call_s
+    fc1 = 2.0 / 3.0 if model.mlp == "swiglu" else 0.5  # the up/gate share of expert weights
+    return max(0.0, host - fc1 * expert_gpu_s) + max(0.0, host - (1 - fc1) * expert_gpu_s)
 
 
 def moe_permute_elements(model: ModelConfig, lay: Layout) -> float:

@@ -64,6 +64,8 @@ class Framework:
     # so context parallelism moves heads/kv_heads times the bytes
     fp8_saves_inputs: bool = False  # fp8 linear layers keep their quantized (fp8) inputs for
     # the weight-gradient GEMM instead of the bf16 ones (Transformer Engine)
+    expert_gemm_host_s: float = 0.0  # host seconds per local expert per grouped expert GEMM
+    # of a dropless MoE layer issued as one GEMM call per expert (0: one grouped kernel)
 
     def kernels_for(self, gpu) -> Kernels:
         sm = getattr(gpu, "sm", "")
@@ -109,7 +111,18 @@ def _framework(d: dict, where: str) -> Framework:
                      _choice(d, "selective", ("attention", "op"), where),
                      bool(_choice(d, "pp_fsdp_unsharded", (False, True), where)),
                      bool(_choice(d, "cp_kv_expanded", (False, True), where)),
-                     bool(_choice(d, "fp8_saves_inputs", (False, True), where)))
+                     bool(_choice(d, "fp8_saves_inputs", (False, True), where)),
+                     _host_s(d, where))
+
+
+def _host_s(d: dict, where: str) -> float:
+    """expert_gemm_host_s, in seconds; a non-zero value needs its source beside it."""
+    if "expert_gemm_host_s" not in d:
+        return 0.0
+    v = _num(d, "expert_gemm_host_s", where, 0.0, 1e-3)
+    if v and not d.get("expert_gemm_host_source"):
+        raise ConfigError(f"{where}: expert_gemm_host_s needs an expert_gemm_host_source")
+    return v
 
 
 def _choice(d: dict, key: str, allowed: tuple, where: str) -> str:
