@@ -32,6 +32,7 @@ from gpucomm.errors import GpucommError  # noqa: E402
 from gpucomm.interop.calibrate import CalibrateRequest, calibrate  # noqa: E402
 from gpucomm.interop.doctor import DoctorRequest, diagnose  # noqa: E402
 from gpucomm.interop.nccltests import parse_logs  # noqa: E402
+from gpucomm.simulate.versions import parse_version  # noqa: E402
 
 LOGS = ROOT / "data" / "logs"
 PUBLISHED = ROOT / "data" / "published" / "nccl-tests-published.json"
@@ -81,10 +82,17 @@ def table_log(entry: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def table_version(table: dict) -> str | None:
+    """The NCCL version a published table states, or None where it states none ("not printed
+    (2025)"): DoctorRequest refuses text that is not a version."""
+    text = table["nccl_version"].split("+")[0]
+    return text if parse_version(text) else None
+
+
 def source_requests(source: str, flags: dict, tables: dict) -> list:
     """DoctorRequests of a pair's source: a log of data/logs or a published table's id."""
     text = (LOGS / source).read_text() if source.endswith(".log") else table_log(tables[source])
-    version = tables[source]["nccl_version"].split("+")[0] if source in tables else None
+    version = table_version(tables[source]) if source in tables else None
     return [DoctorRequest(log, name=source, nccl_version=version, **flags)
             for log in parse_logs(text)]
 
