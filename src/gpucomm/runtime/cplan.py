@@ -102,7 +102,9 @@ def run(it: Interpreter, prog: Program) -> None:
         if c.arrs[loc] is None:
             raise TransportError(f"rank {tr.rank}: its plan uses a {Loc(loc).text} "
                                  f"buffer this rank passed none of")
-    addrs = tuple(0 if a is None else a.__array_interface__["data"][0] for a in c.arrs)
+    shm = c.arrs[SHM]
+    addrs = (memcopy.address(shm) if SHM in used and shm is not None else 0,
+             max(c.in_addr, 0), max(c.out_addr, 0))  # the used ones are there (above)
     checked = bytearray(c.checked)
     stream_min = tr.options.stream_min_bytes if memcopy.streams(tr.options) else -1
     row = 0
