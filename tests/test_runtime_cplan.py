@@ -68,13 +68,39 @@ def _cases(comm, colls):
     return wrong
 
 
+def _alternating(comm, rounds=12):
+    """Direct all-to-alls (in C, no entry wait after them) between staged all-reduces and
+    all-gathers (peers read the shared buffer), fresh values every call, the staged size
+    growing (a new shared buffer): every output bit for bit the reference's."""
+    from gpucomm.collectives import reference
+    p, r, wrong = comm.world_size, comm.rank, []
+    for i in range(rounds):
+        count = 5000 + 3000 * i  # 20 KB .. 130 KB per block: staged, above the small path
+        for j, coll in enumerate(("all_to_all", "all_reduce", "all_to_all", "all_gather")):
+            # integer values, no -0.0: a sum is exact in any order (the reference adds in
+            # rank order)
+            ins = [np.round(a * 64) + np.float32(0) for a in inputs(coll, p, count, 100 * i + j)]
+            want = reference(coll, ins, root=0)[r]
+            x = ins[r].copy()
+            if coll == "all_reduce":
+                comm.all_reduce(x)
+                got = x
+            else:
+                got = _call(comm, coll, x, count, False)
+            if got.tobytes() != want.tobytes():
+                wrong.append(f"{coll} round {i}")
+    return wrong
+
+
 def rank_main(mode, out_dir):
     import gpucomm.runtime as rt
     from gpucomm.runtime import cplan
     ran = []
     real_run = cplan.run
     cplan.run = lambda it, prog: (ran.append(1), real_run(it, prog))[1]
-    comm = rt.init()
+    # alternating: only all-to-all direct, the rest staged
+    comm = rt.init(options=rt.RuntimeOptions(a2a_direct_min_bytes=4)) \
+        if mode == "alternating" else rt.init()
     res = {"rank": comm.rank}
     try:
         if mode == "mixed" and comm.rank == 0:  # this rank interprets the plans in Python
@@ -83,6 +109,12 @@ def rank_main(mode, out_dir):
             res["wrong"] = _cases(comm, ["all_to_all"])
         elif mode == "others":
             res["wrong"] = _cases(comm, ["all_gather", "broadcast", "gather", "scatter"])
+        elif mode == "alternating":
+            res["wrong"] = _alternating(comm)
+        elif mode == "mismatch":  # both direct plans in C: all-to-all against all-gather
+            x = np.ones(comm.world_size * 4096, np.float32)
+            _call(comm, "all_to_all" if comm.rank == 0 else "all_gather",
+                  x if comm.rank == 0 else x[:4096], 4096, False)
         elif mode == "dead":  # rank 1 leaves without calling
             if comm.rank == 1:
                 os._exit(0)
@@ -130,6 +162,30 @@ def test_c_and_python_ranks_mix(tmp_path):
         assert "error" not in res, res.get("trace")
         assert res["wrong"] == [], res["wrong"][:5]
     assert results[0]["c_calls"] == 0 and results[1]["c_calls"] > 0
+
+
+@built
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_direct_calls_between_staged_ones_stay_exact(nranks, tmp_path):
+    """A rank enters its next call without waiting for peers to end a direct one (they
+    read none of its shared buffer), but still waits after a staged one."""
+    results, log, _ = run(nranks, "alternating", tmp_path)
+    assert len(results) == nranks, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+        assert res["c_calls"] >= 24
+
+
+@built
+def test_a_mismatch_found_in_c_is_reported_on_every_rank(tmp_path):
+    """C compares a peer's call descriptor with this rank's; a difference goes back to
+    Python, which names both calls."""
+    results, log, elapsed = run(2, "mismatch", tmp_path)
+    assert len(results) == 2, log[-3000:]
+    for res in results:
+        assert "collective mismatch" in res.get("error", ""), res
+    assert elapsed < 45
 
 
 @built

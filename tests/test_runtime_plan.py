@@ -314,3 +314,19 @@ def test_plans_are_those_of_the_compiler_before_the_passes():
                         h.update(repr((coll, algo, p, bc, se, direct, push, stream, pr, rows,
                                        plan.shm_elems)).encode())
     assert h.hexdigest() == PRE_PASSES_DIGEST
+
+
+def test_shm_read_says_whose_shared_buffer_peers_read():
+    """A rank's next call waits for its peers to end this one only where a peer reads its
+    shared buffer: always in staged plans, never in a direct all-to-all (peers read the
+    user buffers, waited for within the call)."""
+    for p in (2, 3, 4):
+        staged = compile_plan(build("all_reduce", "ring", p), 64, slice_elems=16)
+        assert staged.shm_read == (True,) * p
+        a2a = compile_plan(build("all_to_all", "direct", p), 64, direct=True)
+        assert a2a.shm_read == (False,) * p
+        for plan in (staged, a2a):
+            for r in range(p):
+                reads = any(a.src == PEER and a.peer == r for row in plan.actions
+                            for a in row)
+                assert plan.shm_read[r] == reads

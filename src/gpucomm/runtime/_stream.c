@@ -547,6 +547,8 @@ typedef struct {
     int rank, nranks;
     Py_ssize_t prog, waiting;  /* word indices: progress counter, "blocked on rank q + 1" */
     Py_ssize_t in_addr, out_addr;  /* word indices: this call's input and output addresses */
+    Py_ssize_t desc, gen, ack;  /* word indices: call descriptor (8 words), data segment
+                                 * generation, generations of peers' segments mapped (+ q) */
     long pids[LL_MAX_RANKS];
     int64_t *words[LL_MAX_RANKS];
     Py_buffer views[LL_MAX_RANKS];
@@ -567,17 +569,18 @@ static void Waits_dealloc(WaitsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Waits(rank, segments, pids, (prog, waiting, in_addr, out_addr)): `segments` are every
- * rank's control segment (this rank's own included), `pids` every rank's process id, then
- * the word indices of the progress counter, the WAITING word and the published input and
- * output addresses. */
+/* Waits(rank, segments, pids, (prog, waiting, in_addr, out_addr, desc, gen, ack)):
+ * `segments` are every rank's control segment (this rank's own included), `pids` every
+ * rank's process id, then the word indices of the progress counter, the WAITING word, the
+ * published input and output addresses, the call descriptor (8 words), the data segment's
+ * generation and the generations of peers' segments this rank mapped (ack + q). */
 static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
 {
     int rank;
     PyObject *segs, *pids;
-    Py_ssize_t prog, waiting, in_addr, out_addr;
-    if (!PyArg_ParseTuple(args, "iOO(nnnn):Waits", &rank, &segs, &pids, &prog, &waiting,
-                          &in_addr, &out_addr))
+    Py_ssize_t prog, waiting, in_addr, out_addr, desc, gen, ack;
+    if (!PyArg_ParseTuple(args, "iOO(nnnnnnn):Waits", &rank, &segs, &pids, &prog, &waiting,
+                          &in_addr, &out_addr, &desc, &gen, &ack))
         return -1;
     Waits_release(self);
     PyObject *seq = PySequence_Fast(segs, "Waits: segments must be a sequence");
@@ -593,8 +596,12 @@ static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
     if (waiting > top) top = waiting;
     if (in_addr > top) top = in_addr;
     if (out_addr > top) top = out_addr;
+    if (desc + 7 > top) top = desc + 7;
+    if (gen > top) top = gen;
+    if (ack + p - 1 > top) top = ack + p - 1;
     top = 8 * (top + 1);
-    if (PySequence_Size(pids) != p || in_addr < 0 || out_addr < 0) {
+    if (PySequence_Size(pids) != p || in_addr < 0 || out_addr < 0 || desc < 0 || gen < 0 ||
+        ack < 0) {
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "Waits: one pid per rank, word indices >= 0");
         return -1;
@@ -631,6 +638,9 @@ static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
     self->waiting = waiting;
     self->in_addr = in_addr;
     self->out_addr = out_addr;
+    self->desc = desc;
+    self->gen = gen;
+    self->ack = ack;
     return 0;
 }
 
@@ -718,11 +728,15 @@ static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t
  * offsets in bytes; locations as `actions.Loc` (SHM, IN, OUT: this rank's arrays, whose
  * addresses `run_plan` gets; PEER_IN, PEER_OUT: the peer's, as it published them); deps are
  * (peer, actions done) pairs in a second array. Each dependency is one load of the peer's
- * counter; a peer not yet checked (its descriptor, on its first dependency in the call) or
- * still short after `spin_ns` sends the call back to Python (`shm_wait`), which waits, checks
- * and calls again from that row.
+ * counter; a peer's first one in the call also compares its descriptor with this rank's. A
+ * late peer is waited for here (spin, then sleep on its counter's futex, GIL released) for
+ * up to `wait_ns`; beyond that, or where the descriptors differ (or the peer's shared buffer
+ * grew), the call goes back to Python (`shm_wait`), which checks liveness and the deadline,
+ * waits, reports, and calls again from that row: one C call per plan in the usual case.
  * --------------------------------------------------------------------------------------- */
 enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH };
+/* Waits' interface: 2 = seven word indices, run_plan checks descriptors and sleeps itself */
+#define WAITS_VERSION 2
 #define ROW 11
 
 static int vm_copy(long pid, char *local, uint64_t remote, size_t n, int write)
@@ -755,16 +769,109 @@ static void local_copy(char *d, const char *s, size_t n, long long stream_min)
         memmove(d, s, n);
 }
 
-/* run_plan(prog, deps, start, seq, (shm, in, out), checked, stream_min, piece, spin_ns)
- * -> (status, row, detail): status 0: done; 1: row `row` waits for peer `detail` (not checked
- * yet, or late: Python waits, then calls again from `row`); 2: row `row` failed to copy from
- * or to peer `detail >> 16` with errno `detail & 0xffff`. */
+/* Wait until rank q's progress counter >= need: spin `spin_ns`, then sleep on the counter's
+ * futex (the peer wakes this rank when it publishes; each sleep bounded, 50 us growing to
+ * 1 ms), for `wait_ns` in all. Returns 1 once it holds, 0 if it still does not (Python then
+ * checks the peer's liveness and the deadline, and waits on). Called without the GIL. */
+static int wait_for(WaitsObject *self, int q, uint64_t need, double spin_ns, double wait_ns)
+{
+    const uint64_t *w = (const uint64_t *)&self->words[q][self->prog];
+    double t0 = now_ns(), until = t0 + spin_ns, pause = 50e3;
+    unsigned spins = 0;
+    while (load_acquire(w) < need) {
+        cpu_relax();
+        if ((++spins & 63) == 0 && now_ns() >= until)
+            break;
+    }
+    int64_t *mark = &self->words[self->rank][self->waiting];
+    int there = 0;
+    for (;;) {
+        /* WAITING before the counter's load, as `publish` stores the counter before reading
+         * WAITING: one of the two sees the other (no lost wake-up) */
+        __atomic_store_n(mark, (int64_t)q + 1, __ATOMIC_SEQ_CST);
+        uint64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+        if (v >= need) {
+            there = 1;
+            break;
+        }
+        if (now_ns() - t0 >= wait_ns)
+            break;
+        struct timespec ts = {0, (long)pause};
+#if HAVE_FUTEX
+        futex((void *)w, FUTEX_WAIT, (uint32_t)v, &ts);  /* EAGAIN if it moved: fine */
+#else
+        nanosleep(&ts, NULL);
+#endif
+        pause = pause * 1.5 < 1e6 ? pause * 1.5 : 1e6;
+    }
+    __atomic_store_n(mark, 0, __ATOMIC_SEQ_CST);
+    return there;
+}
+
+/* Rank q, which has entered call `seq`, runs the call this rank runs (its descriptor words
+ * equal this rank's) or has moved on past it (its descriptor is being rewritten, first word
+ * first, as `shm_wait.PeerWaits._check_peer` reads it): 1; 0 where Python must check (a
+ * mismatch to report, or a grown shared buffer of q's to map). */
+static int peer_agrees(WaitsObject *self, int q, uint64_t seq)
+{
+    const int64_t *theirs = self->words[q] + self->desc;
+    const int64_t *mine = self->words[self->rank] + self->desc;
+    int64_t first = __atomic_load_n(&theirs[0], __ATOMIC_ACQUIRE);
+    int same = 1;
+    for (int i = 1; i < 8; i++)
+        same &= __atomic_load_n(&theirs[i], __ATOMIC_ACQUIRE) == mine[i];
+    if (first != (int64_t)seq || __atomic_load_n(&theirs[0], __ATOMIC_ACQUIRE) != (int64_t)seq)
+        return 1;
+    return same && self->words[self->rank][self->ack + q] ==
+                   __atomic_load_n(&self->words[q][self->gen], __ATOMIC_ACQUIRE);
+}
+
+/* Every dependency of a row, (peer, actions done) pairs: each peer's first one in the call
+ * checks the peer's descriptor. 0: all hold; 1: Python waits for (or checks) peer *late. */
+static int row_deps(WaitsObject *self, const int64_t *dp, int64_t first, int64_t count,
+                    uint64_t seq, unsigned char *ok, double spin_ns, double wait_ns, int *late)
+{
+    for (int64_t j = first; j < first + count; j++) {
+        int q = (int)dp[2 * j];
+        int64_t k = dp[2 * j + 1];
+        int there = 1;
+        if (!ok[q]) {
+            if (load_acquire((const uint64_t *)&self->words[q][self->prog]) < seq << 32) {
+                Py_BEGIN_ALLOW_THREADS
+                there = wait_for(self, q, seq << 32, spin_ns, wait_ns);
+                Py_END_ALLOW_THREADS
+            }
+            if (!there || !peer_agrees(self, q, seq)) {
+                *late = q;
+                return 1;
+            }
+            ok[q] = 1;
+        }
+        uint64_t need = seq << 32 | (uint64_t)k;
+        if (k == 0 || load_acquire((const uint64_t *)&self->words[q][self->prog]) >= need)
+            continue;
+        Py_BEGIN_ALLOW_THREADS
+        there = wait_for(self, q, need, spin_ns, wait_ns);
+        Py_END_ALLOW_THREADS
+        if (!there) {
+            *late = q;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* run_plan(prog, deps, start, seq, (shm, in, out), checked, stream_min, piece, spin_ns,
+ * wait_ns) -> (status, row, detail): status 0: done; 1: row `row` waits for peer `detail`
+ * (late beyond `wait_ns`, or its descriptor for Python to check: Python waits, checks, then
+ * calls again from `row`); 2: row `row` failed to copy from or to peer `detail >> 16` with
+ * errno `detail & 0xffff`. */
 static PyObject *Waits_run_plan(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
                         "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, "
-                        "spin_ns)");
+                        "spin_ns, wait_ns)");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[2]);
@@ -772,7 +879,7 @@ static PyObject *Waits_run_plan(WaitsObject *self, PyObject *const *args, Py_ssi
     unsigned long long base[3];
     long long stream_min = PyLong_AsLongLong(args[6]);
     Py_ssize_t piece = PyLong_AsSsize_t(args[7]);
-    double spin_ns = PyFloat_AsDouble(args[8]);
+    double spin_ns = PyFloat_AsDouble(args[8]), wait_ns = PyFloat_AsDouble(args[9]);
     if (PyErr_Occurred() || !PyArg_ParseTuple(args[4], "KKK", &base[0], &base[1], &base[2]))
         return NULL;
     if (self->nranks == 0 || piece <= 0) {
@@ -817,27 +924,17 @@ static PyObject *Waits_run_plan(WaitsObject *self, PyObject *const *args, Py_ssi
             status = -1;
             goto out;
         }
-        for (int64_t j = r[7]; j < r[7] + r[8]; j++) {  /* dependencies */
-            int64_t q = dp[2 * j], k = dp[2 * j + 1];
-            if (q < 0 || q >= p || !ok[q]) {
-                status = 1;
-                detail = q;
+        for (int64_t j = r[7]; j < r[7] + r[8]; j++)
+            if (dp[2 * j] < 0 || dp[2 * j] >= p || dp[2 * j + 1] < 0) {
+                PyErr_SetString(PyExc_ValueError, "run_plan: a malformed dependency");
+                status = -1;
                 goto out;
             }
-            const uint64_t *w = (const uint64_t *)&self->words[q][self->prog];
-            uint64_t need = seq << 32 | (uint64_t)k;
-            if (k == 0 || load_acquire(w) >= need)
-                continue;
-            double until = now_ns() + spin_ns;
-            unsigned spins = 0;
-            while (load_acquire(w) < need) {
-                cpu_relax();
-                if ((++spins & 63) == 0 && now_ns() >= until) {
-                    status = 1;
-                    detail = q;
-                    goto out;
-                }
-            }
+        int late = 0;
+        if (row_deps(self, dp, r[7], r[8], seq, ok, spin_ns, wait_ns, &late)) {
+            status = 1;
+            detail = late;
+            goto out;
         }
         char *src = NULL, *dst = NULL;
         uint64_t remote = 0;
@@ -910,8 +1007,8 @@ static PyMethodDef Waits_methods[] = {
      "wait(q, word, need, timeout_s) -> bool: sleep until rank q's word >= need, or the "
      "timeout."},
     {"run_plan", (PyCFunction)(void (*)(void))Waits_run_plan, METH_FASTCALL,
-     "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, spin_ns) -> "
-     "(status, row, detail): this rank's copy-only actions (see the source)."},
+     "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, spin_ns, wait_ns) "
+     "-> (status, row, detail): this rank's copy-only actions (see the source)."},
     {"close", (PyCFunction)Waits_close, METH_NOARGS, "Release the mapped segments."},
     {NULL, NULL, 0, NULL},
 };
@@ -944,7 +1041,21 @@ static PyObject *copy(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* address(buffer) -> int: where a contiguous buffer's bytes start (numpy's
+ * __array_interface__ builds a dict on every call: microseconds, several per collective) */
+static PyObject *address(PyObject *self, PyObject *obj)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    void *p = v.buf;
+    PyBuffer_Release(&v);
+    return PyLong_FromVoidPtr(p);
+}
+
 static PyMethodDef methods[] = {
+    {"address", address, METH_O,
+     "address(buffer) -> int: the address of a contiguous buffer's first byte."},
     {"copy", copy, METH_VARARGS,
      "copy(dst_addr, src_addr, nbytes): copy nbytes between non-overlapping addresses with "
      "non-temporal stores."},
@@ -969,6 +1080,7 @@ PyMODINIT_FUNC PyInit__stream(void)
         PyModule_AddIntConstant(m, "LL_INELIGIBLE", LL_INELIGIBLE) < 0 ||
         PyModule_AddIntConstant(m, "LL_LINE", LL_LINE) < 0 ||
         PyModule_AddIntConstant(m, "LL_DATA", LL_DATA) < 0 ||
+        PyModule_AddIntConstant(m, "WAITS_VERSION", WAITS_VERSION) < 0 ||
         PyModule_AddObject(m, "LL", (PyObject *)&LLType) < 0 ||
         PyModule_AddObject(m, "Waits", (PyObject *)&WaitsType) < 0) {
         Py_DECREF(&LLType);

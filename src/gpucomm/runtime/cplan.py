@@ -5,11 +5,12 @@ program per (plan, rank), so a large all-to-all, all-gather, broadcast, gather o
 one C call instead of one Python call per action, the GIL released while it copies.
 
 The program numbers the same actions and publishes the same counters as the Python
-interpreter (`interpret`), so ranks running either mix freely. C returns to Python where a
-wait needs more than a short spin, or a peer's descriptor is yet to be checked: the
-transport's `_await` waits (blocking, with liveness and deadline checks) and checks, and the
-program resumes at that row. Plans with reductions or staged (shared-memory) reads stay in
-Python.
+interpreter (`interpret`), so ranks running either mix freely. C waits for late peers itself
+(a spin, then sleeps on the peer's counter) and checks each peer's call descriptor against
+this rank's; it returns to Python only where a peer stays late beyond `WAIT_NS`, or its
+descriptor differs (or its shared buffer grew): the transport's `_await` then waits (with
+liveness and deadline checks), checks or maps, and the program resumes at that row. Plans
+with reductions or staged (shared-memory) reads stay in Python.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 NOTHING, COPY, READ, WRITE, COPY_PUSH = range(5)  # row kinds, as `_stream.c` numbers them
 ROW = 11  # int64 fields per row (see `_stream.c`)
-SPIN_NS = 50e3  # spin this long in C on a late peer before waiting in Python
+SPIN_NS = 50e3  # spin this long in C on a late peer, then sleep on its counter ...
+WAIT_NS = 20e6  # ... for up to this long in all before Python checks it is alive and waits
 _LOCAL = (SHM, IN, OUT)
 
 # (rows, deps, the local locations the rows use: SHM, IN, OUT)
@@ -100,13 +102,16 @@ def run(it: Interpreter, prog: Program) -> None:
         if c.arrs[loc] is None:
             raise TransportError(f"rank {tr.rank}: its plan uses a {Loc(loc).text} "
                                  f"buffer this rank passed none of")
-    addrs = tuple(0 if a is None else a.__array_interface__["data"][0] for a in c.arrs)
+    shm = c.arrs[SHM]
+    addrs = (memcopy.address(shm) if SHM in used and shm is not None else 0,
+             max(c.in_addr, 0), max(c.out_addr, 0))  # the used ones are there (above)
     checked = bytearray(c.checked)
     stream_min = tr.options.stream_min_bytes if memcopy.streams(tr.options) else -1
     row = 0
     while True:
         status, row, detail = tr._waiter.run_plan(rows, deps, row, c.seq, addrs, checked,
-                                                  stream_min, it.piece * it.isz, SPIN_NS)
+                                                  stream_min, it.piece * it.isz, SPIN_NS,
+                                                  WAIT_NS)
         for q, ok in enumerate(checked):
             c.checked[q] = bool(ok)
         if status == 0:

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import TransportError
-from . import cplan
+from . import cplan, memcopy
 from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, Action, fused_push, fused_result_push
 from .shm_control import IN_ADDR, OUT_ADDR
 
@@ -55,7 +55,7 @@ class Call:
 
 
 def _addr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+    return memcopy.address(a)
 
 
 class Interpreter:

@@ -43,6 +43,10 @@ class ActionPlan:
     actions: tuple  # per rank: tuple of Action
     peers_read: tuple  # per rank: frozenset of peers whose buffers it reads
     direct: bool = False  # peers read owners' own buffers (cross-memory), nothing staged
+    # per rank: whether a peer reads its shared buffer (so its next call, which may rewrite
+    # it, waits for every peer to end this one first; peers' reads of user buffers are
+    # waited for within the call, `passes.tail_waits`)
+    shm_read: tuple = ()
 
     def describe(self, rank: int) -> str:
         return "\n".join(f"{i}: {a.describe()}" for i, a in enumerate(self.actions[rank]))
@@ -97,8 +101,9 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
             ops = push_copies(ops, lay.in_rng, lay.out_rng)
     rows = lower(drop_empty(ops))
     peers = tuple(frozenset(a.peer for a in row if a.src >= PEER) for row in rows)
+    shm_read = {a.peer for row in rows for a in row if a.src == PEER}
     return ActionPlan(schedule_key(schedule), lay.nranks, block_count, lay.bounds[-1], rows,
-                      peers, direct)
+                      peers, direct, tuple(r in shm_read for r in range(lay.nranks)))
 
 
 def is_direct(schedule: Schedule, block_count: int, itemsize: int, options: RuntimeOptions,

@@ -296,6 +296,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
             if not call.checked[q]:
                 self._wait(q, call.base, call.deadline)
                 self._check_peer(q, call.desc, schedule, dtype, op)
+        self._shm_read = call.plan.shm_read[self.rank]
         self._publish(call.base | DONE)
 
     def _interpreter(self, dtype: dt.DType, op: str, reduces: bool) -> Interpreter:
@@ -309,21 +310,20 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
                inp: np.ndarray | None, out: np.ndarray | None, op: str, dtype: dt.DType,
                timeout: float) -> Call:
         """Start call seq+1: wait until no peer still reads this rank's buffers from the
-        previous call, then publish the call's descriptor and buffer addresses."""
+        previous call (`_wait_previous`), then publish the call's descriptor and buffer
+        addresses."""
         coll, p, me = schedule.collective, self.nranks, self.rank
         self.seq += 1
         seq = self.seq
         self._call = (coll.name, seq, timeout)
         deadline = time.monotonic() + timeout
-        for q in range(p):
-            if q != me:
-                self._wait(q, ((seq - 1) << 32) | DONE, deadline)
+        self._wait_previous(seq, deadline)
         self._ensure_capacity(plan.shm_elems * dtype.itemsize)
         self._maybe_unlink()
         desc = (seq, COLL_IDS[coll.name], algo_hash, p, schedule.root, bc,
                 DTYPE_IDS[dtype.name], OP_IDS.get(op, 0) if coll.reduces else 0)
-        in_addr = inp.__array_interface__["data"][0] if inp is not None else -1
-        out_addr = out.__array_interface__["data"][0] if out is not None else -2
+        in_addr = memcopy.address(inp) if inp is not None else -1
+        out_addr = memcopy.address(out) if out is not None else -2
         for i, v in enumerate(desc):
             self._me[DESC + i] = v
         self._me[IN_ADDR], self._me[OUT_ADDR] = in_addr, out_addr

@@ -35,6 +35,7 @@ class PeerWaits:
     _spin_s: float
     _call: tuple[str, int, float]  # the call in progress: (name, number, timeout in s)
     _waiter: Any = None  # `_stream.Waits` over every control segment (None: no extension)
+    _shm_read = True  # a peer may read this rank's shared buffer in the call it last ran
 
     if TYPE_CHECKING:
         def _map_peer(self, q: int) -> Segment: ...
@@ -53,6 +54,15 @@ class PeerWaits:
                 f"collective mismatch at call #{desc[0]}: rank {self.rank} called "
                 f"{describe_call(desc, schedule)} but rank {q} called {describe_call(theirs)}")
         self._map_peer(q)  # map a grown buffer now, so its owner can unlink the name
+
+    def _wait_previous(self, seq: int, deadline: float) -> None:
+        """Before call `seq` may rewrite this rank's shared buffer: where a peer could still
+        read it in call seq-1 (its plan reads it), wait until every peer has ended that call.
+        Peers' reads of this rank's user buffers ended before this rank ended seq-1."""
+        if self._shm_read:
+            for q in range(self.nranks):
+                if q != self.rank:
+                    self._wait(q, ((seq - 1) << 32) | DONE, deadline)
 
     def _await(self, deps: Sequence[tuple[int, int]], checked: list[bool], base: int,
                deadline: float, desc: tuple[int, ...], schedule: Schedule,
