@@ -168,11 +168,8 @@ def _with_second_job(args):
         topo = topology_from_args(args)
     finally:
         args.nodes = job_nodes
-    if topo.network is None:
-        raise ConfigError("--other-job needs a modelled fabric (--fabric rail-2tier, rail-3tier "
-                          "or tor-2tier, or a --routing): a second job meets the job only on "
-                          "the cables it shares")
-    from ..workloads.steptime import other_job_groups
+    from ..workloads.steptime import check_other_job, other_job_groups
+    check_other_job(args.other_job, topo.network is not None, True)
     gpn = topo.gpus_per_node
     job = list(range(job_nodes * gpn))
     second = [list(g) for g in other_job_groups(tuple(job), job_nodes, args.other_job, gpn)]
