@@ -29,19 +29,20 @@ Ints = npt.NDArray[np.int64]
 
 
 def ring_times(sched: Schedule, coster: StepCoster, bounds: Ints, itemsize: int
-               ) -> list[tuple[Floats, Floats]]:
+               ) -> list[tuple[Floats, Floats, Ints]]:
     """Per step of `sched` (a ring by its steps: analytic.is_ring), (start, land) seconds of
-    its ops in the step's order, each op at its max-min fair rate among a step's ops."""
+    its ops in the step's order, each op at its max-min fair rate among a step's ops, and the
+    ops' bytes."""
     x0, a, _, _ = ring_rows(sched, coster, maxmin=True)
     start = np.zeros_like(x0)
-    out: list[tuple[Floats, Floats]] = []
+    out: list[tuple[Floats, Floats, Ints]] = []
     for st in sched.steps():
         ch, src = st.channel.astype(np.int64), st.src.astype(np.int64)
         nb = (bounds[st.src_chunk + st.nchunks] - bounds[st.src_chunk]) * itemsize
         x = np.zeros_like(x0)
         x[ch, src] = nb * x0[ch, src]
-        out.append((start[ch, src].copy(), (start + x + a)[ch, src]))
         land = start + x + a  # the next step's op on r waits for r-1's data and its own wire
+        out.append((start[ch, src].copy(), land[ch, src], nb))
         start = np.maximum(np.roll(land, 1, axis=1), start + x)
     return out
 
@@ -50,9 +51,9 @@ def ring_timeline(sched: Schedule, coster: StepCoster, bounds: Ints,
                   itemsize: int) -> list[TimelineRecord]:
     """ring_times as timeline records (what core.simulate(trace=True) returns)."""
     out: list[TimelineRecord] = []
-    for si, (st, (begin, land)) in enumerate(zip(sched.steps(),
-                                                  ring_times(sched, coster, bounds, itemsize))):
-        nb = (bounds[st.src_chunk + st.nchunks] - bounds[st.src_chunk]) * itemsize
+    for si, (st, (begin, land, nb)) in enumerate(zip(sched.steps(),
+                                                      ring_times(sched, coster, bounds,
+                                                                 itemsize))):
         cols = zip(st.src.tolist(), st.dst.tolist(), st.dst_chunk.tolist(),
                    st.channel.tolist(), begin.tolist(), land.tolist(),
                    nb.astype(np.int64).tolist())
