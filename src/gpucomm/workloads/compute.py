@@ -252,6 +252,7 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
     per_elem = BF16 * tokens / hbm * fw.elementwise_passes
     rate = gemm_rate(gpu, lay)
     n_routed = model.top_k * lay.moe_imbalance
+    expert_gemm_s = 2 * tokens * n_routed * model.expert_params / t / rate  # routed experts
     module_s = {
         "layernorm": 4 * h / sp * per_elem,
         "mlp_act": mlp * per_elem,
@@ -260,10 +261,8 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
                                      + model.kv_lora_rank * model.heads
                                      * (model.head_dim + model.v_head_dim)) / t / rate,
         "shared_experts": 2 * tokens * model.shared_experts * model.expert_params / t / rate,
-        "moe": (2 * tokens * n_routed * model.expert_params / t / rate
-                + mlp * per_elem) if model.moe else 0.0}
-    host = expert_host_s(model, lay, 2 * tokens * n_routed * model.expert_params / t / rate,
-                         fw.expert_gemm_host_s)
+        "moe": expert_gemm_s + mlp * per_elem if model.moe else 0.0}
+    host = expert_host_s(model, lay, expert_gemm_s, fw.expert_gemm_host_s)
     module_s["moe"] += host
     modules = sum(module_s[m] for m in set(lay.recompute_modules))
     permute = moe_permute_elements(model, lay) * BF16 * tokens / hbm
