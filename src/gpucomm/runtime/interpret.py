@@ -54,8 +54,7 @@ class Call:
         return self.seq << 32
 
 
-def _addr(a: np.ndarray) -> int:
-    return memcopy.address(a)
+_addr = memcopy.address  # where an array's data starts (read in C where built)
 
 
 class Interpreter:
