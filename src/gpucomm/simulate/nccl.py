@@ -162,7 +162,9 @@ class _Shape(TypedDict, total=False):
     nodes: int
     g: int  # ranks on the largest node
     chain: _Chain | None
-    net: tuple[float, float] | None  # (latency, payload capacity) of a node's NICs; 1 node: None
+    net: tuple[float, float] | None  # (latency, payload capacity) of a node's NICs for the
+    # tree's connections on this fabric; 1 node: None
+    nic: tuple[float, float]  # the same on a fabric that never collides (_net)
     nvls_net: tuple[float, float]  # the same for nvls_tree's connections (_nvls_net)
     pair: float  # capacity between the chain's first two ranks
     ring_links: npt.NDArray[np.int64]
@@ -175,8 +177,9 @@ def _nvls_net(shape: _Shape, paths: PathTable, topology: Topology,
     if shape["net"] is None:
         return None
     if "nvls_net" not in shape:
-        lat_net, nic = _net(paths, placement, nodes := node_groups(topology, placement))
-        shape["nvls_net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes, True))
+        lat_net, nic = shape["nic"]
+        slow = tree_fabric_slowdown(paths, placement, node_groups(topology, placement), True)
+        shape["nvls_net"] = (lat_net, nic / slow)
     return shape["nvls_net"]
 
 
@@ -243,7 +246,7 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
     out: _Shape = {"nodes": len(nodes), "g": max(len(v) for v in nodes.values()), "chain": None,
            "net": None}
     if len(nodes) > 1:
-        lat_net, nic = _net(paths, placement, nodes)
+        lat_net, nic = out["nic"] = _net(paths, placement, nodes)
         out["net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes))
     chain = max(nodes.values(), key=len)
     if len(chain) > 1:
