@@ -26,8 +26,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
+import nccl_logs  # noqa: E402  (a published table as the log nccl-tests prints)
 from gpucomm.errors import GpucommError  # noqa: E402
 from gpucomm.interop.calibrate import CalibrateRequest, calibrate  # noqa: E402
 from gpucomm.interop.doctor import DoctorRequest, diagnose  # noqa: E402
@@ -35,7 +36,7 @@ from gpucomm.interop.nccltests import parse_logs  # noqa: E402
 from gpucomm.simulate.versions import parse_version  # noqa: E402
 
 LOGS = ROOT / "data" / "logs"
-PUBLISHED = ROOT / "data" / "published" / "nccl-tests-published.json"
+PUBLISHED = nccl_logs.DATA
 # Published tables (data/published) of one cluster at two runs: calibrate on the first, predict
 # the second, as for the logs. A source is a log of data/logs or a table id; `flags` is what the
 # source does not say of the machine (DoctorRequest fields). Held-out evidence beside the bar:
@@ -66,22 +67,6 @@ def requests(entry, select="fastest") -> list:
             for log in parse_logs(path.read_text())]
 
 
-def table_log(entry: dict) -> str:
-    """A published table as the nccl-tests output it was printed from (float rows, one rank per
-    GPU, device lines naming the hosts), so that doctor and calibrate read it as a log."""
-    n, per = entry["nodes"] * entry["gpus_per_node"], entry["gpus_per_node"]
-    out = [f"# Collective test starting: {entry['collective']}_perf", "# Using devices"]
-    out += [f"#  Rank {r:3d} Group  0 Pid {1000 + r} on node{r // per} device {r % per} "
-            "[0x00] GPU" for r in range(n)]
-    factor = 2 * (n - 1) / n if entry["collective"] == "all_reduce" else (n - 1) / n
-    for row in entry["rows"]:
-        size, t = row["bytes"], row["time_us"]
-        alg = size / t / 1e3
-        cols = f"{t:.2f} {alg:.2f} {alg * factor:.2f} 0"
-        out.append(f"{size} {size // 4} float sum -1 {cols} {cols}")
-    return "\n".join(out) + "\n"
-
-
 def table_version(table: dict) -> str | None:
     """The NCCL version a published table states, or None where it states none ("not printed
     (2025)"): DoctorRequest refuses text that is not a version."""
@@ -91,7 +76,8 @@ def table_version(table: dict) -> str | None:
 
 def source_requests(source: str, flags: dict, tables: dict) -> list:
     """DoctorRequests of a pair's source: a log of data/logs or a published table's id."""
-    text = (LOGS / source).read_text() if source.endswith(".log") else table_log(tables[source])
+    text = (LOGS / source).read_text() if source.endswith(".log") \
+        else nccl_logs.render(tables[source])
     version = table_version(tables[source]) if source in tables else None
     return [DoctorRequest(log, name=source, nccl_version=version, **flags)
             for log in parse_logs(text)]
