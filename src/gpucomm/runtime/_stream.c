@@ -685,6 +685,25 @@ static PyObject *Waits_publish(WaitsObject *self, PyObject *arg)
 /* wait(q, word, need, timeout_s) -> True once rank q's word `word` >= need, False if the
  * timeout passed first (or a wake-up came for another value): sleeps in the kernel, GIL
  * released. Marks this rank as blocked on q (its WAITING word) first. */
+/* One wait on rank q's word `w`: this rank's WAITING word names q, then, unless the word
+ * already holds `need` (1, no sleep), one sleep on its futex up to `ts` (0). WAITING is
+ * stored before the word's load, as `publish` stores the word before reading WAITING: one of
+ * the two sees the other (no lost wake-up). The caller clears WAITING. No GIL needed. */
+static int mark_and_sleep(WaitsObject *self, int q, int64_t *w, int64_t need,
+                          const struct timespec *ts)
+{
+    __atomic_store_n(&self->words[self->rank][self->waiting], (int64_t)q + 1, __ATOMIC_SEQ_CST);
+    int64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    if (v >= need)
+        return 1;
+#if HAVE_FUTEX
+    futex((void *)w, FUTEX_WAIT, (uint32_t)v, ts);  /* EAGAIN if it moved already: fine */
+#else
+    nanosleep(ts, NULL);
+#endif
+    return 0;
+}
+
 static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -703,21 +722,14 @@ static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     int64_t *w = &self->words[q][word];
-    __atomic_store_n(&self->words[self->rank][self->waiting], (int64_t)q + 1, __ATOMIC_SEQ_CST);
-    int64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-    if (v >= need)
-        Py_RETURN_TRUE;
     struct timespec ts;
     ts.tv_sec = (time_t)timeout;
     ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+    int there;
     Py_BEGIN_ALLOW_THREADS
-#if HAVE_FUTEX
-    futex(w, FUTEX_WAIT, (uint32_t)v, &ts);  /* EAGAIN if it moved already: fine */
-#else
-    nanosleep(&ts, NULL);
-#endif
+    there = mark_and_sleep(self, q, w, need, &ts);
     Py_END_ALLOW_THREADS
-    return PyBool_FromLong(__atomic_load_n(w, __ATOMIC_ACQUIRE) >= need);
+    return PyBool_FromLong(there || __atomic_load_n(w, __ATOMIC_ACQUIRE) >= need);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -783,29 +795,14 @@ static int wait_for(WaitsObject *self, int q, uint64_t need, double spin_ns, dou
         if ((++spins & 63) == 0 && now_ns() >= until)
             break;
     }
-    int64_t *mark = &self->words[self->rank][self->waiting];
     int there = 0;
-    for (;;) {
-        /* WAITING before the counter's load, as `publish` stores the counter before reading
-         * WAITING: one of the two sees the other (no lost wake-up) */
-        __atomic_store_n(mark, (int64_t)q + 1, __ATOMIC_SEQ_CST);
-        uint64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-        if (v >= need) {
-            there = 1;
-            break;
-        }
-        if (now_ns() - t0 >= wait_ns)
-            break;
+    while (!there && now_ns() - t0 < wait_ns) {
         struct timespec ts = {0, (long)pause};
-#if HAVE_FUTEX
-        futex((void *)w, FUTEX_WAIT, (uint32_t)v, &ts);  /* EAGAIN if it moved: fine */
-#else
-        nanosleep(&ts, NULL);
-#endif
+        there = mark_and_sleep(self, q, (int64_t *)w, (int64_t)need, &ts);
         pause = pause * 1.5 < 1e6 ? pause * 1.5 : 1e6;
     }
-    __atomic_store_n(mark, 0, __ATOMIC_SEQ_CST);
-    return there;
+    __atomic_store_n(&self->words[self->rank][self->waiting], 0, __ATOMIC_SEQ_CST);
+    return there || load_acquire(w) >= need;
 }
 
 /* Rank q, which has entered call `seq`, runs the call this rank runs (its descriptor words
