@@ -51,11 +51,17 @@ def _ranks(n, mode, session, timeout=120, extra=None):
         _kill(procs)
 
 
-def _new_segments(before) -> set:
+def _new_segments(before, session=None) -> set:
     """gpucomm segments that appeared since `before` and stay with no live process mapping
     them (other jobs on the machine, such as another test worker's ranks, create theirs and
-    map them while they run; a segment the dead ranks left behind is mapped by no one)."""
-    new = set(leftovers()) - before
+    map them while they run; a segment the dead ranks left behind is mapped by no one).
+
+    With `session` (the GPUCOMM_SHM_SESSION the test gave its ranks) only that tag counts.
+    Without it (a launcher tags its ranks' segments itself) the untagged ones ("x") do not:
+    another worker's test may have just killed hand-started ranks and not yet removed theirs."""
+    new = set(leftovers(session)) - before
+    if session is None:
+        new = {n for n in new if not n.startswith(f"{PREFIX}x-")}
     if new:
         time.sleep(2)
         new &= set(leftovers())
@@ -261,6 +267,22 @@ class _FailingRendezvous:
         raise TransportError("rank 0: rank 1 closed the rendezvous connection")
 
 
+@pytest.mark.parametrize("tag", ["a" * 32, "job-1", "über"])
+def test_a_session_tag_that_cannot_fit_a_control_block_is_refused_by_name(monkeypatch, tag):
+    # a name's field holds 64 bytes; a 32-character tag once overflowed it mid-run, as an
+    # IndexError on the first call that grew the data buffer
+    monkeypatch.setenv("GPUCOMM_SHM_SESSION", tag)
+    with pytest.raises(ConfigError, match=r"GPUCOMM_SHM_SESSION .*1-31 ASCII letters or digits"):
+        new_name()
+
+
+def test_the_longest_session_tag_allowed_fits_a_control_block(monkeypatch):
+    monkeypatch.setenv("GPUCOMM_SHM_SESSION", "a" * 31)
+    assert len(new_name()) == 64
+    monkeypatch.delenv("GPUCOMM_SHM_SESSION")
+    assert new_name().startswith(PREFIX + "x-")
+
+
 def test_a_failed_set_up_removes_every_announced_control_segment(monkeypatch):
     from gpucomm.runtime.shm import ShmTransport
     session = secrets.token_hex(6)
@@ -428,8 +450,9 @@ def test_init_under_mpiexec_sees_the_mpi_world():
     exe = mpiexec()
     if exe is None:
         pytest.skip("no mpiexec (pip install mpich)")
-    before_mpich, before = shm_names(), set(leftovers())
-    env = _env()
+    session = uuid.uuid4().hex[:12]
+    before_mpich, before = shm_names(), set(leftovers(session))
+    env = _env(GPUCOMM_SHM_SESSION=session)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     try:
@@ -440,17 +463,18 @@ def test_init_under_mpiexec_sees_the_mpi_world():
     assert p.returncode == 0, p.stdout + p.stderr
     for r in (0, 1):
         assert f"RESULT rank {r} of 2 local {r} sum 2.0 all True" in p.stdout, p.stdout
-    assert _new_segments(before) == set()
+    assert _new_segments(before, session) == set()
 
 
 @pytest.fixture(scope="module")
 def torchrun():
     pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
-    before = set(leftovers())
+    session = uuid.uuid4().hex[:12]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), WORKER, "torch"]
-    p = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=400)
-    return p.returncode, p.stdout + p.stderr, _new_segments(before)
+    p = subprocess.run(cmd, env=_env(GPUCOMM_SHM_SESSION=session), capture_output=True,
+                       text=True, timeout=400)
+    return p.returncode, p.stdout + p.stderr, _new_segments(set(), session)
 
 
 TORCH_CASES = [f"bool-{op}" for op in ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")] \

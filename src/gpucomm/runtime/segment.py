@@ -12,21 +12,30 @@ import mmap
 import os
 import secrets
 
-from ..errors import TransportError
+from ..errors import ConfigError, TransportError
 from .options import env_shm_session
 
 SHM_DIR = "/dev/shm"
 PREFIX = "gpucomm-"
+NAME_BYTES = 64  # a name's field in the control block (shm_control.NAME_OFF, P2P_NAME_OFF)
+RANDOM_HEX = 24  # 96 bits
+MAX_TAG = NAME_BYTES - len(PREFIX) - 1 - RANDOM_HEX
 
 
 def session_tag() -> str:
-    """The name part that `gpucomm launch` sets so it can clean up after its ranks."""
+    """The name part that `gpucomm launch` sets so it can clean up after its ranks ("x" when
+    nothing is set)."""
     tag = env_shm_session()
-    return tag if tag.isalnum() else "x"
+    if not tag:
+        return "x"
+    if not (tag.isascii() and tag.isalnum() and len(tag) <= MAX_TAG):
+        raise ConfigError(f"GPUCOMM_SHM_SESSION {tag!r}: the tag in shared-memory segment names "
+                          f"must be 1-{MAX_TAG} ASCII letters or digits")
+    return tag
 
 
 def new_name() -> str:
-    return f"{PREFIX}{session_tag()}-{secrets.token_hex(12)}"
+    return f"{PREFIX}{session_tag()}-{secrets.token_hex(RANDOM_HEX // 2)}"
 
 
 class Segment:
