@@ -94,6 +94,15 @@ ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 ADDED3 = (QWEN3, MORE)
 # added in the fourth pass, held out (first contact, before the MoE host rule, in the note)
 ADDED4 = (FOURTH, FOURTH_DENSE, DGXC, DGXC5)
+# source families, for the held-out median with and without each (how much the bar leans on one)
+FAMILIES = {"papers (Megatron-LM, Korthikanti, MT-NLG, Llama 3, DeepSeek-V3)":
+            (MEGATRON, LLAMA3, KORTHI, MTNLG, DSV3),
+            "NeMo performance summaries (24.12, 25.02, 25.04)": (NEMO, NEMO_GPT, NEMO25),
+            "Megatron-Bridge performance summaries (25.09-26.06)":
+            (BRIDGE, LATER, QWEN3, MORE, FOURTH, FOURTH_DENSE),
+            "torchtitan benchmarks": (TITAN, ASYNCTP, TRAINY),
+            "DGX Cloud Benchmarking v25.03": (DGXC,),
+            "DGX Cloud Benchmarking v25.05.04": (DGXC5,)}
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over the held-out runs (the issue's "all of them": its
 # large held-out set); the median over every run, held-in included, is printed as information
@@ -683,6 +692,7 @@ def _summary(rows) -> dict:
         out[f"median_abs_error_{k}"] = _median(v)
         out[f"max_abs_error_{k}"] = max(v) if v else None
     out["held_out_moe_runs"] = len(err["held_out_moe"])
+    out["held_out_by_family"] = _by_family([r for r in acc if r["held_out"]])
     out["held_out_dense_runs"] = len(err["held_out_dense"])
     out["max_mfu"] = max((r["mfu"] for r in acc), default=None)
     # the fp8 GEMM rate (one value per GPU class) judged per GPU on held-out fp8 runs
@@ -711,6 +721,18 @@ def _summary(rows) -> dict:
     out["bar_llama3_405b_within_15pct"] = bool(llama) and all(
         r["accepted"] and abs(r["error"]) <= WITHIN for r in llama)
     out["bar_no_mfu_above_100pct"] = out["max_mfu"] is not None and out["max_mfu"] <= 1.0
+    return out
+
+
+def _by_family(held: list[dict]) -> dict:
+    """Per source family: its held-out runs, their median |error|, and the held-out median
+    without them."""
+    out = {}
+    for name, sources in FAMILIES.items():
+        inside = [abs(r["error"]) for r in held if r["source"] in sources]
+        rest = [abs(r["error"]) for r in held if r["source"] not in sources]
+        out[name] = {"runs": len(inside), "median_abs_error": _median(inside),
+                     "held_out_median_without": _median(rest), "runs_without": len(rest)}
     return out
 
 
@@ -770,6 +792,11 @@ def _print(rows, summary) -> None:
     print("held-out fp8 runs by GPU (median |error|, median signed error): " + "; ".join(
         f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"
         for g, v in s["fp8_held_out_by_gpu"].items()))
+    print("held-out runs by source family (runs, their median |error|; the held-out median "
+          "without them):")
+    for name, v in s["held_out_by_family"].items():
+        print(f"  {name}: {v['runs']} runs, {pct(v['median_abs_error'])}; without: "
+              f"{pct(v['held_out_median_without'])} ({v['runs_without']} runs)")
     if s["memory_vs_published_runs"]:
         print(f"memory per GPU against the published peaks (torchtitan's reserved peak): "
               f"{s['memory_vs_published_runs']} runs, median ratio "

@@ -187,6 +187,25 @@ def test_fourth_pass_runs_are_every_published_row_and_held_out():
     assert {r[0] for r in dgxc + fourth + dense + later} == set(pv.ADDED4)
 
 
+def test_every_source_is_in_one_family_and_the_leave_one_out_median_is_computed():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import planner_validation as pv
+    sources = {r[0] for r in pv.cases()}
+    members = [s for fam in pv.FAMILIES.values() for s in fam]
+    assert len(members) == len(set(members)) and set(members) == sources
+
+    def row(source, error):
+        return {"source": source, "error": error}
+    held = [row(pv.DGXC, 0.01), row(pv.DGXC, -0.02), row(pv.DGXC, 0.03),
+            row(pv.BRIDGE, 0.2), row(pv.TITAN, -0.4)]
+    fam = pv._by_family(held)
+    dgxc = fam["DGX Cloud Benchmarking v25.03"]
+    assert dgxc["runs"] == 3 and dgxc["median_abs_error"] == pytest.approx(0.02)
+    assert dgxc["held_out_median_without"] == pytest.approx(0.3) and dgxc["runs_without"] == 2
+    assert fam["torchtitan benchmarks"]["held_out_median_without"] == pytest.approx(0.025)
+    assert fam["DGX Cloud Benchmarking v25.05.04"]["median_abs_error"] is None
+
+
 def test_plan_on_a_topology_file_matches_the_preset_it_was_written_from(tmp_path):
     from gpucomm.topology import build_topology
     from gpucomm.workloads.request import answer
