@@ -122,3 +122,17 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("gpucomm plan: error: ")
     if message:
         assert message in err
+
+
+def test_full_cuda_graph_drops_the_per_expert_launches_of_a_dropless_moe(capsys):
+    argv = ["--model", "qwen3-30b-a3b", "--system", "dgx-b200", "--ep", "8", "--seq", "4096",
+            "--global-batch", "64", "--precision", "mxfp8", "--format", "json"]
+    rc, out, _ = run(capsys, *argv)
+    rc2, out2, _ = run(capsys, *argv, "--full-cuda-graph")
+    assert rc == rc2 == 0
+    eager, graphed = json.loads(out), json.loads(out2)
+    assert not eager["layout"]["full_cuda_graph"] and graphed["layout"]["full_cuda_graph"]
+    assert graphed["step_time_s"] < eager["step_time_s"]
+    assert graphed["comm_time_s"] == eager["comm_time_s"]
+    rc, out, _ = run(capsys, *argv[:-2], "--full-cuda-graph")
+    assert rc == 0 and "full-cuda-graph" in out

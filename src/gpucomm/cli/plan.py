@@ -30,7 +30,7 @@ _INTS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "seq", "global_batch", "mic
 _FLOATS = ("oversubscription", "moe_imbalance")
 _BOOLS = ("sp", "p2p", "flash", "balanced_ends", "dp_overlap", "tp_overlap", "cp_overlap",
           "pp_overlap", "ep_overlap", "fp8_activations", "offload_activations",
-          "offload_optimizer")
+          "offload_optimizer", "full_cuda_graph")
 
 
 def register(sub) -> None:
@@ -95,6 +95,10 @@ def register(sub) -> None:
                    help="stored activations wait in host memory (over PCIe)")
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory, Adam on the CPU (ZeRO-Offload)")
+    p.add_argument("--full-cuda-graph", action="store_true", default=None,
+                   help="the whole iteration replays from a CUDA graph (Megatron-core "
+                   "full_iteration with fixed-capacity MoE buffers): a dropless MoE layer's "
+                   "experts cost no per-expert host launches")
     p.add_argument("--fp32-grads", dest="grad_bytes", action="store_const", const=4,
                    default=None, help="gradients kept and reduced in fp32 (default: the "
                    "framework's: bf16 for megatron, fp32 for torchtitan and deepspeed)")
@@ -303,7 +307,8 @@ def _header(r) -> str:
                if lay.recompute_modules else "")
             + (" fp8-activations" if lay.fp8_activations else "")
             + (" offload-activations" if lay.offload_activations else "")
-            + (" offload-optimizer" if lay.offload_optimizer else ""))
+            + (" offload-optimizer" if lay.offload_optimizer else "")
+            + (" full-cuda-graph" if lay.full_cuda_graph else ""))
 
 
 def _metric_rows(r) -> list[tuple[str, str]]:

@@ -262,7 +262,8 @@ def layer_times(model: ModelConfig, lay: Layout, gpu, batch: float, seq: int,
                                      * (model.head_dim + model.v_head_dim)) / t / rate,
         "shared_experts": 2 * tokens * model.shared_experts * model.expert_params / t / rate,
         "moe": expert_gemm_s + mlp * per_elem if model.moe else 0.0}
-    host = expert_host_s(model, lay, expert_gemm_s, fw.expert_gemm_host_s)
+    host = 0.0 if lay.full_cuda_graph else expert_host_s(model, lay, expert_gemm_s,
+                                                         fw.expert_gemm_host_s)
     module_s["moe"] += host
     modules = sum(module_s[m] for m in set(lay.recompute_modules))
     permute = moe_permute_elements(model, lay) * BF16 * tokens / hbm

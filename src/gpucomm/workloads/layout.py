@@ -62,6 +62,12 @@ class Layout:
     `offload_activations` / `offload_optimizer`: stored activations wait in host memory
     (Megatron-core --cpu-offloading), the optimizer states live and step on the CPU
     (DeepSpeed ZeRO-Offload; Megatron-core --optimizer-cpu-offload).
+    `full_cuda_graph`: the whole iteration replays from a CUDA graph (Megatron-core
+    --cuda-graph-impl full_iteration with fixed-capacity expert buffers, moe_paged_stash, as
+    Megatron-Bridge's 26.06 Qwen3 MXFP8 recipes run it): no token-count sync before the
+    experts, so a dropless MoE layer's expert GEMMs cost no per-expert host launches. Partial
+    (TE-scoped attn / moe_router / moe_preprocess) graphs leave the routed experts eager and
+    are the default's regime.
     `grad_bytes`: gradient width kept and reduced, 4 (fp32) or 2 (bf16); 0 = the framework's.
     `etp`: tensor parallelism of the experts (0 = tp). Experts are laid out as Megatron-core
     does ("etp-ep-edp" over a stage's tp x cp x dp ranks), so with etp < tp expert
@@ -94,6 +100,7 @@ class Layout:
     fp8_activations: bool = False
     offload_activations: bool = False
     offload_optimizer: bool = False
+    full_cuda_graph: bool = False
     grad_bytes: int = 0
     etp: int = 0
 

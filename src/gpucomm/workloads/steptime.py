@@ -466,7 +466,7 @@ class PredictedStep:
                 "global_batch", "micro_batch", "flash", "precision", "balanced_ends",
                 "dp_overlap", "tp_overlap", "cp_overlap", "pp_overlap", "ep_overlap",
                 "moe_imbalance", "framework", "recompute_modules", "fp8_activations",
-                "offload_activations", "offload_optimizer")},
+                "offload_activations", "offload_optimizer", "full_cuda_graph")},
             "microbatches": lay.microbatches,
             "step_time_s": self.step_time_s, "compute_time_s": self.compute_time_s,
             "optimizer_time_s": self.optimizer_s,
