@@ -46,6 +46,9 @@ Added in the fourth pass (`ADDED4`, held out likewise; first contact in the note
 - NVIDIA DGX Cloud Benchmarking v25.03 (NeMo 24.12 on H100): every Expected-Performance row of
   Llama 3.1 8B / 70B / 405B, GPT-3 175B and Nemotron-4 15B / 340B, bf16 and fp8, 8 to 2,304
   GPUs (`_dgx_cloud`).
+Added in the fifth pass (held out, first contact in notes/26-planner6.md):
+- Megatron-LM docs/discussions/deepseek-v3-gb200-optimization: DeepSeek-V3 MXFP8 on 256
+  GB200, the three eager AlltoAll-dispatcher rows of its optimization log (`_megatron_lm_dsv3`).
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
 bound of the live peak the planner estimates).
 """
@@ -88,6 +91,8 @@ DGXC = "NVIDIA DGX Cloud Benchmarking v25.03 (github.com/NVIDIA/dgxc-benchmarkin
     "nemotron/README_{15b,340b}.md"
 DGXC5 = "NVIDIA DGX Cloud Benchmarking v25.05.04 (github.com/NVIDIA/dgxc-benchmarking at " \
     "1f6d9f4, NeMo 25.04): llama3.1, nemotron and deepseek_v3/pretraining READMEs"
+MLM_DSV3 = "Megatron-LM docs/discussions/deepseek-v3-gb200-optimization (2025-11), sec. 3 " \
+    "table: DeepSeek-V3 MXFP8 on 256 GB200, its AlltoAll-dispatcher rows"
 # added in the second pass (issue 26), held out: run once before any rule was judged on them
 ADDED = (LATER, TRAINY, NEMO25, NEMO_GPT)
 # added in the third pass, held out likewise (their first-contact score is in the note)
@@ -102,7 +107,8 @@ FAMILIES = {"papers (Megatron-LM, Korthikanti, MT-NLG, Llama 3, DeepSeek-V3)":
             (BRIDGE, LATER, QWEN3, MORE, FOURTH, FOURTH_DENSE),
             "torchtitan benchmarks": (TITAN, ASYNCTP, TRAINY),
             "DGX Cloud Benchmarking v25.03": (DGXC,),
-            "DGX Cloud Benchmarking v25.05.04": (DGXC5,)}
+            "DGX Cloud Benchmarking v25.05.04": (DGXC5,),
+            "Megatron-LM docs/discussions (DeepSeek-V3 on GB200)": (MLM_DSV3,)}
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over the held-out runs (the issue's "all of them": its
 # large held-out set); the median over every run, held-in included, is printed as information
@@ -310,6 +316,7 @@ def cases():
     yield from _added_fourth()
     yield from _dgx_cloud()
     yield from _dgx_cloud_2505()
+    yield from _megatron_lm_dsv3()
     # DeepSeek-V3: 2,048 H800, PP 16 (DualPipe), EP 64 across 8 nodes, ZeRO-1 DP, fp8
     # blockwise, MLA up-projections / RMSNorm / SwiGLU recomputed, fp8 activation caching,
     # all-to-all hidden by DualPipe, batch 15,360 x 4K (its final value); 180K H800 GPU
@@ -555,6 +562,30 @@ def _dgx_cloud_2505():
                                (512, 64, 4096, 489502.71)):
         yield _nemo("deepseek-v3", gpus, gbs, 1, 4096, 2, 4, 1, 1, tps / gpus, precision="bf16",
                     ep=ep, extra=["--etp", "1", "--recompute", "selective"], **gb)
+
+
+# Megatron's model FLOPs per DeepSeek-V3 token at sequence 4,096: Megatron-Bridge's 25.11
+# performance summary gives the same GB200 MXFP8 layout as 1,003 model TFLOP/s and 4,018
+# tokens/s per GPU
+DSV3_FLOP_PER_TOKEN = 1003e12 / 4018
+
+
+def _megatron_lm_dsv3():
+    """NVIDIA's DeepSeek-V3 GB200 optimization log (Megatron-LM
+    docs/discussions/deepseek-v3-gb200-optimization and its reproduce guide): one layout,
+    TP 1 PP 8 VP 4 EP 32 ETP 1, MBS 1, GBS 2,048, sequence 4,096, MXFP8, on 256 GB200, its
+    TFLOP/s per GPU after each optimization. Rule, fixed before any was run: every row whose
+    token dispatcher is AlltoAll (NCCL, the all-to-all the planner times); the DeepEP / HybridEP
+    rows move tokens with other kernels (DeepEP reached ~400 / 190 GB/s in EP 32, the doc
+    says) and are left out. The three rows run eager (no CUDA graphs) with --recompute-modules
+    mlp up_proj: mla_up_proj here; the dense layers' MLP recompute ('mlp', 3 of 61 layers) has
+    no planner module. Their run has no MTP layer; the planner's deepseek-v3 carries one.
+    TFLOP/s -> tokens/s with DSV3_FLOP_PER_TOKEN. Held out: a source family not used before."""
+    for tflops in (494.46, 529.55, 540.00):  # baseline; + zeros/permute fusion; + router fusion
+        yield _nemo("deepseek-v3", 256, 2048, 1, 4096, 1, 8, 1, 4,
+                    tflops * 1e12 / DSV3_FLOP_PER_TOKEN, precision="mxfp8", ep=32,
+                    system="gb200-nvl72", per_node=64, source=MLM_DSV3,
+                    extra=["--etp", "1", "--recompute-modules", "mla_up_proj"])
 
 
 def gpucomm(*argv) -> tuple[int, object, str]:

@@ -187,6 +187,16 @@ def test_fourth_pass_runs_are_every_published_row_and_held_out():
     assert {r[0] for r in dgxc + fourth + dense + later} == set(pv.ADDED4)
 
 
+def test_the_megatron_lm_deepseek_log_rows_are_its_alltoall_rows_held_out():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import planner_validation as pv
+    runs = [r for r in pv.cases() if r[0] == pv.MLM_DSV3]
+    assert len(runs) == 3 and all(r[6] for r in runs)
+    # 494.46 TFLOP/s at Megatron's 1,003 TFLOP/s = 4,018 tokens/s for this model and sequence
+    assert runs[0][5] == pytest.approx(494.46 / 1003 * 4018)
+    assert all("--gpus-per-node" in r[4] and "32" == r[4][r[4].index("--ep") + 1] for r in runs)
+
+
 def test_every_source_is_in_one_family_and_the_leave_one_out_median_is_computed():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import planner_validation as pv
