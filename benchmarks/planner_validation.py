@@ -47,6 +47,8 @@ Added in the fourth pass (`ADDED4`, held out likewise; first contact in the note
   Llama 3.1 8B / 70B / 405B, GPT-3 175B and Nemotron-4 15B / 340B, bf16 and fp8, 8 to 2,304
   GPUs (`_dgx_cloud`).
 Added in the fifth pass (held out, first contact in notes/26-planner6.md):
+- NVIDIA DGX Cloud Benchmarking v25.04.01 (NeMo 25.02.01 on H100): every Expected-Performance
+  row of Llama 3.1 8B / 70B / 405B and Nemotron-4 15B / 340B (`_dgx_cloud_2504`).
 - Megatron-LM docs/discussions/deepseek-v3-gb200-optimization: DeepSeek-V3 MXFP8 on 256
   GB200, the three eager AlltoAll-dispatcher rows of its optimization log (`_megatron_lm_dsv3`).
 Memory is scored against torchtitan's published peaks (the allocator's reserved peak, an upper
@@ -91,6 +93,8 @@ DGXC = "NVIDIA DGX Cloud Benchmarking v25.03 (github.com/NVIDIA/dgxc-benchmarkin
     "nemotron/README_{15b,340b}.md"
 DGXC5 = "NVIDIA DGX Cloud Benchmarking v25.05.04 (github.com/NVIDIA/dgxc-benchmarking at " \
     "1f6d9f4, NeMo 25.04): llama3.1, nemotron and deepseek_v3/pretraining READMEs"
+DGXC4 = "NVIDIA DGX Cloud Benchmarking v25.04.01 (github.com/NVIDIA/dgxc-benchmarking tag " \
+    "v25.04.01, NeMo 25.02.01): llama3.1/README.md and nemotron/README.md"
 MLM_DSV3 = "Megatron-LM docs/discussions/deepseek-v3-gb200-optimization (2025-11), sec. 3 " \
     "table: DeepSeek-V3 MXFP8 on 256 GB200, its AlltoAll-dispatcher rows"
 # added in the second pass (issue 26), held out: run once before any rule was judged on them
@@ -107,8 +111,12 @@ FAMILIES = {"papers (Megatron-LM, Korthikanti, MT-NLG, Llama 3, DeepSeek-V3)":
             (BRIDGE, LATER, QWEN3, MORE, FOURTH, FOURTH_DENSE),
             "torchtitan benchmarks": (TITAN, ASYNCTP, TRAINY),
             "DGX Cloud Benchmarking v25.03": (DGXC,),
+            "DGX Cloud Benchmarking v25.04.01": (DGXC4,),
             "DGX Cloud Benchmarking v25.05.04": (DGXC5,),
             "Megatron-LM docs/discussions (DeepSeek-V3 on GB200)": (MLM_DSV3,)}
+# added in the fifth pass, held out (first contact in notes/26-planner6.md)
+ADDED5 = (DGXC4, MLM_DSV3)
+DGX_CLOUD = (DGXC, DGXC4, DGXC5)
 WITHIN = 0.15  # the Llama 3 405B rows
 MEDIAN_WITHIN = 0.08  # median |error| over the held-out runs (the issue's "all of them": its
 # large held-out set); the median over every run, held-in included, is printed as information
@@ -315,6 +323,7 @@ def cases():
     yield from _added_third()
     yield from _added_fourth()
     yield from _dgx_cloud()
+    yield from _dgx_cloud_2504()
     yield from _dgx_cloud_2505()
     yield from _megatron_lm_dsv3()
     # DeepSeek-V3: 2,048 H800, PP 16 (DualPipe), EP 64 across 8 nodes, ZeRO-1 DP, fp8
@@ -521,6 +530,44 @@ def _dgx_cloud():
                         precision=prec, source=DGXC)
 
 
+# v25.04.01: model, (tp, pp, cp, vp), micro-batch, seq, GBS per GPU, GPU counts, bf16 and fp8
+# tokens/s over all GPUs (the READMEs' "Throughput in tokens per second" rows)
+DGXC4_TABLES = (
+    ("llama3-8b", (1, 1, 2, 1), 1, 8192, 16, (8, 16, 32, 64, 128),
+     (85459, 170500, 340447, 680341, 1360683), (112388, 224055, 444783, 884874, 1758618)),
+    ("llama3-405b", (8, 8, 2, 8), 1, 8192, 0.5, (512, 1024, 2048),
+     (106024, 211406, 422175), (169535, 337706, 667883)),
+    ("nemotron4-15b", (2, 1, 1, 1), 2, 4096, 4, (16, 32, 64, 128, 256, 512, 1024, 2048),
+     (98550, 197101, 392725, 785450, 1565039, 3095427, 6123072, 12069940),
+     (132396, 264792, 529584, 1053845, 2097152, 4152776, 8264638, 16054752)),
+    ("nemotron4-340b", (8, 8, 1, 1), 1, 4096, 0.25, (256, 512, 1024, 2048),
+     (60125, 119428, 237772, 473398), (89469, 176528, 349525, 687591)))
+# Llama 3.1 70B: bf16 runs TP 4 PP 4 CP 2 VP 5, fp8 TP 4 PP 8 CP 1 VP 5; GBS 2 per GPU
+DGXC4_70B = ((64, 128, 256, 512, 1024, 2048),
+             (71526, 142955, 285716, 571821, 1145202, 2288843),
+             (106346, 210769, 419430, 833030, 1664406, 3305855))
+
+
+def _dgx_cloud_2504():
+    """DGX Cloud Benchmarking v25.04.01 (container nemo:25.02.01, between v25.03's 24.12 and
+    v25.05.04's 25.04), held out. Rule, fixed before any was run: every Expected-Performance
+    row of llama3.1/README.md and nemotron/README.md of a full model (the 405b-Proxy rows of
+    8 / 30 / 62 layers are left out), each with its README table's layout and no other
+    switch (TP communication overlap where TP > 1, as _nemo sets; the recipes were not read).
+    nemo_megatron/README_175b.md is left out: container 24.12 and the same numbers as
+    v25.03's rows. Grok-1 and MaxText: no model config / no JAX profile."""
+    for model, (tp, pp, cp, vp), mb, seq, per_gpu, counts, bf16, fp8 in DGXC4_TABLES:
+        for gpus, b, f in zip(counts, bf16, fp8):
+            for prec, tps in (("bf16", b), ("fp8", f)):
+                yield _nemo(model, gpus, int(per_gpu * gpus), mb, seq, tp, pp, cp, vp,
+                            tps / gpus, precision=prec, source=DGXC4)
+    for gpus, b, f in zip(*DGXC4_70B):
+        yield _nemo("llama3-70b", gpus, 2 * gpus, 1, 8192, 4, 4, 2, 5, b / gpus,
+                    precision="bf16", source=DGXC4)
+        yield _nemo("llama3-70b", gpus, 2 * gpus, 1, 8192, 4, 8, 1, 5, f / gpus,
+                    precision="fp8", source=DGXC4)
+
+
 def _dgx_cloud_2505():
     """DGX Cloud Benchmarking v25.05.04 (the newest release with Expected-Performance tables,
     containers nemo:25.04.00 / 25.04.01), every table row of a model the planner holds, held
@@ -713,7 +760,10 @@ def _summary(rows) -> dict:
                               if r["held_out"] and not r.get("moe")],
            "added": [abs(r["error"]) for r in acc if r["source"] in ADDED],
            "added_third": [abs(r["error"]) for r in acc if r["source"] in ADDED3],
-           "added_fourth": [abs(r["error"]) for r in acc if r["source"] in ADDED4]}
+           "added_fourth": [abs(r["error"]) for r in acc if r["source"] in ADDED4],
+           "added_fifth": [abs(r["error"]) for r in acc if r["source"] in ADDED5],
+           "held_out_without_dgx_cloud": [abs(r["error"]) for r in acc
+                                          if r["held_out"] and r["source"] not in DGX_CLOUD]}
     llama = [r for r in rows if r["source"] == LLAMA3]
     out = {"runs": len(rows), "held_out_runs": sum(r["held_out"] for r in rows),
            "fp8_runs": sum(r["fp8"] for r in rows), "accepted": len(acc),
@@ -816,7 +866,8 @@ def _print(rows, summary) -> None:
           f"held-out fp8 {pct(s['median_abs_error_held_out_fp8'])}, added in the second pass "
           f"{pct(s['median_abs_error_added'])}, in the third "
           f"{pct(s['median_abs_error_added_third'])}, in the fourth "
-          f"{pct(s['median_abs_error_added_fourth'])}; held-out MoE "
+          f"{pct(s['median_abs_error_added_fourth'])}, in the fifth "
+          f"{pct(s['median_abs_error_added_fifth'])}; held-out MoE "
           f"{pct(s['median_abs_error_held_out_moe'])} ({len_moe} runs), held-out dense "
           f"{pct(s['median_abs_error_held_out_dense'])} ({len_dense} runs); max |error| "
           f"{pct(s['max_abs_error_all'])}; max MFU {pct(s['max_mfu'])}")
@@ -824,7 +875,8 @@ def _print(rows, summary) -> None:
         f"{g} {v['runs']} runs {pct(v['median_abs_error'])} / {v['median_error']:+.1%}"
         for g, v in s["fp8_held_out_by_gpu"].items()))
     print("held-out runs by source family (runs, their median |error|; the held-out median "
-          "without them):")
+          "without them); without any DGX Cloud release: "
+          f"{pct(s['median_abs_error_held_out_without_dgx_cloud'])}:")
     for name, v in s["held_out_by_family"].items():
         print(f"  {name}: {v['runs']} runs, {pct(v['median_abs_error'])}; without: "
               f"{pct(v['held_out_median_without'])} ({v['runs_without']} runs)")

@@ -187,6 +187,18 @@ def test_fourth_pass_runs_are_every_published_row_and_held_out():
     assert {r[0] for r in dgxc + fourth + dense + later} == set(pv.ADDED4)
 
 
+def test_the_dgx_cloud_2504_rows_are_every_full_model_row_held_out():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import planner_validation as pv
+    runs = [r for r in pv.cases() if r[0] == pv.DGXC4]
+    # 8B 5, 70B 6, 405B 3 full-model counts, Nemotron-4 15B 8, 340B 4; bf16 and fp8 each
+    assert len(runs) == 2 * (5 + 6 + 3 + 8 + 4) and all(r[6] for r in runs)
+    assert set(pv.ADDED5) == {pv.DGXC4, pv.MLM_DSV3} and pv.DGXC4 in pv.DGX_CLOUD
+    # 70B: the fp8 rows run PP 8 without CP, the bf16 rows PP 4 with CP 2 (the README's tables)
+    fp8 = [r[4] for r in runs if r[1] == "llama3-70b" and "fp8" in r[4]]
+    assert all(a[a.index("--pp") + 1] == "8" and a[a.index("--cp") + 1] == "1" for a in fp8)
+
+
 def test_the_megatron_lm_deepseek_log_rows_are_its_alltoall_rows_held_out():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import planner_validation as pv
