@@ -166,8 +166,9 @@ def pair_shares(patterns: int) -> bool:
     from gpucomm.topology.fabric import Network
 
     def share(routing: str, seed: int) -> float:
+        nic = "ib-ndr" if routing == "adaptive" else "roce-400g"
         topo = build_topology("dgx-h100", nodes=512, gpus_per_node=1, nics_per_node=1,
-                              nic="roce-400g", fabric="rail-2tier", leaf_ports=16,
+                              nic=nic, fabric="rail-2tier", leaf_ports=16,
                               placement="random", network=Network(routing=routing, seed=seed,
                                                                   connections=1))
         paths = PathTable(topo)
@@ -185,8 +186,8 @@ def pair_shares(patterns: int) -> bool:
             ("static (subnet manager, D-mod-k)", "static", None),
             ("ECMP (a random static route per flow)", "ecmp", ECMP_SHARE),
             ("flowlet (a message keeps its path; G&H's class)", "flowlet", AR_SHARE),
-            ("InfiniBand adaptive routing (per packet)", "adaptive", AR_SHARE),
-            ("Spectrum-X adaptive routing (per packet)", "spectrum-x", AR_SHARE)):
+            ("InfiniBand AR (per packet, NDR, credits)", "adaptive", AR_SHARE),
+            ("Spectrum-X AR (per packet, 400GbE, PFC)", "spectrum-x", AR_SHARE)):
         v = [share(routing, p) for p in range(patterns)]
         m, se = statistics.mean(v), statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else 0.0
         line = f"   {name:<48} {100 * m:5.1f}% (+-{100 * se:.1f} s.e.) of line rate"
