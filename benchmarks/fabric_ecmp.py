@@ -53,11 +53,16 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
       Bars: ECMP (a random static route per flow) 38-60%; flowlet routing (a queue pair
       keeps the path it was placed on: the class of G&H's scheme) and per-packet adaptive
       routing (InfiniBand AR; Spectrum-X, NVIDIA: 95%) 77-95%. Per-packet AR is the even
-      split in a fluid model (100%): what keeps it below (HoL blocking, transport
-      overheads) is finer than the model, so that bar fails. A stale queue sample would not
-      lower it either: a microsecond at 400 Gb/s is 50 KB, far below a switch's shared
-      buffer, and the long-run split stays even. Each mean prints its standard error over
-      the patterns.
+      split less what head-of-line blocking costs, from the cell model (simulate/
+      fabric_cells.py through fabric_ar.ar_share, the path every `--routing adaptive` or
+      `spectrum-x` prediction takes): ingress buffers stop their sender when full (credits on
+      InfiniBand: the loop's worth, 2 x the catalog's 0.5 us hop at 400 Gb/s, plus one MTU,
+      as NVIDIA publishes no Quantum-2 buffer; Spectrum-4's 128 MB shared buffer over 128
+      ports on Spectrum-X), and the leaf chooses by its own egress queues. Unbarred below
+      them: InfiniBand AR with twice the credits (how much the unpublished buffer decides),
+      and flowlets switched by the leaf after an idle gap of two ingress buffers (the
+      delay a reordering must stay under), which a saturated queue pair seldom leaves.
+      Each mean prints its standard error over the patterns.
 3. Lossy RoCE, go-back-N: the ring's busbw at 1% packet loss against lossless. Bar: <= 20%
    (go-back-N collapses at percent-level loss: Mittal et al., "Revisiting Network Support for
    RDMA", SIGCOMM 2018). The model's mechanism: a rollback of the window per loss, and a
@@ -196,7 +201,27 @@ def pair_shares(patterns: int) -> bool:
             ok &= good
             line += f"  (published {100 * bar[0]:.0f}-{100 * bar[1]:.0f}%)  {verdict(good)}"
         print(line)
+    _cell_rows()
     return ok
+
+
+def _cell_rows() -> None:
+    """The cell model itself on G&H's Clos, unbarred: how InfiniBand AR's share moves with the
+    credits it is given, and flowlets switched by the leaf, which need an idle gap."""
+    import dataclasses
+
+    from gpucomm.simulate.fabric_ar import ar_switching, clos_share
+    from gpucomm.simulate.fabric_cells import Clos
+    clos = Clos(leaves=32, hosts=16, spines=16)
+    ib = ar_switching("adaptive", 50e9, 0.5e-6, 4096)  # ib-ndr: 400 Gb/s, 0.5 us a hop
+    rows = (("InfiniBand AR, twice the loop's credits", dataclasses.replace(
+                ib, buffer=2 * ib.credit_rtt)),
+            ("flowlet by the leaf (gap: 2 ingress buffers)", dataclasses.replace(
+                ib, choice="flowlet", gap=2 * ib.buffer)))
+    print("   cell model (fabric_cells.py), mean share of the flows crossing the spines:")
+    for name, sw in rows:
+        print(f"     {name:<46} {100 * clos_share(clos, sw, patterns=2):5.1f}% "
+              f"(buffer {sw.buffer} cells, credit loop {sw.credit_rtt})")
 
 
 def _share_rows(seeds: range, base: list[str], ideal: float,
