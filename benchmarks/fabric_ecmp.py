@@ -61,7 +61,9 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
       ports on Spectrum-X), and the leaf chooses by its own egress queues. Unbarred below
       them: InfiniBand AR with twice the credits (how much the unpublished buffer decides),
       and flowlets switched by the leaf after an idle gap of two ingress buffers (the
-      delay a reordering must stay under), which a saturated queue pair seldom leaves.
+      delay a reordering must stay under) in G&H's loop of 1 MB MPI_Sendrecv: the leaf
+      sees only its own queues, and a collision on a spine's down-link has drained from
+      them by the time the pair idles, so it cannot do what G&H's NIC probes do.
       Each mean prints its standard error over the patterns.
 3. Lossy RoCE, go-back-N: the ring's busbw at 1% packet loss against lossless. Bar: <= 20%
    (go-back-N collapses at percent-level loss: Mittal et al., "Revisiting Network Support for
@@ -216,12 +218,13 @@ def _cell_rows() -> None:
     ib = ar_switching("adaptive", 50e9, 0.5e-6, 4096)  # ib-ndr: 400 Gb/s, 0.5 us a hop
     rows = (("InfiniBand AR, twice the loop's credits", dataclasses.replace(
                 ib, buffer=2 * ib.credit_rtt)),
-            ("flowlet by the leaf (gap: 2 ingress buffers)", dataclasses.replace(
+            ("flowlet by the leaf, 1 MB Sendrecv loop", dataclasses.replace(
                 ib, choice="flowlet", gap=2 * ib.buffer)))
     print("   cell model (fabric_cells.py), mean share of the flows crossing the spines:")
     for name, sw in rows:
-        print(f"     {name:<46} {100 * clos_share(clos, sw, patterns=2):5.1f}% "
-              f"(buffer {sw.buffer} cells, credit loop {sw.credit_rtt})")
+        message = 2**20 // 4096 if sw.choice == "flowlet" else 0  # G&H's 1 MB, 4 KiB cells
+        print(f"     {name:<46} {100 * clos_share(clos, sw, patterns=2, message=message):5.1f}"
+              f"% (buffer {sw.buffer} cells, credit loop {sw.credit_rtt})")
 
 
 def _share_rows(seeds: range, base: list[str], ideal: float,

@@ -66,6 +66,21 @@ def test_flowlets_that_never_idle_keep_their_first_path():
     assert stuck < moving <= ar + 0.02
 
 
+def test_a_sendrecv_loop_waits_for_both_messages():
+    """Pairs exchanging messages (MPI_Sendrecv in a loop) idle while the last cells fly, so
+    they deliver less than streaming pairs; a lone pair idles a path's latency a message."""
+    clos = Clos(leaves=4, hosts=4, spines=4)
+    sw = Switching(choice="packet", buffer=8, credit_rtt=2)
+    dests = np.array([_pairs(clos, p) for p in range(2)])
+    streaming = pair_rates(clos, dests, sw, cells=400, warmup=100, seed=0)
+    looped = pair_rates(clos, dests, sw, cells=400, warmup=100, seed=0, message=20)
+    assert looped.mean() < streaming.mean()
+    lone = np.arange(clos.nhosts)
+    lone[0], lone[15] = 15, 0
+    r = pair_rates(clos, lone, sw, cells=400, warmup=100, seed=0, message=20)[0]
+    assert 0.5 < r[0] == r[15] < 1.0
+
+
 @pytest.mark.parametrize("bad, match", [
     (lambda: Switching(choice="random", buffer=4), "choice 'random' not allowed"),
     (lambda: Switching(choice="packet", buffer=0), "buffer 0 not allowed"),
@@ -74,6 +89,8 @@ def test_flowlets_that_never_idle_keep_their_first_path():
                         cells=10, warmup=0, seed=0), "each of the 16 hosts"),
     (lambda: pair_rates(SMALL, np.zeros(16, dtype=np.int64), Switching(choice="hash", buffer=2),
                         cells=0, warmup=0, seed=0), "cells 0 not allowed"),
+    (lambda: pair_rates(SMALL, (np.arange(16) + 1) % 16, Switching(choice="hash", buffer=2),
+                        cells=5, warmup=0, seed=0, message=4), "only for hosts in pairs"),
 ])
 def test_bad_input_is_refused_by_name(bad, match):
     with pytest.raises(ConfigError, match=match):

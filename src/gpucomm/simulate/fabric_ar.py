@@ -102,16 +102,19 @@ def ar_switching(routing: str, rate_Bps: float, hop_latency_s: float, mtu: int) 
 
 
 @functools.lru_cache(maxsize=64)
-def clos_share(clos: Clos, sw: Switching, seed: int = 0, patterns: int = 1) -> float:
+def clos_share(clos: Clos, sw: Switching, seed: int = 0, patterns: int = 1,
+               message: int = 0) -> float:
     """Mean delivered share of line rate of the flows that cross the spines, when random
-    pairs of hosts exchange at full rate (Geoffray & Hoefler's pattern) on `clos`."""
+    pairs of hosts exchange at full rate (Geoffray & Hoefler's pattern) on `clos`, streaming
+    or in messages of `message` cells (fabric_cells.pair_rates)."""
     n = clos.nhosts
     rng = np.random.default_rng([seed, 0x6E])
     dests = np.empty((patterns, n), dtype=np.int64)
     for p in range(patterns):
         o = rng.permutation(n)
         dests[p, o[0::2]], dests[p, o[1::2]] = o[1::2], o[0::2]
-    rates = pair_rates(clos, dests, sw, cells=AR_CELLS, warmup=AR_CELLS, seed=seed)
+    rates = pair_rates(clos, dests, sw, cells=AR_CELLS, warmup=AR_CELLS, seed=seed,
+                       message=message)
     far = np.arange(n)[None, :] // clos.hosts != dests // clos.hosts
     return float(rates[far].mean()) if far.any() else 1.0
 

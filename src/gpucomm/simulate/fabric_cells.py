@@ -86,10 +86,13 @@ class Switching:
 
 
 def pair_rates(clos: Clos, dests: Ints, sw: Switching, *, cells: int, warmup: int,
-               seed: int) -> npt.NDArray[np.float64]:
+               seed: int, message: int = 0) -> npt.NDArray[np.float64]:
     """Per pattern (a row of `dests`: each host's destination) and host: the cells per cell
-    time its flow delivers, counted over `cells` cell times after `warmup`, every host always
-    sending. The patterns run at once, each on its own copy of the fabric."""
+    time its flow delivers, counted over `cells` cell times after `warmup`. The patterns run
+    at once, each on its own copy of the fabric. `message` 0: every host always sends;
+    else hosts exchange in pairs (dests[dests[h]] == h) as MPI_Sendrecv in a loop: a host
+    sends `message` cells, then waits until both its message and its partner's have
+    arrived."""
     dests = np.atleast_2d(np.asarray(dests, dtype=np.int64))
     n = clos.nhosts
     if dests.ndim != 2 or dests.shape[1] != n or dests.min(initial=0) < 0 or \
@@ -98,8 +101,12 @@ def pair_rates(clos: Clos, dests: Ints, sw: Switching, *, cells: int, warmup: in
     for name, v in (("cells", cells), ("warmup", warmup)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (name == "cells"):
             raise ConfigError(f"{name} {v!r} not allowed: an integer >= {int(name == 'cells')}")
+    if isinstance(message, bool) or not isinstance(message, int) or message < 0 or \
+            (message and (np.take_along_axis(dests, dests, 1) != np.arange(n)).any()):
+        raise ConfigError(f"message {message!r} not allowed: cells >= 0, and > 0 only for "
+                          "hosts in pairs (each host's destination sends back to it)")
     flat = (dests + n * np.arange(len(dests))[:, None]).ravel()
-    sim = _Cells(clos, flat, sw, seed)
+    sim = _Cells(clos, flat, sw, seed, message)
     for t in range(warmup):
         sim.step(t)
     sim.delivered[:] = 0
@@ -115,7 +122,8 @@ class _Cells:
     credits: host h's link at h, then the up- and down-ports' cables at N + queue. A cell is
     its flow (the sending host) and the spine it took (S: none, a leaf-local flow)."""
 
-    def __init__(self, clos: Clos, dest: Ints, sw: Switching, seed: int) -> None:
+    def __init__(self, clos: Clos, dest: Ints, sw: Switching, seed: int,
+                 message: int = 0) -> None:
         L, H, S = clos.leaves, clos.hosts, clos.spines
         N = len(dest)  # copies of the fabric side by side: hosts of copy c at c*nhosts..
         self.L, self.H, self.S, self.N, self.sw = L, H, S, N, sw
@@ -143,6 +151,9 @@ class _Cells:
         self.path = self.hashed.copy()
         self.last = np.full(N, -1 << 40, dtype=np.int64)
         self.delivered = np.zeros(N, dtype=np.float64)
+        self.message = message
+        self.sent = np.zeros(N, dtype=np.int64)  # this message's cells sent, and arrived
+        self.got = np.zeros(N, dtype=np.int64)
 
     def _down(self, s: Ints, leaf: Ints) -> Ints:
         """The queue of spine s's down-port to global leaf `leaf` (spines of its copy)."""
@@ -164,7 +175,12 @@ class _Cells:
         back = self.ret[(t + self.sw.credit_rtt) % ring]
         back += np.bincount(self._ingress(q, f, s), minlength=len(back))
         home = ~fwd
-        self.delivered += np.bincount(f[home], minlength=N)
+        arrived = np.bincount(f[home], minlength=N)
+        self.delivered += arrived
+        if self.message:  # a pair whose two messages have arrived starts the next
+            self.got += arrived
+            done = (self.got >= self.message) & (self.got[self.dest] >= self.message)
+            self.sent[done], self.got[done] = 0, 0
         up = q < LS
         nxt = np.where(up, self._down(s, self.dleaf[f]), 2 * LS + self.dest[f])[fwd]
         hq, hcell = self._inject(t)
@@ -183,7 +199,11 @@ class _Cells:
     def _inject(self, t: int) -> tuple[Ints, Ints]:
         """Every host with a credit sends one cell into its leaf; remote ones get a spine."""
         S, LS = self.S, self.LS
-        h = np.flatnonzero(self.credits[: self.N] > 0)
+        ready = self.credits[: self.N] > 0
+        if self.message:
+            ready &= self.sent < self.message
+        h = np.flatnonzero(ready)
+        self.sent[h] += 1
         self.credits[h] -= 1
         s = np.full(len(h), S, dtype=np.int64)
         far = ~self.local[h]
