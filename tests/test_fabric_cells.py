@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpucomm.errors import ConfigError
-from gpucomm.simulate.fabric_ar import AR_SWITCHES, ar_switching, clos_share
+from gpucomm.simulate.fabric_ar import AR_SWITCHES, ar_switching, clos_share, sendrecv_share
 from gpucomm.simulate.fabric_cells import Clos, Switching, pair_rates
 
 SMALL = Clos(leaves=4, hosts=4, spines=4)
@@ -79,6 +79,16 @@ def test_a_sendrecv_loop_waits_for_both_messages():
     lone[0], lone[15] = 15, 0
     r = pair_rates(clos, lone, sw, cells=400, warmup=100, seed=0, message=20)[0]
     assert 0.5 < r[0] == r[15] < 1.0
+
+
+def test_g_and_h_loop_pays_for_deep_queues_that_streaming_hides():
+    """In a Sendrecv loop a pair waits for both messages, so the queues a deep buffer lets
+    build cost it; streaming hides them. A lone pair's loop is the yardstick (<= 1 share)."""
+    clos = Clos(leaves=8, hosts=4, spines=4)
+    deep = Switching(choice="packet", buffer=64, credit_rtt=4)
+    loop = sendrecv_share(clos, deep, message=32, cells=640, patterns=2)
+    assert (loop < clos_share(clos, deep, patterns=2) - 0.02).all()
+    assert (loop > 0.3).all() and (loop <= 1.0).all()
 
 
 @pytest.mark.parametrize("bad, match", [

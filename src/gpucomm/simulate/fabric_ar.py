@@ -101,6 +101,16 @@ def ar_switching(routing: str, rate_Bps: float, hop_latency_s: float, mtu: int) 
     return Switching(choice="packet", buffer=buf, credit_rtt=loop)
 
 
+def random_pairs(nhosts: int, patterns: int, seed: int) -> Ints:
+    """`patterns` rows of destinations: hosts in random pairs, each sending to the other."""
+    rng = np.random.default_rng([seed, 0x6E])
+    dests = np.empty((patterns, nhosts), dtype=np.int64)
+    for p in range(patterns):
+        o = rng.permutation(nhosts)
+        dests[p, o[0::2]], dests[p, o[1::2]] = o[1::2], o[0::2]
+    return dests
+
+
 @functools.lru_cache(maxsize=64)
 def clos_share(clos: Clos, sw: Switching, seed: int = 0, patterns: int = 1,
                message: int = 0) -> float:
@@ -108,15 +118,28 @@ def clos_share(clos: Clos, sw: Switching, seed: int = 0, patterns: int = 1,
     pairs of hosts exchange at full rate (Geoffray & Hoefler's pattern) on `clos`, streaming
     or in messages of `message` cells (fabric_cells.pair_rates)."""
     n = clos.nhosts
-    rng = np.random.default_rng([seed, 0x6E])
-    dests = np.empty((patterns, n), dtype=np.int64)
-    for p in range(patterns):
-        o = rng.permutation(n)
-        dests[p, o[0::2]], dests[p, o[1::2]] = o[1::2], o[0::2]
+    dests = random_pairs(n, patterns, seed)
     rates = pair_rates(clos, dests, sw, cells=AR_CELLS, warmup=AR_CELLS, seed=seed,
                        message=message)
     far = np.arange(n)[None, :] // clos.hosts != dests // clos.hosts
     return float(rates[far].mean()) if far.any() else 1.0
+
+
+def sendrecv_share(clos: Clos, sw: Switching, *, message: int, cells: int, patterns: int,
+                   seed: int = 0) -> npt.NDArray[np.float64]:
+    """Geoffray & Hoefler's statistic per pattern: random pairs run an MPI_Sendrecv loop of
+    `message` cells from an empty fabric for `cells` cell times; the mean over pairs of a
+    pair's slower direction, over what a lone pair (hosts on the first and last leaf) gets
+    in the same loop (their point-to-point bandwidth)."""
+    n = clos.nhosts
+    dests = random_pairs(n, patterns, seed)
+    rates = pair_rates(clos, dests, sw, cells=cells, warmup=0, seed=seed, message=message)
+    lone = np.arange(n)
+    lone[0], lone[n - 1] = n - 1, 0
+    base = pair_rates(clos, lone, sw, cells=cells, warmup=0, seed=seed, message=message)[0, 0]
+    out: npt.NDArray[np.float64] = \
+        np.minimum(rates, np.take_along_axis(rates, dests, 1)).mean(axis=1) / base
+    return out
 
 
 def ar_share(router: Router, routing: str, rate_Bps: float, hop_latency_s: float,
