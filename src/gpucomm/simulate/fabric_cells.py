@@ -26,13 +26,16 @@ their queues take random bursts at a load of one. A finite buffer fills and stop
 up-link into that spine. Then the packets queued behind on that up-link, bound for other
 leaves, wait too: head-of-line blocking by credits or pauses, also called victim flows.
 Only then does the source leaf's queue grow and its choice move away. The lost share falls
-as the per-port buffer grows, and rises with the reaction time.
+as the per-port buffer grows, and rises with the reaction time. A deep buffer keeps the
+throughput but holds deep queues: pairs that exchange messages in a loop (MPI_Sendrecv,
+`message`) wait for each message's last cells, so they pay for the queues at every message.
 
 Wrong: there is one traffic class (no virtual lanes), the crossbar inside a switch never
-blocks (a packet reaches its egress FIFO in the cell time it arrives), and senders always
-have data. Cut-through and store-and-forward both take one cell time per hop. Congestion
-control that slows senders before buffers fill (DCQCN, Spectrum-X's telemetry-based control,
-InfiniBand's CC) is not modelled; it trades the victims for lower sender rates.
+blocks (a packet reaches its egress FIFO in the cell time it arrives), and a sender is never
+short of data (streaming) or of its next message (a loop). Cut-through and store-and-forward
+both take one cell time per hop. Congestion control that slows senders before buffers fill
+(DCQCN, Spectrum-X's telemetry-based control, InfiniBand's CC) is not modelled; it trades
+the victims for lower sender rates.
 """
 from __future__ import annotations
 
