@@ -544,8 +544,14 @@ def test_background_load_adaptive_routes_around_what_spraying_meets():
     assert ecmp > flowlet > t("flowlet", 0.0) * 1.02
     # Spectrum-X decides by the leaf's own queues; without InfiniBand's credits a loaded
     # spine-to-leaf cable is not in its view, so it stays between the two
+    # (up to the share head-of-line blocking takes from it, which the even split of spray
+    # does not pay: fabric_ar.ar_share, about 1% with Spectrum-4's buffer)
     sx = t("spectrum-x", 0.3)
-    assert ar < sx <= spray and t("spectrum-x", 0.0) == pytest.approx(t("adaptive", 0.0))
+    assert ar < sx <= spray * 1.01
+    # on a fabric of its own, what sets them apart is what one ingress port holds before its
+    # sender stops: Spectrum-4's shared buffer against credits for the loop
+    # (fabric_ar.AR_SWITCHES: less head-of-line blocking on Spectrum-X)
+    assert t("spectrum-x", 0.0) < t("adaptive", 0.0)
     with pytest.raises(ConfigError, match="background"):
         Network(background=0.6)
 

@@ -32,7 +32,9 @@ def _dp(p):
 
 def test_ecmp_with_one_qp_is_slower_than_spraying_and_adaptive_routing(plans):
     assert _dp(plans["ecmp"]) > 1.3 * _dp(plans["spray"])
-    assert _dp(plans["adaptive"]) == pytest.approx(_dp(plans["spray"]), rel=0.02)
+    # per-packet adaptive routing loses what head-of-line blocking costs (the cell model,
+    # simulate/fabric_ar.ar_share), far less than hashing does
+    assert _dp(plans["spray"]) < _dp(plans["adaptive"]) < _dp(plans["ecmp"])
     assert plans["ecmp"].step_time_s > plans["spray"].step_time_s
 
 

@@ -44,11 +44,10 @@ and the QPs move at one rate, that of the slowest times their number.
   (Spectrum-X meters senders by in-band telemetry instead, a rate and not a path), so only
   the deciding leaf's own up-links are pooled and a loaded spine-to-leaf cable meets its own
   load. Their documented limits: reordering (without a NIC that reorders they fall back to
-  flowlets, `flowlet`), and a reaction time of a queue sample (nanoseconds to a
-  microsecond), far below a collective's messages; what keeps published per-packet AR
-  under the even split (HoL blocking in the switches, transport overheads) is below a
-  fluid model's resolution (benchmarks/fabric_ecmp.py prints it against the published
-  numbers).
+  flowlets, `flowlet`), and head-of-line blocking: a switch-to-switch cable carries only
+  the share of its capacity that the cell model (fabric_cells.py) gives per-packet AR at
+  full load on this fabric's shape, each setting with its own ingress buffer
+  (fabric_ar.ar_share, AR_SWITCHES).
 
 **Lossy RoCE: go-back-N goodput with retransmission timeouts** (fabric_loss.py) scales every
 network link's capacity, so the analytic and flow models carry the same collapse.
@@ -89,7 +88,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..topology.routing import lane_key, mix
-from .fabric_ar import flowlet_paths, polarized_key
+from .fabric_ar import AR_SWITCHES, ar_share, flowlet_paths, polarized_key
 from .fabric_loss import RTO_S, goodput
 
 if TYPE_CHECKING:
@@ -178,6 +177,11 @@ class FabricPolicy:
         on a lossy fabric (window = capacity x base round trip / MTU, the timeout RTO_S in
         packet times at the link's rate)."""
         capacity = self._background(capacity)
+        if self.net.routing in AR_SWITCHES and self.between.any():  # fabric_ar.ar_share
+            cable = np.flatnonzero(self.between)[0]
+            capacity = np.where(self.between, capacity * ar_share(
+                self.router, self.net.routing, float(capacity[cable]),
+                float(latency[cable]), self.net.mtu), capacity)
         if self.net.lossless or self.net.loss_rate == 0:
             return capacity
         rtt = 2.0 * _one_way(self.topo, latency)
