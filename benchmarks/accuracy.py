@@ -140,20 +140,27 @@ def nccl_protocols(t: dict):
     m = re.search(r"NCCL_PROTO=([\w,]+)", env)
     if m:
         return [p.lower() for p in m.group(1).split(",")]
+    return ["ll", "ll128", "simple"] if release_of(t) >= (2, 5, 0) else ["ll", "simple"]
+
+
+def release_of(t: dict) -> tuple[int, ...]:
+    """The NCCL release a table states ("2.4.8+cuda10.0"); where it prints none, 2.4 for a
+    source dated 2019 or earlier (2.5 came out in Nov 2019), else (99, 0, 0): the newest."""
     text = str(t.get("nccl_version") or "")
     v = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
     if v:
-        version = tuple(int(x) for x in v.groups())
-    else:
-        year = re.search(r"\b(20\d\d)\b", text)
-        version = (2, 4, 0) if year and int(year.group(1)) <= 2019 else (99, 0, 0)
-    return ["ll", "ll128", "simple"] if version >= (2, 5, 0) else ["ll", "simple"]
+        return tuple(int(x) for x in v.groups())
+    year = re.search(r"\b(20\d\d)\b", text)
+    return (2, 4, 0) if year and int(year.group(1)) <= 2019 else (99, 0, 0)
 
 
 def version_of(t: dict):
     """The NCCL release a table ran, read leniently ("2.18.5", "~2.19 (pytorch:24.01)");
-    None (the model's newest) where it does not say."""
-    return parse_version(t.get("nccl_version"))
+    a release before 2.5 (printed, or by release_of's date) is modelled with the oldest
+    tuning model, 2.5's (versions.parse_version); None (the model's newest) where it does
+    not say."""
+    release = release_of(t)
+    return parse_version(release if release < (2, 5, 0) else t.get("nccl_version"))
 
 
 def launch_of(t: dict) -> dict:
