@@ -126,10 +126,15 @@ def source_of(t: dict) -> str:
 
 
 def choice_of(t: dict) -> dict:
+    """The algorithm the table's NCCL settings force (NCCL_ALGO; NCCL 2.4's
+    NCCL_TREE_THRESHOLD=0, trees never used: enqueue.cc getPatternInfo runs a tree only for
+    nBytes <= treeThreshold), or the ones they exclude (NCCL_NVLS_ENABLE=0)."""
     env = (t.get("env") or "")
     m = re.search(r"NCCL_ALGO=(\w+)", env)
     if m:
         return {"algorithm": from_nccl_algo(m.group(1))}
+    if re.search(r"NCCL_TREE_THRESHOLD=0\b", env):
+        return {"algorithm": "ring"}
     return {"exclude": ["nvls"] if "NCCL_NVLS_ENABLE=0" in env else []}
 
 
@@ -140,20 +145,27 @@ def nccl_protocols(t: dict):
     m = re.search(r"NCCL_PROTO=([\w,]+)", env)
     if m:
         return [p.lower() for p in m.group(1).split(",")]
+    return ["ll", "ll128", "simple"] if release_of(t) >= (2, 5, 0) else ["ll", "simple"]
+
+
+def release_of(t: dict) -> tuple[int, ...]:
+    """The NCCL release a table states ("2.4.8+cuda10.0"); where it prints none, 2.4 for a
+    source dated 2019 or earlier (2.5 came out in Nov 2019), else (99, 0, 0): the newest."""
     text = str(t.get("nccl_version") or "")
     v = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
     if v:
-        version = tuple(int(x) for x in v.groups())
-    else:
-        year = re.search(r"\b(20\d\d)\b", text)
-        version = (2, 4, 0) if year and int(year.group(1)) <= 2019 else (99, 0, 0)
-    return ["ll", "ll128", "simple"] if version >= (2, 5, 0) else ["ll", "simple"]
+        return tuple(int(x) for x in v.groups())
+    year = re.search(r"\b(20\d\d)\b", text)
+    return (2, 4, 0) if year and int(year.group(1)) <= 2019 else (99, 0, 0)
 
 
 def version_of(t: dict):
     """The NCCL release a table ran, read leniently ("2.18.5", "~2.19 (pytorch:24.01)");
-    None (the model's newest) where it does not say."""
-    return parse_version(t.get("nccl_version"))
+    a release before 2.5 (printed, or by release_of's date) is modelled with the oldest
+    tuning model, 2.5's (versions.parse_version); None (the model's newest) where it does
+    not say."""
+    release = release_of(t)
+    return parse_version(release if release < (2, 5, 0) else t.get("nccl_version"))
 
 
 def launch_of(t: dict) -> dict:
@@ -211,7 +223,8 @@ def evaluate(data, model="analytic", verbose=False, calibration=None, select="fa
                 out["bus_err"] = (res.busbw_GBps - meas_bus) / meas_bus
             if meas_t:
                 out["time_ratio"] = res.time_us / meas_t
-            _nccl_baseline(out, coll, size, topo, res.channels, factor, meas_t, meas_bus)
+            _nccl_baseline(out, coll, size, topo, res.channels, factor, meas_t, meas_bus,
+                           nccl_choice(t))
             rows_out.append(out)
             if verbose:
                 nccl = (f"  NCCL model {out['nccl_time_us']:10.1f}us {out['nccl_choice']}"
@@ -223,16 +236,33 @@ def evaluate(data, model="analytic", verbose=False, calibration=None, select="fa
     return rows_out
 
 
-def _nccl_baseline(out, coll, size, topo, channels, factor, meas_t, meas_bus):
-    """NCCL's own estimate of the same row (benchmarks/nccl_model.py), beside gpucomm's; none
-    on GPUs without peer-to-peer (NO_P2P_REASON)."""
+def nccl_choice(t: dict) -> dict:
+    """What the table's NCCL was allowed to run, for NCCL's own model: the algorithm its
+    settings force or all but those they exclude (choice_of; NCCL_NVLS_ENABLE=0 turns off
+    NVLS and NVLSTree alike), and the protocols its version has (nccl_protocols). NCCL's
+    tuning ranks only what is enabled (enqueue.cc), so a forced-ring run is compared with
+    NCCL's ring estimate, not with the tree it would have picked."""
+    choice = choice_of(t)
+    algorithms = None
+    if "algorithm" in choice:
+        algorithms = {choice["algorithm"]}
+    elif "nvls" in choice["exclude"]:
+        algorithms = {"ring", "tree", "pat"}
+    return {"algorithms": algorithms, "protocols": nccl_protocols(t)}
+
+
+def _nccl_baseline(out, coll, size, topo, channels, factor, meas_t, meas_bus, allowed):
+    """NCCL's own estimate of the same row (benchmarks/nccl_model.py) among what the table's
+    NCCL was `allowed` to run (nccl_choice), beside gpucomm's; none on GPUs without
+    peer-to-peer (NO_P2P_REASON)."""
     if not topo.p2p:
         out["nccl_excluded"] = NO_P2P_REASON
         return
-    est = nccl_model.estimate(coll, size, topo, channels, nccl_model.net_latency_us(topo))
-    if est is None or size == 0:
+    found = nccl_model.estimates(coll, size, topo, channels,
+                                 net_latency=nccl_model.net_latency_us(topo), **allowed)
+    if not found or size == 0:
         return
-    t_us, algo, proto = est
+    t_us, algo, proto = found[0]
     out["nccl_choice"] = f"{algo}/{proto}"
     out["nccl_time_us"] = t_us
     bus = size / (t_us * 1e-6) / 1e9 * factor

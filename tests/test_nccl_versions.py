@@ -11,7 +11,7 @@ from gpucomm.simulate import predict
 from gpucomm.simulate.core import path_table
 from gpucomm.simulate.nccl import _shape, chain_link_load
 from gpucomm.simulate.protocol import get_protocol
-from gpucomm.simulate.versions import HISTORY, NEWEST, parse_version, use, value
+from gpucomm.simulate.versions import HISTORY, NEWEST, OLDEST, parse_version, use, value
 from gpucomm.topology import build_topology
 
 US = 1e-6
@@ -28,7 +28,7 @@ def test_newest_entry_of_every_history_is_todays_constant():
     ("2.18", (2, 18)), ("2.18.5-1", (2, 18)), ("~2.19 (pytorch:24.01)", (2, 19)),
     ("from pytorch:24.01 container (~2.19)", (2, 19)), ("2.29.2 (22902)", (2, 29)),
     ("2.17.1+cuda11.8", (2, 17)), ("not printed (2025)", None), ("", None), (None, None),
-    ("2.99", NEWEST)])
+    ("2.99", NEWEST), ("2.4.8+cuda10.0", OLDEST), ("2.3", OLDEST)])
 def test_parse_version_is_lenient(text, want):
     assert parse_version(text) == want
 

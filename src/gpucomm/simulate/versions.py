@@ -180,15 +180,19 @@ _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 def parse_version(text: str | Sequence[int] | None, strict: bool = False) -> Version | None:
     """(major, minor) from text such as "2.18", "2.18.5-1", "~2.19 (pytorch:24.01)"; None
-    (the newest) for None/"" or text without a version, or a ConfigError when `strict`."""
+    (the newest) for None/"" or text without a version, or a ConfigError when `strict`.
+    Leniently a 2.x outside OLDEST..NEWEST is the nearest of the two; strictly one before
+    OLDEST is refused."""
     if text is None:
         return None
     if isinstance(text, (tuple, list)):  # (major, minor) already
         text = ".".join(str(x) for x in text[:2])
     for m in _VERSION.finditer(str(text)):  # "pytorch:24.01 container (~2.19)": NCCL is 2.x
         version = (int(m.group(1)), int(m.group(2)))
-        if version[0] == 2 and OLDEST <= version:
-            return min(version, NEWEST)
+        if version[0] == 2 and (OLDEST <= version or not strict):
+            # leniently a release before the first tuning model (2.4.x) is modelled with the
+            # oldest one, as one after the newest is with the newest: the nearest NCCL
+            return max(min(version, NEWEST), OLDEST)
     if strict:
         raise ConfigError(f"nccl version {text!r} not understood: give MAJOR.MINOR of NCCL 2, "
                           f"{OLDEST[0]}.{OLDEST[1]} or later (e.g. 2.18 or 2.18.5-1)")
