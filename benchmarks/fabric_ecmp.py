@@ -31,7 +31,25 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    to"), > 0 at 4 GiB (a 512-rank ring is latency-bound at 256 MiB). The connections are
    NCCL's: a ring channel per connection (16 on 8 NICs: 2 per NIC), a tree 1 per tree and
    NIC, NVLSTree 8 per tree and NIC (every NVLS channel of a head, nccl.tree_fabric_slowdown),
-   each with its queue pairs.
+   each with its queue pairs. The ring's gain at 4 GiB is the ratio of the worst rack's
+   uplink loads: 16 ring connections per rack boundary hashed onto 18 uplinks, each of which
+   carries about 2.6 of them at the ring's full pace (1 QP: the worst cable of the 32 racks
+   carries 5-7) against 64 quarter-lanes (4 QPs: the worst carries 2.5-2.75 connections'
+   worth; seeds 0-4). Nothing in NCCL softens it: each channel gets an equal, fixed slice
+   of the buffer (src/enqueue.cc, countPerChannels), its NCCL_STEPS (8) slots are freed in
+   order, QPs take whole messages in turn (src/transport/net_ib.cc), and each QP is its own
+   5-tuple (grh.flow_label 0: the UDP source port comes from the QP numbers). Meta publishes
+   neither the algorithm, size nor job size behind its 40% (its blog ties QP scaling to
+   hierarchical collectives such as AllReduce), and at 4 GiB the ring stays above 40% from 8
+   to 64 nodes and with twice the uplinks, so that row fails.
+1b. ECMP with 1 QP against the even split (`--routing spray`) at 4 GiB, for ring, tree and
+   nvls_tree, on Meta's AI Zone and on the 1:1 rail cluster of 2a. Bar: ECMP slower, except
+   nvls_tree on the 1:1 rail fabric, printed: an inner node's NIC sends on 4 tree edges x 8
+   connections (one per NVLS channel of that tree, connect.cc connectNvls) = 32 at once, each
+   at 1/32 of a NIC, and a leaf-spine cable has a NIC's capacity, so hashing slows it only
+   when some cable draws more than 32 of the 15-18 it carries on average (seeds 0-4: the
+   worst cables carry 27-33, so one seed loses 33/32). The tree's 4 connections on that NIC
+   meet cables of 6-10 and slow down.
 2. Shares of ideal bandwidth.
    a. The ring all-reduce at 4 GiB on 64 x DGX H100 (`--fabric rail-2tier --leaf-ports 32
       --placement random`): its busbw over the same job on a fabric that never collides (the
@@ -134,6 +152,27 @@ def qp_gain(seeds: range) -> bool:
             line = (f"   {alg:<4} {placement:<6} {select:<7} {size:>4} ({picked}): 1 QP "
                     f"{one:6.1f}, 4 QPs {four:6.1f} GB/s, median gain {100 * g:+5.1f}%")
             print(line + (f"  (Meta: up to +40%)  {verdict(good)}" if barred else ""))
+    return ok
+
+
+def ecmp_vs_even_split(seeds: range) -> bool:
+    print("1b. ECMP with 1 QP against the even split (spray), all-reduce 4 GiB, RoCE 400G, "
+          "64 x DGX H100, median busbw over seeds (min)")
+    ok = True
+    for fabric, base, nic_paced in (
+            ("Meta's AI Zone, packed", [*META, "--placement", "packed"], ()),
+            ("rail-2tier 1:1, random", [*CLUSTER, "--nic", "roce-400g"], ("nvls_tree",))):
+        for alg in ("ring", "tree", "nvls_tree"):
+            bw = {r: sim(*base, "--algorithm", alg, "--routing", r, "--seeds",
+                         str(len(seeds)), "-b", "4G", "-e", "4G")[0] for r in ("ecmp", "spray")}
+            e, s = bw["ecmp"]["busbw_median"], bw["spray"]["busbw_median"]
+            line = (f"   {fabric:<23} {alg:<9} ECMP {e:6.1f} ({bw['ecmp']['busbw_min']:6.1f}), "
+                    f"spray {s:6.1f} GB/s")
+            if alg in nic_paced:  # see the docstring: its NIC, not a cable, is the bottleneck
+                print(line + "  (NIC-paced: 32 connections on its busiest NIC; not barred)")
+                continue
+            ok &= e < s
+            print(line + f"  ECMP slower  {verdict(e < s)}")
     return ok
 
 
@@ -258,8 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     seeds = range(args.seeds)
     print(f"{args.seeds} seeds (hash and placement), analytic model")
-    results = [qp_gain(seeds), shares(seeds), pair_shares(4 * args.seeds), lossy(),
-               polarization(seeds)]
+    results = [qp_gain(seeds), ecmp_vs_even_split(seeds), shares(seeds),
+               pair_shares(4 * args.seeds), lossy(), polarization(seeds)]
     print(f"{sum(results)}/{len(results)} checks pass")
     return 0 if all(results) else 1
 
