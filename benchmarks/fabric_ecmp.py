@@ -43,7 +43,9 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    hierarchical collectives such as AllReduce). At 4 GiB the ring stays above 40% from 8 to
    64 nodes on 18 uplinks, and on 64 nodes with twice the uplinks (+64%); only a smaller job
    on twice the uplinks (Meta's stopgap, `--oversubscription 0.5`) falls inside (8 nodes
-   +33%, 16 nodes +21%). The row keeps the published fabric and fails.
+   +33%, 16 nodes +21%; the 16-node case is printed, unbarred: only a third party's reading
+   of the paper places the 40% on that fabric). The barred row keeps the published fabric
+   and fails.
 1b. ECMP with 1 QP against the even split (`--routing spray`) at 4 GiB, for ring, tree and
    nvls_tree, on Meta's AI Zone and on the 1:1 rail cluster of 2a. Bar: ECMP slower, except
    nvls_tree on the 1:1 rail fabric, printed: an inner node's NIC sends on 4 tree edges x 8
@@ -110,6 +112,9 @@ SIZES = ["256M", "1G", "4G"]
 META = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64",
         "--fabric", "tor-2tier", "--leaf-ports", "2", "--oversubscription", str(1 / 1.125),
         "--nic", "roce-400g", "--routing", "ecmp", "--format", "json"]
+# a smaller job on twice the uplinks (the RTSW over-provisioning Meta used as a stopgap before
+# E-ECMP), printed: where a ring's 1-QP collisions would fit under "up to 40%"
+STOPGAP = ("--nodes", "16", "--oversubscription", "0.5")
 META_MAX_GAIN = 0.40
 ECMP_SHARE = (0.38, 0.60)
 AR_SHARE = (0.77, 0.95)
@@ -135,15 +140,19 @@ def qp_gain(seeds: range) -> bool:
     print("1. QP scaling on Meta's AI Zone (RTSW over 2 hosts, 18 uplinks: 1:1.125), RoCE 400G "
           "ECMP: 4 QPs/connection (E-ECMP: hash on dst QP) vs 1")
     ok = True
-    for alg, placement, select in (("auto", "packed", "nccl"), ("ring", "packed", "nccl"),
-                                   ("ring", "random", "nccl"), ("auto", "packed", "fastest")):
+    for alg, placement, select, other in (
+            ("auto", "packed", "nccl", ()), ("ring", "packed", "nccl", ()),
+            ("ring", "random", "nccl", ()), ("auto", "packed", "fastest", ()),
+            ("ring", "packed", "nccl", STOPGAP)):
+        if other:
+            print("   the same ring, 16 nodes on twice the uplinks (Meta's 1:2 stopgap):")
         bw = {q: [sim(*META, "--placement", placement, "--algorithm", alg, "--select", select,
                       "--qps-per-connection", str(q), "--seed", str(s), "-b", SIZES[0],
-                      "-e", SIZES[-1], "-f", "4") for s in seeds] for q in (1, 4)}
+                      "-e", SIZES[-1], "-f", "4", *other) for s in seeds] for q in (1, 4)}
         for i, size in enumerate(SIZES):
             gains = [b4[i]["busbw"] / b1[i]["busbw"] - 1 for b1, b4 in zip(bw[1], bw[4])]
             g = statistics.median(gains)
-            barred = placement == "packed" and select == "nccl"
+            barred = placement == "packed" and select == "nccl" and not other
             good = g <= META_MAX_GAIN and (size != SIZES[-1] or g > 0)
             if barred:
                 ok &= good
