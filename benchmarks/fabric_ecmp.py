@@ -49,9 +49,10 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    (grh.flow_label 0: the UDP source port comes from the QP numbers). NVLSTree, with 8
    connections per tree edge and rail, spreads well with 1 QP (89% of sprayed): it gains +12%,
    below the range, so if Meta's out-of-box AllReduce lost 42% at 2 GB it was not NVLSTree in
-   this model (Figure 7 does not say which algorithm ran). Printed beside: the ring with random
-   placement, and on 16 nodes with twice the uplinks (Meta's 1:2 stopgap, `--oversubscription
-   0.5`), where it gains only +21% at 4 GiB.
+   this model (Figure 7 does not say which algorithm ran). Printed beside: NCCL's tree (1
+   connection per tree edge and NIC), the ring with random placement, and on 16 nodes with
+   twice the uplinks (Meta's 1:2 stopgap, `--oversubscription 0.5`), where it gains only +21%
+   at 4 GiB.
 1b. ECMP with 1 QP against the even split (`--routing spray`) at 4 GiB, for ring, tree and
    nvls_tree, on Meta's AI Zone and on the 1:1 rail cluster of 2a. Bar: ECMP slower, except
    nvls_tree on the 1:1 rail fabric, printed: an inner node's NIC sends on 4 tree edges x 8
@@ -158,8 +159,8 @@ def qp_gain(seeds: range) -> bool:
     ok = True
     for alg, placement, select, other in (
             ("auto", "packed", "nccl", ()), ("ring", "packed", "nccl", ()),
-            ("ring", "random", "nccl", ()), ("auto", "packed", "fastest", ()),
-            ("ring", "packed", "nccl", STOPGAP)):
+            ("ring", "random", "nccl", ()), ("tree", "packed", "nccl", ()),
+            ("auto", "packed", "fastest", ()), ("ring", "packed", "nccl", STOPGAP)):
         if other:
             print("   the same ring, 16 nodes on twice the uplinks (Meta's 1:2 stopgap):")
         flags = ["--placement", placement, "--algorithm", alg, "--select", select, "-b",
@@ -170,8 +171,8 @@ def qp_gain(seeds: range) -> bool:
         for i, size in enumerate(SIZES):
             gains = [b4[i]["busbw"] / b1[i]["busbw"] - 1 for b1, b4 in zip(bw[1], bw[4])]
             g = statistics.median(gains)
-            barred = placement == "packed" and select == "nccl" and not other and \
-                size == SIZES[-1]
+            barred = alg in ("auto", "ring") and placement == "packed" and \
+                select == "nccl" and not other and size == SIZES[-1]
             good = META_GAIN[0] <= g <= META_GAIN[1]
             if barred:
                 ok &= good
