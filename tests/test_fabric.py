@@ -427,6 +427,51 @@ def test_trees_open_nccls_connections_per_rail():
                                                                  for s in range(4)])
 
 
+def test_nvls_tree_on_a_one_to_one_rail_fabric_is_paced_by_its_nic(monkeypatch):
+    # NVLSTree's inner node sends on 4 tree edges (3 in the tree where it is inner, its
+    # parent edge in the other) x 8 connections (NVLS channels of that tree) = 32 at once;
+    # every connection moves at the pipeline's one pace, so a NIC's capacity / 32 each. On a
+    # 1:1 rail fabric a leaf-spine cable has the NIC's capacity: hashing costs nothing until
+    # a cable carries more than 32 of them, and then exactly cable / 32. The tree (1
+    # connection per tree edge and rail) has 4 on that NIC: a cable with 5 already slows it
+    from gpucomm.simulate import fabric
+    from gpucomm.simulate.core import path_table
+    from gpucomm.simulate.nccl import node_groups, tree_fabric_slowdown
+    seen = []
+    pace = fabric.FabricPolicy.pipeline_slowdown
+
+    def spy(self, table, capacity):
+        seen.append((self, table, capacity))
+        return pace(self, table, capacity)
+    monkeypatch.setattr(fabric.FabricPolicy, "pipeline_slowdown", spy)
+
+    def loads(nvls, seed, routing="ecmp"):
+        topo = build_topology("dgx-h100", nodes=16, nic="roce-400g", fabric="rail-2tier",
+                              leaf_ports=8, placement="random",
+                              network=Network(seed=seed, routing=routing))
+        pl = np.arange(topo.nranks)
+        slow = tree_fabric_slowdown(path_table(topo, pl), pl, node_groups(topo, pl), nvls)
+        pol, table, cap = seen[-1]
+        cnt = np.bincount(table[table >= 0], minlength=len(cap))
+        kind = {d.name: d.kind for d in topo.devices}
+        wire = np.array([{kind[ln.src], kind[ln.dst]} == {"nic", "switch"}
+                         for ln in topo.links])
+        nic, cable = wire & (cnt > 0), pol.between & (cnt > 0)
+        assert np.ptp(cap[nic | cable]) == 0  # 1:1: one capacity for NICs and cables
+        return slow, int(cnt[nic].max()), int(cnt[cable].max())
+
+    nvls = [loads(True, seed) for seed in range(8)]  # seed 7: a cable with 33
+    for slow, nic, cable in nvls:
+        assert nic == 4 * 8
+        assert slow == pytest.approx(max(cable / nic, 1.0))
+    assert max(c for _, _, c in nvls) > 32 and np.median([s for s, _, _ in nvls]) == 1.0
+    assert loads(True, 7, "spray")[0] == 1.0
+    tree = [loads(False, seed) for seed in range(3)]
+    for slow, nic, cable in tree:
+        assert (nic, slow) == (4, pytest.approx(max(cable / nic, 1.0)))
+    assert np.median([s for s, _, _ in tree]) > 1.0
+
+
 def test_double_binary_tree_is_ncclgetdtree():
     from gpucomm.simulate.nccl import dtree_parents
     for n in range(2, 40):
