@@ -50,8 +50,8 @@ MEANING = {
                             "call_sync_us",
 }
 MAX_SYNC_US = 10000.0
-# busbw rising this much between two sizes >= 64 MiB, where a ring is bandwidth bound, is an
-# algorithm switch (Snellius's 2-node log: ring to tree at 512 MiB, busbw x1.27)
+# busbw rising this much between two sizes >= 64 MiB, and more than the doubling before, is an
+# algorithm switch (Snellius's 2-node log: ring to tree at 512 MiB, busbw x1.08 then x1.27)
 ALGO_SWITCH = 1.2
 
 
@@ -149,17 +149,20 @@ def _big(row) -> bool:
 
 
 def _before_switch(tests):
-    """`keep` for the rows of 64 MiB and more that ran the algorithm the first of them ran:
-    a test's busbw rising ALGO_SWITCH-fold or more from one size to the next past MIN_ROWS
-    such rows is NCCL switching algorithm there (tuning.cc picks per size), and the rows from
-    that size on are left out of the NIC rate's fit."""
+    """`keep` for the rows of 64 MiB and more that ran the algorithm the first of them ran.
+    One algorithm's busbw ramps up by less at each doubling of the size; a rise of
+    ALGO_SWITCH-fold or more that is also larger than the rise before it (past MIN_ROWS such
+    rows) is NCCL switching algorithm there (tuning.cc picks per size), and the rows from that
+    size on are left out of the NIC rate's fit."""
     past: set[int] = set()
     for t in tests:
-        rows = sorted((r for r in t.req.log.good_rows if _big(r) and r.get("busbw")),
-                      key=lambda r: r["size"])
-        for i in range(MIN_ROWS, len(rows)):
-            if rows[i]["busbw"] >= ALGO_SWITCH * rows[i - 1]["busbw"]:
-                past.update(id(r) for r in rows[i:])
+        bw = sorted((r for r in t.req.log.good_rows if _big(r) and r.get("busbw")),
+                    key=lambda r: r["size"])
+        for i in range(MIN_ROWS, len(bw)):
+            rise, before = (bw[i]["busbw"] / bw[i - 1]["busbw"],
+                            bw[i - 1]["busbw"] / bw[i - 2]["busbw"])
+            if rise >= ALGO_SWITCH and rise > before:
+                past.update(id(r) for r in bw[i:])
                 break
     return lambda r: _big(r) and id(r) not in past
 
