@@ -257,7 +257,10 @@ def test_the_nic_rate_is_fitted_before_an_algorithm_switch(tmp_path, capsys):
     assert main(["calibrate", str(LOGS / "snellius-h100-2n-all_reduce.log"), "--output",
                  str(out)]) == 0
     capsys.readouterr()
-    assert yaml.safe_load(out.read_text())["parameters"]["nic_efficiency"] < 0.65
+    doc = yaml.safe_load(out.read_text())
+    assert doc["parameters"]["nic_efficiency"] < 0.65
+    assert "switched algorithm" in doc["details"]["nic_efficiency"]["note"]
+    assert "from 512 MiB, busbw x1.27 after x1.08" in doc["details"]["nic_efficiency"]["note"]
     assert main(["doctor", str(LOGS / "snellius-h100-2n-all_gather.log"), "--profile",
                  str(out), "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]

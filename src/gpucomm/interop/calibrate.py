@@ -87,7 +87,7 @@ def calibrate(creq: CalibrateRequest) -> Profile:
         params["intra_efficiency"] = _fit_scale(single, params, "intra_efficiency",
                                                 params["intra_efficiency"], _big)
     big_multi = _rows(multi, lambda r: r["size"] >= BIG)
-    nic_rows = _before_switch(multi)
+    nic_rows, switches = _before_switch(multi)
     if len(big_multi) >= MIN_ROWS and "nic_efficiency" in catalog:
         params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
                                               catalog["nic_efficiency"], nic_rows)
@@ -109,6 +109,9 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     params = {k: float(v) for k, v in params.items()}
     for name, value in params.items():
         details[name] = _detail(name, value, catalog.get(name))
+    if switches and "nic_efficiency" in details:
+        details["nic_efficiency"]["note"] += "; fitted on the rows before NCCL switched " \
+            "algorithm: " + ", ".join(switches)
     fit = {"before": _errors(tests, {}), "after": _errors(tests, params)}
     sources = tuple({"log": t.req.name, "test": t.req.log.test or "unnamed",
                      "rows": len(t.req.log.good_rows)} for t in tests)
@@ -149,12 +152,13 @@ def _big(row) -> bool:
 
 
 def _before_switch(tests):
-    """`keep` for the rows of 64 MiB and more that ran the algorithm the first of them ran.
-    One algorithm's busbw ramps up by less at each doubling of the size; a rise of
-    ALGO_SWITCH-fold or more that is also larger than the rise before it (past MIN_ROWS such
-    rows) is NCCL switching algorithm there (tuning.cc picks per size), and the rows from that
-    size on are left out of the NIC rate's fit."""
+    """(`keep` for the rows of 64 MiB and more that ran the algorithm the first of them ran,
+    one line per switch found). One algorithm's busbw ramps up by less at each doubling of the
+    size; a rise of ALGO_SWITCH-fold or more that is also larger than the rise before it (past
+    MIN_ROWS such rows) is NCCL switching algorithm there (tuning.cc picks per size), and the
+    rows from that size on are left out of the NIC rate's fit."""
     past: set[int] = set()
+    switches = []
     for t in tests:
         bw = sorted((r for r in t.req.log.good_rows if _big(r) and r.get("busbw")),
                     key=lambda r: r["size"])
@@ -163,8 +167,11 @@ def _before_switch(tests):
                             bw[i - 1]["busbw"] / bw[i - 2]["busbw"])
             if rise >= ALGO_SWITCH and rise > before:
                 past.update(id(r) for r in bw[i:])
+                switches.append(f"{t.req.name} ({t.req.log.test or 'unnamed'}) from "
+                                f"{bw[i]['size'] >> 20} MiB, busbw x{rise:.2f} after "
+                                f"x{before:.2f}")
                 break
-    return lambda r: _big(r) and id(r) not in past
+    return (lambda r: _big(r) and id(r) not in past), switches
 
 
 def _diagnose_on(t: _Test, params: dict, keep):
