@@ -267,3 +267,15 @@ def test_the_nic_rate_is_fitted_before_an_algorithm_switch(tmp_path, capsys):
     errs = sorted(abs(1 / r["ratio"] - 1) for r in rows if r.get("ratio") and
                   r["size"] >= 64 << 20)
     assert len(errs) >= 6 and errs[len(errs) // 2] < 0.2
+
+
+def test_a_ramp_that_slows_down_is_not_a_switch():
+    """xxrjun's 10 x 8 H100 all-reduce ramps x1.50 then x1.32 from 64 to 256 MiB: one
+    algorithm's ramp (each doubling gains less), so every row of 64 MiB and more is fitted."""
+    from gpucomm.interop.calibrate import CalibrateRequest, calibrate
+    from gpucomm.interop.doctor import DoctorRequest
+    from gpucomm.interop.nccltests import parse_logs
+    text = (LOGS / "xxrjun-h100-10n-8g.log").read_text()
+    log = next(t for t in parse_logs(text) if t.test == "all_reduce_perf")
+    prof = calibrate(CalibrateRequest((DoctorRequest(log, name="10n-8g"),)))
+    assert "switched" not in prof.details["nic_efficiency"]["note"]
