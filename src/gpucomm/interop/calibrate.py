@@ -5,10 +5,18 @@
     {'nic_efficiency': 0.68, 'network_latency_us': 6.1, 'intra_efficiency': 0.79}
 
 Each test of each log is read as `doctor` reads it (the machine inferred, flags override).
-Three parameters are fitted, each on the rows it governs, by re-predicting those rows on a
-Topology built with the candidate value (topology.profile.apply_profile):
+Each parameter is fitted on the rows it governs, by re-predicting those rows on a Topology
+built with the candidate value (topology.profile.apply_profile):
 - intra_efficiency on single-node tests' rows of 64 MiB and more (NVLink / xGMI bound);
-- nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound);
+- call_sync_us, a cost each collective call pays on the GPUs beyond NCCL's baseLat, on
+  single-node rows between 64 KiB and 64 MiB, wherever those rows are slower than the model,
+  as network_sync_us below but once per call (whatever the collective's bytes or steps: on
+  superbench's DGX A100 all five collectives take 72-77 us at 1 MiB); intra_efficiency is
+  then fitted again with it in place. Only beside a fitted intra_efficiency;
+- nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound) that ran the
+  algorithm the first of them ran: from a busbw rise larger than the rise before it on, NCCL
+  switched algorithm (on 2 nodes, ring to tree: search.cc raises only a tree's bwIntra there
+  and tuning.cc rates algorithms by bwIntra), which the model may not run;
 - network_latency_us on multi-node tests' rows of 64 KiB and less (latency bound), by
   bisection on the median predicted/measured time;
 - network_sync_us, the per-step synchronisation cost across nodes, on multi-node rows between
