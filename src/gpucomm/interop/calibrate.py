@@ -5,10 +5,18 @@
     {'nic_efficiency': 0.68, 'network_latency_us': 6.1, 'intra_efficiency': 0.79}
 
 Each test of each log is read as `doctor` reads it (the machine inferred, flags override).
-Three parameters are fitted, each on the rows it governs, by re-predicting those rows on a
-Topology built with the candidate value (topology.profile.apply_profile):
+Each parameter is fitted on the rows it governs, by re-predicting those rows on a Topology
+built with the candidate value (topology.profile.apply_profile):
 - intra_efficiency on single-node tests' rows of 64 MiB and more (NVLink / xGMI bound);
-- nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound);
+- call_sync_us, a cost each collective call pays on the GPUs beyond NCCL's baseLat, on
+  single-node rows between 64 KiB and 64 MiB, wherever those rows are slower than the model,
+  as network_sync_us below but once per call (whatever the collective's bytes or steps: on
+  superbench's DGX A100 all five collectives take 72-77 us at 1 MiB); intra_efficiency is
+  then fitted again with it in place. Only beside a fitted intra_efficiency;
+- nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound) that ran the
+  algorithm the first of them ran: from a busbw rise larger than the rise before it on, NCCL
+  switched algorithm (on 2 nodes, ring to tree: search.cc raises only a tree's bwIntra there
+  and tuning.cc rates algorithms by bwIntra), which the model may not run;
 - network_latency_us on multi-node tests' rows of 64 KiB and less (latency bound), by
   bisection on the median predicted/measured time;
 - network_sync_us, the per-step synchronisation cost across nodes, on multi-node rows between
@@ -44,8 +52,15 @@ MEANING = {
                        "(rendezvous in the net plugin/provider), beyond the catalog's latency",
     "network_sync_from_bytes": "per-rank share of a collective from which each network step "
                                "pays network_sync_us",
+    "call_sync_us": "synchronisation cost of one collective call on the GPUs beyond NCCL's "
+                    "base latency (tuning.cc baseLat), paid once per call",
+    "call_sync_from_bytes": "per-rank share of a collective from which each call pays "
+                            "call_sync_us",
 }
 MAX_SYNC_US = 10000.0
+# busbw rising this much between two sizes >= 64 MiB, and more than the doubling before, is an
+# algorithm switch (Snellius's 2-node log: ring to tree at 512 MiB, busbw x1.08 then x1.27)
+ALGO_SWITCH = 1.2
 
 
 @dataclass(frozen=True)
@@ -73,10 +88,17 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     if len(big_single) >= MIN_ROWS and "intra_efficiency" in catalog:
         params["intra_efficiency"] = _fit_scale(single, params, "intra_efficiency",
                                                 catalog["intra_efficiency"], _big)
+    # the same beside a fitted NVLink/xGMI rate, once per call
+    call = _fit_sync(single, params, "call_sync") if "intra_efficiency" in params else None
+    if call is not None:
+        params.update(call)
+        params["intra_efficiency"] = _fit_scale(single, params, "intra_efficiency",
+                                                params["intra_efficiency"], _big)
     big_multi = _rows(multi, lambda r: r["size"] >= BIG)
+    nic_rows, switches = _before_switch(multi)
     if len(big_multi) >= MIN_ROWS and "nic_efficiency" in catalog:
         params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
-                                              catalog["nic_efficiency"], _big)
+                                              catalog["nic_efficiency"], nic_rows)
     small_multi = _rows(multi, lambda r: r["size"] <= SMALL)
     if len(small_multi) >= MIN_ROWS and "network_latency_us" in catalog:
         params["network_latency_us"] = _fit_latency(multi, params)
@@ -86,7 +108,7 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     if sync is not None:
         params.update(sync)
         params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
-                                              params["nic_efficiency"], _big)
+                                              params["nic_efficiency"], nic_rows)
     if not params:
         raise ConfigError(
             f"too few rows to fit: {len(big_single)} single-node and {len(big_multi)} multi-node "
@@ -95,6 +117,9 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     params = {k: float(v) for k, v in params.items()}
     for name, value in params.items():
         details[name] = _detail(name, value, catalog.get(name))
+    if switches and "nic_efficiency" in details:
+        details["nic_efficiency"]["note"] += "; fitted on the rows before NCCL switched " \
+            "algorithm: " + ", ".join(switches)
     fit = {"before": _errors(tests, {}), "after": _errors(tests, params)}
     sources = tuple({"log": t.req.name, "test": t.req.log.test or "unnamed",
                      "rows": len(t.req.log.good_rows)} for t in tests)
@@ -132,6 +157,29 @@ def _rows(tests, keep) -> list:
 
 def _big(row) -> bool:
     return row["size"] >= BIG
+
+
+def _before_switch(tests):
+    """(`keep` for the rows of 64 MiB and more that ran the algorithm the first of them ran,
+    one line per switch found). One algorithm's busbw ramps up by less at each doubling of the
+    size; a rise of ALGO_SWITCH-fold or more that is also larger than the rise before it (past
+    MIN_ROWS such rows) is NCCL switching algorithm there (tuning.cc picks per size), and the
+    rows from that size on are left out of the NIC rate's fit."""
+    past: set[int] = set()
+    switches = []
+    for t in tests:
+        bw = sorted((r for r in t.req.log.good_rows if _big(r) and r.get("busbw")),
+                    key=lambda r: r["size"])
+        for i in range(MIN_ROWS, len(bw)):
+            rise, before = (bw[i]["busbw"] / bw[i - 1]["busbw"],
+                            bw[i - 1]["busbw"] / bw[i - 2]["busbw"])
+            if rise >= ALGO_SWITCH and rise > before:
+                past.update(id(r) for r in bw[i:])
+                switches.append(f"{t.req.name} ({t.req.log.test or 'unnamed'}) from "
+                                f"{bw[i]['size'] >> 20} MiB, busbw x{rise:.2f} after "
+                                f"x{before:.2f}")
+                break
+    return (lambda r: _big(r) and id(r) not in past), switches
 
 
 def _diagnose_on(t: _Test, params: dict, keep):
@@ -190,40 +238,46 @@ def _mid(row) -> bool:
     return SMALL < row["size"] < BIG
 
 
-def _fit_sync(tests, params) -> dict | None:
-    """network_sync_us and network_sync_from_bytes, or None where the mid-size rows are not
-    slower than the model (nothing left to explain). The sync starts at the per-rank share where
-    measured over predicted time rises most from one size of a test to the next, else at 0."""
-    per_test = []
-    for t in tests:
-        ranks = max(int(t.kw.get("nodes", 1)) * int(t.kw.get("gpus_per_node", 1)), 1)
-        rows = sorted((r for r in _diagnose_on(t, params, lambda r: r["size"] < BIG)
-                       if r.get("predicted_time_us") and r["time_us"] > 0),
-                      key=lambda r: r["size"])
-        per_test.append((ranks, rows))
-    best, start = 1.0, 0.0
-    for ranks, rows in per_test:
-        for a, b in zip(rows, rows[1:]):
-            jump = (b["time_us"] / b["predicted_time_us"]) / (a["time_us"] / a["predicted_time_us"])
-            if jump > best:
-                best, start = jump, b["size"] / ranks
+def _fit_sync(tests, params, key="network_sync") -> dict | None:
+    """`key`_us and `key`_from_bytes (network_sync: per network step; call_sync: once per
+    call), or None where the mid-size rows are not slower than the model (nothing left to
+    explain). The sync starts at the per-rank share where measured over predicted time rises
+    most from one size of a test to the next, else at 0."""
+    start = _rise_start(tests, params)
 
     def median_ratio(us):
-        trial = {**params, "network_sync_us": us, "network_sync_from_bytes": start}
+        trial = {**params, f"{key}_us": us, f"{key}_from_bytes": start}
         ratios = [r["predicted_time_us"] / r["time_us"] for t in tests
                   for r in _diagnose_on(t, trial, _mid) if r["time_us"] > 0]
         return statistics.median(ratios) if ratios else 1.0
     if median_ratio(0.0) >= 1.0:
         return None
     if median_ratio(MAX_SYNC_US) < 1.0:
+        what = "network step" if key == "network_sync" else "call"
         raise ConfigError(f"unphysical fit: mid-size messages take longer than a "
-                          f"{MAX_SYNC_US / 1000:.0f} ms synchronisation per network step would "
+                          f"{MAX_SYNC_US / 1000:.0f} ms synchronisation per {what} would "
                           "explain; the log's machine is not the one modelled")
     lo, hi = 0.0, MAX_SYNC_US
     for _ in range(16):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if median_ratio(mid) < 1.0 else (lo, mid)
-    return {"network_sync_us": (lo + hi) / 2, "network_sync_from_bytes": float(start)}
+    return {f"{key}_us": (lo + hi) / 2, f"{key}_from_bytes": float(start)}
+
+
+def _rise_start(tests, params) -> float:
+    """The per-rank share where measured over predicted time rises most from one size of a
+    test to the next (below 64 MiB), else 0."""
+    best, start = 1.0, 0.0
+    for t in tests:
+        ranks = max(int(t.kw.get("nodes", 1)) * int(t.kw.get("gpus_per_node", 1)), 1)
+        rows = sorted((r for r in _diagnose_on(t, params, lambda r: r["size"] < BIG)
+                       if r.get("predicted_time_us") and r["time_us"] > 0),
+                      key=lambda r: r["size"])
+        for a, b in zip(rows, rows[1:]):
+            jump = (b["time_us"] / b["predicted_time_us"]) / (a["time_us"] / a["predicted_time_us"])
+            if jump > best:
+                best, start = jump, b["size"] / ranks
+    return start
 
 
 def _detail(name, value, catalog) -> dict:
@@ -241,7 +295,11 @@ def _detail(name, value, catalog) -> dict:
         out["note"] = (f"{value:.0f} us more per network step of larger messages: the net "
                        "plugin synchronises each step (rendezvous); check the provider's "
                        "rendezvous/eager settings (e.g. FI_CXI_RDZV_*, FI_EFA_*) and its version")
-    elif name == "network_sync_from_bytes":
+    elif name == "call_sync_us":
+        out["note"] = (f"{value:.0f} us more per call of larger messages, whatever the "
+                       "collective: check how the host drives the GPUs (nccl-tests -g, one "
+                       "thread per GPU or one for all) and NCCL_LAUNCH_MODE")
+    elif name in ("network_sync_from_bytes", "call_sync_from_bytes"):
         out["note"] = f"from {value / 1024:.0f} KiB per rank"
     else:
         out["note"] = f"{value:.2f} us per network hop per message" + (

@@ -141,7 +141,7 @@ def _predict(collective: Collective | str, nbytes: int | str, topology: Topology
         # protocol and size, never by model
         assert timed is not None
         best = timed
-    best = _host_bound(best, host_s, coll, dtype)
+    best = _host_bound(_call_sync(best, topology, coll, dtype), host_s, coll, dtype)
     if skipped:
         best = dataclasses.replace(best, note="; ".join(filter(None, [best.note, (
             f"auto: {', '.join(f'{a}/{b}' for a, b in skipped)} not simulated (their latency "
@@ -229,6 +229,23 @@ def _host_bound(res: SimResult, host_s: float, coll: Collective, dtype: DTypeLik
     timed = None if res.timed is None else res.timed.bounded(
         f"host: {host_s * 1e6:.1f} us to issue the launches", host_s)
     return dataclasses.replace(res, time_s=host_s, algbw_GBps=algbw, busbw_GBps=busbw,
+                               timed=timed)
+
+
+def _call_sync(res: SimResult, topology: Topology, coll: Collective,
+               dtype: DTypeLike) -> SimResult:
+    """A calibrated cluster's per-call synchronisation (Topology.call_sync_s, a profile's
+    call_sync_us) added once where the per-rank share reaches call_sync_from_bytes; 0 on a
+    catalog topology."""
+    extra = float(getattr(topology, "call_sync_s", 0.0) or 0.0)
+    if extra <= 0 or res.nranks < 2 or \
+            res.size / res.nranks < float(getattr(topology, "call_sync_from_bytes", 0.0)):
+        return res
+    time_s = res.time_s + extra
+    algbw, busbw = layout(coll, res.size, dtype, res.nranks).busbw(time_s)
+    timed = None if res.timed is None else res.timed.bounded(
+        f"calibrated call sync: {extra * 1e6:.1f} us a call", time_s)
+    return dataclasses.replace(res, time_s=time_s, algbw_GBps=algbw, busbw_GBps=busbw,
                                timed=timed)
 
 

@@ -92,6 +92,11 @@ class Topology:
     # `net_sync_from_bytes` pays `net_sync_s` (simulate/protocol.py plugin_latency_s)
     net_sync_s: float = 0.0
     net_sync_from_bytes: float = 0.0
+    # a calibrated cluster's per-call synchronisation cost on the GPUs (topology.profile
+    # call_sync_us): a collective whose per-rank share is at least `call_sync_from_bytes`
+    # takes `call_sync_s` more, once (simulate/predict.py)
+    call_sync_s: float = 0.0
+    call_sync_from_bytes: float = 0.0
     cache: TopologyCache = field(default_factory=TopologyCache, init=False, repr=False,
                                  compare=False, hash=False)
 
@@ -305,6 +310,9 @@ class Topology:
         if self.net_sync_s:  # a calibrated profile's sync (topology/profile.py), in its units
             out["network_sync_us"] = round(self.net_sync_s * 1e6, 6)
             out["network_sync_from_bytes"] = float(self.net_sync_from_bytes)
+        if self.call_sync_s:
+            out["call_sync_us"] = round(self.call_sync_s * 1e6, 6)
+            out["call_sync_from_bytes"] = float(self.call_sync_from_bytes)
         return out
 
     def to_yaml(self) -> str:

@@ -18,6 +18,12 @@ The parameters (each optional; absent = the catalog's figure):
   and its provider add to each step of larger messages (a rendezvous before the data moves),
   which NCCL's tuning does not know: Polaris's aws-ofi-nccl over Slingshot takes a flat
   0.5-1 ms from 128 KiB to 16 MiB.
+- `call_sync_us` with `call_sync_from_bytes`: the per-call synchronisation cost on the GPUs:
+  a collective whose per-rank share is at least `call_sync_from_bytes` takes `call_sync_us`
+  more, once, whatever its algorithm and step count (catalog: 0; NCCL's own fixed cost of a
+  call, tuning.cc baseLat, is already in the model). What a node adds to each call beyond
+  NCCL's model: superbench's DGX A100 (`-g 8`, one thread) takes ~30 us more from 64 KiB per
+  rank, for every collective alike.
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ INTRA_KINDS = ("nvlink", "xgmi")
 # name -> (lowest, highest) allowed value: a fraction of line rate, or microseconds
 PARAMETERS = {"nic_efficiency": (0.01, 1.0), "network_latency_us": (0.0, 1000.0),
               "intra_efficiency": (0.01, 1.0), "network_sync_us": (0.0, 10000.0),
-              "network_sync_from_bytes": (0.0, float(1 << 40))}
+              "network_sync_from_bytes": (0.0, float(1 << 40)),
+              "call_sync_us": (0.0, 10000.0), "call_sync_from_bytes": (0.0, float(1 << 40))}
 MACHINE_KEYS = ("system", "nodes", "gpus_per_node", "nic", "nics_per_node", "gpu")
 FORMAT = 1
 
@@ -138,6 +145,10 @@ def apply_profile(topo: Topology, profile: Profile | dict) -> Topology:
     if sync is not None:
         out = dataclasses.replace(out, net_sync_s=sync * 1e-6, net_sync_from_bytes=float(
             params.get("network_sync_from_bytes", 0.0)))
+    call = params.get("call_sync_us")
+    if call is not None:
+        out = dataclasses.replace(out, call_sync_s=call * 1e-6, call_sync_from_bytes=float(
+            params.get("call_sync_from_bytes", 0.0)))
     return out
 
 
@@ -153,4 +164,6 @@ def catalog_values(topo: Topology) -> dict:
             out["intra_efficiency"] = link.efficiency
     if "nic_efficiency" in out:  # the catalog knows no such cost (simulate adds none)
         out["network_sync_us"] = 0.0
+    if "intra_efficiency" in out:  # nor this one
+        out["call_sync_us"] = 0.0
     return out

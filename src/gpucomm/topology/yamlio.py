@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 TOP_KEYS = ("name", "nodes", "gpus_per_node", "in_switch_reduction", "p2p", "devices", "links",
             "ranks", "nic_affinity", "network_sync_us", "network_sync_from_bytes",
-            "description", "source")
+            "call_sync_us", "call_sync_from_bytes", "description", "source")
 DEVICE_KEYS = ("name", "kind", "node", "model")
 LINK_KEYS = ("src", "dst", "tech", "bandwidth_Bps", "bandwidth_GBps", "bandwidth_Gbps",
              "latency_s", "latency_us", "efficiency", "duplex", "count")
@@ -52,7 +52,9 @@ _RANGES = {"bandwidth_Bps": (MIN_LINK_BPS, MAX_LINK_BPS),
            "bandwidth_Gbps": (MIN_LINK_BPS * 8 / 1e9, MAX_LINK_BPS * 8 / 1e9),
            "latency_s": (0.0, 1.0), "latency_us": (0.0, 1e6), "efficiency": (1e-3, 1.0),
            # a calibrated cluster's per-step sync across nodes (topology/profile.py PARAMETERS)
-           "network_sync_us": (0.0, 1e4), "network_sync_from_bytes": (0.0, float(1 << 40))}
+           "network_sync_us": (0.0, 1e4), "network_sync_from_bytes": (0.0, float(1 << 40)),
+           # and its per-call sync on the GPUs
+           "call_sync_us": (0.0, 1e4), "call_sync_from_bytes": (0.0, float(1 << 40))}
 MAX_LINK_COUNT = 1024
 
 
@@ -229,7 +231,11 @@ def topology_fields(data: object, where: str = "topology") -> dict:
     sync = {"net_sync_s": _number(top, "network_sync_us", where) * 1e-6
             if "network_sync_us" in top else 0.0,
             "net_sync_from_bytes": _number(top, "network_sync_from_bytes", where)
-            if "network_sync_from_bytes" in top else 0.0}
+            if "network_sync_from_bytes" in top else 0.0,
+            "call_sync_s": _number(top, "call_sync_us", where) * 1e-6
+            if "call_sync_us" in top else 0.0,
+            "call_sync_from_bytes": _number(top, "call_sync_from_bytes", where)
+            if "call_sync_from_bytes" in top else 0.0}
     _check_models(devices, where)
     if flags["in_switch_reduction"] and not any(d.kind == "nvswitch" for d in devices):
         raise TopologyError(f"{where}: in_switch_reduction: true needs an NVSwitch (a device of "
