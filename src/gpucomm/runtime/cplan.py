@@ -26,6 +26,7 @@ from .shm_control import PROG
 
 if TYPE_CHECKING:
     from .interpret import Interpreter
+    from .options import RuntimeOptions
     from .plan import ActionPlan
 
 NOTHING, COPY, READ, WRITE, COPY_PUSH = range(5)  # row kinds, as `_stream.c` numbers them
@@ -93,9 +94,11 @@ class CPlans:
         return hit[1]
 
 
-def run(it: Interpreter, prog: Program) -> None:
+def run(it: Interpreter, prog: Program, row: int = 0,
+        stopped: tuple[int, int] | None = None) -> None:
     """Run program `prog` of the interpreter's call in C, waiting in Python where C gives
-    back."""
+    back; `row` and `stopped` = (status, detail): resume a call C stopped at that row with
+    that status (`shm_fast`)."""
     tr, c = it.tr, it.call
     rows, deps, used = prog
     for loc in used:
@@ -105,22 +108,28 @@ def run(it: Interpreter, prog: Program) -> None:
     shm = c.arrs[SHM]
     addrs = (memcopy.address(shm) if SHM in used and shm is not None else 0,
              max(c.in_addr, 0), max(c.out_addr, 0))  # the used ones are there (above)
-    checked = bytearray(c.checked)
-    stream_min = tr.options.stream_min_bytes if memcopy.streams(tr.options) else -1
-    row = 0
+    stream_min = stream_min_bytes(tr.options)
     while True:
-        status, row, detail = tr._waiter.run_plan(rows, deps, row, c.seq, addrs, checked,
-                                                  stream_min, it.piece * it.isz, SPIN_NS,
-                                                  WAIT_NS)
-        for q, ok in enumerate(checked):
-            c.checked[q] = bool(ok)
+        if stopped is None:
+            checked = bytearray(c.checked)
+            status, row, detail = tr._waiter.run_plan(rows, deps, row, c.seq, addrs, checked,
+                                                      stream_min, it.piece * it.isz, SPIN_NS,
+                                                      WAIT_NS)
+            for q, ok in enumerate(checked):
+                c.checked[q] = bool(ok)
+        else:
+            (status, detail), stopped = stopped, None
         if status == 0:
             return
         if status == 2:
             _failed(it, detail >> 16, detail & 0xFFFF, int(rows[row][0]))
         first, n = int(rows[row][7]), int(rows[row][8])
         it._await([(q, k) for q, k in deps[first:first + n].tolist()])
-        checked = bytearray(c.checked)
+
+
+def stream_min_bytes(options: RuntimeOptions) -> int:
+    """The size from which C streams local copies (-1: never)."""
+    return options.stream_min_bytes if memcopy.streams(options) else -1
 
 
 def _failed(it: Interpreter, q: int, err: int, kind: int) -> None:
