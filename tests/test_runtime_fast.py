@@ -97,10 +97,58 @@ def _overlapping(comm):
     return wrong
 
 
+def _values(dtype, n, seed):
+    """n values of `dtype` with the awkward floats in (infinities, -0.0, subnormals)."""
+    from gpucomm import dtypes as dt
+    d = dt.get_dtype(dtype)
+    rng = np.random.default_rng(seed)
+    if not d.is_float:
+        return rng.integers(-100, 100, n).astype(d.storage)
+    x = rng.standard_normal(n).astype(np.float32) * 3
+    x[:4] = [np.inf, -np.inf, -0.0, 1e-41]
+    return dt.to_storage(x, d)
+
+
+def _reductions(comm):
+    """Staged reductions (C rows now) against the same calls interpreted in Python, bit for
+    bit (NaN-free inputs: which NaN payload a sum keeps is the compiler's choice)."""
+    from gpucomm.runtime import cplan
+    from gpucomm.runtime.shm_ll import LL_DTYPES
+    p, n, out = comm.world_size, 12000 * comm.world_size, {}
+    cases = [(c, d, op) for c in ("all_reduce", "reduce_scatter", "reduce") for d in LL_DTYPES
+             for op in ("sum", "prod", "min", "max", "avg")
+             if op != "avg" or d in ("float32", "float64", "float16", "bfloat16")]
+    for in_c in (True, False):
+        if not in_c:  # every rank: the same calls, interpreted
+            comm.transport._fast.clear()
+            comm.transport._interps.clear()
+            cplan.CPlans.get = lambda self, plan, rank, isz: None
+        for k, (coll, dtype, op) in enumerate(cases):
+            x = _values(dtype, n, 1000 * comm.rank + k)
+            o = np.zeros(n // p if coll == "reduce_scatter" else n, x.dtype)
+            kw = {"dtype": dtype} if dtype == "bfloat16" else {}
+            if coll == "all_reduce":
+                comm.all_reduce(x, op, **kw)
+                o = x
+            elif coll == "reduce_scatter":
+                comm.reduce_scatter(o, x, op, **kw)
+            else:
+                comm.reduce(x, 0, op, **kw)
+                o = x
+            out.setdefault((coll, dtype, op), []).append(o.tobytes())
+    return [f"{c} {d} {op}" for (c, d, op), (a, b) in out.items() if a != b]
+
+
 def rank_main(mode, out_dir):
     import gpucomm.runtime as rt
-    from gpucomm.runtime import shm_fast
-    counts = {"fast": 0, "resumed": 0}
+    from gpucomm.runtime import cplan, shm_fast
+    counts = {"fast": 0, "resumed": 0, "c_runs": 0}
+    real_run = cplan.run
+
+    def c_run(*a):
+        counts["c_runs"] += 1
+        return real_run(*a)
+    cplan.run = c_run
     real_fast, real_resume = shm_fast.FastCalls._fast_call, shm_fast.FastCalls._fast_resume
 
     def fast(self, *a):
@@ -119,6 +167,8 @@ def rank_main(mode, out_dir):
             res["wrong"] = _repeat(comm, late=mode == "late")
         elif mode == "overlap":
             res["wrong"] = _overlapping(comm)
+        elif mode == "reduce":
+            res["wrong"] = _reductions(comm)
         else:  # mismatch, dead: a cached all-to-all, then rank 1 calls another or leaves
             bufs = Buffers(comm, "all_to_all", COUNT)
             for i in range(3):
@@ -154,6 +204,18 @@ def test_repeated_calls_run_whole_in_c_and_stay_exact(nranks, tmp_path):
         # the first call of each collective (or two, until the shared buffer is unlinked)
         # takes the general path; the rest run whole in C
         assert res["fast"] >= len(COLLS) * 3, res
+
+
+@built
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_reductions_in_c_are_bitwise_the_interpreters(nranks, tmp_path):
+    results, log, _ = run_ranks(HERE, nranks, "reduce", tmp_path, {"GPUCOMM_TIMEOUT": "60"},
+                                300)
+    assert len(results) == nranks, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+        assert res["c_runs"] >= 90, res  # the plans with reductions ran in C
 
 
 @built

@@ -552,6 +552,8 @@ typedef struct {
                                  * generation, generations of peers' segments mapped (+ q) */
     long pids[LL_MAX_RANKS];
     int64_t *words[LL_MAX_RANKS];
+    char *peer_shm[LL_MAX_RANKS];  /* rank q's shared buffer as mapped here (`map_peer`) */
+    Py_ssize_t peer_shm_len[LL_MAX_RANKS];
     Py_buffer views[LL_MAX_RANKS];
     int nviews;
 } WaitsObject;
@@ -562,6 +564,7 @@ static void Waits_release(WaitsObject *self)
         PyBuffer_Release(&self->views[i]);
     self->nviews = 0;
     self->nranks = 0;
+    memset(self->peer_shm, 0, sizeof self->peer_shm);
 }
 
 static void Waits_dealloc(WaitsObject *self)
@@ -751,7 +754,7 @@ static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t
  * grew), the call goes back to Python (`shm_wait`), which checks liveness and the deadline,
  * waits, reports, and calls again from that row: one C call per plan in the usual case.
  * --------------------------------------------------------------------------------------- */
-enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH };
+enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH, K_REDUCE };
 /* Waits' interface: 2 = seven word indices, run_plan checks descriptors and sleeps itself;
  * 3 = eight (in_place too), `call` runs a whole call */
 #define WAITS_VERSION 3
@@ -875,6 +878,84 @@ typedef struct {
     double spin_ns, wait_ns;
 } PlanRun;
 
+/* A row's shape: its kind's locations (local 0-2: this rank's shared buffer, input, output;
+ * 3: the peer's shared buffer, as mapped here; 4, 5: the peer's input and output, read or
+ * written by cross-memory attach), its peer, dependency range and reduction; -1 (a Python
+ * error) if malformed. */
+static int row_shape(WaitsObject *self, const int64_t *r, Py_ssize_t ndeps)
+{
+    int64_t kind = r[0], peer = r[1];
+    int local_src = r[2] >= 0 && r[2] <= 2, local_dst = r[4] >= 0 && r[4] <= 2;
+    int shm_src = local_src || r[2] == 3;  /* a local copy or reduction may read a peer's */
+    int peer_src = r[2] == 4 || r[2] == 5, peer_dst = r[4] == 5;
+    int red_ok = kind == K_REDUCE && (r[10] & 0xF) <= 2 && (r[10] >> 8 & 0xF) < T_NTYPES &&
+                 (r[10] >> 4 & 0xF) < OP_NOPS && r[10] >= 0;
+    int shape = kind == K_NOTHING || (kind == K_COPY && shm_src && local_dst) ||
+                (kind == K_READ && peer_src && local_dst) ||
+                (kind == K_WRITE && local_src && peer_dst) ||
+                (kind == K_COPY_PUSH && local_src && local_dst) ||
+                (red_ok && shm_src && local_dst);
+    int needs_peer = !(kind == K_NOTHING || ((kind == K_COPY || kind == K_REDUCE) && local_src));
+    if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > ndeps ||
+        (needs_peer && (peer < 0 || peer >= self->nranks))) {
+        PyErr_SetString(PyExc_ValueError, "run_plan: a malformed row");
+        return -1;
+    }
+    return 0;
+}
+
+/* The address of n bytes at byte offset `off` of local location `loc` (0-2: this rank's
+ * arrays; 3: peer q's shared buffer as mapped here); NULL past the peer's buffer, or where
+ * this rank has not mapped it. */
+static char *operand(WaitsObject *self, const PlanRun *pr, int64_t loc, int64_t off,
+                     int64_t q, size_t n)
+{
+    if (loc >= 0 && loc <= 2)
+        return (char *)(uintptr_t)pr->base[loc] + off;
+    if (loc == 3 && q >= 0 && q < self->nranks && self->peer_shm[q] != NULL && off >= 0 &&
+        (size_t)off + n <= (size_t)self->peer_shm_len[q])
+        return self->peer_shm[q] + off;
+    return NULL;
+}
+
+#define REDUCE_TWO(T, EXPR) do {                                                          \
+        const T *x = (const T *)a, *y = (const T *)b;                                     \
+        T *w = (T *)z;                                                                    \
+        for (size_t i = 0; i < k; i++) {                                                  \
+            T u = x[i], v = y[i];                                                         \
+            w[i] = (EXPR);                                                                \
+        }                                                                                 \
+    } while (0)
+
+/* d = a op b over n bytes of `type` (numpy's ufunc(a, b, out=d), as `interpret` reduces);
+ * through a buffer where d partly overlaps an operand (numpy copies then too). */
+static int reduce_row(char *d, char *a, char *b, size_t n, int type, int op)
+{
+    size_t k = n / (size_t)type_size[type];
+    char *tmp = NULL;
+    if ((d != a && d < a + n && a < d + n) || (d != b && d < b + n && b < d + n)) {
+        tmp = malloc(n ? n : 1);
+        if (tmp == NULL)
+            return ENOMEM;
+    }
+    char *z = tmp ? tmp : d;
+    switch (type * OP_NOPS + op) {  /* the common ones, in loops the compiler vectorises */
+    case T_F32 * OP_NOPS + OP_SUM: REDUCE_TWO(float, u + v); break;
+    case T_F64 * OP_NOPS + OP_SUM: REDUCE_TWO(double, u + v); break;
+    case T_F32 * OP_NOPS + OP_MAX: REDUCE_TWO(float, FMAX(u, v)); break;
+    case T_F32 * OP_NOPS + OP_MIN: REDUCE_TWO(float, FMIN(u, v)); break;
+    default: {
+        char *src[2] = {a, b};
+        reduce_line(type, op, src, 2, z, (Py_ssize_t)k);
+    }
+    }
+    if (tmp) {
+        memcpy(d, tmp, n);
+        free(tmp);
+    }
+    return 0;
+}
+
 /* status 0: every row done; 1: row *row waits for peer *detail (late beyond wait_ns, or its
  * descriptor for Python to check); 2: row *row failed to copy from or to peer *detail >> 16
  * with errno *detail & 0xffff; -1: a malformed row (exception set). */
@@ -884,17 +965,8 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
     for (Py_ssize_t i = *row; i < pr->nrows; i++, *row = i) {
         const int64_t *r = pr->rows + i * ROW;
         int64_t kind = r[0], peer = r[1];
-        int local_src = r[2] >= 0 && r[2] <= 2, local_dst = r[4] >= 0 && r[4] <= 2;
-        int peer_src = r[2] == 4 || r[2] == 5, peer_dst = r[4] == 5;
-        int shape = kind == K_NOTHING || (kind == K_COPY && local_src && local_dst) ||
-                    (kind == K_READ && peer_src && local_dst) ||
-                    (kind == K_WRITE && local_src && peer_dst) ||
-                    (kind == K_COPY_PUSH && local_src && local_dst);
-        if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > pr->ndeps ||
-            (kind != K_NOTHING && kind != K_COPY && (peer < 0 || peer >= p))) {
-            PyErr_SetString(PyExc_ValueError, "run_plan: a malformed row");
+        if (row_shape(self, r, pr->ndeps) < 0)
             return -1;
-        }
         for (int64_t j = r[7]; j < r[7] + r[8]; j++)
             if (pr->dp[2 * j] < 0 || pr->dp[2 * j] >= p || pr->dp[2 * j + 1] < 0) {
                 PyErr_SetString(PyExc_ValueError, "run_plan: a malformed dependency");
@@ -906,22 +978,27 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
             *detail = late;
             return 1;
         }
-        char *src = NULL, *dst = NULL;
+        char *src = NULL, *dst = NULL, *cur = NULL;
         uint64_t remote = 0;
-        size_t n = (size_t)r[6];
-        if (kind == K_NOTHING)
-            n = 0;
-        else if (local_src)
-            src = (char *)(uintptr_t)pr->base[r[2]] + r[3];
-        else
+        size_t n = kind == K_NOTHING ? 0 : (size_t)r[6];
+        if (kind == K_READ)
             remote = (uint64_t)self->words[peer][r[2] == 4 ? self->in_addr : self->out_addr]
                      + (uint64_t)r[3];
-        if (kind == K_NOTHING)
-            ;
-        else if (local_dst)
-            dst = (char *)(uintptr_t)pr->base[r[4]] + r[5];
-        else
+        else if (kind != K_NOTHING)
+            src = operand(self, pr, r[2], r[3], peer, n);
+        if (kind == K_WRITE)
             remote = (uint64_t)self->words[peer][self->out_addr] + (uint64_t)r[5];
+        else if (kind != K_NOTHING)
+            dst = operand(self, pr, r[4], r[5], peer, n);
+        if (kind == K_REDUCE)
+            cur = operand(self, pr, r[10] & 0xF, r[10] >> 12, peer, n);
+        if (kind != K_NOTHING && ((kind != K_READ && src == NULL) ||
+                                  (kind != K_WRITE && dst == NULL) ||
+                                  (kind == K_REDUCE && cur == NULL))) {
+            PyErr_Format(PyExc_ValueError, "run_plan: row %zd reads past rank %d's shared "
+                         "buffer, or one not mapped", i, (int)peer);
+            return -1;
+        }
         int err = 0;
         long long stream_min = pr->stream_min;
         size_t piece = (size_t)pr->piece;
@@ -947,6 +1024,9 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
                 local_copy(dst + j, src + j, m, stream_min);
                 err = vm_copy(self->pids[peer], src + j, remote + j, m, 1);
             }
+            break;
+        case K_REDUCE:
+            err = reduce_row(dst, cur, src, n, (int)(r[10] >> 8 & 0xF), (int)(r[10] >> 4 & 0xF));
             break;
         }
         Py_END_ALLOW_THREADS
@@ -1200,6 +1280,30 @@ static PyObject *Waits_call(WaitsObject *self, PyObject *const *args, Py_ssize_t
     return Py_BuildValue("(inL)", status, row, detail);
 }
 
+/* map_peer(q, buffer): rank q's shared buffer as this process maps it now (what rows of
+ * location 3 read; the Python owner keeps it mapped until the next call for q). */
+static PyObject *Waits_map_peer(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "map_peer(q, buffer)");
+        return NULL;
+    }
+    int q = (int)PyLong_AsLong(args[0]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (self->nranks == 0 || q < 0 || q >= self->nranks) {
+        PyErr_SetString(PyExc_ValueError, "map_peer: closed, or not a rank");
+        return NULL;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[1], &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    self->peer_shm[q] = v.buf;
+    self->peer_shm_len[q] = v.len;
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Waits_close(WaitsObject *self, PyObject *unused)
 {
     Waits_release(self);
@@ -1218,6 +1322,8 @@ static PyMethodDef Waits_methods[] = {
     {"call", (PyCFunction)(void (*)(void))Waits_call, METH_FASTCALL,
      "call(spec, seq, inp, out, wait_previous, checked) -> (status, row, detail): a whole "
      "call of a C program: entry, rows, end checks (see the source)."},
+    {"map_peer", (PyCFunction)(void (*)(void))Waits_map_peer, METH_FASTCALL,
+     "map_peer(q, buffer): rank q's shared buffer, as mapped here, for rows that read it."},
     {"close", (PyCFunction)Waits_close, METH_NOARGS, "Release the mapped segments."},
     {NULL, NULL, 0, NULL},
 };

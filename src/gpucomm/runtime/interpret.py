@@ -71,7 +71,7 @@ class Interpreter:
         self.native = dtype.compute == dtype.storage
         self.piece = max(1, tr.options.piece_bytes // self.isz)
         self.copy = tr.copy_large
-        self._cplans = cplan.CPlans()
+        self._cplans = cplan.CPlans(dtype.name, op)
         # what reductions read by cross-memory attach land in, kept for the interpreter's
         # life (no per-call malloc)
         self._tmp = np.empty(0, np.uint8)

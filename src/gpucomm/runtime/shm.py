@@ -213,6 +213,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
             have[1].close()
         self._peer_views = {k: v for k, v in self._peer_views.items() if k[0] != q}
         self._peer_data[q] = (gen, seg)
+        self._c_map_peer(q, seg)
         self._me[ACK + q] = gen
         return seg
 
@@ -279,8 +280,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         except BaseException as e:
             self._fail(e)
             raise
-        if call is not None:
-            self._fast_store(call, *args)
+        self._fast_store(call, *args)
 
     def _run(self, schedule: Schedule, bc: int, inp: np.ndarray | None,
              out: np.ndarray | None, op: str, dtype: dt.DType, timeout: float) -> Call | None:

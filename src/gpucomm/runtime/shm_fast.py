@@ -104,11 +104,17 @@ class FastCalls:
                 cplan.run(it, prog, row, (status, detail))
         self._finish(call)
 
-    def _fast_store(self, call: Call, inp: np.ndarray | None, out: np.ndarray | None) -> None:
+    def _c_map_peer(self, q: int, seg: Segment) -> None:
+        """Rank q's shared buffer is mapped at `seg` now: rows that read it read there."""
+        if self._waiter is not None:
+            self._waiter.map_peer(q, seg.mm)
+
+    def _fast_store(self, call: Call | None, inp: np.ndarray | None,
+                    out: np.ndarray | None) -> None:
         """Cache a call the general path just ran, where its plan runs in C and nothing of it
         is Python's: no average to finish, no broadcast root's in-place split, the buffers
         the caller passed (none copied or dropped)."""
-        if self._waiter is None or self.nranks < 2 or self._data is None or \
+        if call is None or self._waiter is None or self.nranks < 2 or self._data is None or \
                 call.arrs[IN] is not inp or call.arrs[OUT] is not out or \
                 call.op == "avg" and call.schedule.collective.reduces:
             return
@@ -124,7 +130,8 @@ class FastCalls:
         alias = _NO_ALIAS if irng is None or orng is None else (irng[0] - orng[0]) * bc * isz
         spec = (prog[0], prog[1], np.array(call.desc, np.int64),
                 -1 if inp is None else inp.nbytes, -1 if out is None else out.nbytes, alias,
-                memcopy.address(self._data.mm), cplan.stream_min_bytes(it.tr.options),
+                memcopy.address(self._data.mm),
+                cplan.stream_min_bytes(it.tr.options) if call.plan.direct else -1,
                 it.piece * isz, cplan.SPIN_NS, cplan.WAIT_NS)
         key = (id(s), call.op, call.dtype.name, -1 if inp is None else inp.size,
                -1 if out is None else out.size)
