@@ -225,7 +225,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
     @slice_bytes.setter
     def slice_bytes(self, value: int) -> None:
         self.options = self.options.replace(slice_bytes=value)
-        self._plans, self._interps = {}, {}
+        self._plans, self._interps, self._fast = {}, {}, {}
 
     # --- executing a schedule ---------------------------------------------------------
     def plan(self, schedule: Schedule, block_count: int, itemsize: int,
