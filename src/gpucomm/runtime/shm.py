@@ -259,11 +259,11 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         if self.broken is not None:
             raise TransportError(f"rank {self.rank}: communicator is unusable after an earlier "
                                  f"error: {self.broken}")
-        if self._fast and self._fast_call(schedule, inp, out, op, dtype, timeout):
-            return
         if not isinstance(dtype, dt.DType):
             dtype = dt.get_dtype(dtype)
         if self._ll is not None and self._ll_try(schedule, inp, out, op, dtype):
+            return
+        if self._fast and self._fast_call(schedule, inp, out, op, dtype, timeout):
             return
         coll, p = schedule.collective, self.nranks
         if schedule.nranks != p:

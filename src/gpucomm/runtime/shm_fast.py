@@ -59,25 +59,27 @@ class FastCalls:
         def _view(self, dtype: dt.DType) -> np.ndarray: ...
 
     def _fast_call(self, schedule: Schedule, inp: np.ndarray | None, out: np.ndarray | None,
-                   op: str, dtype: dt.DType | str, timeout: float | None) -> bool:
+                   op: str, dtype: dt.DType, timeout: float | None) -> bool:
         """Ran this call as a cached whole call in C (False: it is not one; nothing done)."""
-        hit = self._fast.get((id(schedule), op, getattr(dtype, "name", dtype),
+        hit = self._fast.get((id(schedule), op, dtype.name,
                               -1 if inp is None else inp.size, -1 if out is None else out.size))
         if hit is None or hit[0] is not schedule or hit[1] is not self._data or hit[1].linked:
             return False
         seq, checked = self.seq + 1, bytearray(self.nranks)
         start = time.monotonic()
-        status, row, detail = self._waiter.call(hit[2], seq, inp, out, self._shm_read, checked)
-        if status == NOT_ENTERED:
-            return False
-        self.seq = seq
-        if status != DONE:
-            try:
+        try:
+            status, row, detail = self._waiter.call(hit[2], seq, inp, out, self._shm_read,
+                                                    checked)
+            if status == NOT_ENTERED:
+                return False
+            self.seq = seq
+            if status != DONE:
                 self._fast_resume(hit, (inp, out), checked, start, (status, row, detail),
                                   timeout)
-            except BaseException as e:
-                self._fail(e)
-                raise
+        except BaseException as e:
+            self.seq = seq
+            self._fail(e)
+            raise
         self._shm_read = hit[3].shm_read[self.rank]
         return True
 
