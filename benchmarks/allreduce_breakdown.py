@@ -24,9 +24,11 @@ columns are printed for the call through it, and its C hot loop timed alone.
     PYTHONPATH=src python3 benchmarks/allreduce_breakdown.py --phases [--iters 200]
 
 times the mid sizes instead (all-reduce and all-to-all, 1 and 4 MiB, 2 ranks): per call, the
-communicator's dispatch, entering the call (`ShmTransport._enter`), running the plan (in C
-where `runtime.cplan` takes it, else interpreted) and the end-of-call checks, each the mean
-and median over the calls, measured inside the rank processes.
+communicator's dispatch and the transport's `execute`; where calls take the general path,
+also entering the call (`ShmTransport._enter`), running the plan (in C where `runtime.cplan`
+takes it, else interpreted) and the end-of-call checks (a repeated call whose plan runs in C
+runs whole in C, `runtime.shm_fast`: no Python phases to split); each the mean and median
+over the calls, measured inside the rank processes.
 """
 from __future__ import annotations
 
@@ -231,10 +233,13 @@ def phases_worker(iters: int) -> None:
             t = time.perf_counter()
             call()
             total.append(time.perf_counter() - t)
-        ex, en, rn = (spent[k][-iters:] for k in ("execute", "enter", "run"))
-        res[f"{coll} {size >> 20} MiB"] = {
-            "dispatch": [a - b for a, b in zip(total, ex)], "enter": en, "plan": rn,
-            "end checks": [a - b - c for a, b, c in zip(ex, en, rn)], "total": total}
+        ex = spent["execute"][-iters:]
+        parts = {"dispatch": [a - b for a, b in zip(total, ex)], "execute": ex}
+        if len(spent.get("enter", ())) >= iters:  # the general path, not a whole call in C
+            en, rn = spent["enter"][-iters:], spent["run"][-iters:]
+            parts.update({"enter": en, "plan": rn,
+                          "end checks": [a - b - c for a, b, c in zip(ex, en, rn)]})
+        res[f"{coll} {size >> 20} MiB"] = {**parts, "total": total}
     print(f"RESULT{comm.rank} " + json.dumps(res), flush=True)
     comm.close()
 

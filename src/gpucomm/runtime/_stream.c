@@ -547,10 +547,13 @@ typedef struct {
     int rank, nranks;
     Py_ssize_t prog, waiting;  /* word indices: progress counter, "blocked on rank q + 1" */
     Py_ssize_t in_addr, out_addr;  /* word indices: this call's input and output addresses */
+    Py_ssize_t in_place;           /* word index: this call's input is its output */
     Py_ssize_t desc, gen, ack;  /* word indices: call descriptor (8 words), data segment
                                  * generation, generations of peers' segments mapped (+ q) */
     long pids[LL_MAX_RANKS];
     int64_t *words[LL_MAX_RANKS];
+    char *peer_shm[LL_MAX_RANKS];  /* rank q's shared buffer as mapped here (`map_peer`) */
+    Py_ssize_t peer_shm_len[LL_MAX_RANKS];
     Py_buffer views[LL_MAX_RANKS];
     int nviews;
 } WaitsObject;
@@ -561,6 +564,7 @@ static void Waits_release(WaitsObject *self)
         PyBuffer_Release(&self->views[i]);
     self->nviews = 0;
     self->nranks = 0;
+    memset(self->peer_shm, 0, sizeof self->peer_shm);
 }
 
 static void Waits_dealloc(WaitsObject *self)
@@ -569,18 +573,19 @@ static void Waits_dealloc(WaitsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Waits(rank, segments, pids, (prog, waiting, in_addr, out_addr, desc, gen, ack)):
+/* Waits(rank, segments, pids, (prog, waiting, in_addr, out_addr, in_place, desc, gen, ack)):
  * `segments` are every rank's control segment (this rank's own included), `pids` every
  * rank's process id, then the word indices of the progress counter, the WAITING word, the
- * published input and output addresses, the call descriptor (8 words), the data segment's
- * generation and the generations of peers' segments this rank mapped (ack + q). */
+ * published input and output addresses, the in-place flag, the call descriptor (8 words), the
+ * data segment's generation and the generations of peers' segments this rank mapped
+ * (ack + q). */
 static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
 {
     int rank;
     PyObject *segs, *pids;
-    Py_ssize_t prog, waiting, in_addr, out_addr, desc, gen, ack;
-    if (!PyArg_ParseTuple(args, "iOO(nnnnnnn):Waits", &rank, &segs, &pids, &prog, &waiting,
-                          &in_addr, &out_addr, &desc, &gen, &ack))
+    Py_ssize_t prog, waiting, in_addr, out_addr, in_place, desc, gen, ack;
+    if (!PyArg_ParseTuple(args, "iOO(nnnnnnnn):Waits", &rank, &segs, &pids, &prog, &waiting,
+                          &in_addr, &out_addr, &in_place, &desc, &gen, &ack))
         return -1;
     Waits_release(self);
     PyObject *seq = PySequence_Fast(segs, "Waits: segments must be a sequence");
@@ -596,11 +601,13 @@ static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
     if (waiting > top) top = waiting;
     if (in_addr > top) top = in_addr;
     if (out_addr > top) top = out_addr;
+    if (in_place > top) top = in_place;
     if (desc + 7 > top) top = desc + 7;
     if (gen > top) top = gen;
     if (ack + p - 1 > top) top = ack + p - 1;
     top = 8 * (top + 1);
-    if (PySequence_Size(pids) != p || in_addr < 0 || out_addr < 0 || desc < 0 || gen < 0 ||
+    if (PySequence_Size(pids) != p || in_addr < 0 || out_addr < 0 || in_place < 0 || desc < 0 ||
+        gen < 0 ||
         ack < 0) {
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "Waits: one pid per rank, word indices >= 0");
@@ -638,6 +645,7 @@ static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
     self->waiting = waiting;
     self->in_addr = in_addr;
     self->out_addr = out_addr;
+    self->in_place = in_place;
     self->desc = desc;
     self->gen = gen;
     self->ack = ack;
@@ -746,9 +754,10 @@ static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t
  * grew), the call goes back to Python (`shm_wait`), which checks liveness and the deadline,
  * waits, reports, and calls again from that row: one C call per plan in the usual case.
  * --------------------------------------------------------------------------------------- */
-enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH };
-/* Waits' interface: 2 = seven word indices, run_plan checks descriptors and sleeps itself */
-#define WAITS_VERSION 2
+enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH, K_REDUCE };
+/* Waits' interface: 2 = seven word indices, run_plan checks descriptors and sleeps itself;
+ * 3 = eight (in_place too), `call` runs a whole call */
+#define WAITS_VERSION 3
 #define ROW 11
 
 static int vm_copy(long pid, char *local, uint64_t remote, size_t n, int write)
@@ -858,98 +867,141 @@ static int row_deps(WaitsObject *self, const int64_t *dp, int64_t first, int64_t
     return 0;
 }
 
-/* run_plan(prog, deps, start, seq, (shm, in, out), checked, stream_min, piece, spin_ns,
- * wait_ns) -> (status, row, detail): status 0: done; 1: row `row` waits for peer `detail`
- * (late beyond `wait_ns`, or its descriptor for Python to check: Python waits, checks, then
- * calls again from `row`); 2: row `row` failed to copy from or to peer `detail >> 16` with
- * errno `detail & 0xffff`. */
-static PyObject *Waits_run_plan(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* One run of a program's rows from *row on: what `run_plan` and `call` share. */
+typedef struct {
+    const int64_t *rows, *dp;
+    Py_ssize_t nrows, ndeps, piece;
+    uint64_t seq;
+    unsigned long long base[3];  /* this rank's shared buffer, input and output addresses */
+    unsigned char *ok;           /* per peer: its descriptor was checked in this call */
+    long long stream_min;
+    double spin_ns, wait_ns;
+} PlanRun;
+
+/* A row's shape: its kind's locations (local 0-2: this rank's shared buffer, input, output;
+ * 3: the peer's shared buffer, as mapped here; 4, 5: the peer's input and output, read or
+ * written by cross-memory attach), its peer, dependency range and reduction; -1 (a Python
+ * error) if malformed. */
+static int row_shape(WaitsObject *self, const int64_t *r, Py_ssize_t ndeps)
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError,
-                        "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, "
-                        "spin_ns, wait_ns)");
-        return NULL;
+    int64_t kind = r[0], peer = r[1];
+    int local_src = r[2] >= 0 && r[2] <= 2, local_dst = r[4] >= 0 && r[4] <= 2;
+    int shm_src = local_src || r[2] == 3;  /* a local copy or reduction may read a peer's */
+    int peer_src = r[2] == 4 || r[2] == 5, peer_dst = r[4] == 5;
+    int red_ok = kind == K_REDUCE && (r[10] & 0xF) <= 2 && (r[10] >> 8 & 0xF) < T_NTYPES &&
+                 (r[10] >> 4 & 0xF) < OP_NOPS && r[10] >= 0;
+    int shape = kind == K_NOTHING || (kind == K_COPY && shm_src && local_dst) ||
+                (kind == K_READ && peer_src && local_dst) ||
+                (kind == K_WRITE && local_src && peer_dst) ||
+                (kind == K_COPY_PUSH && local_src && local_dst) ||
+                (red_ok && shm_src && local_dst);
+    int needs_peer = !(kind == K_NOTHING || ((kind == K_COPY || kind == K_REDUCE) && local_src));
+    if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > ndeps ||
+        (needs_peer && (peer < 0 || peer >= self->nranks))) {
+        PyErr_SetString(PyExc_ValueError, "run_plan: a malformed row");
+        return -1;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
-    uint64_t seq = PyLong_AsUnsignedLongLong(args[3]);
-    unsigned long long base[3];
-    long long stream_min = PyLong_AsLongLong(args[6]);
-    Py_ssize_t piece = PyLong_AsSsize_t(args[7]);
-    double spin_ns = PyFloat_AsDouble(args[8]), wait_ns = PyFloat_AsDouble(args[9]);
-    if (PyErr_Occurred() || !PyArg_ParseTuple(args[4], "KKK", &base[0], &base[1], &base[2]))
-        return NULL;
-    if (self->nranks == 0 || piece <= 0) {
-        PyErr_SetString(PyExc_ValueError, "run_plan: closed, or piece <= 0");
-        return NULL;
+    return 0;
+}
+
+/* The address of n bytes at byte offset `off` of local location `loc` (0-2: this rank's
+ * arrays; 3: peer q's shared buffer as mapped here); NULL past the peer's buffer, or where
+ * this rank has not mapped it. */
+static char *operand(WaitsObject *self, const PlanRun *pr, int64_t loc, int64_t off,
+                     int64_t q, size_t n)
+{
+    if (loc >= 0 && loc <= 2)
+        return (char *)(uintptr_t)pr->base[loc] + off;
+    if (loc == 3 && q >= 0 && q < self->nranks && self->peer_shm[q] != NULL && off >= 0 &&
+        (size_t)off + n <= (size_t)self->peer_shm_len[q])
+        return self->peer_shm[q] + off;
+    return NULL;
+}
+
+#define REDUCE_TWO(T, EXPR) do {                                                          \
+        const T *x = (const T *)a, *y = (const T *)b;                                     \
+        T *w = (T *)z;                                                                    \
+        for (size_t i = 0; i < k; i++) {                                                  \
+            T u = x[i], v = y[i];                                                         \
+            w[i] = (EXPR);                                                                \
+        }                                                                                 \
+    } while (0)
+
+/* d = a op b over n bytes of `type` (numpy's ufunc(a, b, out=d), as `interpret` reduces);
+ * through a buffer where d partly overlaps an operand (numpy copies then too). */
+static int reduce_row(char *d, char *a, char *b, size_t n, int type, int op)
+{
+    size_t k = n / (size_t)type_size[type];
+    char *tmp = NULL;
+    if ((d != a && d < a + n && a < d + n) || (d != b && d < b + n && b < d + n)) {
+        tmp = malloc(n ? n : 1);
+        if (tmp == NULL)
+            return ENOMEM;
     }
-    Py_buffer prog, deps, checked;
-    if (PyObject_GetBuffer(args[0], &prog, PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &deps, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&prog);
-        return NULL;
+    char *z = tmp ? tmp : d;
+    switch (type * OP_NOPS + op) {  /* the common ones, in loops the compiler vectorises */
+    case T_F32 * OP_NOPS + OP_SUM: REDUCE_TWO(float, u + v); break;
+    case T_F64 * OP_NOPS + OP_SUM: REDUCE_TWO(double, u + v); break;
+    case T_F32 * OP_NOPS + OP_MAX: REDUCE_TWO(float, FMAX(u, v)); break;
+    case T_F32 * OP_NOPS + OP_MIN: REDUCE_TWO(float, FMIN(u, v)); break;
+    default: {
+        char *src[2] = {a, b};
+        reduce_line(type, op, src, 2, z, (Py_ssize_t)k);
     }
-    if (PyObject_GetBuffer(args[5], &checked, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&prog);
-        PyBuffer_Release(&deps);
-        return NULL;
     }
-    const int64_t *rows = prog.buf, *dp = deps.buf;
-    Py_ssize_t nrows = prog.len / (8 * ROW), ndeps = deps.len / 16;
-    unsigned char *ok = checked.buf;
-    int p = self->nranks, status = 0;
-    long long detail = 0;
-    Py_ssize_t i = start;
-    if (checked.len < p || start < 0) {
-        PyErr_SetString(PyExc_ValueError, "run_plan: bad start row or checked flags");
-        status = -1;
-        goto out;
+    if (tmp) {
+        memcpy(d, tmp, n);
+        free(tmp);
     }
-    for (; i < nrows; i++) {
-        const int64_t *r = rows + i * ROW;
+    return 0;
+}
+
+/* status 0: every row done; 1: row *row waits for peer *detail (late beyond wait_ns, or its
+ * descriptor for Python to check); 2: row *row failed to copy from or to peer *detail >> 16
+ * with errno *detail & 0xffff; -1: a malformed row (exception set). */
+static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long long *detail)
+{
+    int p = self->nranks;
+    for (Py_ssize_t i = *row; i < pr->nrows; i++, *row = i) {
+        const int64_t *r = pr->rows + i * ROW;
         int64_t kind = r[0], peer = r[1];
-        int local_src = r[2] >= 0 && r[2] <= 2, local_dst = r[4] >= 0 && r[4] <= 2;
-        int peer_src = r[2] == 4 || r[2] == 5, peer_dst = r[4] == 5;
-        int shape = kind == K_NOTHING || (kind == K_COPY && local_src && local_dst) ||
-                    (kind == K_READ && peer_src && local_dst) ||
-                    (kind == K_WRITE && local_src && peer_dst) ||
-                    (kind == K_COPY_PUSH && local_src && local_dst);
-        if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > ndeps ||
-            (kind != K_NOTHING && kind != K_COPY && (peer < 0 || peer >= p))) {
-            PyErr_SetString(PyExc_ValueError, "run_plan: a malformed row");
-            status = -1;
-            goto out;
-        }
+        if (row_shape(self, r, pr->ndeps) < 0)
+            return -1;
         for (int64_t j = r[7]; j < r[7] + r[8]; j++)
-            if (dp[2 * j] < 0 || dp[2 * j] >= p || dp[2 * j + 1] < 0) {
+            if (pr->dp[2 * j] < 0 || pr->dp[2 * j] >= p || pr->dp[2 * j + 1] < 0) {
                 PyErr_SetString(PyExc_ValueError, "run_plan: a malformed dependency");
-                status = -1;
-                goto out;
+                return -1;
             }
         int late = 0;
-        if (row_deps(self, dp, r[7], r[8], seq, ok, spin_ns, wait_ns, &late)) {
-            status = 1;
-            detail = late;
-            goto out;
+        if (row_deps(self, pr->dp, r[7], r[8], pr->seq, pr->ok, pr->spin_ns, pr->wait_ns,
+                     &late)) {
+            *detail = late;
+            return 1;
         }
-        char *src = NULL, *dst = NULL;
+        char *src = NULL, *dst = NULL, *cur = NULL;
         uint64_t remote = 0;
-        size_t n = (size_t)r[6];
-        if (kind == K_NOTHING)
-            n = 0;
-        else if (local_src)
-            src = (char *)(uintptr_t)base[r[2]] + r[3];
-        else
+        size_t n = kind == K_NOTHING ? 0 : (size_t)r[6];
+        if (kind == K_READ)
             remote = (uint64_t)self->words[peer][r[2] == 4 ? self->in_addr : self->out_addr]
                      + (uint64_t)r[3];
-        if (kind == K_NOTHING)
-            ;
-        else if (local_dst)
-            dst = (char *)(uintptr_t)base[r[4]] + r[5];
-        else
+        else if (kind != K_NOTHING)
+            src = operand(self, pr, r[2], r[3], peer, n);
+        if (kind == K_WRITE)
             remote = (uint64_t)self->words[peer][self->out_addr] + (uint64_t)r[5];
+        else if (kind != K_NOTHING)
+            dst = operand(self, pr, r[4], r[5], peer, n);
+        if (kind == K_REDUCE)
+            cur = operand(self, pr, r[10] & 0xF, r[10] >> 12, peer, n);
+        if (kind != K_NOTHING && ((kind != K_READ && src == NULL) ||
+                                  (kind != K_WRITE && dst == NULL) ||
+                                  (kind == K_REDUCE && cur == NULL))) {
+            PyErr_Format(PyExc_ValueError, "run_plan: row %zd reads past rank %d's shared "
+                         "buffer, or one not mapped", i, (int)peer);
+            return -1;
+        }
         int err = 0;
+        long long stream_min = pr->stream_min;
+        size_t piece = (size_t)pr->piece;
         Py_BEGIN_ALLOW_THREADS
         switch (kind) {
         case K_COPY:
@@ -967,28 +1019,289 @@ static PyObject *Waits_run_plan(WaitsObject *self, PyObject *const *args, Py_ssi
                 err = vm_copy(self->pids[peer], src, remote, n, 1);
                 break;
             }
-            for (size_t j = 0; j < n && !err; j += (size_t)piece) {
-                size_t m = n - j < (size_t)piece ? n - j : (size_t)piece;
+            for (size_t j = 0; j < n && !err; j += piece) {
+                size_t m = n - j < piece ? n - j : piece;
                 local_copy(dst + j, src + j, m, stream_min);
                 err = vm_copy(self->pids[peer], src + j, remote + j, m, 1);
             }
             break;
+        case K_REDUCE:
+            err = reduce_row(dst, cur, src, n, (int)(r[10] >> 8 & 0xF), (int)(r[10] >> 4 & 0xF));
+            break;
         }
         Py_END_ALLOW_THREADS
         if (err) {
-            status = 2;
-            detail = peer << 16 | (err & 0xffff);
-            goto out;
+            *detail = peer << 16 | (err & 0xffff);
+            return 2;
         }
-        publish(self, (int64_t)(seq << 32 | (uint64_t)r[9]));
+        publish(self, (int64_t)(pr->seq << 32 | (uint64_t)r[9]));
     }
-out:
+    *row = pr->nrows;
+    return 0;
+}
+
+/* The program and dependency arrays of a PlanRun, as buffers (released by the caller). */
+static int plan_buffers(PyObject *prog_obj, PyObject *deps_obj, Py_buffer *prog,
+                        Py_buffer *deps, PlanRun *pr)
+{
+    if (PyObject_GetBuffer(prog_obj, prog, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (PyObject_GetBuffer(deps_obj, deps, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(prog);
+        return -1;
+    }
+    pr->rows = prog->buf;
+    pr->dp = deps->buf;
+    pr->nrows = prog->len / (8 * ROW);
+    pr->ndeps = deps->len / 16;
+    return 0;
+}
+
+/* run_plan(prog, deps, start, seq, (shm, in, out), checked, stream_min, piece, spin_ns,
+ * wait_ns) -> (status, row, detail): status 0: done; 1: row `row` waits for peer `detail`
+ * (late beyond `wait_ns`, or its descriptor for Python to check: Python waits, checks, then
+ * calls again from `row`); 2: row `row` failed to copy from or to peer `detail >> 16` with
+ * errno `detail & 0xffff`. */
+static PyObject *Waits_run_plan(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, "
+                        "spin_ns, wait_ns)");
+        return NULL;
+    }
+    PlanRun pr;
+    Py_ssize_t row = PyLong_AsSsize_t(args[2]);
+    pr.seq = PyLong_AsUnsignedLongLong(args[3]);
+    pr.stream_min = PyLong_AsLongLong(args[6]);
+    pr.piece = PyLong_AsSsize_t(args[7]);
+    pr.spin_ns = PyFloat_AsDouble(args[8]);
+    pr.wait_ns = PyFloat_AsDouble(args[9]);
+    if (PyErr_Occurred() ||
+        !PyArg_ParseTuple(args[4], "KKK", &pr.base[0], &pr.base[1], &pr.base[2]))
+        return NULL;
+    if (self->nranks == 0 || pr.piece <= 0) {
+        PyErr_SetString(PyExc_ValueError, "run_plan: closed, or piece <= 0");
+        return NULL;
+    }
+    Py_buffer prog, deps, checked;
+    if (plan_buffers(args[0], args[1], &prog, &deps, &pr) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[5], &checked, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&prog);
+        PyBuffer_Release(&deps);
+        return NULL;
+    }
+    pr.ok = checked.buf;
+    int status = -1;
+    long long detail = 0;
+    if (checked.len < self->nranks || row < 0)
+        PyErr_SetString(PyExc_ValueError, "run_plan: bad start row or checked flags");
+    else
+        status = run_rows(self, &pr, &row, &detail);
     PyBuffer_Release(&prog);
     PyBuffer_Release(&deps);
     PyBuffer_Release(&checked);
     if (status < 0)
         return NULL;
-    return Py_BuildValue("(inL)", status, i, detail);
+    return Py_BuildValue("(inL)", status, row, detail);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * A whole call of a cached C program (`shm_fast`): entry, rows and end in one C call. What
+ * `ShmTransport._enter` and `_finish` do around `run_plan` in Python, here: wait (where the
+ * previous call's plan had peers read this rank's shared buffer) until every peer ended call
+ * seq - 1; publish the descriptor, buffer addresses and `seq << 32`; run the rows; check every
+ * peer not yet checked (entered this call, same descriptor); publish `seq << 32 | DONE`. Any
+ * step C cannot finish goes back to Python at that step (see CALL_*), which ends the call
+ * exactly as the general path would.
+ * --------------------------------------------------------------------------------------- */
+enum { CALL_DONE, CALL_ROW_WAITS, CALL_ROW_FAILED, CALL_END_WAITS, CALL_NOT_ENTERED };
+
+/* A buffer's address and length (`obj` None: no buffer, address `none`); 0, or -1 with a
+ * Python error, or 1 where the buffer is not C-contiguous (and writable, for an output). */
+static int call_buffer(PyObject *obj, int writable, long long none, long long *addr,
+                       Py_ssize_t *len)
+{
+    if (obj == Py_None) {
+        *addr = none;
+        *len = -1;
+        return 0;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    *addr = (long long)(uintptr_t)v.buf;
+    *len = v.len;
+    PyBuffer_Release(&v);
+    return 0;
+}
+
+/* Wait for every peer's end of call seq - 1 (within wait_ns): 1 if they all ended. */
+static int previous_ended(WaitsObject *self, uint64_t seq, double spin_ns, double wait_ns)
+{
+    uint64_t need = (seq - 1) << 32 | LL_DONE;
+    for (int q = 0; q < self->nranks; q++) {
+        if (q == self->rank ||
+            load_acquire((const uint64_t *)&self->words[q][self->prog]) >= need)
+            continue;
+        int there;
+        Py_BEGIN_ALLOW_THREADS
+        there = wait_for(self, q, need, spin_ns, wait_ns);
+        Py_END_ALLOW_THREADS
+        if (!there)
+            return 0;
+    }
+    return 1;
+}
+
+/* Publish call seq's descriptor (desc[1:8]; word 0 = seq, written first, as Python does),
+ * the buffer addresses, and `seq << 32`. */
+static void enter_call(WaitsObject *self, uint64_t seq, const int64_t *desc, long long in_addr,
+                       long long out_addr)
+{
+    int64_t *mine = self->words[self->rank];
+    __atomic_store_n(&mine[self->desc], (int64_t)seq, __ATOMIC_RELEASE);
+    for (int i = 1; i < 8; i++)
+        __atomic_store_n(&mine[self->desc + i], desc[i], __ATOMIC_RELEASE);
+    __atomic_store_n(&mine[self->in_addr], (int64_t)in_addr, __ATOMIC_RELEASE);
+    __atomic_store_n(&mine[self->out_addr], (int64_t)out_addr, __ATOMIC_RELEASE);
+    __atomic_store_n(&mine[self->in_place], (int64_t)(in_addr == out_addr), __ATOMIC_RELEASE);
+    publish(self, (int64_t)(seq << 32));
+}
+
+/* Every peer not yet checked entered call seq with this rank's descriptor: -1 if so, else
+ * the first one that is late (beyond wait_ns) or for Python to check. */
+static int end_checks(WaitsObject *self, const PlanRun *pr)
+{
+    for (int q = 0; q < self->nranks; q++) {
+        if (pr->ok[q])
+            continue;
+        int there = 1;
+        if (load_acquire((const uint64_t *)&self->words[q][self->prog]) < pr->seq << 32) {
+            Py_BEGIN_ALLOW_THREADS
+            there = wait_for(self, q, pr->seq << 32, pr->spin_ns, pr->wait_ns);
+            Py_END_ALLOW_THREADS
+        }
+        if (!there || !peer_agrees(self, q, pr->seq))
+            return q;
+        pr->ok[q] = 1;
+    }
+    return -1;
+}
+/* call(spec, seq, inp, out, wait_previous, checked) -> (status, row, detail), spec =
+ * (prog, deps, desc, in_bytes, out_bytes, alias, shm, stream_min, piece, spin_ns, wait_ns):
+ * call `seq` of the program (as run_plan's), whose descriptor is desc[1:8] (int64 array of
+ * 8), on `inp` and `out` (None where the rank has none; C-contiguous, of in_bytes and
+ * out_bytes; overlapping only where in - out == alias, the plan's in-place layout), this
+ * rank's shared buffer at `shm`. `checked`: bytearray, one flag per rank, set here. Status
+ * CALL_DONE: the call ended (DONE published); CALL_NOT_ENTERED: nothing happened (buffers
+ * not as the spec says, or a peer still in call seq - 1 after wait_ns): the caller takes the
+ * general path; CALL_ROW_WAITS / CALL_ROW_FAILED: as run_plan's 1 and 2 (entered); and
+ * CALL_END_WAITS: every row done, peer `detail` for Python to wait for and check. */
+static PyObject *Waits_call(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *prog_obj, *deps_obj, *desc_obj;
+    Py_ssize_t in_bytes, out_bytes, in_len, out_len;
+    long long alias, in_addr, out_addr;
+    PlanRun pr;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "call(spec, seq, inp, out, wait_previous, checked)");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args[0], "OOOnnLKLndd:call", &prog_obj, &deps_obj, &desc_obj,
+                          &in_bytes, &out_bytes, &alias, &pr.base[0], &pr.stream_min,
+                          &pr.piece, &pr.spin_ns, &pr.wait_ns))
+        return NULL;
+    pr.seq = PyLong_AsUnsignedLongLong(args[1]);
+    int wait_prev = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || wait_prev < 0)
+        return NULL;
+    if (self->nranks == 0 || pr.piece <= 0 || pr.seq < 1) {
+        PyErr_SetString(PyExc_ValueError, "call: closed, piece <= 0 or seq < 1");
+        return NULL;
+    }
+    int bad = call_buffer(args[2], 0, -1, &in_addr, &in_len);
+    if (bad == 0)
+        bad = call_buffer(args[3], 1, -2, &out_addr, &out_len);
+    if (bad < 0)
+        return NULL;
+    if (bad || in_len != in_bytes || out_len != out_bytes ||
+        (in_len > 0 && out_len > 0 && in_addr < out_addr + out_len &&
+         out_addr < in_addr + in_len && in_addr - out_addr != alias))
+        return Py_BuildValue("(inL)", CALL_NOT_ENTERED, (Py_ssize_t)0, 0LL);
+    pr.base[1] = in_addr < 0 ? 0 : (unsigned long long)in_addr;
+    pr.base[2] = out_addr < 0 ? 0 : (unsigned long long)out_addr;
+    Py_buffer prog, deps, desc, checked;
+    if (plan_buffers(prog_obj, deps_obj, &prog, &deps, &pr) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(desc_obj, &desc, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&prog);
+        PyBuffer_Release(&deps);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[5], &checked, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&prog);
+        PyBuffer_Release(&deps);
+        PyBuffer_Release(&desc);
+        return NULL;
+    }
+    int status = -1;
+    Py_ssize_t row = 0;
+    long long detail = 0;
+    pr.ok = checked.buf;
+    if (checked.len < self->nranks || desc.len != 64) {
+        PyErr_SetString(PyExc_ValueError, "call: bad checked flags or descriptor");
+    } else if (wait_prev && !previous_ended(self, pr.seq, pr.spin_ns, pr.wait_ns)) {
+        status = CALL_NOT_ENTERED;
+    } else {
+        memset(pr.ok, 0, (size_t)self->nranks);
+        pr.ok[self->rank] = 1;
+        enter_call(self, pr.seq, desc.buf, in_addr, out_addr);
+        status = run_rows(self, &pr, &row, &detail);
+        if (status == 0) {
+            int q = end_checks(self, &pr);
+            if (q >= 0) {
+                status = CALL_END_WAITS;
+                detail = q;
+            } else {
+                publish(self, (int64_t)(pr.seq << 32 | LL_DONE));
+            }
+        }
+    }
+    PyBuffer_Release(&prog);
+    PyBuffer_Release(&deps);
+    PyBuffer_Release(&desc);
+    PyBuffer_Release(&checked);
+    if (status < 0)
+        return NULL;
+    return Py_BuildValue("(inL)", status, row, detail);
+}
+
+/* map_peer(q, buffer): rank q's shared buffer as this process maps it now (what rows of
+ * location 3 read; the Python owner keeps it mapped until the next call for q). */
+static PyObject *Waits_map_peer(WaitsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "map_peer(q, buffer)");
+        return NULL;
+    }
+    int q = (int)PyLong_AsLong(args[0]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (self->nranks == 0 || q < 0 || q >= self->nranks) {
+        PyErr_SetString(PyExc_ValueError, "map_peer: closed, or not a rank");
+        return NULL;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[1], &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    self->peer_shm[q] = v.buf;
+    self->peer_shm_len[q] = v.len;
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Waits_close(WaitsObject *self, PyObject *unused)
@@ -1006,6 +1319,11 @@ static PyMethodDef Waits_methods[] = {
     {"run_plan", (PyCFunction)(void (*)(void))Waits_run_plan, METH_FASTCALL,
      "run_plan(prog, deps, start, seq, addrs, checked, stream_min, piece, spin_ns, wait_ns) "
      "-> (status, row, detail): this rank's copy-only actions (see the source)."},
+    {"call", (PyCFunction)(void (*)(void))Waits_call, METH_FASTCALL,
+     "call(spec, seq, inp, out, wait_previous, checked) -> (status, row, detail): a whole "
+     "call of a C program: entry, rows, end checks (see the source)."},
+    {"map_peer", (PyCFunction)(void (*)(void))Waits_map_peer, METH_FASTCALL,
+     "map_peer(q, buffer): rank q's shared buffer, as mapped here, for rows that read it."},
     {"close", (PyCFunction)Waits_close, METH_NOARGS, "Release the mapped segments."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,8 +1,10 @@
-"""Direct plans that only move bytes run in the C extension: a rank's local copies,
-cross-memory reads of peers' buffers, writes into peers' outputs (and the fused copy-and-push
-of `push.push_copies`) and pure waits go to `_stream.Waits.run_plan` as one small int64
-program per (plan, rank), so a large all-to-all, all-gather, broadcast, gather or scatter is
-one C call instead of one Python call per action, the GIL released while it copies.
+"""Plans that only move bytes and reduce locally run in the C extension: a rank's local
+copies, cross-memory reads of peers' buffers, writes into peers' outputs (and the fused
+copy-and-push of `push.push_copies`), copies out of and reductions with a peer's shared
+buffer (as this process maps it: staged plans), and pure waits go to `_stream.Waits.run_plan`
+as one small int64 program per (plan, rank), so a large all-to-all, all-gather, broadcast,
+gather or scatter, or a staged all-reduce, is one C call instead of one Python call per
+action, the GIL released while it copies and reduces (numpy's ufunc semantics, bit for bit).
 
 The program numbers the same actions and publishes the same counters as the Python
 interpreter (`interpret`), so ranks running either mix freely. C waits for late peers itself
@@ -10,7 +12,7 @@ interpreter (`interpret`), so ranks running either mix freely. C waits for late 
 this rank's; it returns to Python only where a peer stays late beyond `WAIT_NS`, or its
 descriptor differs (or its shared buffer grew): the transport's `_await` then waits (with
 liveness and deadline checks), checks or maps, and the program resumes at that row. Plans
-with reductions or staged (shared-memory) reads stay in Python.
+that reduce what cross-memory attach reads, and dtypes C does not reduce, stay in Python.
 """
 from __future__ import annotations
 
@@ -21,35 +23,43 @@ import numpy as np
 
 from ..errors import TransportError
 from . import memcopy
-from .actions import IN, OUT, PEER_IN, PEER_OUT, SHM, Action, Loc, fused_push
+from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, SHM, Action, Loc, fused_push
 from .shm_control import PROG
+from .shm_ll import LL_DTYPES
 
 if TYPE_CHECKING:
     from .interpret import Interpreter
+    from .options import RuntimeOptions
     from .plan import ActionPlan
 
-NOTHING, COPY, READ, WRITE, COPY_PUSH = range(5)  # row kinds, as `_stream.c` numbers them
+NOTHING, COPY, READ, WRITE, COPY_PUSH, REDUCE = range(6)  # row kinds, as `_stream.c` has them
+# what C reduces: dtypes as `_stream.c` numbers them (the small-message path's), and ops
+C_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}  # avg: a sum, divided after
 ROW = 11  # int64 fields per row (see `_stream.c`)
 SPIN_NS = 50e3  # spin this long in C on a late peer, then sleep on its counter ...
 WAIT_NS = 20e6  # ... for up to this long in all before Python checks it is alive and waits
 _LOCAL = (SHM, IN, OUT)
+_SHMS = (SHM, IN, OUT, PEER)  # read in place: this rank's arrays, a peer's shared buffer
 
 # (rows, deps, the local locations the rows use: SHM, IN, OUT)
 Program = tuple[np.ndarray, np.ndarray, frozenset]
 
 
-def compile_row(actions: tuple[Action, ...], isz: int) -> Program | None:
-    """This rank's actions as a C program, or None if one of them is not a plain move."""
+def compile_row(actions: tuple[Action, ...], isz: int, reduce: int = -1) -> Program | None:
+    """This rank's actions as a C program, or None if one of them is not a plain move or a
+    local reduction C does; `reduce`: C's dtype << 8 | op << 4 for them (-1: none)."""
     rows: list[list[int]] = []
     deps: list[tuple[int, int]] = []
     i = 0
     while i < len(actions):
         a = actions[i]
         nxt = actions[i + 1] if i + 1 < len(actions) else None
-        kind = _kind(a)
+        kind = _kind(a, reduce >= 0)
         if kind is None:
             return None
         dep, peer, push_off = list(a.deps), a.peer, 0
+        if kind == REDUCE:  # the current value's location and offset, C's dtype and op
+            push_off = a.cur_off * isz << 12 | reduce | int(a.cur)
         if kind == COPY and fused_push(a, nxt) and nxt is not None:
             kind, peer, push_off = COPY_PUSH, nxt.peer, nxt.dst_off * isz
             dep += nxt.deps
@@ -63,12 +73,13 @@ def compile_row(actions: tuple[Action, ...], isz: int) -> Program | None:
             np.array(deps, np.int64).reshape(-1, 2), used)
 
 
-def _kind(a: Action) -> int | None:
-    if a.reduce:
-        return None
+def _kind(a: Action, reduces: bool) -> int | None:
     if a.n == 0:
         return NOTHING
-    if a.src in _LOCAL and a.dst in _LOCAL:
+    if a.reduce:
+        ok = reduces and a.src in _SHMS and a.dst in _LOCAL and a.cur in _LOCAL
+        return REDUCE if ok else None
+    if a.src in _SHMS and a.dst in _LOCAL:
         return COPY
     if a.src in (PEER_IN, PEER_OUT) and a.dst in _LOCAL:
         return READ
@@ -78,24 +89,29 @@ def _kind(a: Action) -> int | None:
 
 
 class CPlans:
-    """The C programs of one interpreter's plans (by plan identity; None: not for C)."""
+    """The C programs of one interpreter's plans (by plan identity; None: not for C), for
+    calls of `dtype` and `op`."""
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: str = "float32", op: str = "sum") -> None:
         self._cache: dict[int, tuple[ActionPlan, Program | None]] = {}
+        ok = dtype in LL_DTYPES and op in C_OPS
+        self._reduce = LL_DTYPES.index(dtype) << 8 | C_OPS[op] << 4 if ok else -1
 
     def get(self, plan: ActionPlan, rank: int, isz: int) -> Program | None:
         hit = self._cache.get(id(plan))
         if hit is None or hit[0] is not plan:
             if len(self._cache) > 256:
                 self._cache.clear()
-            prog = compile_row(plan.actions[rank], isz) if plan.direct else None
+            prog = compile_row(plan.actions[rank], isz, self._reduce)
             hit = self._cache[id(plan)] = (plan, prog)
         return hit[1]
 
 
-def run(it: Interpreter, prog: Program) -> None:
+def run(it: Interpreter, prog: Program, row: int = 0,
+        stopped: tuple[int, int] | None = None) -> None:
     """Run program `prog` of the interpreter's call in C, waiting in Python where C gives
-    back."""
+    back; `row` and `stopped` = (status, detail): resume a call C stopped at that row with
+    that status (`shm_fast`)."""
     tr, c = it.tr, it.call
     rows, deps, used = prog
     for loc in used:
@@ -105,22 +121,28 @@ def run(it: Interpreter, prog: Program) -> None:
     shm = c.arrs[SHM]
     addrs = (memcopy.address(shm) if SHM in used and shm is not None else 0,
              max(c.in_addr, 0), max(c.out_addr, 0))  # the used ones are there (above)
-    checked = bytearray(c.checked)
-    stream_min = tr.options.stream_min_bytes if memcopy.streams(tr.options) else -1
-    row = 0
+    stream_min = stream_min_bytes(tr.options) if c.plan.direct else -1
     while True:
-        status, row, detail = tr._waiter.run_plan(rows, deps, row, c.seq, addrs, checked,
-                                                  stream_min, it.piece * it.isz, SPIN_NS,
-                                                  WAIT_NS)
-        for q, ok in enumerate(checked):
-            c.checked[q] = bool(ok)
+        if stopped is None:
+            checked = bytearray(c.checked)
+            status, row, detail = tr._waiter.run_plan(rows, deps, row, c.seq, addrs, checked,
+                                                      stream_min, it.piece * it.isz, SPIN_NS,
+                                                      WAIT_NS)
+            for q, ok in enumerate(checked):
+                c.checked[q] = bool(ok)
+        else:
+            (status, detail), stopped = stopped, None
         if status == 0:
             return
         if status == 2:
             _failed(it, detail >> 16, detail & 0xFFFF, int(rows[row][0]))
         first, n = int(rows[row][7]), int(rows[row][8])
         it._await([(q, k) for q, k in deps[first:first + n].tolist()])
-        checked = bytearray(c.checked)
+
+
+def stream_min_bytes(options: RuntimeOptions) -> int:
+    """The size from which C streams local copies (-1: never)."""
+    return options.stream_min_bytes if memcopy.streams(options) else -1
 
 
 def _failed(it: Interpreter, q: int, err: int, kind: int) -> None:

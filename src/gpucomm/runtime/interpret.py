@@ -17,9 +17,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import TransportError
-from . import cplan, memcopy
+from . import cma, cplan, memcopy
 from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, Action, fused_push, fused_result_push
-from .shm_control import IN_ADDR, OUT_ADDR
+from .shm_control import IN_ADDR, OUT_ADDR, PROG
 
 if TYPE_CHECKING:
     from ..schedule import Schedule
@@ -71,7 +71,10 @@ class Interpreter:
         self.native = dtype.compute == dtype.storage
         self.piece = max(1, tr.options.piece_bytes // self.isz)
         self.copy = tr.copy_large
-        self._cplans = cplan.CPlans()
+        self._cplans = cplan.CPlans(dtype.name, op)
+        # what reductions read by cross-memory attach land in, kept for the interpreter's
+        # life (no per-call malloc)
+        self._tmp = np.empty(0, np.uint8)
 
     def run(self, call: Call) -> None:
         self.call = call
@@ -127,6 +130,15 @@ class Interpreter:
         self.tr._await(deps, c.checked, c.seq << 32, c.deadline, c.desc, c.schedule, c.dtype,
                        c.op)
 
+    def _cma(self, q: int, remote: int, local: int, nbytes: int, write: bool = False) -> None:
+        try:
+            (cma.write if write else cma.read)(self.tr.pids[q], remote, local, nbytes)
+        except TransportError as e:
+            self.tr._check_alive(q, 1 << 62, PROG)  # names the rank if it died
+            what = "writing" if write else "reading"
+            raise TransportError(f"rank {self.tr.rank}: {what} rank {q}'s buffer: {e}") \
+                from None
+
     def _nothing(self, a: Action, nxt: Action | None) -> None:
         """A pure wait: its dependencies were all it had."""
 
@@ -153,12 +165,12 @@ class Interpreter:
         dst = self.call.arrs[a.dst]
         if dst is None:
             raise self._missing(a)
-        self.tr._cma(a.peer, self._peer_addr(a), _addr(dst) + a.dst_off * self.isz,
+        self._cma(a.peer, self._peer_addr(a), _addr(dst) + a.dst_off * self.isz,
                      a.n * self.isz)
 
     def _push(self, a: Action, nxt: Action | None) -> None:
         """Into the peer's output: one cross-memory write."""
-        self.tr._cma(a.peer, self.tr._progs[a.peer][OUT_ADDR] + a.dst_off * self.isz,
+        self._cma(a.peer, self.tr._progs[a.peer][OUT_ADDR] + a.dst_off * self.isz,
                      _addr(self._src(a)) + a.src_off * self.isz, a.n * self.isz, write=True)
 
     def _reduce_local(self, a: Action, nxt: Action | None) -> None:
@@ -215,7 +227,7 @@ class Interpreter:
             m = min(step, a.n - j) * isz
             if saddr != daddr:
                 self.copy(daddr + j * isz, saddr + j * isz, m)
-            self.tr._cma(q, raddr + j * isz, saddr + j * isz, m, write=True)
+            self._cma(q, raddr + j * isz, saddr + j * isz, m, write=True)
 
     def _reduce_from_peer(self, a: Action, nxt: Action | None) -> None:
         """Reduce piece by piece through a cache-sized buffer; where the next action writes
@@ -228,17 +240,19 @@ class Interpreter:
             fused = (nxt.peer, tr._progs[nxt.peer][OUT_ADDR] + nxt.dst_off * isz)
         piece_bytes = min(tr.slice_bytes, tr.options.piece_bytes)
         step = max(1, piece_bytes // isz)
-        tmp = tr.scratch(max(piece_bytes, 64))[:step * isz].view(self.call.dtype.storage)
+        if self._tmp.nbytes < max(piece_bytes, 64):
+            self._tmp = np.empty(max(piece_bytes, 64), np.uint8)
+        tmp = self._tmp[:step * isz].view(self.call.dtype.storage)
         cur, dst = self.call.arrs[a.cur], self.call.arrs[a.dst]
         if cur is None or dst is None:
             raise self._missing(a)
         for j in range(0, a.n, step):
             m = min(step, a.n - j)
-            tr._cma(a.peer, raddr + j * isz, _addr(tmp), m * isz)
+            self._cma(a.peer, raddr + j * isz, _addr(tmp), m * isz)
             lo = a.dst_off + j
             self._reduce(cur[a.cur_off + j:a.cur_off + j + m], tmp[:m], dst[lo:lo + m])
             if fused is not None:
-                tr._cma(fused[0], fused[1] + j * isz, _addr(dst) + lo * isz, m * isz,
+                self._cma(fused[0], fused[1] + j * isz, _addr(dst) + lo * isz, m * isz,
                         write=True)
 
 

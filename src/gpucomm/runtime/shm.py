@@ -32,6 +32,7 @@ from .. import dtypes as dt
 from ..errors import ConfigError, TransportError
 from ..schedule import Schedule
 from . import cma, memcopy
+from .actions import OUT
 from .contracts import Gatherer
 from .interpret import Call, Interpreter
 from .options import RuntimeOptions, current
@@ -41,6 +42,7 @@ from .shm_control import (ACK, CAP, CLOSED, COLL_IDS, CTRL_BYTES, DESC, DONE, DT
                           GEN, IN_ADDR, IN_PLACE, MAX_RANKS, MSG_OFF, NAME_OFF, OP_IDS, OUT_ADDR,
                           PID, PROG, RUNNING, STATE, block_count, pid_alive, unalias)
 from .shm_ll import SmallMessages
+from .shm_fast import FastCalls
 from .shm_p2p import PointToPoint
 from .shm_wait import PeerWaits
 from .signals import exiting_on_signals
@@ -48,7 +50,7 @@ from .signals import exiting_on_signals
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
 
 
-class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
+class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
     """Executes schedules for one rank. Built by `gpucomm.init()`; see `execute`.
 
     `options`: how plans cut and move data (default: `options.current()`, the environment's
@@ -71,7 +73,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
         self._plans: dict[tuple[int, int, int, bool], tuple[Schedule, ActionPlan, int]] = {}
         self._interps: dict[tuple[str, str, bool], Interpreter] = {}  # (dtype, op, reduces)
         self._barrier: Schedule | None = None  # see `barrier`
-        self._tmp = np.empty(0, np.uint8)  # see `scratch`
+        self._fast = {}  # see `shm_fast`
         self._data: Segment | None = None
         self._data_views: dict[str, np.ndarray] = {}  # dtype name -> view of _data
         self._peer_data: dict[int, tuple[int, Segment]] = {}  # q -> (gen, Segment)
@@ -211,6 +213,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
             have[1].close()
         self._peer_views = {k: v for k, v in self._peer_views.items() if k[0] != q}
         self._peer_data[q] = (gen, seg)
+        self._c_map_peer(q, seg)
         self._me[ACK + q] = gen
         return seg
 
@@ -222,14 +225,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
     @slice_bytes.setter
     def slice_bytes(self, value: int) -> None:
         self.options = self.options.replace(slice_bytes=value)
-        self._plans, self._interps = {}, {}
-
-    def scratch(self, nbytes: int) -> np.ndarray:
-        """A buffer of at least `nbytes` for reductions read by cross-memory attach, kept for
-        the communicator's life (no per-call malloc)."""
-        if self._tmp.nbytes < nbytes:
-            self._tmp = np.empty(nbytes, np.uint8)
-        return self._tmp
+        self._plans, self._interps, self._fast = {}, {}, {}
 
     # --- executing a schedule ---------------------------------------------------------
     def plan(self, schedule: Schedule, block_count: int, itemsize: int,
@@ -267,35 +263,46 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
             dtype = dt.get_dtype(dtype)
         if self._ll is not None and self._ll_try(schedule, inp, out, op, dtype):
             return
+        if self._fast and self._fast_call(schedule, inp, out, op, dtype, timeout):
+            return
         coll, p = schedule.collective, self.nranks
         if schedule.nranks != p:
             raise ConfigError(f"schedule is for {schedule.nranks} ranks, the job has {p}")
         if coll.reduces and (op not in _UFUNC_OK or not dtype.is_float and op == "avg"):
             dt.check_op(op, dtype)
         bc = block_count(schedule, self.rank, inp, out)
+        args = (inp, out)
         if inp is not None and out is not None:
             inp, out = unalias(schedule, self.rank, bc, inp, out)
         timeout = self.timeout if timeout is None else timeout
         try:
-            self._run(schedule, bc, inp, out, op, dtype, timeout)
+            call = self._run(schedule, bc, inp, out, op, dtype, timeout)
         except BaseException as e:
             self._fail(e)
             raise
+        self._fast_store(call, *args)
 
     def _run(self, schedule: Schedule, bc: int, inp: np.ndarray | None,
-             out: np.ndarray | None, op: str, dtype: dt.DType, timeout: float) -> None:
+             out: np.ndarray | None, op: str, dtype: dt.DType, timeout: float) -> Call | None:
+        """Run the call; return it where a later one like it may run in C (`shm_fast`)."""
         plan, algo_hash = self.plan(schedule, bc, dtype.itemsize)
         call = self._enter(schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout)
-        if self._splits(schedule, bc, dtype):
+        split = self._splits(schedule, bc, dtype)
+        if split:
             call.plan = self._split_plan(call, bc)
         self._interpreter(dtype, op, schedule.collective.reduces).run(call)
-        coll, p = schedule.collective, self.nranks
-        if coll.reduces and op == "avg" and out is not None:
-            dt.finish_avg(out, p, dtype)
-        for q in range(p):  # every rank checks every peer's call, even if it read none
+        self._finish(call)
+        return None if split else call
+
+    def _finish(self, call: Call) -> None:
+        """The end of a call: every rank checks every peer's call, even if it read none."""
+        out = call.arrs[OUT]
+        if call.schedule.collective.reduces and call.op == "avg" and out is not None:
+            dt.finish_avg(out, self.nranks, call.dtype)
+        for q in range(self.nranks):
             if not call.checked[q]:
                 self._wait(q, call.base, call.deadline)
-                self._check_peer(q, call.desc, schedule, dtype, op)
+                self._check_peer(q, call.desc, call.schedule, call.dtype, call.op)
         self._shm_read = call.plan.shm_read[self.rank]
         self._publish(call.base | DONE)
 
@@ -351,14 +358,6 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages):
         if self._progs[root][IN_PLACE]:
             return self.plan(call.schedule, bc, call.dtype.itemsize, in_place_root=True)[0]
         return call.plan
-
-    def _cma(self, q: int, remote: int, local: int, nbytes: int, write: bool = False) -> None:
-        try:
-            (cma.write if write else cma.read)(self.pids[q], remote, local, nbytes)
-        except TransportError as e:
-            self._check_alive(q, 1 << 62, PROG)  # names the rank if it died
-            what = "writing" if write else "reading"
-            raise TransportError(f"rank {self.rank}: {what} rank {q}'s buffer: {e}") from None
 
     def barrier(self, timeout: float | None = None) -> None:
         """No rank leaves before every rank has arrived."""

@@ -19,8 +19,8 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import CommTimeout, TransportError
 from .plan import schedule_key
-from .shm_control import (ACK, COLL_IDS, DESC, DONE, DTYPE_IDS, GEN, IN_ADDR, LL_ALGO, LL_HALF,
-                          LL_OFF, OP_IDS, OUT_ADDR, PROG, WAITING, describe_call)
+from .shm_control import (ACK, COLL_IDS, DESC, DONE, DTYPE_IDS, GEN, IN_ADDR, IN_PLACE, LL_ALGO,
+                          LL_HALF, LL_OFF, OP_IDS, OUT_ADDR, PROG, WAITING, describe_call)
 
 if TYPE_CHECKING:
     from ..schedule import Schedule
@@ -32,7 +32,7 @@ try:
     LLRunner: Any = getattr(_stream, "LL", None)  # None: an extension built before the path
     # None too for an extension built from an older `_stream.c` (other arguments)
     WaitsRunner: Any = getattr(_stream, "Waits", None) \
-        if getattr(_stream, "WAITS_VERSION", 0) == 2 else None
+        if getattr(_stream, "WAITS_VERSION", 0) == 3 else None
     _INELIGIBLE = getattr(_stream, "LL_INELIGIBLE", -1000)
 except ImportError:  # built without a compiler
     LLRunner, WaitsRunner, _INELIGIBLE = None, None, -1000
@@ -73,7 +73,8 @@ class SmallMessages:
         self._ll = None
         if WaitsRunner is not None:
             self._waiter = WaitsRunner(self.rank, [c.mm for c in self._ctrls], self.pids,
-                                       (PROG, WAITING, IN_ADDR, OUT_ADDR, DESC, GEN, ACK))
+                                       (PROG, WAITING, IN_ADDR, OUT_ADDR, IN_PLACE, DESC,
+                                        GEN, ACK))
         self._ll_spin_ns = SPIN_S * 1e9
         if LLRunner is not None and self.options.ll_max_bytes > 0:
             ids = (COLL_IDS["all_reduce"], LL_ALGO, *(DTYPE_IDS[d] for d in LL_DTYPES),

@@ -1,0 +1,140 @@
+"""Whole calls in C for cached plans: a call whose plan runs in C (`cplan`) and that repeats
+one already run (same schedule, op, dtype and buffer sizes, the same shared buffer) skips
+the Python of the general path. One `_stream.Waits.call` does what `ShmTransport._enter`,
+the plan and the end-of-call checks do: wait where peers may still read this rank's shared
+buffer from the previous call, publish the descriptor and buffer addresses, run the rows,
+check every peer not checked yet, publish DONE. What the call checks in Python on the general
+path (block counts, aliasing, dtype and op) is a function of that key, checked when the call
+was first run; C checks the buffers' sizes, contiguity and overlaps again on every call.
+
+Where C cannot finish (a peer late beyond `cplan.WAIT_NS`, a descriptor to report or a
+grown buffer to map, a failed copy) it returns at that step, and the call ends in Python
+exactly as on the general path (`cplan.run` resumes the rows, `ShmTransport._finish` the
+checks): the same liveness, deadline and mismatch reports. Before it enters the call (the
+buffers are not what the key promised, or a peer is still in the previous call), nothing
+has happened and the general path runs it.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from . import cplan, memcopy
+from .actions import IN, OUT
+from .interpret import Call
+
+if TYPE_CHECKING:
+    from ..schedule import Schedule
+    from .interpret import Interpreter
+    from .plan import ActionPlan
+    from .segment import Segment
+
+# `_stream.Waits.call`'s statuses
+DONE, ROW_WAITS, ROW_FAILED, END_WAITS, NOT_ENTERED = range(5)
+_NO_ALIAS = 1 << 62  # no in-place layout: the buffers may not overlap at all
+
+
+class FastCalls:
+    """The cached-call half of `ShmTransport`, which provides the attributes declared here."""
+
+    rank: int
+    nranks: int
+    seq: int
+    _waiter: Any
+    _shm_read: bool
+    _data: Segment | None
+    _call: tuple[str, int, float]
+    timeout: float
+    # (id(schedule), op, dtype name, input size, output size) ->
+    # (schedule, shared buffer, spec for `Waits.call`, plan, descriptor, dtype, op)
+    _fast: dict[tuple, tuple[Schedule, Segment, tuple, ActionPlan, tuple, dt.DType, str]]
+
+    if TYPE_CHECKING:
+        def _interpreter(self, dtype: dt.DType, op: str, reduces: bool) -> Interpreter: ...
+        def _finish(self, call: Call) -> None: ...
+        def _fail(self, err: BaseException) -> None: ...
+        def _view(self, dtype: dt.DType) -> np.ndarray: ...
+
+    def _fast_call(self, schedule: Schedule, inp: np.ndarray | None, out: np.ndarray | None,
+                   op: str, dtype: dt.DType, timeout: float | None) -> bool:
+        """Ran this call as a cached whole call in C (False: it is not one; nothing done)."""
+        hit = self._fast.get((id(schedule), op, dtype.name,
+                              -1 if inp is None else inp.size, -1 if out is None else out.size))
+        if hit is None or hit[0] is not schedule or hit[1] is not self._data or hit[1].linked:
+            return False
+        seq, checked = self.seq + 1, bytearray(self.nranks)
+        start = time.monotonic()
+        try:
+            status, row, detail = self._waiter.call(hit[2], seq, inp, out, self._shm_read,
+                                                    checked)
+            if status == NOT_ENTERED:
+                return False
+            self.seq = seq
+            if status != DONE:
+                self._fast_resume(hit, (inp, out), checked, start, (status, row, detail),
+                                  timeout)
+        except BaseException as e:
+            self.seq = seq
+            self._fail(e)
+            raise
+        self._shm_read = hit[3].shm_read[self.rank]
+        return True
+
+    def _fast_resume(self, hit: tuple, bufs: tuple, checked: bytearray, start: float,
+                     stop: tuple[int, int, int], timeout: float | None) -> None:
+        """End a call C stopped in (`stop` = its status, row and detail) as the general path
+        ends it."""
+        schedule, _, _, plan, desc, dtype, op = hit
+        timeout = self.timeout if timeout is None else timeout
+        seq = self.seq
+        self._call = (schedule.collective.name, seq, timeout)
+        inp, out = bufs
+        in_addr = memcopy.address(inp) if inp is not None else -1
+        out_addr = memcopy.address(out) if out is not None else -2
+        call = Call(schedule, dtype, op, plan, seq, start + timeout, (seq, *desc[1:]),
+                    [bool(c) for c in checked], [self._view(dtype), inp, out], in_addr,
+                    out_addr)
+        status, row, detail = stop
+        if status != END_WAITS:
+            it = self._interpreter(dtype, op, schedule.collective.reduces)
+            it.call = call
+            prog = it._cplans.get(plan, self.rank, dtype.itemsize)
+            if prog is not None:  # it is (the plan was cached for it)
+                cplan.run(it, prog, row, (status, detail))
+        self._finish(call)
+
+    def _c_map_peer(self, q: int, seg: Segment) -> None:
+        """Rank q's shared buffer is mapped at `seg` now: rows that read it read there."""
+        if self._waiter is not None:
+            self._waiter.map_peer(q, seg.mm)
+
+    def _fast_store(self, call: Call | None, inp: np.ndarray | None,
+                    out: np.ndarray | None) -> None:
+        """Cache a call the general path just ran, where its plan runs in C and nothing of it
+        is Python's: no average to finish, no broadcast root's in-place split, the buffers
+        the caller passed (none copied or dropped)."""
+        if call is None or self._waiter is None or self.nranks < 2 or self._data is None or \
+                call.arrs[IN] is not inp or call.arrs[OUT] is not out or \
+                call.op == "avg" and call.schedule.collective.reduces:
+            return
+        it = self._interpreter(call.dtype, call.op, call.schedule.collective.reduces)
+        prog = it._cplans.get(call.plan, self.rank, call.dtype.itemsize)
+        if prog is None:
+            return
+        if len(self._fast) > 256:
+            self._fast.clear()
+        s, bc, isz = call.schedule, call.desc[5], call.dtype.itemsize
+        irng = s.collective.inputs(self.rank, self.nranks, s.root)
+        orng = s.collective.outputs(self.rank, self.nranks, s.root)
+        alias = _NO_ALIAS if irng is None or orng is None else (irng[0] - orng[0]) * bc * isz
+        spec = (prog[0], prog[1], np.array(call.desc, np.int64),
+                -1 if inp is None else inp.nbytes, -1 if out is None else out.nbytes, alias,
+                memcopy.address(self._data.mm),
+                cplan.stream_min_bytes(it.tr.options) if call.plan.direct else -1,
+                it.piece * isz, cplan.SPIN_NS, cplan.WAIT_NS)
+        key = (id(s), call.op, call.dtype.name, -1 if inp is None else inp.size,
+               -1 if out is None else out.size)
+        self._fast[key] = (s, self._data, spec, call.plan, call.desc, call.dtype, call.op)
