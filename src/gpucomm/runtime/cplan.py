@@ -29,7 +29,6 @@ from .shm_ll import LL_DTYPES
 
 if TYPE_CHECKING:
     from .interpret import Interpreter
-    from .options import RuntimeOptions
     from .plan import ActionPlan
 
 NOTHING, COPY, READ, WRITE, COPY_PUSH, REDUCE = range(6)  # row kinds, as `_stream.c` has them
@@ -121,7 +120,7 @@ def run(it: Interpreter, prog: Program, row: int = 0,
     shm = c.arrs[SHM]
     addrs = (memcopy.address(shm) if SHM in used and shm is not None else 0,
              max(c.in_addr, 0), max(c.out_addr, 0))  # the used ones are there (above)
-    stream_min = stream_min_bytes(tr.options) if c.plan.direct else -1
+    stream_min = memcopy.stream_min_bytes(tr.options) if c.plan.direct else -1
     while True:
         if stopped is None:
             checked = bytearray(c.checked)
@@ -138,11 +137,6 @@ def run(it: Interpreter, prog: Program, row: int = 0,
             _failed(it, detail >> 16, detail & 0xFFFF, int(rows[row][0]))
         first, n = int(rows[row][7]), int(rows[row][8])
         it._await([(q, k) for q, k in deps[first:first + n].tolist()])
-
-
-def stream_min_bytes(options: RuntimeOptions) -> int:
-    """The size from which C streams local copies (-1: never)."""
-    return options.stream_min_bytes if memcopy.streams(options) else -1
 
 
 def _failed(it: Interpreter, q: int, err: int, kind: int) -> None:

@@ -166,12 +166,12 @@ class Interpreter:
         if dst is None:
             raise self._missing(a)
         self._cma(a.peer, self._peer_addr(a), _addr(dst) + a.dst_off * self.isz,
-                     a.n * self.isz)
+                  a.n * self.isz)
 
     def _push(self, a: Action, nxt: Action | None) -> None:
         """Into the peer's output: one cross-memory write."""
         self._cma(a.peer, self.tr._progs[a.peer][OUT_ADDR] + a.dst_off * self.isz,
-                     _addr(self._src(a)) + a.src_off * self.isz, a.n * self.isz, write=True)
+                  _addr(self._src(a)) + a.src_off * self.isz, a.n * self.isz, write=True)
 
     def _reduce_local(self, a: Action, nxt: Action | None) -> None:
         arrs = self.call.arrs
@@ -253,7 +253,7 @@ class Interpreter:
             self._reduce(cur[a.cur_off + j:a.cur_off + j + m], tmp[:m], dst[lo:lo + m])
             if fused is not None:
                 self._cma(fused[0], fused[1] + j * isz, _addr(dst) + lo * isz, m * isz,
-                        write=True)
+                          write=True)
 
 
 __all__ = ["Call", "Interpreter"]

@@ -33,6 +33,12 @@ def address(a: Any) -> int:
     return a.__array_interface__["data"][0]
 
 
+def call_addresses(inp: Any, out: Any) -> tuple[int, int]:
+    """A call's input and output addresses as its descriptor publishes them (shm_control
+    IN_ADDR, OUT_ADDR): -1 / -2 where the rank passed none."""
+    return (address(inp) if inp is not None else -1, address(out) if out is not None else -2)
+
+
 def streams(options: RuntimeOptions) -> bool:
     """Do large copies stream under `options` (GPUCOMM_STREAM=0 turns it off for
     comparisons; without the C extension they never do)?"""
@@ -50,9 +56,14 @@ def copy(dst: int, src: int, nbytes: int, min_bytes: int = 0) -> None:
         ctypes.memmove(dst, src, nbytes)
 
 
+def stream_min_bytes(options: RuntimeOptions) -> int:
+    """The size from which copies stream under `options` (-1: never), `copy`'s `min_bytes`."""
+    return options.stream_min_bytes if streams(options) else -1
+
+
 def copier(options: RuntimeOptions):
     """`copy` with the threshold `options` set: (dst, src, nbytes) -> None."""
-    threshold = options.stream_min_bytes if streams(options) else -1
+    threshold = stream_min_bytes(options)
 
     def run(dst: int, src: int, nbytes: int) -> None:
         copy(dst, src, nbytes, threshold)

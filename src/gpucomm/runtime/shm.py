@@ -329,8 +329,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         self._maybe_unlink()
         desc = (seq, COLL_IDS[coll.name], algo_hash, p, schedule.root, bc,
                 DTYPE_IDS[dtype.name], OP_IDS.get(op, 0) if coll.reduces else 0)
-        in_addr = memcopy.address(inp) if inp is not None else -1
-        out_addr = memcopy.address(out) if out is not None else -2
+        in_addr, out_addr = memcopy.call_addresses(inp, out)
         for i, v in enumerate(desc):
             self._me[DESC + i] = v
         self._me[IN_ADDR], self._me[OUT_ADDR] = in_addr, out_addr

@@ -61,8 +61,7 @@ class FastCalls:
     def _fast_call(self, schedule: Schedule, inp: np.ndarray | None, out: np.ndarray | None,
                    op: str, dtype: dt.DType, timeout: float | None) -> bool:
         """Ran this call as a cached whole call in C (False: it is not one; nothing done)."""
-        hit = self._fast.get((id(schedule), op, dtype.name,
-                              -1 if inp is None else inp.size, -1 if out is None else out.size))
+        hit = self._fast.get(_key(schedule, op, dtype, inp, out))
         if hit is None or hit[0] is not schedule or hit[1] is not self._data or hit[1].linked:
             return False
         seq, checked = self.seq + 1, bytearray(self.nranks)
@@ -92,8 +91,7 @@ class FastCalls:
         seq = self.seq
         self._call = (schedule.collective.name, seq, timeout)
         inp, out = bufs
-        in_addr = memcopy.address(inp) if inp is not None else -1
-        out_addr = memcopy.address(out) if out is not None else -2
+        in_addr, out_addr = memcopy.call_addresses(inp, out)
         call = Call(schedule, dtype, op, plan, seq, start + timeout, (seq, *desc[1:]),
                     [bool(c) for c in checked], [self._view(dtype), inp, out], in_addr,
                     out_addr)
@@ -133,8 +131,14 @@ class FastCalls:
         spec = (prog[0], prog[1], np.array(call.desc, np.int64),
                 -1 if inp is None else inp.nbytes, -1 if out is None else out.nbytes, alias,
                 memcopy.address(self._data.mm),
-                cplan.stream_min_bytes(it.tr.options) if call.plan.direct else -1,
+                memcopy.stream_min_bytes(it.tr.options) if call.plan.direct else -1,
                 it.piece * isz, cplan.SPIN_NS, cplan.WAIT_NS)
-        key = (id(s), call.op, call.dtype.name, -1 if inp is None else inp.size,
-               -1 if out is None else out.size)
-        self._fast[key] = (s, self._data, spec, call.plan, call.desc, call.dtype, call.op)
+        self._fast[_key(s, call.op, call.dtype, inp, out)] = (
+            s, self._data, spec, call.plan, call.desc, call.dtype, call.op)
+
+
+def _key(schedule: Schedule, op: str, dtype: dt.DType, inp: np.ndarray | None,
+         out: np.ndarray | None) -> tuple:
+    """A cached call's key: the schedule, op, dtype and the buffers' sizes (-1: none)."""
+    return (id(schedule), op, dtype.name, -1 if inp is None else inp.size,
+            -1 if out is None else out.size)
