@@ -342,17 +342,22 @@ def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
 
 
 def net_hop_floor(topology: Topology, placement: npt.ArrayLike, proto: str,
-                  paths: PathTable, measured: bool = True) -> float:
-    """Least software latency of one network step here (protocol.net_stack_floor_s, `measured`
-    as there) less the links' own latency on the path between nodes, which the step already
-    pays."""
-    floor = net_stack_floor_s(topology, proto, measured)
-    if floor <= 0:
-        return 0.0
-    nodes = node_groups(topology, placement)
+                  paths: PathTable) -> float:
+    """Least software latency of one network step here (protocol.net_stack_floor_s) less the
+    links' own latency on the path between nodes, which the step already pays."""
+    return net_hop_floors(topology, placement, proto, paths)[0]
+
+
+def net_hop_floors(topology: Topology, placement: npt.ArrayLike, proto: str,
+                   paths: PathTable) -> tuple[float, float]:
+    """net_hop_floor, and the same from the NIC kind's figure alone (net_stack_floor_s with
+    measured=False: what a crossing of a one-channel ring pays), the path looked up once."""
+    floors = [net_stack_floor_s(topology, proto, measured) for measured in (True, False)]
+    nodes = node_groups(topology, placement) if max(floors) > 0 else {}
     if len(nodes) < 2:
-        return 0.0
-    return max(floor - _net(paths, placement, nodes)[0], 0.0)
+        return 0.0, 0.0
+    link = _net(paths, placement, nodes)[0]
+    return max(floors[0] - link, 0.0), max(floors[1] - link, 0.0)
 
 
 def _busy(links: npt.NDArray[np.int64], carried: npt.NDArray[np.float64],

@@ -225,11 +225,7 @@ def _host_bound(res: SimResult, host_s: float, coll: Collective, dtype: DTypeLik
     """Back-to-back collectives run no faster than the host issues them."""
     if res.nranks < 2 or res.time_s >= host_s:
         return res
-    algbw, busbw = layout(coll, res.size, dtype, res.nranks).busbw(host_s)
-    timed = None if res.timed is None else res.timed.bounded(
-        f"host: {host_s * 1e6:.1f} us to issue the launches", host_s)
-    return dataclasses.replace(res, time_s=host_s, algbw_GBps=algbw, busbw_GBps=busbw,
-                               timed=timed)
+    return _retimed(res, host_s, coll, dtype, f"host: {host_s * 1e6:.1f} us to issue the launches")
 
 
 def _call_sync(res: SimResult, topology: Topology, coll: Collective,
@@ -237,14 +233,18 @@ def _call_sync(res: SimResult, topology: Topology, coll: Collective,
     """A calibrated cluster's per-call synchronisation (Topology.call_sync_s, a profile's
     call_sync_us) added once where the per-rank share reaches call_sync_from_bytes; 0 on a
     catalog topology."""
-    extra = float(getattr(topology, "call_sync_s", 0.0) or 0.0)
-    if extra <= 0 or res.nranks < 2 or \
-            res.size / res.nranks < float(getattr(topology, "call_sync_from_bytes", 0.0)):
+    extra = topology.call_sync_s
+    if extra <= 0 or res.nranks < 2 or res.size / res.nranks < topology.call_sync_from_bytes:
         return res
-    time_s = res.time_s + extra
+    return _retimed(res, res.time_s + extra, coll, dtype,
+                    f"calibrated call sync: {extra * 1e6:.1f} us a call")
+
+
+def _retimed(res: SimResult, time_s: float, coll: Collective, dtype: DTypeLike,
+             why: str) -> SimResult:
+    """`res` taking `time_s`, for the reason `why` (its bandwidths and timed view follow)."""
     algbw, busbw = layout(coll, res.size, dtype, res.nranks).busbw(time_s)
-    timed = None if res.timed is None else res.timed.bounded(
-        f"calibrated call sync: {extra * 1e6:.1f} us a call", time_s)
+    timed = None if res.timed is None else res.timed.bounded(why, time_s)
     return dataclasses.replace(res, time_s=time_s, algbw_GBps=algbw, busbw_GBps=busbw,
                                timed=timed)
 
@@ -435,11 +435,9 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
         size = float(layout(coll, nbytes, dtype, p).size)
-        floors = [nccl.net_hop_floor(topology, placement, proto, paths, measured)
-                  for measured in (True, False)]
         timing = with_net_sync(
             ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name, size, p,
-                          CHANNELS, *floors),
+                          CHANNELS, *nccl.net_hop_floors(topology, placement, proto, paths)),
             topology, size / p)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop, sweep=sweep)
