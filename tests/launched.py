@@ -11,7 +11,29 @@ import os
 import sys
 import time
 
+import numpy as np
+import pytest
+
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+
+# the tests of plans run in C (test_runtime_cplan, test_runtime_fast)
+c_built = pytest.mark.skipif(
+    __import__("gpucomm.runtime.shm_ll", fromlist=["WaitsRunner"]).WaitsRunner is None,
+    reason="the C extension (gpucomm.runtime._stream) is not built")
+# every call direct, so that small ones run the C plans too
+DIRECT_ENV = {"GPUCOMM_TIMEOUT": "60", "GPUCOMM_DIRECT_MIN_BYTES": "4",
+              "GPUCOMM_A2A_DIRECT_MIN_BYTES": "4"}
+
+
+def inputs(coll: str, p: int, count: int, seed: int) -> list:
+    """Every rank's float32 input of `coll` with `count` elements per block (the root's alone
+    counts for broadcast and scatter)."""
+    from gpucomm.collectives import get_collective
+    rng = np.random.default_rng(seed)
+    c = get_collective(coll)
+    n = [c.inputs(r, p, 0)[1] * count if c.inputs(r, p, 0) else 0 for r in range(p)]
+    return [rng.standard_normal(n[r]).astype(np.float32) for r in range(p)]
 
 
 def finish(comm, res: dict, out_dir: str) -> None:

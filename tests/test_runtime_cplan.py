@@ -14,22 +14,10 @@ import traceback
 
 import numpy as np
 import pytest
-from launched import finish, run_ranks
+from launched import DIRECT_ENV, c_built as built, finish, inputs, run_ranks
 
 HERE = os.path.abspath(__file__)
-built = pytest.mark.skipif(
-    __import__("gpucomm.runtime.shm_ll", fromlist=["WaitsRunner"]).WaitsRunner is None,
-    reason="the C extension (gpucomm.runtime._stream) is not built")
 COUNTS = [1, 7, 1000, 65537]  # elements per block: tiny, odd, several pages
-
-
-def inputs(coll, p, count, seed):
-    """Every rank's input (the root's alone counts for broadcast and scatter)."""
-    from gpucomm.collectives import get_collective
-    rng = np.random.default_rng(seed)
-    c = get_collective(coll)
-    n = [c.inputs(r, p, 0)[1] * count if c.inputs(r, p, 0) else 0 for r in range(p)]
-    return [rng.standard_normal(n[r]).astype(np.float32) for r in range(p)]
 
 
 def _call(comm, coll, inp, count, in_place):
@@ -133,9 +121,7 @@ def rank_main(mode, out_dir):
 
 
 def run(nranks, mode, tmp_path, timeout=300):
-    return run_ranks(HERE, nranks, mode, tmp_path,
-                     {"GPUCOMM_TIMEOUT": "60", "GPUCOMM_DIRECT_MIN_BYTES": "4",
-                      "GPUCOMM_A2A_DIRECT_MIN_BYTES": "4"}, timeout)
+    return run_ranks(HERE, nranks, mode, tmp_path, DIRECT_ENV, timeout)
 
 
 @built

@@ -14,12 +14,9 @@ import traceback
 
 import numpy as np
 import pytest
-from launched import finish, run_ranks
+from launched import DIRECT_ENV, c_built as built, finish, inputs, run_ranks
 
 HERE = os.path.abspath(__file__)
-built = pytest.mark.skipif(
-    __import__("gpucomm.runtime.shm_ll", fromlist=["WaitsRunner"]).WaitsRunner is None,
-    reason="the C extension (gpucomm.runtime._stream) is not built")
 COLLS = ("all_to_all", "all_to_all in place", "all_gather", "broadcast", "gather", "scatter")
 COUNT = 3001  # elements per block: odd, a few pages
 
@@ -52,14 +49,6 @@ class Buffers:
         else:
             c.scatter(self.out, self.inp if r == 0 else None, root=0)
         return self.out
-
-
-def inputs(coll, p, count, seed):
-    from gpucomm.collectives import get_collective
-    rng = np.random.default_rng(seed)
-    c = get_collective(coll)
-    n = [c.inputs(r, p, 0)[1] * count if c.inputs(r, p, 0) else 0 for r in range(p)]
-    return [rng.standard_normal(n[r]).astype(np.float32) for r in range(p)]
 
 
 def _repeat(comm, calls=6, late=False):
@@ -188,9 +177,7 @@ def rank_main(mode, out_dir):
 
 
 def run(nranks, mode, tmp_path, timeout=300):
-    return run_ranks(HERE, nranks, mode, tmp_path,
-                     {"GPUCOMM_TIMEOUT": "60", "GPUCOMM_DIRECT_MIN_BYTES": "4",
-                      "GPUCOMM_A2A_DIRECT_MIN_BYTES": "4"}, timeout)
+    return run_ranks(HERE, nranks, mode, tmp_path, DIRECT_ENV, timeout)
 
 
 @built
