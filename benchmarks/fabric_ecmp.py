@@ -1,6 +1,6 @@
 """InfiniBand or RoCE at cluster scale: published fabric effects against what gpucomm predicts.
 
-    PYTHONPATH=src python3 benchmarks/fabric_ecmp.py [--seeds 5]
+    PYTHONPATH=src python3 benchmarks/fabric_ecmp.py [--seeds 5] [--checks 1,1b,2a,2b,3,4]
 
 Every number but 2b's comes from `gpucomm sim ... --format json` run as a subprocess (the
 CLI users run), analytic model. The cluster of 2a and 3: 64 x DGX H100 (512 GPUs, 8 x 400G
@@ -48,13 +48,24 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    on 32. Nothing in NCCL softens it: each channel gets an equal, fixed slice of the buffer
    (src/enqueue.cc, countPerChannels), its NCCL_STEPS (8) slots are freed in order, QPs take
    whole messages in turn (src/transport/net_ib.cc), and each QP is its own 5-tuple
-   (grh.flow_label 0: the UDP source port comes from the QP numbers). NVLSTree, with 8
-   connections per tree edge and rail, spreads well with 1 QP (89% of sprayed): it gains +12%,
-   below the range, so if Meta's out-of-box AllReduce lost 42% at 2 GB it was not NVLSTree in
-   this model (Figure 7 does not say which algorithm ran). Printed beside: NCCL's tree (1
-   connection per tree edge and NIC), the ring with random placement, and on 16 nodes with
-   twice the uplinks (Meta's 1:2 stopgap, `--oversubscription 0.5`), where it gains only +21%
-   at 4 GiB.
+   (grh.flow_label 0: the UDP source port comes from the QP numbers). NVLSTree (NCCL 2.18 and
+   later, v2.18.1-1 to v2.23.4-1 alike) opens 8 connections per tree edge on each head's NIC:
+   all NCCL_NVLS_NCHANNELS (16) channels carry data at every size (enqueue.cc: nc =
+   nvlsChannels), channel c runs tree c%2 (connect.cc connectNvls), every channel's
+   connections leave by the head's own NIC (search.cc getNvlsNetDev) and are its own (net.cc:
+   no shared comms with a graph), each with NCCL_IB_QPS_PER_CONNECTION (1) queue pairs taking
+   whole messages in turn (net_ib.cc, NCCL_IB_SPLIT_DATA_ON_QPS 0). So it spreads well with 1
+   QP (89% of sprayed) and gains +12%, below the range. The paper's figure captions and the
+   summaries of its text I could reach name neither the platform nor the NCCL of Figure 7; its
+   Figure 8 puts most LLM NICs at 250-300 QPs with QP scaling (16 per connection for LLM), about
+   what ring and tree open (12 connections per NIC, 192 QPs) and under half of what NVLSTree
+   alone would (32-64 connections, 512-1024 QPs). Printed beside, where NCCL's auto is the
+   tree: H100 with NCCL 2.17 (before NVLSTree: `--nccl-version 2.17`) and A100 hosts on 200G
+   NICs (`--system dgx-a100 --nic roce-200g`; no NVLS: NCCL needs NVSwitch multicast,
+   transport/nvls.cc CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED), both inside the range; NCCL's
+   tree on its own (1 connection per tree edge and NIC), the ring with random placement, and
+   the ring on 16 nodes with twice the uplinks (Meta's 1:2 stopgap, `--oversubscription 0.5`),
+   where it gains only +21% at 4 GiB.
 1b. ECMP with 1 QP against the even split (`--routing spray`) at 4 GiB, for ring, tree and
    nvls_tree, on Meta's AI Zone and on the 1:1 rail cluster of 2a. Bar: ECMP slower, except
    nvls_tree on the 1:1 rail fabric, printed: an inner node's NIC sends on 4 tree edges x 8
@@ -127,12 +138,27 @@ CLUSTER = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64"
            "--format", "json"]
 SIZES = ["256M", "1G", "4G"]
 # Meta's AI Zone (SIGCOMM 2024): RTSW over two 8-NIC hosts, 1:1.125 spine over-provisioning
-META = ["--collective", "all_reduce", "--system", "dgx-h100", "--nodes", "64",
-        "--fabric", "tor-2tier", "--leaf-ports", "2", "--oversubscription", str(1 / 1.125),
-        "--nic", "roce-400g", "--routing", "ecmp", "--format", "json"]
+def ai_zone(system: str, nic: str) -> list[str]:
+    return ["--collective", "all_reduce", "--system", system, "--nodes", "64", "--fabric",
+            "tor-2tier", "--leaf-ports", "2", "--oversubscription", str(1 / 1.125), "--nic", nic,
+            "--routing", "ecmp", "--format", "json"]
+
+
+META = ai_zone("dgx-h100", "roce-400g")
+# the same zone of A100 hosts on 200G NICs (the GPU generation of Meta's 200G AI Zones; DGX
+# A100: 8 GPUs, 8 x 200G NICs, second-generation NVSwitch without multicast, so no NVLS and
+# NCCL's auto is ring or tree), printed
+META_A100 = ai_zone("dgx-a100", "roce-200g")
 # a smaller job on twice the uplinks (the RTSW over-provisioning Meta used as a stopgap before
 # E-ECMP), printed
 STOPGAP = ("--nodes", "16", "--oversubscription", "0.5")
+# the NCCL before NVLSTree (2.18.1): across nodes its auto all-reduce is ring or tree, printed
+NCCL_217 = ("--nccl-version", "2.17")
+SCENARIO = {STOPGAP: "the same ring, 16 nodes on twice the uplinks (Meta's 1:2 stopgap)",
+            NCCL_217: "NCCL's auto with NCCL 2.17, before NVLSTree (Figure 7's NCCL is not "
+                      "published)",
+            "a100": "the same zone of 64 x DGX A100 on RoCE 200G, no NVLS (Figure 7's platform "
+                    "is not published)"}
 # Gangidi et al., SIGCOMM 2024, Figure 7 ("Performance Impact on AllReduce Benchmark: E-ECMP
 # and Queue Pair Scaling"): normalized bandwidth (%) per message size of QP=1 ("Out of Box")
 # and QP=4 round-robin, read off the bars to about a point
@@ -145,6 +171,7 @@ ECMP_SHARE = (0.38, 0.60)
 AR_SHARE = (0.77, 0.95)
 SPRAY_SHARE = (0.97, 1.01)  # the even split over every path: the ideal, up to rounding
 LOSSY_MAX_SHARE = 0.20
+CHECKS = ("1", "1b", "2a", "2b", "3", "4")
 
 
 def sim(*flags: str) -> list[dict]:
@@ -168,21 +195,22 @@ def qp_gain(seeds: range) -> bool:
                      for k, (a, b) in META_FIG7.items())
     print(f"   Meta, Figure 7 (AllReduce, normalized bandwidth %, QP=1 -> 4 round-robin): {fig7}")
     ok = True
-    for alg, placement, select, other in (
-            ("auto", "packed", "nccl", ()), ("ring", "packed", "nccl", ()),
-            ("ring", "random", "nccl", ()), ("tree", "packed", "nccl", ()),
-            ("auto", "packed", "fastest", ()), ("ring", "packed", "nccl", STOPGAP)):
-        if other:
-            print("   the same ring, 16 nodes on twice the uplinks (Meta's 1:2 stopgap):")
+    for zone, alg, placement, select, other in (
+            (META, "auto", "packed", "nccl", ()), (META, "ring", "packed", "nccl", ()),
+            (META, "ring", "random", "nccl", ()), (META, "tree", "packed", "nccl", ()),
+            (META, "auto", "packed", "fastest", ()), (META, "ring", "packed", "nccl", STOPGAP),
+            (META, "auto", "packed", "nccl", NCCL_217), (META_A100, "auto", "packed", "nccl", ())):
+        if other or zone is not META:
+            print(f"   {SCENARIO[other if other else 'a100']}:")
         flags = ["--placement", placement, "--algorithm", alg, "--select", select, "-b",
                  SIZES[0], "-e", SIZES[-1], "-f", "4", *other]
-        bw = {q: [sim(*META, *flags, "--qps-per-connection", str(q), "--seed", str(s))
+        bw = {q: [sim(*zone, *flags, "--qps-per-connection", str(q), "--seed", str(s))
                   for s in seeds] for q in (1, 4)}
-        even = sim(*META, *flags, "--routing", "spray", "--seeds", str(len(seeds)))
+        even = sim(*zone, *flags, "--routing", "spray", "--seeds", str(len(seeds)))
         for i, size in enumerate(SIZES):
             gains = [b4[i]["busbw"] / b1[i]["busbw"] - 1 for b1, b4 in zip(bw[1], bw[4])]
             g = statistics.median(gains)
-            barred = alg in ("auto", "ring") and placement == "packed" and \
+            barred = zone is META and alg in ("auto", "ring") and placement == "packed" and \
                 select == "nccl" and not other and size == SIZES[-1]
             good = META_GAIN[0] <= g <= META_GAIN[1]
             if barred:
@@ -385,11 +413,19 @@ def polarization(seeds: range) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--checks", default=",".join(CHECKS), metavar="LIST",
+                    help=f"the checks to run, comma-separated, of {', '.join(CHECKS)} "
+                         "(default: all)")
     args = ap.parse_args(argv)
+    chosen = [c.strip() for c in args.checks.split(",") if c.strip()]
+    if not chosen or any(c not in CHECKS for c in chosen):
+        ap.error(f"--checks {args.checks!r}: a comma-separated list of {', '.join(CHECKS)}")
     seeds = range(args.seeds)
     print(f"{args.seeds} seeds (hash and placement), analytic model")
-    results = [qp_gain(seeds), ecmp_vs_even_split(seeds), shares(seeds),
-               pair_shares(4 * args.seeds), lossy(), polarization(seeds)]
+    runs = {"1": lambda: qp_gain(seeds), "1b": lambda: ecmp_vs_even_split(seeds),
+            "2a": lambda: shares(seeds), "2b": lambda: pair_shares(4 * args.seeds),
+            "3": lossy, "4": lambda: polarization(seeds)}
+    results = [runs[c]() for c in CHECKS if c in chosen]
     print(f"{sum(results)}/{len(results)} checks pass")
     return 0 if all(results) else 1
 

@@ -1,0 +1,41 @@
+"""QP scaling on Meta's AI Zone (benchmarks/fabric_ecmp.py check 1): how much 4 queue pairs per
+connection gain over 1 under ECMP depends on which all-reduce NCCL's auto runs there."""
+import numpy as np
+
+from gpucomm.simulate import predict
+from gpucomm.topology import build_topology
+from gpucomm.topology.fabric import Network
+
+
+def _gains(system, nic, nccl_version=None, seeds=range(5)):
+    """(algorithms auto picked, 4-QP over 1-QP speedups - 1 per seed) of a 4 GiB all-reduce on
+    8 packed nodes of the zone: 2 hosts per rack switch, 18 uplinks for its 16 NICs."""
+    picked, gains = set(), []
+    for seed in seeds:
+        time = {}
+        for q in (1, 4):
+            topo = build_topology(system, nodes=8, nic=nic, fabric="tor-2tier", leaf_ports=2,
+                                  oversubscription=1 / 1.125, placement="packed",
+                                  network=Network(routing="ecmp", qps_per_connection=q,
+                                                  seed=seed))
+            res = predict("all_reduce", 4 << 30, topo, select="nccl",
+                          nccl_version=nccl_version)
+            picked.add(res.algorithm)
+            time[q] = res.time_s
+        gains.append(time[1] / time[4] - 1)
+    return picked, np.array(gains)
+
+
+def test_qp_gain_on_metas_zone_depends_on_whether_auto_is_nvlstree():
+    # NVLSTree (NCCL >= 2.18 on NVSwitch with multicast) opens 8 connections per tree edge on
+    # each head's NIC, so one QP per connection already spreads over the uplinks; ring and tree
+    # open 1-2 per edge and NIC, and a hashed 1-QP pair of them collides
+    nvls, nvls_gain = _gains("dgx-h100", "roce-400g")
+    assert nvls == {"nvls_tree"}
+    assert np.median(nvls_gain) < 0.2
+    for system, nic, version in (("dgx-h100", "roce-400g", "2.17"),  # before NVLSTree
+                                 ("dgx-a100", "roce-200g", None)):   # no NVLS on A100
+        picked, gain = _gains(system, nic, version)
+        assert picked <= {"ring", "tree"}
+        assert np.median(gain) > 0.4 > np.median(nvls_gain)
+    assert (nvls_gain >= 0).all()  # more queue pairs never hurt
