@@ -7,17 +7,19 @@ from gpucomm.topology import build_topology
 from gpucomm.topology.fabric import Network
 
 
-def _gains(system, nic, nccl_version=None, seeds=range(5)):
+def _gains(system, nic, nccl_version=None, seeds=range(5), baseline=("src", "dst", "qp")):
     """(algorithms auto picked, 4-QP over 1-QP speedups - 1 per seed) of a 4 GiB all-reduce on
-    8 packed nodes of the zone: 2 hosts per rack switch, 18 uplinks for its 16 NICs."""
+    8 packed nodes of the zone: 2 hosts per rack switch, 18 uplinks for its 16 NICs. The 1-QP
+    baseline's ECMP hashes `baseline`; 4 QPs are E-ECMP's (the destination QP hashed too)."""
     picked, gains = set(), []
     for seed in seeds:
         time = {}
         for q in (1, 4):
+            fields = baseline if q == 1 else ("src", "dst", "qp")
             topo = build_topology(system, nodes=8, nic=nic, fabric="tor-2tier", leaf_ports=2,
                                   oversubscription=1 / 1.125, placement="packed",
                                   network=Network(routing="ecmp", qps_per_connection=q,
-                                                  seed=seed))
+                                                  seed=seed, hash_inputs=fields))
             res = predict("all_reduce", 4 << 30, topo, select="nccl",
                           nccl_version=nccl_version)
             picked.add(res.algorithm)
@@ -39,3 +41,13 @@ def test_qp_gain_on_metas_zone_depends_on_whether_auto_is_nvlstree():
         assert picked <= {"ring", "tree"}
         assert np.median(gain) > 0.4 > np.median(nvls_gain)
     assert (nvls_gain >= 0).all()  # more queue pairs never hurt
+
+
+def test_nvlstree_gains_from_e_ecmp_when_the_baseline_hashes_a_nic_pair_as_one_flow():
+    # Meta: RoCE packets of different QPs kept one destination UDP port and sometimes one
+    # source port, hence E-ECMP. Hashed on the NICs alone, NVLSTree's 16 connections per head
+    # pair share one path, and 4 QPs under E-ECMP then gain as much as the tree's do
+    picked, same_port = _gains("dgx-h100", "roce-400g", baseline=("src", "dst"))
+    assert picked == {"nvls_tree"}
+    assert np.median(same_port) > 0.5
+    assert (same_port > _gains("dgx-h100", "roce-400g")[1]).all()
