@@ -57,9 +57,10 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    whole messages in turn (net_ib.cc, NCCL_IB_SPLIT_DATA_ON_QPS 0). So it spreads well with 1
    QP (89% of sprayed) and gains +12%, below the range. The paper's figure captions and the
    summaries of its text I could reach name neither the platform nor the NCCL of Figure 7; its
-   Figure 8 puts most LLM NICs at 250-300 QPs with QP scaling (16 per connection for LLM), about
-   what ring and tree open (12 connections per NIC, 192 QPs) and under half of what NVLSTree
-   alone would (32-64 connections, 512-1024 QPs). Printed beside, where NCCL's auto is the
+   Figure 8 puts LLM NICs at no more than 300 QPs with QP scaling (16 per connection for LLM):
+   NVLSTree alone opens at least 32 connections on a head's NIC (16 channels, a send and a
+   receive each; init.cc connects them at init), 512 QPs, while ring and tree open 12 here
+   (192 QPs). Printed beside, where NCCL's auto is the
    tree: H100 with NCCL 2.17 (before NVLSTree: `--nccl-version 2.17`) and A100 hosts on 200G
    NICs (`--system dgx-a100 --nic roce-200g`; no NVLS: NCCL needs NVSwitch multicast,
    transport/nvls.cc CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED), both inside the range; NCCL's
