@@ -81,7 +81,9 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    at 1/32 of a NIC, and a leaf-spine cable has a NIC's capacity, so hashing slows it only
    when some cable draws more than 32 of the 15-18 it carries on average (seeds 0-4: the
    worst cables carry 27-33, so one seed loses 33/32). The tree's 4 connections on that NIC
-   meet cables of 6-10 and slow down.
+   meet cables of 6-10 and slow down. Printed under it: the same with a switch hash that sees
+   only the NIC pair (`--hash-inputs src,dst`, as where every QP has one UDP source port):
+   a head pair's 16 connections then share one path, and hashing slows NVLSTree too.
 2. Shares of ideal bandwidth.
    a. The ring all-reduce at 4 GiB on 64 x DGX H100 (`--fabric rail-2tier --leaf-ports 32
       --placement random`): its busbw over the same job on a fabric that never collides (the
@@ -271,6 +273,11 @@ def ecmp_vs_even_split(seeds: range) -> bool:
                     f"spray {s:6.1f} GB/s")
             if alg in nic_paced:  # see the docstring: its NIC, not a cable, is the bottleneck
                 print(line + "  (NIC-paced: 32 connections on its busiest NIC; not barred)")
+                pair = sim(*base, "--algorithm", alg, "--routing", "ecmp", *SAME_PORT,
+                           "--seeds", str(len(seeds)), "-b", "4G", "-e", "4G")[0]
+                print(f"   {'':<23} {alg:<9} ECMP {pair['busbw_median']:6.1f} "
+                      f"({pair['busbw_min']:6.1f}) hashing the NIC pair only "
+                      f"(`{' '.join(SAME_PORT)}`; printed)")
                 continue
             ok &= e < s
             print(line + f"  ECMP slower  {verdict(e < s)}")
