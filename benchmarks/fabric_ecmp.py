@@ -49,9 +49,10 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    (src/enqueue.cc, countPerChannels), its NCCL_STEPS (8) slots are freed in order, QPs take
    whole messages in turn (src/transport/net_ib.cc), and each QP is its own 5-tuple
    (grh.flow_label 0: the UDP source port comes from the QP numbers). NVLSTree (NCCL 2.18 and
-   later, v2.18.1-1 to v2.23.4-1 alike) opens 8 connections per tree edge on each head's NIC:
-   all NCCL_NVLS_NCHANNELS (16) channels carry data at every size (enqueue.cc: nc =
-   nvlsChannels), channel c runs tree c%2 (connect.cc connectNvls), every channel's
+   later, v2.18.1-1 to v2.30.7-1 alike on H100) opens 8 connections per tree edge on each
+   head's NIC: all NCCL_NVLS_NCHANNELS (16; NVLS_NCHANNELS_SM90 in 2.30) channels carry data at
+   every size (enqueue.cc: nc = nvlsChannels), channel c runs tree c%2 (connect.cc
+   connectNvls), every channel's
    connections leave by the head's own NIC (search.cc getNvlsNetDev) and are its own (net.cc:
    no shared comms with a graph), each with NCCL_IB_QPS_PER_CONNECTION (1) queue pairs taking
    whole messages in turn (net_ib.cc, NCCL_IB_SPLIT_DATA_ON_QPS 0). So it spreads well with 1
