@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from ..topology.build import PORT_LEVEL
 from .comms import Comm, step_comms
-from .concurrent import time_together, without_second_job
+from .concurrent import job_within, time_together
 from .frameworks import fp8_recipe, get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
                       activation_bytes_per_token, gemm_peak,
@@ -272,8 +272,10 @@ class Timer:
         if not second:
             return together, 1.0
         job = time_together(collective, nbytes, topo, own, res, dtype=dtype, model=model)
-        alone = time_together(collective, nbytes, topo, second, res, dtype=dtype, model=model)
-        mine = without_second_job(together, job, alone)
+        mine = job_within(collective, nbytes, topo, own, second, res, dtype=dtype, model=model,
+                          together=together, alone=job)
+        if mine is None:
+            return together, 1.0
         return mine, max(mine / job, 1.0) if job else 1.0
 
 
@@ -621,23 +623,7 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
     step = _training_step if lay.mode == "train" else _inference_step
-    warnings += second_job_warnings(timed, dict(cluster.options).get("other_job", 0),
-                                    cluster.gpus_per_node)
     return replace(step(model, lay, cluster, mem, timed), warnings=warnings)
-
-
-def second_job_warnings(timed: Sequence[CommTime], other_job: int, gpus_per_node: int
-                        ) -> tuple[str, ...]:
-    """A warning per collective across nodes that --other-job could not reach: NCCL's closed
-    forms (tree, nvls, nvls_tree) are no schedule to time together with the second job's."""
-    from ..simulate.nccl import CLOSED_FORMS
-    if not other_job:
-        return ()
-    missed = sorted({f"{c.comm.kind} {c.comm.collective} ({c.algorithm})" for c in timed
-                     if c.algorithm in CLOSED_FORMS
-                     and len({r // gpus_per_node for r in c.ranks}) > 1})
-    return tuple(f"--other-job: {m} is NCCL's closed form, not a schedule: timed without the "
-                 "second job's traffic" for m in missed)
 
 
 def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tuple:
