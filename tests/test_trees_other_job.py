@@ -176,3 +176,24 @@ def test_cli_plan_times_nccls_trees_with_the_second_job():
     assert any(c["second_job_slowdown"] > 1.0 for c in trees)
     assert other["second_job_slowdown_by_kind"]["DP"] > 1.0
     assert sum(c["total_s"] for c in trees) > sum(c["total_s"] for c in dp(alone))
+
+
+def test_pfc_pauses_of_the_second_job_hold_the_job_s_tree_back():
+    # without congestion control (PFC alone) senders send at line rate until paused: where
+    # the second job's two trees hash into an incast on a spine-to-leaf port, the links before
+    # it pause, and the job's nvls_tree connections on those links are held to the hot
+    # port's share (head-of-line victims, FabricPolicy.pause_caps), below their own pace.
+    # With DCQCN nothing pauses; the job alone never holds itself back (its own hot ports
+    # are on its own links)
+    out = {}
+    for cc in ("dcqcn", "none"):
+        topo = build_topology("dgx-h100", nodes=12, nic="roce-400g", fabric="rail-2tier",
+                              leaf_ports=2, placement="random",
+                              network=Network(routing="ecmp", seed=4, cc=cc, lossless=True))
+        job, second = _jobs(topo, 4, 8)
+        r = predict("all_reduce", SIZE, topo, ranks=job, algorithm="nvls_tree",
+                    dtype="float32")
+        out[cc] = (r.time_s, with_second_job(r, topo, job, second).time_s)
+    assert out["none"][0] == out["dcqcn"][0]
+    assert out["dcqcn"][1] > out["dcqcn"][0]
+    assert out["none"][1] > 1.05 * out["dcqcn"][1]

@@ -378,8 +378,10 @@ def trees_together(coll: Collective, timed: Timed, groups: Sequence[npt.ArrayLik
     entries load the links together. A group's tree moves at its slowest edge's pace under
     that load (FabricPolicy.pipeline_slowdown with the others as `load`), against the same
     fabric that never collides as alone: so a group is slowed exactly by the cables (and
-    NICs) it shares, never by another group's own slow edges. A group inside one node (nvls)
-    has no network traffic: groups on other nodes cannot slow it."""
+    NICs) it shares, never by another group's own slow edges. Without congestion control
+    (PFC alone) another group's incast can also pause a link the group's connections cross
+    upstream of it, holding them to the hot port's share (_held). A group inside one node
+    (nvls) has no network traffic: groups on other nodes cannot slow it."""
     from .core import path_table
     name = timed.closed_form
     if timed.schedule is not None or name not in CLOSED:
@@ -395,14 +397,43 @@ def trees_together(coll: Collective, timed: Timed, groups: Sequence[npt.ArrayLik
               np.bincount(r[0][r[0] >= 0], minlength=p.nlinks).astype(np.float64)
               for p, r in zip(paths, rows)]
     total = np.sum(counts, axis=0)
+    held = _held(paths[0].capacity, rows)
     out = []
-    for g, p, r, mine in zip(placed, paths, rows, counts):
-        slow = 1.0 if r is None else r[1].pipeline_slowdown(r[0], p.capacity, total - mine)
+    for g, p, r, mine, cap in zip(placed, paths, rows, counts, held):
+        slow = 1.0 if r is None else r[1].pipeline_slowdown(r[0], p.capacity, total - mine,
+                                                            cap)
         res = CLOSED[name](coll, timed.nbytes, topology, g, timed.dtype, timed.protocol.name,
                            p, timed.model, slowdown=slow)
         if res is None:
             return None
         out.append(float(res.time_s))
+    return out
+
+
+def _held(capacity: npt.NDArray[np.float64],
+          rows: list[tuple[Routes, FabricPolicy] | None]) -> list[float]:
+    """Per group of trees_together: the least pace (capacity x lanes / entry) PFC's pauses
+    hold any of its connections to, every group's connections running at once
+    (FabricPolicy.pause_caps: only without congestion control; a connection's demand is its
+    path's bottleneck); inf where nothing pauses it. Inside one tree a pause never holds a
+    connection below the tree's own pace (the hot port is on the tree's links), so a group
+    alone is never held; another group's incast can pause a shared link upstream of it."""
+    live = [r for r in rows if r is not None]
+    if len(live) < 2:
+        return [np.inf] * len(rows)
+    one = live[0][1]
+    width = max(t.shape[1] for t, _ in live)
+    table = np.concatenate([np.pad(t, ((0, 0), (0, width - t.shape[1])), constant_values=-1)
+                            for t, _ in live])
+    valid = table >= 0
+    safe = np.where(valid, table, 0)
+    alone = np.where(valid, (capacity * one.lane_scale)[safe], np.inf).min(axis=1)
+    caps = one.pause_caps(table, alone, capacity)
+    out, at = [], 0
+    for r in rows:
+        n = 0 if r is None else len(r[0])
+        out.append(float(caps[at:at + n].min(initial=np.inf)))
+        at += n
     return out
 
 
