@@ -242,12 +242,12 @@ class Timer:
                 if keep < len(ranks):
                     res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
                                   model=self.sim_model, **pick)
-                together = time_together(collective, int(nbytes), topo, local, res,
-                                         dtype=dtype, model=model)
-                second = 1.0
-                if self.other_job and together is not None:
+                if self.other_job:
                     together, second = self._with_second(collective, int(nbytes), topo, local,
-                                                         res, dtype, model, together)
+                                                         res, dtype, model)
+                else:
+                    together, second = time_together(collective, int(nbytes), topo, local, res,
+                                                     dtype=dtype, model=model), 1.0
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
                                       dtype=dtype, model=model)
                 if together is not None and alone:
@@ -262,20 +262,21 @@ class Timer:
             self._cache[shape] = out
         return self._cache[shape]
 
-    def _with_second(self, collective, nbytes, topo, local, res, dtype, model, together):
-        """`together` (the job's groups and the second job's, side by side) as the job's own
-        time (without_second_job), and how much slower that is than the job's groups alone
-        on this cluster."""
+    def _with_second(self, collective, nbytes, topo, local, res, dtype, model):
+        """The job's own time with its groups and the second job's side by side (job_within:
+        its trees at their own pace, or a schedule's union less the second job's own
+        slowness; None where they cannot be timed together), and how much slower that is
+        than the job's groups alone on this cluster."""
+        kw = {"dtype": dtype, "model": model}
         first = self.cluster.nodes * self.cluster.gpus_per_node  # the second job's ranks follow
         own = [g for g in local if min(g) < first]
         second = [g for g in local if min(g) >= first]
         if not second:
-            return together, 1.0
-        job = time_together(collective, nbytes, topo, own, res, dtype=dtype, model=model)
-        mine = job_within(collective, nbytes, topo, own, second, res, dtype=dtype, model=model,
-                          together=together, alone=job)
+            return time_together(collective, nbytes, topo, local, res, **kw), 1.0
+        job = time_together(collective, nbytes, topo, own, res, **kw)
+        mine = job_within(collective, nbytes, topo, own, second, res, alone=job, **kw)
         if mine is None:
-            return together, 1.0
+            return None, 1.0
         return mine, max(mine / job, 1.0) if job else 1.0
 
 
