@@ -58,9 +58,8 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     copies are timed as one union schedule by `model`; NCCL's tree closed forms (tree,
     nvls_tree) each at its own tree's pace with every group's connections on the cables
     (time_each). None without a timed run, or for a closed form whose groups meet on no
-    modelled link. Each group's inter-node traffic leaves by its own
-    GPUs' NICs (the simulator's rail rule), so groups contend exactly where they share a NIC
-    or a cable.
+    modelled link. Each group's inter-node traffic leaves by its own GPUs' NICs (the
+    simulator's rail rule), so groups contend exactly where they share a NIC or a cable.
     """
     from ..simulate import simulate
     timed = single.timed
@@ -94,19 +93,17 @@ def time_each(collective, topology, groups: list, single) -> list[float] | None:
 
 
 def job_within(collective, nbytes: int, topology, own: list, second: list, single, *,
-               dtype="bfloat16", model="flow", together: float | None = None,
-               alone: float | None = None) -> float | None:
+               dtype="bfloat16", model="flow", alone: float | None = None) -> float | None:
     """The end of the job's groups `own` when a second job's groups `second` run the same
-    collective at the same moment (both timed as for `single`). Tree closed forms: the job's
-    own groups' end, known exactly (time_each). Schedules: the union's end `together`, less
-    what the second job's own slowness adds (without_second_job, against the job alone,
-    `alone`); either is timed here where not given."""
+    collective at the same moment (both timed as for `single`); None where they cannot be
+    timed together. Tree closed forms: the job's own groups' end, known exactly (time_each).
+    Schedules: the union's end, less what the second job's own slowness adds
+    (without_second_job, against the job alone, `alone`: timed here where not given)."""
     each = time_each(collective, topology, [*own, *second], single)
     if each is not None:
         return max(each[:len(own)])
     kw = {"dtype": dtype, "model": model}
-    if together is None:
-        together = time_together(collective, nbytes, topology, [*own, *second], single, **kw)
+    together = time_together(collective, nbytes, topology, [*own, *second], single, **kw)
     if together is None:
         return None
     if alone is None:
