@@ -129,7 +129,6 @@ def test_sim_second_job_is_refused_where_it_cannot_be_timed(capsys):
             "roce-400g", "--fabric", "rail-2tier", "--leaf-ports", "2", "-b", "256M", "-e",
             "256M", "--placement", "spread"]
     for extra, why in ((["--other-job", "2"], "at least 4 nodes"),
-                       (["--other-job", "4", "--algorithm", "tree"], "closed form"),
                        (["--other-job", "4", "--seeds", "2"], "--seeds")):
         assert main(base + extra) == 2
         assert why in capsys.readouterr().err
@@ -138,17 +137,27 @@ def test_sim_second_job_is_refused_where_it_cannot_be_timed(capsys):
     assert "modelled fabric" in capsys.readouterr().err
 
 
-def test_plan_warns_where_a_closed_form_cannot_meet_the_second_job():
-    # ZeRO 0: the DP gradients are all-reduced; a small bucket goes to NCCL's tree (a closed
-    # form), which cannot be timed together with the second job's schedules
+def test_nccls_trees_meet_the_second_job_and_the_jobs_own_groups(monkeypatch):
+    # ZeRO 0: the DP gradients are all-reduced by NCCL's tree (a closed form). Its connections
+    # meet those of the job's other DP groups and of the second job's on the cables they
+    # share (simulate.nccl.trees_together): timed together, slowed by the second job against
+    # the job alone on the same cluster, and no warning
     lay = Layout(tp=8, pp=1, dp=16, seq=8192, global_batch=64, zero=0)
-    p = plan("llama3-8b", "dgx-h100", 16, lay, "roce-400g", fabric="rail-2tier", leaf_ports=4,
-             placement="spread", network=Network(routing="ecmp"), other_job=16)
-    trees = [c for c in p.comms if c.algorithm in ("tree", "nvls", "nvls_tree")
+
+    def run(other):
+        return plan("llama3-8b", "dgx-h100", 16, lay, "roce-400g", fabric="rail-2tier",
+                    leaf_ports=4, placement="spread", network=Network(routing="ecmp"),
+                    other_job=other)
+    p = run(16)
+    with monkeypatch.context() as m:
+        m.setattr(steptime, "other_job_groups", lambda *a: [])
+        idle = run(16)
+    trees = [c for c in p.comms if c.algorithm in ("tree", "nvls_tree")
              and len({r // 8 for r in c.ranks}) > 1]
-    assert trees and all(c.together == 1 for c in trees)
-    assert any("closed form" in w and "second job" in w for w in p.warnings)
-    assert not any("--other-job" in w for w in _plan("spread", 16).warnings)
+    assert trees and all(c.together > 1 for c in trees)
+    assert any(c.second_job > 1.0 for c in trees)
+    assert _dp(p) > _dp(idle) and p.second_job_by_kind["DP"] > 1.0
+    assert not any("--other-job" in w for w in p.warnings)
 
 
 def test_pfc_pauses_of_the_second_job_hold_a_tree_schedule_back(capsys):

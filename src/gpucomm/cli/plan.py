@@ -152,8 +152,8 @@ def register(sub) -> None:
     p.add_argument("--other-job", type=nonnegative_int, default=None, metavar="NODES",
                    help="a second job on NODES more nodes of the fabric, placed by --placement "
                    "on the nodes the job leaves; its groups, shaped like each of the job's "
-                   "groups, run the same collective at the same moment and share the cables "
-                   "(needs a modelled fabric; 0: none)")
+                   "groups, run the same collective at the same moment and share the cables, "
+                   "rings and NCCL's trees alike (needs a modelled fabric; 0: none)")
     p.set_defaults(func=cmd_plan)
 
 

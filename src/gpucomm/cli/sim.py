@@ -67,8 +67,9 @@ def register(sub) -> None:
                    help="a second job on NODES more nodes of the fabric, placed by --placement "
                    "on the nodes the job leaves, running the same collective at the same "
                    "moment on groups shaped like the job (NODES // --nodes of them); the "
-                   "job's time is raised by what sharing the cables costs it (needs a fabric "
-                   "model and a schedule, not a closed form)")
+                   "job's time is raised by what sharing the cables costs it: a schedule's "
+                   "two jobs timed as one run, NCCL's tree and nvls_tree at the job's slowest "
+                   "tree edge under both jobs' connections (needs a fabric model)")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the largest size")
     p.add_argument("--html", type=html_arg, metavar="FILE.html",

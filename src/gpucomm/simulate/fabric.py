@@ -315,21 +315,27 @@ class FabricPolicy:
         return lat, cls, rate.min(axis=1)
 
     # ---- pipelines -------------------------------------------------------------------------
-    def pipeline_slowdown(self, table: Routes, capacity: Floats) -> float:
+    def pipeline_slowdown(self, table: Routes, capacity: Floats,
+                          load: Floats | None = None, held: float = np.inf) -> float:
         """How much slower the flows of route rows `table` move on this fabric than on one
         whose switch-to-switch links never collide (unlimited), when they move at one pace:
         the edges of a pipelined tree each carry the same bytes, and the slowest edge holds
         the others back. The pace is the least over links of capacity x lanes / the lane
         entries on the link (so per-QP hashing, failed cables, oversubscription and loss all
-        count); the ratio is >= 1."""
+        count); the ratio is >= 1. `load`: other flows' lane entries per link (another job's
+        trees, nccl.trees_together), which share the links but set no pace of these flows;
+        the ideal is these flows' alone. `held`: a pace PFC's pauses hold one of them to
+        (pause_caps of every flow together), in the same units (capacity x lanes / entry)."""
         if not len(table) or not table.shape[1]:
             return 1.0
         valid = table >= 0
         safe = np.where(valid, table, 0)
         cnt = np.bincount(safe[valid], minlength=len(capacity)).astype(np.float64)
         per = capacity * self.lane_scale / np.maximum(cnt, 1.0)
-        real = float(np.where(valid, per[safe], np.inf).min())
         ideal = float(np.where(valid & ~self.between[safe], per[safe], np.inf).min())
+        if load is not None:
+            per = capacity * self.lane_scale / np.maximum(cnt + load, 1.0)
+        real = min(float(np.where(valid, per[safe], np.inf).min()), held)
         if not np.isfinite(ideal) or real <= 0:
             return 1.0
         return max(ideal / real, 1.0)

@@ -27,7 +27,7 @@ are closed forms here, costed from the topology's links and the same protocol mo
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import numpy as np
@@ -38,7 +38,7 @@ from ..dtypes import DTypeLike
 from ..errors import ConfigError
 from . import constants as K
 from .caches import per_placement, topology_memo
-from .paths import NET, PathTable
+from .paths import NET, PathTable, Routes
 from .protocol import (Protocol, generation_of, get_protocol, net_stack_floor_s,
                        net_sync_s)
 from .result import LinkBusy, RankTimeline, SimResult
@@ -46,6 +46,8 @@ from .versions import value
 
 if TYPE_CHECKING:
     from ..topology import Topology
+    from .fabric import FabricPolicy
+    from .timed import Timed
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
@@ -298,6 +300,20 @@ def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
                          nodes: dict[int, list[int]], nvls: bool = False) -> float:
     """How much the fabric slows the network part of a tree (tree, or nvls_tree with `nvls`)
     against a fabric that never collides: 1 without a fabric model (topology.network None).
+    A pipelined tree moves at its slowest edge's pace (fabric.FabricPolicy.pipeline_slowdown)
+    over its connections (tree_routes)."""
+    rows = tree_routes(paths, placement, nodes, nvls)
+    if rows is None:
+        return 1.0
+    table, one = rows
+    return one.pipeline_slowdown(table, paths.capacity)
+
+
+def tree_routes(paths: PathTable, placement: npt.ArrayLike, nodes: dict[int, list[int]],
+                nvls: bool = False) -> tuple[Routes, FabricPolicy] | None:
+    """The route rows of the connections NCCL opens for a tree's network part (tree, or
+    nvls_tree with `nvls`), and the policy that laid their lanes; None without a fabric model
+    or on one node.
 
     The flows are the connections NCCL opens for the trees, each its own op (its queue pairs
     the fabric's lanes, fabric.FabricPolicy.per_connection), both binary trees' edges between
@@ -314,12 +330,11 @@ def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
       treeUp[c%2]), the head being the rank next to its rail's NIC: NVLS_CHANNELS / 2
       connections of each tree per rail (8).
     A connection's messages go round-robin over its queue pairs. An explicit
-    `Network.connections` sets the connections per tree, per rail, instead. A pipelined tree
-    moves at its slowest edge's pace (fabric.FabricPolicy.pipeline_slowdown)."""
+    `Network.connections` sets the connections per tree, per rail, instead."""
     fab = paths.fabric
     n = len(nodes)
     if fab is None or n < 2:
-        return 1.0
+        return None
     heads = _index(placement, [v[0] for v in nodes.values()])
     rails = paths.rails_per_node
     per = fab.net.connections or max((K.NVLS_CHANNELS if nvls else K.TREE_CHANNELS // rails)
@@ -338,7 +353,88 @@ def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
     one = fab.per_connection()
     table = paths.routes(np.concatenate(src_parts), np.concatenate(dst_parts),
                          np.concatenate(ch_parts), fabric=one)
-    return one.pipeline_slowdown(table, paths.capacity)
+    return table, one
+
+
+def _loaded(shape: _Shape, net: tuple[float, float] | None, slowdown: float | None
+            ) -> tuple[float, float] | None:
+    """`net` (the shape's NICs for a tree's connections), or where `slowdown` is given the
+    NICs of a fabric that never collides (shape's `nic`) slowed by it."""
+    if net is None or slowdown is None:
+        return net
+    lat_net, nic = shape["nic"]
+    return lat_net, nic / slowdown
+
+
+def trees_together(coll: Collective, timed: Timed, groups: Sequence[npt.ArrayLike]
+                   ) -> list[float] | None:
+    """Each group's time for `timed`'s closed form (tree, nvls_tree) when every group of
+    `groups` (placements, topology ranks: the job's and another job's, shaped like
+    timed.placement) runs it at the same moment; None for a schedule, without a fabric model
+    (topology.network None: no lane entries to share) or where no group leaves its node.
+
+    Each group's tree connections are those it opens alone (tree_routes, on its own
+    placement's paths: the same rails, channels, queue pairs and hash), and all groups' lane
+    entries load the links together. A group's tree moves at its slowest edge's pace under
+    that load (FabricPolicy.pipeline_slowdown with the others as `load`), against the same
+    fabric that never collides as alone: so a group is slowed exactly by the cables (and
+    NICs) it shares, never by another group's own slow edges. Without congestion control
+    (PFC alone) another group's incast can also pause a link the group's connections cross
+    upstream of it, holding them to the hot port's share (_held). A group inside one node
+    (nvls) has no network traffic: groups on other nodes cannot slow it."""
+    from .core import path_table
+    name = timed.closed_form
+    if timed.schedule is not None or name not in CLOSED:
+        return None
+    topology = timed.topology
+    placed = [np.asarray(g, dtype=np.int64).reshape(-1) for g in groups]
+    paths = [path_table(topology, g) for g in placed]
+    rows = [tree_routes(p, g, node_groups(topology, g), name != "tree")
+            for p, g in zip(paths, placed)]
+    if all(r is None for r in rows):  # no fabric model, or no group leaves its node
+        return None
+    counts = [np.zeros(p.nlinks) if r is None else
+              np.bincount(r[0][r[0] >= 0], minlength=p.nlinks).astype(np.float64)
+              for p, r in zip(paths, rows)]
+    total = np.sum(counts, axis=0)
+    held = _held(paths[0].capacity, rows)
+    out = []
+    for g, p, r, mine, cap in zip(placed, paths, rows, counts, held):
+        slow = 1.0 if r is None else r[1].pipeline_slowdown(r[0], p.capacity, total - mine,
+                                                            cap)
+        res = CLOSED[name](coll, timed.nbytes, topology, g, timed.dtype, timed.protocol.name,
+                           p, timed.model, slowdown=slow)
+        if res is None:
+            return None
+        out.append(float(res.time_s))
+    return out
+
+
+def _held(capacity: npt.NDArray[np.float64],
+          rows: list[tuple[Routes, FabricPolicy] | None]) -> list[float]:
+    """Per group of trees_together: the least pace (capacity x lanes / entry) PFC's pauses
+    hold any of its connections to, every group's connections running at once
+    (FabricPolicy.pause_caps: only without congestion control; a connection's demand is its
+    path's bottleneck); inf where nothing pauses it. Inside one tree a pause never holds a
+    connection below the tree's own pace (the hot port is on the tree's links), so a group
+    alone is never held; another group's incast can pause a shared link upstream of it."""
+    live = [r for r in rows if r is not None]
+    if len(live) < 2:
+        return [np.inf] * len(rows)
+    one = live[0][1]
+    width = max(t.shape[1] for t, _ in live)
+    table = np.concatenate([np.pad(t, ((0, 0), (0, width - t.shape[1])), constant_values=-1)
+                            for t, _ in live])
+    valid = table >= 0
+    safe = np.where(valid, table, 0)
+    alone = np.where(valid, (capacity * one.lane_scale)[safe], np.inf).min(axis=1)
+    caps = one.pause_caps(table, alone, capacity)
+    out, at = [], 0
+    for r in rows:
+        n = 0 if r is None else len(r[0])
+        out.append(float(caps[at:at + n].min(initial=np.inf)))
+        at += n
+    return out
 
 
 def net_hop_floor(topology: Topology, placement: npt.ArrayLike, proto: str,
@@ -366,8 +462,11 @@ def _busy(links: npt.NDArray[np.int64], carried: npt.NDArray[np.float64],
 
 
 def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArray[np.int64],
-         dtype: DTypeLike, proto: str, paths: PathTable, model: str) -> SimResult | None:
-    """NCCL's tree all-reduce (chain in the node, double binary tree across nodes)."""
+         dtype: DTypeLike, proto: str, paths: PathTable, model: str, *,
+         slowdown: float | None = None) -> SimResult | None:
+    """NCCL's tree all-reduce (chain in the node, double binary tree across nodes).
+    `slowdown`: the fabric's slowdown of its network part where the caller knows it (other
+    jobs' trees on the cables, trees_together); default: this placement's alone."""
     p = len(placement)
     lay = layout(coll, nbytes, dtype, p)
     shape = _shape(paths, topology, placement)
@@ -389,7 +488,7 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         t_intra = size / rate
         lat += 2 * (length - 1) * (hop[cls] + lat_s)
     t_net = 0.0
-    net = shape["net"]
+    net = _loaded(shape, shape["net"], slowdown)
     if net is not None:  # 2 or more nodes
         lat_net, nic = net
         f = 2.0  # tuning.cc: a tree's algBw is half its busBw at any node count
@@ -447,7 +546,8 @@ def _tree_fill(shape: _Shape, proto: str, size: float, nch: int, t_intra: float,
 
 
 def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArray[np.int64],
-         dtype: DTypeLike, proto: str, paths: PathTable, model: str) -> SimResult | None:
+         dtype: DTypeLike, proto: str, paths: PathTable, model: str, *,
+         slowdown: float | None = None) -> SimResult | None:
     """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch.
 
     All-reduce with multimem loads/stores: a GPU's link to the switch carries S + S/g in each
@@ -457,6 +557,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     at its default chunk, and NCCL shrinks the chunk for smaller messages (constants.py).
     Across nodes (nvls_tree) each GPU's reduced 1/g of the buffer also crosses its NIC rail,
     pipelined with the NVLink part, and the latency adds 2·log2(nodes) network hops.
+    `slowdown`: as tree's, for nvls_tree's connections.
     """
     if proto != "simple":
         return None  # NVLS runs the Simple protocol only
@@ -472,7 +573,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     t_nvl = size * (1 + 1 / g) / (shape["pair"] * eff)
     lat = value("NVLS_LATENCY_S")
     t_net, f, fill = 0.0, 1.0, 0.0
-    net = _nvls_net(shape, paths, topology, placement)
+    net = _loaded(shape, _nvls_net(shape, paths, topology, placement), slowdown)
     if net is not None and chunk is not None:  # 2 or more nodes
         lat_net, nic = net
         f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node

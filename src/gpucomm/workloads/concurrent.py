@@ -6,9 +6,14 @@ that its GPUs share, the PCIe root complex of a PCIe box) each gets a share of t
 simulator times one schedule; this module builds one schedule that is the side-by-side union
 of g copies of the algorithm the simulator chose for one group (copy j runs on ranks
 j*n .. j*n+n-1, placed on group j's GPUs) and lets the simulator's flow model (links shared
-max-min fairly) time them together. No network model lives here: only the composition.
+max-min fairly) time them together. NCCL's tree closed forms (tree, nvls_tree) are not
+schedules: their groups are timed by the simulator's own tree model, each tree at its slowest
+edge with every group's connections on the cables (simulate.nccl.trees_together). No network
+model lives here: only the composition.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -49,15 +54,20 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
                   dtype="bfloat16", model="flow") -> float | None:
     """Seconds until all `groups` (lists of topology ranks) finish, each running what was
     timed for `single` (a prediction for one group: its schedule, protocol, lanes and, where
-    its placement is on `groups[0]`, its ring orders, moved to each group). None where the
-    algorithm is not a schedule (in-switch reduction) and cannot be composed. Each group's
-    inter-node traffic leaves by its own GPUs' NICs (the simulator's rail rule), so groups
-    contend exactly where they share a NIC.
+    its placement is on `groups[0]`, its ring orders, moved to each group). A schedule's
+    copies are timed as one union schedule by `model`; NCCL's tree closed forms (tree,
+    nvls_tree) each at its own tree's pace with every group's connections on the cables
+    (time_each). None without a timed run, or for a closed form whose groups meet on no
+    modelled link. Each group's inter-node traffic leaves by its own GPUs' NICs (the
+    simulator's rail rule), so groups contend exactly where they share a NIC or a cable.
     """
     from ..simulate import simulate
     timed = single.timed
-    if timed is None or timed.schedule is None or not groups:
+    if timed is None or not groups:
         return None
+    if timed.schedule is None:
+        each = time_each(collective, topology, groups, single)
+        return None if each is None else max(each)
     sched = union_schedule(timed.schedule, len(groups))
     res = simulate(sched, topology, union_nbytes(collective, nbytes, timed.schedule.nranks,
                                                  len(groups)),
@@ -66,50 +76,83 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     return float(res.time_s)
 
 
-def union_placement(placement, groups: list) -> np.ndarray:
-    """The union's placement: the timed `placement` of one group (schedule rank -> GPU, or a
-    row per channel) moved from groups[0]'s GPUs to each group's, side by side; where it does
-    not lie on groups[0], each group's GPUs in order."""
+def time_each(collective, topology, groups: list, single) -> list[float] | None:
+    """Each group's own seconds when all `groups` run what was timed for `single` at once,
+    where the model knows each one's end: NCCL's tree closed forms on a fabric model, whose
+    trees each move at their slowest edge's pace (simulate.nccl.trees_together). None for a
+    schedule, whose union is one run (time_together), and where the groups meet on no
+    modelled link (no fabric model; nvls inside one node)."""
+    from ..simulate.nccl import trees_together
+    timed = single.timed
+    if timed is None or timed.schedule is not None or not groups:
+        return None
+    if timed.topology is not topology:
+        timed = dataclasses.replace(timed, topology=topology)
+    return trees_together(get_collective(collective), timed,
+                          moved(timed.placement, groups))
+
+
+def job_within(collective, nbytes: int, topology, own: list, second: list, single, *,
+               dtype="bfloat16", model="flow", alone: float | None = None) -> float | None:
+    """The end of the job's groups `own` when a second job's groups `second` run the same
+    collective at the same moment (both timed as for `single`); None where they cannot be
+    timed together. Tree closed forms: the job's own groups' end, known exactly (time_each).
+    Schedules: the union's end, less what the second job's own slowness adds
+    (without_second_job, against the job alone, `alone`: timed here where not given)."""
+    each = time_each(collective, topology, [*own, *second], single)
+    if each is not None:
+        return max(each[:len(own)])
+    kw = {"dtype": dtype, "model": model}
+    together = time_together(collective, nbytes, topology, [*own, *second], single, **kw)
+    if together is None:
+        return None
+    if alone is None:
+        alone = time_together(collective, nbytes, topology, own, single, **kw)
+    return without_second_job(together, alone,
+                              time_together(collective, nbytes, topology, second, single, **kw))
+
+
+def moved(placement, groups: list) -> list[np.ndarray]:
+    """The timed `placement` of one group (schedule rank -> GPU, or a row per channel)
+    moved from groups[0]'s GPUs to each group's; where it does not lie on groups[0], each
+    group's GPUs in order."""
     first = {int(r): i for i, r in enumerate(groups[0])}
     pl = np.asarray(placement, dtype=np.int64)
     if not all(int(r) in first for r in pl.flat):
-        return np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
+        return [np.asarray(g, dtype=np.int64) for g in groups]
     pos = np.vectorize(first.__getitem__, otypes=[np.int64])(pl)
-    return np.concatenate([np.asarray(g, dtype=np.int64)[pos] for g in groups], axis=-1)
+    return [np.asarray(g, dtype=np.int64)[pos] for g in groups]
+
+
+def union_placement(placement, groups: list) -> np.ndarray:
+    """The union's placement: `placement` moved to each group (moved), side by side."""
+    return np.concatenate(moved(placement, groups), axis=-1)
 
 
 def with_second_job(result, topology, job: list, second: list, *, model: str = "analytic"):
     """`result` (a prediction for the job on ranks `job` of `topology`) with a second job
     running the same collective at the same moment on each group of `second` (lists of
-    topology ranks shaped like `job`): both timed together by `model` on the shared links,
-    and the job's time raised by the slowdown over the job alone (same model; where the
-    second job alone is the slower, only how far the union runs past it:
-    without_second_job), recorded as a bound of its timed run. ConfigError where the job's
-    algorithm is a closed form (tree, nvls, nvls_tree: no schedule to compose)."""
-    import dataclasses
-
+    topology ranks shaped like `job`): both timed together on the shared cables (job_within:
+    a schedule's union by `model`; NCCL's tree and nvls_tree at each tree's slowest edge
+    under both jobs' connections), and the job's time raised by the slowdown over the job
+    alone, recorded as a bound of its timed run. A job inside one node (nvls) sends nothing
+    over the network, and a closed form without a fabric model meets no modelled link: a
+    second job on other nodes leaves either as it is."""
     from ..collectives import layout
-    from ..errors import ConfigError
     timed = result.timed
-    if not second or result.nranks < 2:
+    if not second or result.nranks < 2 or timed is None:
         return result
-    if timed is None or timed.schedule is None:
-        raise ConfigError(f"--other-job times the two jobs' schedules together; "
-                          f"{result.algorithm} at {result.size} B is NCCL's closed form, "
-                          "not a schedule: give --algorithm ring (or another schedule)")
-    coll, dtype = result.collective, result.dtype
-    together = time_together(coll, result.size, topology, [job, *second], result,
-                             dtype=dtype, model=model)
-    alone = time_together(coll, result.size, topology, [job], result, dtype=dtype, model=model)
-    if together is None or not alone:
-        return result
-    own = without_second_job(together, alone, time_together(coll, result.size, topology, second,
-                                                            result, dtype=dtype, model=model))
-    if own <= alone:
+    coll, dtype, kw = result.collective, result.dtype, {"dtype": result.dtype, "model": model}
+    alone = time_together(coll, result.size, topology, [job], result, **kw)
+    own = job_within(coll, result.size, topology, [job], second, result, alone=alone, **kw)
+    if own is None or not alone or own <= alone:
         return result
     t = result.time_s * own / alone
     algbw, busbw = layout(coll, result.size, dtype, result.nranks).busbw(t)
-    why = f"a second job on {len(second)} group(s) of the job's shape: shared cables"
+    what = "shared cables" if timed.schedule is not None else \
+        f"its {timed.closed_form} connections on the job's cables (the job's tree at its " \
+        "slowest edge)"
+    why = f"a second job on {len(second)} group(s) of the job's shape: {what}"
     return dataclasses.replace(result, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
                                timed=timed.bounded(why, t))
 

@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..limits import check_model_ranks
 from ..topology.build import PORT_LEVEL
 from .comms import Comm, step_comms
-from .concurrent import time_together, without_second_job
+from .concurrent import job_within, time_together
 from .frameworks import fp8_recipe, get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
                       activation_bytes_per_token, gemm_peak,
@@ -242,12 +242,12 @@ class Timer:
                 if keep < len(ranks):
                     res = predict(collective, int(nbytes), topo, ranks=local[0], dtype=dtype,
                                   model=self.sim_model, **pick)
-                together = time_together(collective, int(nbytes), topo, local, res,
-                                         dtype=dtype, model=model)
-                second = 1.0
-                if self.other_job and together is not None:
+                if self.other_job:
                     together, second = self._with_second(collective, int(nbytes), topo, local,
-                                                         res, dtype, model, together)
+                                                         res, dtype, model)
+                else:
+                    together, second = time_together(collective, int(nbytes), topo, local, res,
+                                                     dtype=dtype, model=model), 1.0
                 alone = time_together(collective, int(nbytes), topo, local[:1], res,
                                       dtype=dtype, model=model)
                 if together is not None and alone:
@@ -262,18 +262,21 @@ class Timer:
             self._cache[shape] = out
         return self._cache[shape]
 
-    def _with_second(self, collective, nbytes, topo, local, res, dtype, model, together):
-        """`together` (the job's groups and the second job's, side by side) as the job's own
-        time (without_second_job), and how much slower that is than the job's groups alone
-        on this cluster."""
+    def _with_second(self, collective, nbytes, topo, local, res, dtype, model):
+        """The job's own time with its groups and the second job's side by side (job_within:
+        its trees at their own pace, or a schedule's union less the second job's own
+        slowness; None where they cannot be timed together), and how much slower that is
+        than the job's groups alone on this cluster."""
+        kw = {"dtype": dtype, "model": model}
         first = self.cluster.nodes * self.cluster.gpus_per_node  # the second job's ranks follow
         own = [g for g in local if min(g) < first]
         second = [g for g in local if min(g) >= first]
         if not second:
-            return together, 1.0
-        job = time_together(collective, nbytes, topo, own, res, dtype=dtype, model=model)
-        alone = time_together(collective, nbytes, topo, second, res, dtype=dtype, model=model)
-        mine = without_second_job(together, job, alone)
+            return time_together(collective, nbytes, topo, local, res, **kw), 1.0
+        job = time_together(collective, nbytes, topo, own, res, **kw)
+        mine = job_within(collective, nbytes, topo, own, second, res, alone=job, **kw)
+        if mine is None:
+            return None, 1.0
         return mine, max(mine / job, 1.0) if job else 1.0
 
 
@@ -621,23 +624,7 @@ def plan(model, system: str, nodes: int, layout: Layout, nic: str | None = None,
     warnings = check_memory(model, lay, mem, gpu, cluster.gpus_per_node) if check_fit else ()
     timed = time_comms(model, lay, cluster, sim_model, contention)
     step = _training_step if lay.mode == "train" else _inference_step
-    warnings += second_job_warnings(timed, dict(cluster.options).get("other_job", 0),
-                                    cluster.gpus_per_node)
     return replace(step(model, lay, cluster, mem, timed), warnings=warnings)
-
-
-def second_job_warnings(timed: Sequence[CommTime], other_job: int, gpus_per_node: int
-                        ) -> tuple[str, ...]:
-    """A warning per collective across nodes that --other-job could not reach: NCCL's closed
-    forms (tree, nvls, nvls_tree) are no schedule to time together with the second job's."""
-    from ..simulate.nccl import CLOSED_FORMS
-    if not other_job:
-        return ()
-    missed = sorted({f"{c.comm.kind} {c.comm.collective} ({c.algorithm})" for c in timed
-                     if c.algorithm in CLOSED_FORMS
-                     and len({r // gpus_per_node for r in c.ranks}) > 1})
-    return tuple(f"--other-job: {m} is NCCL's closed form, not a schedule: timed without the "
-                 "second job's traffic" for m in missed)
 
 
 def time_comms(model, lay, cluster, sim_model="analytic", contention=True) -> tuple:
