@@ -26,6 +26,12 @@ def test_fewer_gpus_per_node_are_fewer_heads():
     assert four <= 4 * K.NVLSTREE_PER_CHANNEL_BW["hopper"][2]
 
 
+def test_a_head_is_a_gpu_next_to_a_nic():
+    topo = build_topology("dgx-h100", nodes=4, nic="ib-ndr", nics_per_node=4)
+    res = predict("all_reduce", 16 << 30, topo, algorithm="nvls_tree", protocol="simple")
+    assert res.busbw_GBps <= 4 * K.NVLSTREE_PER_CHANNEL_BW["hopper"][2]
+
+
 def test_one_node_nvls_has_no_such_cap():
     topo = build_topology("dgx-h100")
     res = predict("all_reduce", 16 << 30, topo, algorithm="nvls", protocol="simple")

@@ -480,7 +480,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         # no faster than NCCL's per-channel NVLSTree cap over the head channels (constants.py)
         per_ch = K.NVLSTREE_PER_CHANNEL_BW.get(gen, (0.0,) * 3)[1 if n == 2 else 2] * K.GB
         if per_ch > 0:
-            heads = min(g, K.NVLS_MAX_ARITY)
+            heads = min(g, paths.rails_per_node, K.NVLS_MAX_ARITY)
             t_net = max(t_net, size * 2 * (len(placement) - 1) / len(placement)
                         / (heads * per_ch))
         hop_net = max(K.NVLSTREE_NET_LATENCY_S,
