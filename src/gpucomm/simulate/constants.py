@@ -84,6 +84,18 @@ NVLS_CHUNK_STEPS = ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024))
 # for messages below 32/16/4/1 x concurrentOps x chunk. Each chunk crosses the switch, climbs
 # and descends the binary tree over the network and crosses the switch again: a pipeline.
 NVLSTREE_MAX_CHUNK_4NODES = 64 * 1024
+# What one NVLS channel of an NVLSTree carries at most, GB/s, by node-count class (N1/N2/N4):
+# tuning.cc perChMaxNVLSTreeBws (Blackwell's N4: 43.1 in 2.28.3, 43.8 in 2.29, 80.0 at
+# 5067397). NCCL's model caps NVLSTree's per-channel bandwidth with it over the NVLS graph's
+# channels, one per head: a GPU next to a NIC, at most NCCL_MAX_NVLS_ARITY (search.cc
+# ncclTopoCompute/ncclTopoSearchRec; device.h NCCL_MAX_NVLS_ARITY 32). H100 across nodes with
+# a NIC per GPU: 8 x 57.7 = 462 GB/s busbw on 2 nodes, 8 x 45.5 = 364 beyond. gpucomm times
+# every NCCL release's NVLSTree with it, not only 2.28's on: that release added it as
+# "NVLSTree tuning fixes. Update tuning data for H100, GB200-NV72" (v2.28.3-1 release notes),
+# a correction of the prediction, not a change of the algorithm.
+NVLSTREE_PER_CHANNEL_BW = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
+                           "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
+NVLS_MAX_ARITY = 32
 NVLSTREE_CHUNK_STEPS = ((32, 256 * 1024), (16, 128 * 1024), (4, 64 * 1024), (1, 32 * 1024))
 
 # Per-message software overhead on network paths: NCCL_NET_OVERHEAD = 1 us (Intel), x3 for

@@ -578,6 +578,12 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         lat_net, nic = net
         f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node
         t_net = size * f / nic
+        # no faster than NCCL's per-channel NVLSTree cap over the head channels (constants.py)
+        per_ch = K.NVLSTREE_PER_CHANNEL_BW.get(gen, (0.0,) * 3)[1 if n == 2 else 2] * K.GB
+        if per_ch > 0:
+            heads = min(g, paths.rails_per_node, K.NVLS_MAX_ARITY)
+            t_net = max(t_net, size * 2 * (len(placement) - 1) / len(placement)
+                        / (heads * per_ch))
         hop_net = max(K.NVLSTREE_NET_LATENCY_S,
                       net_hop_floor(topology, placement, proto, paths)) + \
             net_sync_s(topology, size / len(placement))
