@@ -264,7 +264,8 @@ def _choice(log, coll, req, topo) -> dict:
     out = {}
     if req.algorithm:
         out["algorithm"] = req.algorithm
-    elif env.get("NCCL_ALGO") and "," not in env["NCCL_ALGO"] and "^" not in env["NCCL_ALGO"]:
+    elif env.get("NCCL_ALGO") and "," not in env["NCCL_ALGO"] and "^" not in env["NCCL_ALGO"] \
+            and coll.name not in nccl.P2P_COLLECTIVES:  # NCCL_ALGO rules collectives, not p2p
         try:  # as NCCL, an algorithm that cannot serve this collective here is not forced
             name = nccl.from_nccl_algo(env["NCCL_ALGO"])
             if name != "ring":

@@ -37,7 +37,9 @@ _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxB
                      r"(?:\s+validation:\s*(\d+))?(?:\s+graph:\s*(\d+))?")
 _NCCL_VERSION = re.compile(r"^R?CCL version\s*:?\s*(\S+)")
 _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
-_VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?via\s+(\S+)")
+# A net plugin's name may hold spaces: "via NET/AWS Libfabric/7/GDRDMA" (aws-ofi-nccl on cxi).
+_VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?"
+                  r"via\s+(NET/[^/]+/\S+|\S+)")
 
 TEST_COLLECTIVE = {"alltoall": "all_to_all"}
 MAX_TEST_ROWS = 10_000  # 1000 sizes (limits.MAX_SWEEP_POINTS) x 10 cycles of nccl-tests -N
@@ -441,7 +443,7 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
         return True
     m = re.search(r"(\w+) set by environment to (\S+)", msg)
     if m:
-        info.env[m.group(1)] = m.group(2)
+        info.env[m.group(1)] = m.group(2).rstrip(".")  # NCCL ends some of these with "."
         return True
     m = re.match(r"NET/(\w+)\s*:\s*Using\s+(.*)", msg)
     if m and "[" in m.group(2):

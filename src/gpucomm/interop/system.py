@@ -192,6 +192,9 @@ def _nic(log: NcclTestsLog, gpu, ev):
     nic, nics = None, len(info.nics) or None
     if info.provider == "cxi" or "cxi" in names:
         nic = "slingshot-200g"
+        if not nics and info.net_devices:  # libfabric lists no NICs: count what channels use
+            nics = len(info.net_devices)
+            ev.append(f"channels use NET devices {sorted(info.net_devices)}: {nics} NIC(s)")
     elif info.provider == "efa" or "efa" in names or "efa" in net or "rdmap" in names:
         nic = _EFA.get(gpu, "efa-100g")
     elif net.startswith("socket"):
