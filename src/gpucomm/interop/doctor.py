@@ -111,6 +111,7 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
         topo = build_topology(**kw)
     if req.profile is not None:
         topo = _profiled(topo, req.profile, kw, warnings)
+        warnings.extend(_gdr_differs(req.profile, log.info.gdr))
     if guess.nranks and topo.nranks != guess.nranks:
         warnings.append(f"the log has {guess.nranks} ranks, the modelled system {topo.nranks}")
     choice = _choice(log, coll, req, topo)
@@ -165,6 +166,19 @@ def _profiled(topo, profile, kw, warnings) -> Topology:
             warnings.append(f"the profile was fitted on {key}={fitted}, the log ran on "
                             f"{key}={kw[key]}")
     return apply_profile(topo, profile)
+
+
+def _gdr_differs(profile, gdr) -> list:
+    """A warning when the profile's NIC rate was fitted on logs whose network connections had
+    GPUDirect RDMA the other way: NCCL decides it per GPU and NIC (graph/paths.cc
+    ncclTopoCheckGdr: the path's distance, a PXN peer's when the GPU reaches the NIC through
+    one), and a host-staged path and an RDMA path are different data paths."""
+    fitted = {s.get("gdr") for s in profile.sources if s.get("gdr") is not None}
+    if gdr is None or not fitted or gdr in fitted or "nic_efficiency" not in profile.parameters:
+        return []
+    on = {True: "on", False: "off"}
+    return [f"the profile's NIC rate was fitted on logs with GPUDirect RDMA {on[not gdr]}; "
+            f"this log's network connections have it {on[gdr]}: the fitted rate need not hold"]
 
 
 def _given_topology(req, guess) -> Topology:
