@@ -211,3 +211,14 @@ def test_nccl_algo_rules_collectives_not_sendrecv():
     d = _diag(text, name="sendrecv_roce_4gpu.log")
     assert d.collective == "sendrecv" and d.ratio is not None
     assert parse_log(text).info.env["NCCL_IB_DISABLE"] == "0"  # NCCL printed "0."
+
+
+def test_a_job_scripts_shell_trace_is_the_environment_nccl_ran_in():
+    # CSCS Alps: no INFO lines, but `bash -x` printed the exports; FI_CXI_* says Slingshot
+    text = (LOGS / "alps-gh200-2n-all_reduce.log").read_text()
+    log = parse_log(text)
+    assert log.info.env["NCCL_NET"] == "AWS Libfabric"
+    assert log.info.env["NCCL_NET_GDR_LEVEL"] == "PHB"
+    assert _diag(text).system["nic"] == "slingshot-200g"
+    later = text + "\nnid005551:1:1 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to SYS\n"
+    assert parse_log(later).info.env["NCCL_NET_GDR_LEVEL"] == "SYS"  # NCCL's own line wins

@@ -36,6 +36,9 @@ _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxB
                      r".*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)(?:\s+agg iters:\s*(\d+))?"
                      r"(?:\s+validation:\s*(\d+))?(?:\s+graph:\s*(\d+))?")
 _NCCL_VERSION = re.compile(r"^R?CCL version\s*:?\s*(\S+)")
+# A job script's shell trace (bash -x) of the environment it exports to NCCL and libfabric:
+# "+ export NCCL_CROSS_NIC=0", "+ export 'NCCL_NET=AWS Libfabric'", "+ FI_CXI_RX_MATCH_MODE=..."
+_XTRACE_ENV = re.compile(r"^\++ (?:export )?'?((?:NCCL|FI)_[A-Z0-9_]+)=(.*?)'?$")
 _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
 # A net plugin's name may hold spaces: "via NET/AWS Libfabric/7/GDRDMA" (aws-ofi-nccl on cxi).
 _VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?"
@@ -246,6 +249,10 @@ def _parse_chunk(lines: list[str]) -> NcclTestsLog:
         m = _NCCL_VERSION.match(line.strip())
         if m:
             info.version = info.version or m.group(1)
+            continue
+        m = _XTRACE_ENV.match(line.strip())
+        if m:  # what NCCL's own INFO lines print later overrides it
+            info.env.setdefault(m.group(1), m.group(2).strip("'\""))
             continue
         row = _row(line)
         if row is not None:
