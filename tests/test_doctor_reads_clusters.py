@@ -222,3 +222,14 @@ def test_a_job_scripts_shell_trace_is_the_environment_nccl_ran_in():
     assert _diag(text).system["nic"] == "slingshot-200g"
     later = text + "\nnid005551:1:1 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to SYS\n"
     assert parse_log(later).info.env["NCCL_NET_GDR_LEVEL"] == "SYS"  # NCCL's own line wins
+
+
+def test_slow_mid_sizes_on_slingshot_with_default_cxi_queues_name_the_queue_settings():
+    # Alps: 64 KiB-1 MiB at ~1 GB/s; the same job with FI_CXI_DEFAULT_CQ_SIZE=131072 (and TX
+    # size, devmem copy threshold) ran 512 KiB-1 MiB 2.6-3.2x faster (the source's A/B)
+    text = (LOGS / "alps-gh200-2n-all_reduce.log").read_text()
+    assert any("FI_CXI_DEFAULT_CQ_SIZE is not set" in c for c in _diag(text).causes)
+    tuned = "+ export FI_CXI_DEFAULT_CQ_SIZE=131072\n" + text
+    assert not any("FI_CXI_DEFAULT_CQ_SIZE" in c for c in _diag(tuned).causes)
+    one_node = (LOGS / "alps-gh200-1n-all_reduce.log").read_text()
+    assert not any("FI_CXI" in c for c in _diag(one_node).causes)

@@ -11,6 +11,7 @@ NCCL INFO lines point at.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -37,6 +38,7 @@ DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16"
 # in a log means a cap was set (the model's own figure, simulate/predict.py CHANNELS)
 NVSWITCH_CHANNELS = 16
 NORMAL, LOW, VERY_LOW, HIGH = 0.85, 0.7, 0.5, 1.2
+MID_LO, MID_HI = 64 << 10, 4 << 20  # the sizes a transport's per-message path decides
 
 
 @dataclass(frozen=True)
@@ -384,6 +386,24 @@ def _transport_causes(info, kw, nics, multi) -> list:
     return out
 
 
+def _cxi_queue_cause(info, rows, multi) -> list:
+    """Slingshot (libfabric's cxi provider, its FI_CXI_* settings in the job's environment)
+    with the provider's default queue sizes, and mid sizes well below the model. CSCS's NCCL
+    guide (eth-cscs/cscs-docs, docs/software/communication/nccl.md) sets FI_CXI_DEFAULT_CQ_SIZE
+    and FI_CXI_DEFAULT_TX_SIZE; on Alps the same job with them (boeschf/nccl-benchmark-on-
+    alps-2025, results/FI_CXI_DEFAULT_CQ_SIZE_131072_..._NCCL_WORK_FIFO_DEPTH_4194304_...) ran
+    all_reduce at 512 KiB-1 MiB 2.6-3.2x faster, and from 2 MiB on as fast as without."""
+    if not multi or "FI_CXI_DEFAULT_CQ_SIZE" in info.env \
+            or not any(k.startswith("FI_CXI_") for k in info.env):
+        return []
+    mid = [r["ratio"] for r in rows if r.get("ratio") and MID_LO <= r["size"] < MID_HI]
+    if not mid or statistics.median(mid) >= LOW:
+        return []
+    return [f"mid sizes at {100 * statistics.median(mid):.0f}% of expected on Slingshot with "
+            "libfabric's default cxi queues: FI_CXI_DEFAULT_CQ_SIZE is not set (CSCS sets "
+            "FI_CXI_DEFAULT_CQ_SIZE=131072 and FI_CXI_DEFAULT_TX_SIZE for NCCL)"]
+
+
 def _setting_notes(info) -> list:
     """NCCL settings from the environment and the plugins in use."""
     out = [f"{key}={info.env[key]} set in the environment"
@@ -406,7 +426,7 @@ def _causes(log, coll, kw, topo, rows, nics, ratio, version=None):
         causes.append(f"{wrong or log.wrong_total} wrong values (#wrong): the results are "
                       "corrupt; check the GPUs and links before the speed")
     multi = kw.get("nodes", 1) > 1
-    causes += _transport_causes(info, kw, nics, multi)
+    causes += _transport_causes(info, kw, nics, multi) + _cxi_queue_cause(info, rows, multi)
     full_node = _full_nvswitch_node(kw, topo)
     nvls_capable = full_node and coll.name == "all_reduce" and _has_nvls(log, version)
     nvls_off = info.env.get("NCCL_NVLS_ENABLE") == "0" or info.nvls is False \
