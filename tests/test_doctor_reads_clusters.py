@@ -233,3 +233,13 @@ def test_slow_mid_sizes_on_slingshot_with_default_cxi_queues_name_the_queue_sett
     assert not any("FI_CXI_DEFAULT_CQ_SIZE" in c for c in _diag(tuned).causes)
     one_node = (LOGS / "alps-gh200-1n-all_reduce.log").read_text()
     assert not any("FI_CXI" in c for c in _diag(one_node).causes)
+
+
+def test_gdr_through_the_cpu_is_named_from_nccls_own_distance_line():
+    # n013/n014: A100 PCIe, NCCL_NET_GDR_LEVEL=SYS, "GPU Direct RDMA Enabled ... (distance 6
+    # <= 7)": PHB, beyond NCCL's default PXB (graph/paths.cc netGdrLevel = PATH_PXB)
+    text = (LOGS / "a100pcie-n013-2n-sendrecv-gdr.log").read_text()
+    assert parse_log(text).info.gdr_distance == 6
+    assert any("GPUDirect RDMA through the CPU" in c for c in _diag(text).causes)
+    near = text.replace("(distance 6 <= 7)", "(distance 4 <= 7)")
+    assert not any("through the CPU" in c for c in _diag(near).causes)

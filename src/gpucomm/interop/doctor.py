@@ -39,6 +39,7 @@ DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16"
 NVSWITCH_CHANNELS = 16
 NORMAL, LOW, VERY_LOW, HIGH = 0.85, 0.7, 0.5, 1.2
 MID_LO, MID_HI = 64 << 10, 4 << 20  # the sizes a transport's per-message path decides
+PATH_PXB = 4  # NCCL graph/topo.h; graph/paths.cc ncclTopoCheckGdr: netGdrLevel = PATH_PXB
 
 
 @dataclass(frozen=True)
@@ -379,6 +380,12 @@ def _transport_causes(info, kw, nics, multi) -> list:
     if multi and info.gdr is False:
         out.append("GPUDirect RDMA off: network connections lack /GDRDMA, so NIC traffic is "
                    "staged through host memory (nvidia-peermem loaded? NCCL_NET_GDR_LEVEL?)")
+    if multi and info.gdr_distance is not None and info.gdr_distance > PATH_PXB:
+        out.append(f"GPUDirect RDMA through the CPU (NCCL path distance {info.gdr_distance} > "
+                   f"{PATH_PXB}, PXB): NCCL enables it only up to PXB unless NCCL_NET_GDR_LEVEL "
+                   f"says more (here {info.env.get('NCCL_NET_GDR_LEVEL', 'not shown')}); the "
+                   "NIC then reads and writes GPU memory through the root complex (compare a "
+                   "run without NCCL_NET_GDR_LEVEL)")
     used = len(info.net_devices) or (len(info.nics) if info.nics else 0)
     if multi and used and nics and used < nics:
         out.append(f"{'one NIC' if used == 1 else f'{used} NICs'} in use of the {nics} per "

@@ -78,6 +78,7 @@ class NcclInfo:
     roce: bool = False
     net_devices: set = field(default_factory=set)  # NET/IB/<n> indices channels use
     gdr: bool | None = None  # GPUDirect RDMA on the network connections
+    gdr_distance: int | None = None  # NCCL's GPU-NIC path type where it enabled GDR (topo.h)
     env: dict = field(default_factory=dict)  # NCCL_X set by environment to Y
     provider: str | None = None  # libfabric provider (efa, cxi)
     nic_speeds: dict = field(default_factory=dict)  # NIC name -> Mb/s, where NCCL prints it
@@ -464,6 +465,10 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
         info.net = info.net or m.group(1).strip()
         if info.net_plugin in (None, "internal") and m.group(1).strip() not in ("IB", "Socket"):
             info.net_plugin = m.group(1).strip()
+        return True
+    m = re.search(r"GPU Direct RDMA Enabled for GPU \S+ / HCA \S+ \(distance (\d+) <=", msg)
+    if m:
+        info.gdr_distance = max(info.gdr_distance or 0, int(m.group(1)))
         return True
     m = re.search(r"[Ss]elected [Pp]rovider is (\w+)", msg)
     if m:
