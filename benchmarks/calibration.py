@@ -139,6 +139,17 @@ def print_residuals(resid) -> None:
               f"({len(ratios)} row(s), model ran {max(set(runs), key=runs.count)})")
 
 
+def pool(un, ca, into, per_cluster) -> None:
+    """Add one cluster's held-out errors to the pools `into` and its medians to per_cluster."""
+    for k in ca:
+        if ca[k]:
+            per_cluster[k].append(statistics.median(ca[k]))
+    for k in un:
+        for p in into:
+            p["uncal"][k] += un[k]
+            p["cal"][k] += ca.get(k, [])
+
+
 def med(xs) -> str:
     return f"{100 * statistics.median(xs):6.1f}%" if xs else "     -"
 
@@ -162,6 +173,7 @@ def main(argv=None) -> int:
         clusters[e["cluster"]].append(e)
     pooled = {"uncal": defaultdict(list), "cal": defaultdict(list)}
     unseen = {"uncal": defaultdict(list), "cal": defaultdict(list)}  # after_rules clusters
+    per_cluster: dict = defaultdict(list)  # class -> each cluster's calibrated median
     head = "  ".join(f"{n:>8s} {'':8s}" for n, _, _ in CLASSES)
     print(f"{'cluster (calibrated on -> held-out runs)':58s} {head}")
     print(f"{'':58s} " + "  ".join(f"{'uncal':>8s} {'calib':>8s}" for _ in CLASSES))
@@ -190,11 +202,8 @@ def main(argv=None) -> int:
                     f"{med(u.get(n, []))} {med(c.get(n, []))}" for n, _, _ in CLASSES))
         if args.residuals:
             print_residuals(resid)
-        for k in un:
-            for into in (pooled, unseen) if all(e.get("after_rules") for e in entries) \
-                    else (pooled,):
-                into["uncal"][k] += un[k]
-                into["cal"][k] += ca[k]
+        pool(un, ca, (pooled, unseen) if all(e.get("after_rules") for e in entries)
+             else (pooled,), per_cluster)
         label = f"{name} ({train[0]['file'][:24]} -> {len(held)} run(s))"
         print(f"{label:58s} " + "  ".join(f"{med(un.get(n, []))} {med(ca.get(n, []))}"
                                           for n, _, _ in CLASSES)
@@ -207,6 +216,8 @@ def main(argv=None) -> int:
         print(f"{'  of which clusters added after the rules':58s} " + "  ".join(
             f"{med(unseen['uncal'].get(n, []))} {med(unseen['cal'].get(n, []))}"
             for n, _, _ in CLASSES))
+    print(f"{'  median of the clusters medians (not the bar)':58s} " + "  ".join(
+        f"{'':8s} {med(per_cluster.get(n, []))}" for n, _, _ in CLASSES))
     if args.published:
         published_pairs(args.v)
     ok = True
