@@ -279,3 +279,21 @@ def test_a_ramp_that_slows_down_is_not_a_switch():
     log = next(t for t in parse_logs(text) if t.test == "all_reduce_perf")
     prof = calibrate(CalibrateRequest((DoctorRequest(log, name="10n-8g"),)))
     assert "switched" not in prof.details["nic_efficiency"]["note"]
+
+
+def test_a_profile_fitted_without_gdr_warns_on_a_log_that_uses_it(tmp_path, capsys):
+    # MOC H100 RoCE: the 1-GPU runs stage through host memory ("GDR 0"); the 4-GPU run's
+    # receives use GPUDirect RDMA, which NCCL enabled through a PXN peer's distance to the NIC
+    # (paths.cc ncclTopoCheckGdr), at 5.8 against 15 GB/s: the fitted rate does not carry over
+    out = tmp_path / "moc.yaml"
+    assert main(["calibrate", str(LOGS / "moc-h100-2n-1g-all_reduce-roce.log"),
+                 "--output", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["sources"][0]["gdr"] is False
+    capsys.readouterr()
+    warn = "fitted on logs with GPUDirect RDMA off; this log's network connections have it on"
+    assert main(["doctor", str(LOGS / "moc-h100-2n-4g-sendrecv-roce.log"), "--profile",
+                 str(out)]) == 0
+    assert warn in capsys.readouterr().out
+    assert main(["doctor", str(LOGS / "moc-h100-2n-1g-sendrecv-roce.log"), "--profile",
+                 str(out)]) == 0
+    assert "GPUDirect RDMA off;" not in capsys.readouterr().out

@@ -122,7 +122,9 @@ def calibrate(creq: CalibrateRequest) -> Profile:
             "algorithm: " + ", ".join(switches)
     fit = {"before": _errors(tests, {}), "after": _errors(tests, params)}
     sources = tuple({"log": t.req.name, "test": t.req.log.test or "unnamed",
-                     "rows": len(t.req.log.good_rows)} for t in tests)
+                     "rows": len(t.req.log.good_rows),
+                     **({"gdr": t.req.log.info.gdr} if t.multi and t.req.log.info.gdr is not None
+                        else {})} for t in tests)
     return Profile(machine=machine, parameters=params, details=details, sources=sources,
                    fit=fit)
 

@@ -1,13 +1,17 @@
 """Which collective an nccl-tests table measured when the log does not name its test.
 
 The columns say most of it (nccl-tests `src/*.cu`, `getCollByteCount`, facts only):
-- `redop` is `none` unless the collective reduces;
+- `redop` is `none` unless the collective reduces, or is sendrecv, which runs the test's op
+  (`src/sendrecv.cu` SendRecvRunTest: `sum` by default);
 - `root` (releases since 2.10) is -1 unless the collective has a root;
 - `count` is the per-rank element count: `size / count / itemsize` is 1 for all_reduce,
   broadcast, reduce and sendrecv, and the rank count for all_gather, reduce_scatter, alltoall,
   gather and scatter;
 - `busbw / algbw` is the collective's bus-bandwidth factor: 2(n-1)/n for all_reduce, (n-1)/n
-  for the gather family, 1 for broadcast, reduce and sendrecv.
+  for the gather family, 1 for broadcast, reduce and sendrecv;
+- sendrecv and alltoall do not check their in-place results (`src/sendrecv.cu`,
+  `src/alltoall.cu`: `reportErrors = in_place ? 0 : 1`), so with validation on their in-place
+  `#wrong` is `N/A` beside a number out of place (`src/util.cu` writeBenchmarkLineBody).
 What the columns leave open, the command line and the file name may settle.
 
     >>> infer_collective(log, "logs/ag_2node.txt")            # doctest: +SKIP
@@ -27,6 +31,8 @@ ITEMSIZE = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m
 ONE = ("all_reduce", "broadcast", "reduce", "sendrecv")
 PER_RANK = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+WITH_OP = REDUCING + ("sendrecv",)  # collectives whose rows print a redop other than none
+UNCHECKED_IN_PLACE = ("sendrecv", "all_to_all")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 # Names people give files and scripts, beside nccl-tests' own X_perf.
 _NAMES = ((r"all[_-]?reduce|allreduce|\bar\b", "all_reduce"),
@@ -63,8 +69,12 @@ def infer_collective(log, hint: str = "") -> Inference:
         cands = [c for c in cands if c not in REDUCING]
         why.append("redop none")
     elif redops and "none" not in redops:
-        cands = [c for c in cands if c in REDUCING]
+        cands = [c for c in cands if c in WITH_OP]
         why.append(f"redop {'/'.join(sorted(redops))}")
+    checked = _in_place_checked(rows)
+    if checked is not None:
+        cands = [c for c in cands if (c in UNCHECKED_IN_PLACE) != checked]
+        why.append("in-place #wrong " + ("checked" if checked else "N/A"))
     if log.root_column:
         rooted = any(r["root"] >= 0 for r in rows)
         cands = [c for c in cands if (c in ROOTED) == rooted]
@@ -93,6 +103,19 @@ def infer_collective(log, hint: str = "") -> Inference:
     if len(cands) == 1:
         return Inference(cands[0], evidence, tuple(cands))
     return Inference(None, evidence, tuple(cands))
+
+
+def _in_place_checked(rows) -> bool | None:
+    """Whether the in-place half was validated: True when its #wrong is a number, False when
+    it is N/A beside numbers out of place; None when the rows do not say (validation off)."""
+    halves = [(r.get("wrong"), r.get("ip_wrong")) for r in rows if "ip_wrong" in r]
+    if not halves or any(w is None for w, _ in halves):
+        return None
+    if all(ip is None for _, ip in halves):
+        return False
+    if all(ip is not None for _, ip in halves):
+        return True
+    return None
 
 
 def _per_rank(rows) -> int | None:

@@ -11,6 +11,7 @@ NCCL INFO lines point at.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -37,6 +38,8 @@ DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16"
 # in a log means a cap was set (the model's own figure, simulate/predict.py CHANNELS)
 NVSWITCH_CHANNELS = 16
 NORMAL, LOW, VERY_LOW, HIGH = 0.85, 0.7, 0.5, 1.2
+MID_LO, MID_HI = 64 << 10, 4 << 20  # the sizes a transport's per-message path decides
+PATH_PXB = 4  # NCCL graph/topo.h; graph/paths.cc ncclTopoCheckGdr: netGdrLevel = PATH_PXB
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
         topo = build_topology(**kw)
     if req.profile is not None:
         topo = _profiled(topo, req.profile, kw, warnings)
+        warnings.extend(_gdr_differs(req.profile, log.info.gdr))
     if guess.nranks and topo.nranks != guess.nranks:
         warnings.append(f"the log has {guess.nranks} ranks, the modelled system {topo.nranks}")
     choice = _choice(log, coll, req, topo)
@@ -165,6 +169,19 @@ def _profiled(topo, profile, kw, warnings) -> Topology:
             warnings.append(f"the profile was fitted on {key}={fitted}, the log ran on "
                             f"{key}={kw[key]}")
     return apply_profile(topo, profile)
+
+
+def _gdr_differs(profile, gdr) -> list:
+    """A warning when the profile's NIC rate was fitted on logs whose network connections had
+    GPUDirect RDMA the other way: NCCL decides it per GPU and NIC (graph/paths.cc
+    ncclTopoCheckGdr: the path's distance, a PXN peer's when the GPU reaches the NIC through
+    one), and a host-staged path and an RDMA path are different data paths."""
+    fitted = {s.get("gdr") for s in profile.sources if s.get("gdr") is not None}
+    if gdr is None or not fitted or gdr in fitted or "nic_efficiency" not in profile.parameters:
+        return []
+    on = {True: "on", False: "off"}
+    return [f"the profile's NIC rate was fitted on logs with GPUDirect RDMA {on[not gdr]}; "
+            f"this log's network connections have it {on[gdr]}: the fitted rate need not hold"]
 
 
 def _given_topology(req, guess) -> Topology:
@@ -264,7 +281,8 @@ def _choice(log, coll, req, topo) -> dict:
     out = {}
     if req.algorithm:
         out["algorithm"] = req.algorithm
-    elif env.get("NCCL_ALGO") and "," not in env["NCCL_ALGO"] and "^" not in env["NCCL_ALGO"]:
+    elif env.get("NCCL_ALGO") and "," not in env["NCCL_ALGO"] and "^" not in env["NCCL_ALGO"] \
+            and coll.name not in nccl.P2P_COLLECTIVES:  # NCCL_ALGO rules collectives, not p2p
         try:  # as NCCL, an algorithm that cannot serve this collective here is not forced
             name = nccl.from_nccl_algo(env["NCCL_ALGO"])
             if name != "ring":
@@ -362,11 +380,35 @@ def _transport_causes(info, kw, nics, multi) -> list:
     if multi and info.gdr is False:
         out.append("GPUDirect RDMA off: network connections lack /GDRDMA, so NIC traffic is "
                    "staged through host memory (nvidia-peermem loaded? NCCL_NET_GDR_LEVEL?)")
+    if multi and info.gdr_distance is not None and info.gdr_distance > PATH_PXB:
+        out.append(f"GPUDirect RDMA through the CPU (NCCL path distance {info.gdr_distance} > "
+                   f"{PATH_PXB}, PXB): NCCL enables it only up to PXB unless NCCL_NET_GDR_LEVEL "
+                   f"says more (here {info.env.get('NCCL_NET_GDR_LEVEL', 'not shown')}); the "
+                   "NIC then reads and writes GPU memory through the root complex (compare a "
+                   "run without NCCL_NET_GDR_LEVEL)")
     used = len(info.net_devices) or (len(info.nics) if info.nics else 0)
     if multi and used and nics and used < nics:
         out.append(f"{'one NIC' if used == 1 else f'{used} NICs'} in use of the {nics} per "
                    "node the system has (NCCL_IB_HCA, NIC/GPU affinity, a NIC down)")
     return out
+
+
+def _cxi_queue_cause(info, rows, multi) -> list:
+    """Slingshot (libfabric's cxi provider, its FI_CXI_* settings in the job's environment)
+    with the provider's default queue sizes, and mid sizes well below the model. CSCS's NCCL
+    guide (eth-cscs/cscs-docs, docs/software/communication/nccl.md) sets FI_CXI_DEFAULT_CQ_SIZE
+    and FI_CXI_DEFAULT_TX_SIZE; on Alps the same job with them (boeschf/nccl-benchmark-on-
+    alps-2025, results/FI_CXI_DEFAULT_CQ_SIZE_131072_..._NCCL_WORK_FIFO_DEPTH_4194304_...) ran
+    all_reduce at 512 KiB-1 MiB 2.6-3.2x faster, and from 2 MiB on as fast as without."""
+    if not multi or "FI_CXI_DEFAULT_CQ_SIZE" in info.env \
+            or not any(k.startswith("FI_CXI_") for k in info.env):
+        return []
+    mid = [r["ratio"] for r in rows if r.get("ratio") and MID_LO <= r["size"] < MID_HI]
+    if not mid or statistics.median(mid) >= LOW:
+        return []
+    return [f"mid sizes at {100 * statistics.median(mid):.0f}% of expected on Slingshot with "
+            "libfabric's default cxi queues: FI_CXI_DEFAULT_CQ_SIZE is not set (CSCS sets "
+            "FI_CXI_DEFAULT_CQ_SIZE=131072 and FI_CXI_DEFAULT_TX_SIZE for NCCL)"]
 
 
 def _setting_notes(info) -> list:
@@ -391,7 +433,7 @@ def _causes(log, coll, kw, topo, rows, nics, ratio, version=None):
         causes.append(f"{wrong or log.wrong_total} wrong values (#wrong): the results are "
                       "corrupt; check the GPUs and links before the speed")
     multi = kw.get("nodes", 1) > 1
-    causes += _transport_causes(info, kw, nics, multi)
+    causes += _transport_causes(info, kw, nics, multi) + _cxi_queue_cause(info, rows, multi)
     full_node = _full_nvswitch_node(kw, topo)
     nvls_capable = full_node and coll.name == "all_reduce" and _has_nvls(log, version)
     nvls_off = info.env.get("NCCL_NVLS_ENABLE") == "0" or info.nvls is False \

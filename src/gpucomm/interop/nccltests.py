@@ -36,8 +36,13 @@ _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxB
                      r".*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)(?:\s+agg iters:\s*(\d+))?"
                      r"(?:\s+validation:\s*(\d+))?(?:\s+graph:\s*(\d+))?")
 _NCCL_VERSION = re.compile(r"^R?CCL version\s*:?\s*(\S+)")
+# A job script's shell trace (bash -x) of the environment it exports to NCCL and libfabric:
+# "+ export NCCL_CROSS_NIC=0", "+ export 'NCCL_NET=AWS Libfabric'", "+ FI_CXI_RX_MATCH_MODE=..."
+_XTRACE_ENV = re.compile(r"^\++ (?:export )?'?((?:NCCL|FI)_[A-Z0-9_]+)=(.*?)'?$")
 _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
-_VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?via\s+(\S+)")
+# A net plugin's name may hold spaces: "via NET/AWS Libfabric/7/GDRDMA" (aws-ofi-nccl on cxi).
+_VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?"
+                  r"via\s+(NET/[^/]+/\S+|\S+)")
 
 TEST_COLLECTIVE = {"alltoall": "all_to_all"}
 MAX_TEST_ROWS = 10_000  # 1000 sizes (limits.MAX_SWEEP_POINTS) x 10 cycles of nccl-tests -N
@@ -73,6 +78,7 @@ class NcclInfo:
     roce: bool = False
     net_devices: set = field(default_factory=set)  # NET/IB/<n> indices channels use
     gdr: bool | None = None  # GPUDirect RDMA on the network connections
+    gdr_distance: int | None = None  # NCCL's GPU-NIC path type where it enabled GDR (topo.h)
     env: dict = field(default_factory=dict)  # NCCL_X set by environment to Y
     provider: str | None = None  # libfabric provider (efa, cxi)
     nic_speeds: dict = field(default_factory=dict)  # NIC name -> Mb/s, where NCCL prints it
@@ -244,6 +250,10 @@ def _parse_chunk(lines: list[str]) -> NcclTestsLog:
         m = _NCCL_VERSION.match(line.strip())
         if m:
             info.version = info.version or m.group(1)
+            continue
+        m = _XTRACE_ENV.match(line.strip())
+        if m:  # what NCCL's own INFO lines print later overrides it
+            info.env.setdefault(m.group(1), m.group(2).strip("'\""))
             continue
         row = _row(line)
         if row is not None:
@@ -441,7 +451,7 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
         return True
     m = re.search(r"(\w+) set by environment to (\S+)", msg)
     if m:
-        info.env[m.group(1)] = m.group(2)
+        info.env[m.group(1)] = m.group(2).rstrip(".")  # NCCL ends some of these with "."
         return True
     m = re.match(r"NET/(\w+)\s*:\s*Using\s+(.*)", msg)
     if m and "[" in m.group(2):
@@ -455,6 +465,10 @@ def _info_network(info: NcclInfo, msg: str) -> bool:
         info.net = info.net or m.group(1).strip()
         if info.net_plugin in (None, "internal") and m.group(1).strip() not in ("IB", "Socket"):
             info.net_plugin = m.group(1).strip()
+        return True
+    m = re.search(r"GPU Direct RDMA Enabled for GPU \S+ / HCA \S+ \(distance (\d+) <=", msg)
+    if m:
+        info.gdr_distance = max(info.gdr_distance or 0, int(m.group(1)))
         return True
     m = re.search(r"[Ss]elected [Pp]rovider is (\w+)", msg)
     if m:

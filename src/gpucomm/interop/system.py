@@ -190,8 +190,11 @@ def _nic(log: NcclTestsLog, gpu, ev):
     names = " ".join(info.nics).lower()
     net = (info.net or "").lower()
     nic, nics = None, len(info.nics) or None
-    if info.provider == "cxi" or "cxi" in names:
-        nic = "slingshot-200g"
+    if info.provider == "cxi" or "cxi" in names or any(k.startswith("FI_CXI_") for k in info.env):
+        nic = "slingshot-200g"  # libfabric's cxi provider (its FI_CXI_* settings): Slingshot
+        if not nics and info.net_devices:  # libfabric lists no NICs: count what channels use
+            nics = len(info.net_devices)
+            ev.append(f"channels use NET devices {sorted(info.net_devices)}: {nics} NIC(s)")
     elif info.provider == "efa" or "efa" in names or "efa" in net or "rdmap" in names:
         nic = _EFA.get(gpu, "efa-100g")
     elif net.startswith("socket"):
