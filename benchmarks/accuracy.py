@@ -42,9 +42,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import numpy as np  # noqa: E402
+
 from gpucomm.collectives import get_collective  # noqa: E402
 from gpucomm.simulate import predict  # noqa: E402
-from gpucomm.simulate.nccl import from_nccl_algo  # noqa: E402
+from gpucomm.simulate.core import path_table  # noqa: E402
+from gpucomm.simulate.nccl import from_nccl_algo, nvls_heads  # noqa: E402
+from gpucomm.simulate.predict import CHANNELS  # noqa: E402
 from gpucomm.simulate.versions import parse_version  # noqa: E402
 from gpucomm.topology import build_topology  # noqa: E402
 
@@ -204,6 +208,7 @@ def evaluate(data, model="analytic", verbose=False, calibration=None, select="fa
         launch = launch_of(t)
         p = int(t["gpus"])
         factor = get_collective(coll).busbw_factor(p)
+        graphs = nccl_graph_channels(topo)
         for row in t["rows"]:
             size = int(row["bytes"])
             res = predict(coll, size, topo, dtype=dtype, model=model,
@@ -223,7 +228,7 @@ def evaluate(data, model="analytic", verbose=False, calibration=None, select="fa
                 out["bus_err"] = (res.busbw_GBps - meas_bus) / meas_bus
             if meas_t:
                 out["time_ratio"] = res.time_us / meas_t
-            _nccl_baseline(out, coll, size, topo, res.channels, factor, meas_t, meas_bus,
+            _nccl_baseline(out, coll, size, topo, graphs, factor, meas_t, meas_bus,
                            nccl_choice(t))
             rows_out.append(out)
             if verbose:
@@ -251,14 +256,28 @@ def nccl_choice(t: dict) -> dict:
     return {"algorithms": algorithms, "protocols": nccl_protocols(t)}
 
 
-def _nccl_baseline(out, coll, size, topo, channels, factor, meas_t, meas_bus, allowed):
+def nccl_graph_channels(topo) -> tuple[int, int]:
+    """The channels NCCL's model counts (tuning.cc busBw = graphs[a]->nChannels x bw), from
+    the topology alone, never from gpucomm's pick: the ring graph's, which ring, tree and PAT
+    count, as gpucomm models it (predict.CHANNELS, and at least one per NIC rail across
+    nodes: what gpucomm's ring stands for, its `nccl_channels`), and the NVLS graph's heads,
+    which NVLS and NVLSTree count (nccl.nvls_heads, the count nccl.nvls caps NVLSTree with)."""
+    nodes = max(topo.nranks // max(topo.gpus_per_node, 1), 1)
+    rails = path_table(topo, np.arange(topo.nranks)).rails_per_node
+    ring = max(CHANNELS, rails) if nodes > 1 else CHANNELS
+    return ring, nvls_heads(topo.gpus_per_node, rails, nodes)
+
+
+def _nccl_baseline(out, coll, size, topo, graphs, factor, meas_t, meas_bus, allowed):
     """NCCL's own estimate of the same row (benchmarks/nccl_model.py) among what the table's
-    NCCL was `allowed` to run (nccl_choice), beside gpucomm's; none on GPUs without
-    peer-to-peer (NO_P2P_REASON)."""
+    NCCL was `allowed` to run (nccl_choice), beside gpucomm's, over the channels of NCCL's
+    graphs (`graphs`: nccl_graph_channels); none on GPUs without peer-to-peer
+    (NO_P2P_REASON)."""
     if not topo.p2p:
         out["nccl_excluded"] = NO_P2P_REASON
         return
-    found = nccl_model.estimates(coll, size, topo, channels,
+    ring, heads = graphs
+    found = nccl_model.estimates(coll, size, topo, ring, nvls_channels=heads,
                                  net_latency=nccl_model.net_latency_us(topo), **allowed)
     if not found or size == 0:
         return

@@ -581,7 +581,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         # no faster than NCCL's per-channel NVLSTree cap over the head channels (constants.py)
         per_ch = K.NVLSTREE_PER_CHANNEL_BW.get(gen, (0.0,) * 3)[1 if n == 2 else 2] * K.GB
         if per_ch > 0:
-            heads = min(g, paths.rails_per_node, K.NVLS_MAX_ARITY)
+            heads = nvls_heads(g, paths.rails_per_node, n)
             t_net = max(t_net, size * 2 * (len(placement) - 1) / len(placement)
                         / (heads * per_ch))
         hop_net = max(K.NVLSTREE_NET_LATENCY_S,
@@ -601,6 +601,16 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     busy = _busy(links, carried, paths.capacity, t)
     name = "nvls" if n == 1 else "nvls_tree"
     return _result(coll, name, "simple", model, lay, len(placement), t, busy, K.NVLS_CHANNELS)
+
+
+def nvls_heads(gpus: int, rails: int, nodes: int) -> int:
+    """The NVLS graph's channels (its heads), which NCCL's model counts for NVLS and NVLSTree
+    (tuning.cc: busBw = graphs[a]->nChannels x bw; init.cc: graphs[NVLS_TREE] is the NVLS
+    graph): `gpus` per node at most, capped at NCCL_MAX_NVLS_ARITY (search.cc
+    ncclTopoCompute), and across nodes one per NIC whose local GPU is not a head yet
+    (search.cc ncclTopoSearchRecNet), so at most `rails`, the NICs next to the node's GPUs.
+    On one node NCCL drops the NICs (paths.cc ncclTopoTrimSystem) and every GPU is a head."""
+    return max(min(gpus, rails if nodes > 1 else gpus, K.NVLS_MAX_ARITY), 1)
 
 
 def nvls_efficiency(generation: str, nbytes: float, gpus: int,

@@ -19,8 +19,10 @@ runs rather than what gpucomm's own timing finds fastest.
 What NCCL reads from its topology search is taken here from gpucomm's topology: the GPU's
 NVLink/xGMI figure as NCCL's topo.h has it (catalog `nccl_GBps`, all links: NCCL's search
 packs rings over all of them; PCIe boxes get their PCIe figure), the node's NICs (catalog
-`nccl_GBps`), and the ring channel count gpucomm's model gives (what NCCL's search would
-find is not modelled). The net plugin's latency is the catalog's plugin_latency_us.
+`nccl_GBps`), the ring channel count gpucomm's model gives (what NCCL's search would find is
+not modelled) and, where the caller gives it, the NVLS graph's heads (nccl.nvls_heads; else
+NVLS and NVLSTree are timed over the ring's count too, as `ranked` does). The net plugin's
+latency is the catalog's plugin_latency_us.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ TREE_BW = tuple(K.TREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 # tuning.cc perChMaxNVLSTreeBws[arch][nodes class]
 NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
 NVLS_EFF = tuple(K.NVLS_EFFICIENCY[g] for g in GENERATIONS)
+NVLS_ALGOS = ("nvls", "nvls_tree")  # timed over the NVLS graph's channels, not the ring's
 NET_OVERHEAD_US = 1.0  # getNetOverhead: x86 Intel (2.0 on AMD CPUs; the tables rarely say)
 
 
@@ -117,11 +120,15 @@ def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
               nranks: int | None = None, nodes: int | None = None,
               net_latency: float | None = None,
               algorithms: Collection[str] | None = None,
-              protocols: Collection[str] | None = None) -> list[Estimate]:
+              protocols: Collection[str] | None = None,
+              nvls_channels: int | None = None) -> list[Estimate]:
     """NCCL's estimate of every (algorithm, protocol) its model has for the collective, fastest
-    first ([] where it has none: point-to-point, one rank). `nranks`/`nodes`: the ranks taking
-    part (default: the whole topology); `net_latency`: the plugin's latency in us (default:
-    net_latency_us); `algorithms`/`protocols`: only these."""
+    first ([] where it has none: point-to-point, one rank). `channels`: the ring graph's, which
+    ring, tree and PAT count (init.cc: the tree graph is searched with the ring's count and both
+    are set to the lesser); `nvls_channels`: the NVLS graph's heads, which NVLS and NVLSTree
+    count (nccl.nvls_heads; default: `channels`); tuning.cc busBw = graphs[a]->nChannels x bw.
+    `nranks`/`nodes`: the ranks taking part (default: the whole topology); `net_latency`: the
+    plugin's latency in us (default: net_latency_us); `algorithms`/`protocols`: only these."""
     coll = get_collective(coll_name)
     nranks = topo.nranks if nranks is None else nranks
     nodes = max(nranks // max(topo.gpus_per_node, 1), 1) if nodes is None else max(nodes, 1)
@@ -129,7 +136,9 @@ def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
         return []
     net_lat = net_latency_us(topo) if net_latency is None else net_latency
     ppn = nranks / nodes
-    arch, intra_hw, bw_intra, bw_inter, nch = _graph(topo, channels)
+    graphs = {"ring": _graph(topo, channels),
+              "nvls": _graph(topo, channels if nvls_channels is None else nvls_channels)}
+    arch, intra_hw = graphs["ring"][:2]
     i2 = min(nodes, 3) - 1
     ll_max = LL_MAX[arch if nodes == 1 else 0][i2]
     nsteps = 2 * (nranks - 1) if coll.name == "all_reduce" else \
@@ -139,6 +148,7 @@ def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
     for algo in _algorithms(coll.name, nodes, ppn, nvswitch_full):
         if algorithms is not None and algo not in algorithms:
             continue
+        _, _, bw_intra, bw_inter, nch = graphs["nvls" if algo in NVLS_ALGOS else "ring"]
         for pi, proto in enumerate(PROTOS):
             if (protocols is not None and proto not in protocols) or \
                     (algo in ("nvls", "nvls_tree", "pat") and proto != "simple") or \
