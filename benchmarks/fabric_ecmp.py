@@ -138,7 +138,9 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
       message takes about 21 us at 400 Gb/s), so a flowlet moves only when a pair stalls
       that long. No published flowlet-switching
       number exists for this setup, so these rows carry no bar; switch-side flowlet
-      switching stays below G&H's 77%.
+      switching stays below G&H's 77%. Two sweeps of the CONGA row close it: the view's age
+      (0, half and a whole round trip) and the message size (256 KiB, 1 MiB, 4 MiB: a pair
+      re-chooses only between messages, each time with a view that old).
 3. Lossy RoCE, go-back-N: the ring's busbw at 1% packet loss against lossless. Bar: <= 20%
    (go-back-N collapses at percent-level loss: Mittal et al., "Revisiting Network Support for
    RDMA", SIGCOMM 2018). The model's mechanism: a rollback of the window per loss, and a
@@ -424,7 +426,27 @@ def _sendrecv_rows() -> bool:
             ok &= good
             line += f"  (published {100 * bar[0]:.0f}-{100 * bar[1]:.0f}%)  {verdict(good)}"
         print(line)
+    _flowlet_sweeps(clos, dataclasses.replace(ib, choice="flowlet", gap=2 * ib.buffer,
+                                              view="path", reaction=conga), message)
     return ok
+
+
+def _flowlet_sweeps(clos, sw, message: int) -> None:
+    """CONGA-fed flowlets in G&H's loop (1 pairing each): the view's age, then the message
+    size (a pair re-chooses only between messages, with a view as old as `reaction`)."""
+    import dataclasses
+
+    from gpucomm.simulate.fabric_ar import sendrecv_share
+
+    def share(s, m: int) -> str:
+        return f"{100 * sendrecv_share(clos, s, message=m, cells=20 * m, patterns=1).mean():.1f}%"
+
+    ages = ", ".join(f"{r} cells {share(dataclasses.replace(sw, reaction=r), message)}"
+                     for r in (0, sw.reaction // 2, sw.reaction))
+    print(f"   CONGA flowlets by the view's age (1 pairing each, +-2 points): {ages}")
+    sizes = ", ".join(f"{m * 4 // 1024} MiB {share(sw, m)}" if m >= 256 else
+                      f"{m * 4} KiB {share(sw, m)}" for m in (message // 4, message, 4 * message))
+    print(f"   CONGA flowlets by message size (view {sw.reaction} cells old): {sizes}")
 
 
 def _share_rows(seeds: range, base: list[str], ideal: float,
