@@ -99,8 +99,8 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
       "Static vs Adaptive Routing", the benchmark's page): a 512-node Clos of 32-port
       crossbars (16 one-NIC nodes per leaf, 16 spines), MPI_Sendrecv between random pairs of
       nodes, the mean over pairs of each pair's bandwidth over the point-to-point bandwidth;
-      static routing 38%, their best adaptive routing (the NIC probes paths and a message
-      keeps the one it picked) 77% at 512 nodes, 100% at smaller counts. Here: random
+      static routing 38%, their best adaptive routing (the NIC probes the paths) 77% at 512
+      nodes, 100% at smaller counts. Here: random
       pairings, every flow at once, max-min rates (fabric_ar.maxmin_rates over the CLI's
       lane routes, in-process: the CLI times collectives, whose pace is their slowest
       pair), one connection per pair, a pair's bandwidth the lower of its two directions.
@@ -136,11 +136,11 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
       switch's typical flowlet timer, 16-256 us, IP Infusion's OcNOS DLB page), longer
       than a pair's idle time between messages (a round trip, about 2 us here; a 1 MB
       message takes about 21 us at 400 Gb/s), so a flowlet moves only when a pair stalls
-      that long. No published flowlet-switching
-      number exists for this setup, so these rows carry no bar; switch-side flowlet
-      switching stays below G&H's 77%. Two sweeps of the CONGA row close it: the view's age
-      (0, half and a whole round trip) and the message size (256 KiB, 1 MiB, 4 MiB: a pair
-      re-chooses only between messages, each time with a view that old).
+      that long. No published flowlet-switching number exists for this setup, so these
+      rows carry no bar; switch-side flowlet switching stays below G&H's 77%. Two sweeps
+      of the CONGA row close it: the view's age (0, half and a whole round trip) and the
+      message size (256 KiB, 1 MiB, 4 MiB: a pair re-chooses only between messages, each
+      time with a view that old).
 3. Lossy RoCE, go-back-N: the ring's busbw at 1% packet loss against lossless. Bar: <= 20%
    (go-back-N collapses at percent-level loss: Mittal et al., "Revisiting Network Support for
    RDMA", SIGCOMM 2018). The model's mechanism: a rollback of the window per loss, and a
