@@ -358,7 +358,7 @@ def pair_shares(patterns: int) -> bool:
     for name, routing, bar in (
             ("static (subnet manager, D-mod-k)", "static", None),
             ("ECMP (a random static route per flow)", "ecmp", ECMP_SHARE),
-            ("flowlet (a message keeps its path; G&H's class)", "flowlet", AR_SHARE),
+            ("flowlet (a queue pair keeps its first path)", "flowlet", AR_SHARE),
             ("InfiniBand AR, fabric model (streaming)", "adaptive", None),
             ("Spectrum-X AR, fabric model (streaming)", "spectrum-x", None)):
         v = [share(routing, p) for p in range(patterns)]
