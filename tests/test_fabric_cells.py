@@ -91,9 +91,29 @@ def test_g_and_h_loop_pays_for_deep_queues_that_streaming_hides():
     assert (loop > 0.3).all() and (loop <= 1.0).all()
 
 
+def test_flowlets_with_path_feedback_move_off_remote_collisions_between_messages():
+    """A leaf choosing a flowlet's spine by its own up-port queues cannot see a collision on
+    a spine's down-link; CONGA's leaf-to-leaf feedback (the larger of the up- and down-port
+    queue of each path, here a round trip old) can, but only when a pair idles longer than
+    the gap between its messages: with a gap longer than the loop's idle time the flowlet
+    keeps the spine it took at the start."""
+    clos = Clos(leaves=8, hosts=8, spines=8)
+
+    def loop(view: str, gap: int) -> float:
+        sw = Switching(choice="flowlet", buffer=6, credit_rtt=4, gap=gap, view=view,
+                       reaction=8)
+        return float(sendrecv_share(clos, sw, message=32, cells=640, patterns=8).mean())
+
+    path = loop("path", 12)
+    assert path > loop("local", 12) + 0.05
+    assert path > loop("path", 10_000) + 0.04
+
+
 @pytest.mark.parametrize("bad, match", [
     (lambda: Switching(choice="random", buffer=4), "choice 'random' not allowed"),
     (lambda: Switching(choice="packet", buffer=0), "buffer 0 not allowed"),
+    (lambda: Switching(choice="flowlet", buffer=4, view="global"), "view 'global' not allowed"),
+    (lambda: Switching(choice="packet", buffer=4, view="path"), "'path' only with choice"),
     (lambda: Clos(leaves=0, hosts=2, spines=2), "leaves 0 not allowed"),
     (lambda: pair_rates(SMALL, np.zeros(3, dtype=np.int64), Switching(choice="hash", buffer=2),
                         cells=10, warmup=0, seed=0), "each of the 16 hosts"),

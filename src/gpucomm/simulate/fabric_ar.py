@@ -37,7 +37,10 @@ full bisection at small node counts, 77% at 512; benchmarks/fabric_ecmp.py runs 
 512-node Clos). Other jobs' load (`--background`) is in the view as what each cable leaves.
 Wrong: congestion feedback is taken as current (CONGA's is a round trip old), every unit is
 placed before traffic starts and other jobs' load stays put meanwhile; the units of one op
-are taken to move at one rate (fabric.py).
+are taken to move at one rate (fabric.py). So it is the limit of perfect, serialized
+knowledge: on G&H's Clos it gives 77.0% (1000 random pairings), where flowlets chosen by
+the leaves themselves in the cell model (fabric_cells.py, CONGA's path view a round trip
+old, each leaf knowing only its own choices, G&H's Sendrecv loop) reach about 68%.
 """
 from __future__ import annotations
 

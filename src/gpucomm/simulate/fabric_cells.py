@@ -17,7 +17,12 @@ to the destination leaf is then fixed. The leaf decides in one of four ways:
   its queues as they were `reaction` cell times ago. Packets entering one leaf in the same
   cell time take distinct up-ports, shortest queue first.
 - `flowlet`: as `packet`, but a flow moves only after it has been idle longer than a gap.
-  A saturated sender idles only while it waits for credits.
+  A saturated sender idles only while it waits for credits. With the `path` view the leaf
+  reads each path's congestion to the destination leaf instead, the larger of its up-port
+  queue and the spine's down-port queue (Alizadeh et al., CONGA, SIGCOMM 2014: leaf-to-leaf
+  feedback, a path's metric the maximum over its links), as it was `reaction` cell times ago
+  (CONGA's feedback rides on reverse traffic, so it is at least a round trip old); a leaf
+  knows only its own choices of the same cell time.
 
 What per-packet AR loses here is what a fluid model leaves out. Under a permutation every
 spine-to-leaf down-link carries, on average, a full link's worth (16 senders each put 1/16
@@ -48,6 +53,7 @@ from ..errors import ConfigError
 
 Ints = npt.NDArray[np.int64]
 CHOICES = ("hash", "spray", "packet", "flowlet")
+VIEWS = ("local", "path")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,16 +78,23 @@ class Clos:
 @dataclass(frozen=True, kw_only=True)
 class Switching:
     """How the switches move cells: `choice` (CHOICES), `buffer` cells per ingress port,
-    `credit_rtt` and `reaction` in cell times, `gap` the flowlet idle gap in cell times."""
+    `credit_rtt` and `reaction` in cell times, `gap` the flowlet idle gap in cell times,
+    `view` what a flowlet's choice reads (VIEWS): the leaf's own up-port queues (`local`),
+    or each path's congestion to the destination leaf, the larger of its up-port queue and
+    the spine's down-port queue (`path`: CONGA's leaf-to-leaf feedback)."""
     choice: str
     buffer: int
     credit_rtt: int = 1
     reaction: int = 0
     gap: int = 0
+    view: str = "local"
 
     def __post_init__(self) -> None:
         if self.choice not in CHOICES:
             raise ConfigError(f"choice {self.choice!r} not allowed: one of {', '.join(CHOICES)}")
+        if self.view not in VIEWS or (self.view == "path" and self.choice != "flowlet"):
+            raise ConfigError(f"view {self.view!r} not allowed: one of {', '.join(VIEWS)}; "
+                              "'path' only with choice 'flowlet'")
         for name, low in (("buffer", 1), ("credit_rtt", 1), ("reaction", 0), ("gap", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
@@ -150,6 +163,8 @@ class _Cells:
         self.credits = np.full(nl, sw.buffer, dtype=np.int64)
         self.ret = np.zeros((sw.credit_rtt + 1, nl), dtype=np.int64)
         self.seen = np.zeros((sw.reaction + 1, N // H, S), dtype=np.int64)
+        self.seen_down = np.zeros((sw.reaction + 1, N // H, S), dtype=np.int64) \
+            if sw.view == "path" else self.seen
         self.hashed = self.rng.integers(0, S, N)
         self.path = self.hashed.copy()
         self.last = np.full(N, -1 << 40, dtype=np.int64)
@@ -189,6 +204,9 @@ class _Cells:
         hq, hcell = self._inject(t)
         self._enqueue(np.concatenate([nxt, hq]), np.concatenate([cell[fwd], hcell]))
         self.seen[t % len(self.seen)] = self.length[:LS].reshape(-1, S)
+        if self.sw.view == "path":  # per destination leaf and spine: the down-port queue
+            down = self.length[LS: 2 * LS].reshape(-1, S, self.L)
+            self.seen_down[t % len(self.seen)] = down.transpose(0, 2, 1).reshape(-1, S)
 
     def _ingress(self, q: Ints, f: Ints, s: Ints) -> Ints:
         """The ingress link each departing cell leaves the buffer of."""
@@ -219,7 +237,9 @@ class _Cells:
         else:
             move = np.ones(len(hf), dtype=bool) if choice == "packet" else \
                 t - self.last[hf] > self.sw.gap + 1
-            if move.any():
+            if move.any() and self.sw.view == "path":
+                self.path[hf[move]] = self._least_congested(hf[move], t)
+            elif move.any():
                 self.path[hf[move]] = self._least_loaded(self.leaf[hf[move]], t)
             s[far] = self.path[hf]
             self.last[hf] = t
@@ -239,6 +259,26 @@ class _Cells:
         rank = np.arange(len(leaf)) - np.searchsorted(lv, lv, side="left")
         out = np.empty(len(leaf), dtype=np.int64)
         out[order] = ports[lv, rank % self.S]
+        return out
+
+    def _least_congested(self, h: Ints, t: int) -> Ints:
+        """Spines for flowlets of hosts `h` starting now (CONGA): each path's congestion to
+        the flow's destination leaf, the larger of the leaf's up-port queue and the spine's
+        down-port queue as they were `reaction` cell times ago, least first (ties at
+        random); flowlets starting at once at one leaf are placed one at a time in a random
+        order, each counted on its path for the next (a leaf knows only its own choices)."""
+        k = (t - self.sw.reaction - 1) % len(self.seen)
+        up, down = self.seen[k], self.seen_down[k]
+        mine: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+        out = np.empty(len(h), dtype=np.int64)
+        for i in self.rng.permutation(len(h)).tolist():
+            a, b = int(self.leaf[h[i]]), int(self.dleaf[h[i]])
+            to_b = mine.setdefault((a, b), np.zeros(self.S, dtype=np.int64))
+            on_a = mine.setdefault((a, -1), np.zeros(self.S, dtype=np.int64))
+            score = np.maximum(up[a] + on_a, down[b] + to_b) + self.rng.random(self.S) * 0.5
+            out[i] = s = int(np.argmin(score))
+            to_b[s] += 1
+            on_a[s] += 1
         return out
 
     def _pop(self, q: Ints) -> Ints:
