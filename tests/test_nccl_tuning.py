@@ -86,3 +86,21 @@ def test_sim_doctor_and_calibrate_take_select(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main([*args, "--select", "ncc"])
     assert "invalid choice: 'ncc'" in capsys.readouterr().err
+
+
+def test_nccl_selection_times_nvls_trees_over_the_nvls_graphs_heads():
+    # 2 x DGX H100 with 4 NICs: NCCL's NVLS graph finds one head per NIC (search.cc), so its
+    # model counts 4 channels for NVLSTree (tuning.cc busBw = graphs[a]->nChannels x bw), not
+    # the ring graph's 16; at 1 GiB that ranks the ring first.
+    from gpucomm.simulate import nccl
+    topo = build_topology(system="dgx-h100", nodes=2, nic="ib-ndr", nics_per_node=4)
+    size = 1 << 30
+    on = {"algorithms": {"nvls_tree"}, "protocols": {"simple"}}
+    at16 = nccl_tuning.estimates("all_reduce", size, topo, 16, **on)[0][0]
+    at4 = nccl_tuning.estimates("all_reduce", size, topo, 16, nvls_channels=4, **on)[0][0]
+    assert at4 > 1.5 * at16
+    assert nccl.nvls_heads(8, 4, 2) == 4
+    res = predict("all_reduce", size, topo, select="nccl")
+    assert (res.algorithm, res.protocol) == ("ring", "simple")
+    full = build_topology(system="dgx-h100", nodes=2, nic="ib-ndr", nics_per_node=8)
+    assert predict("all_reduce", size, full, select="nccl").algorithm == "nvls_tree"

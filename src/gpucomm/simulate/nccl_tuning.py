@@ -179,12 +179,15 @@ def estimate(coll_name: str, nbytes: int, topo: Topology, channels: int,
 
 
 def ranked(coll_name: str, nbytes: int, topo: Topology, channels: int, nranks: int, nodes: int,
-           pairs: Collection[tuple[str, str]], fp8: bool = False) -> list[tuple[str, str]]:
+           pairs: Collection[tuple[str, str]], fp8: bool = False,
+           nvls_channels: int | None = None) -> list[tuple[str, str]]:
     """The (algorithm, protocol) `pairs` NCCL's model covers, in the order NCCL's tuning ranks
     them (its estimate, least first; ring on fp8 over more than 8 ranks ranked 1024x slower, as
-    enqueue.cc does); NCCL runs the first."""
+    enqueue.cc does); NCCL runs the first. `channels` is the ring graph's count, `nvls_channels`
+    the NVLS graph's (its heads: nccl.nvls_heads), which NVLS and NVLSTree count."""
     found = estimates(coll_name, nbytes, topo, channels, nranks=nranks, nodes=nodes,
-                      algorithms={a for a, _ in pairs}, protocols={p for _, p in pairs})
+                      algorithms={a for a, _ in pairs}, protocols={p for _, p in pairs},
+                      nvls_channels=nvls_channels)
     keyed = sorted((t * fp8_ring_penalty(a, fp8, nranks), a, p)
                    for t, a, p in found if (a, p) in pairs)
     return [(a, p) for _, a, p in keyed]

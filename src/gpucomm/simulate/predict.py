@@ -175,10 +175,11 @@ def _select(select: str, tried: list[SimResult], skipped: list[ranking.Pair],
             time_fn: Callable[[str, str], SimResult | None], coll: Collective, nbytes: int,
             topology: Topology, placement: Ranks, dtype: DTypeLike) -> SimResult:
     """The candidate auto runs: the fastest by gpucomm's timing, or (select "nccl") the pair
-    NCCL's tuning model ranks first among those gpucomm may run, on NCCL's channel count
-    (CHANNELS), timed now if the ranking skipped it (`time_fn`: analytic; `tried` gains it); a
-    candidate NCCL's model does not cover (a registered schedule asked for with `also`) is
-    taken only if gpucomm times it faster than NCCL's pick."""
+    NCCL's tuning model ranks first among those gpucomm may run, on NCCL's channel counts
+    (CHANNELS for its ring graph, the NVLS graph's heads for NVLS and NVLSTree), timed now if
+    the ranking skipped it (`time_fn`: analytic; `tried` gains it); a candidate NCCL's model
+    does not cover (a registered schedule asked for with `also`) is taken only if gpucomm
+    times it faster than NCCL's pick."""
     p = len(placement)
     fp8 = get_dtype(dtype).name in FP8
     penalty = nccl_tuning.fp8_ring_penalty
@@ -186,9 +187,11 @@ def _select(select: str, tried: list[SimResult], skipped: list[ranking.Pair],
     if select == "fastest":
         return fastest
     timed = {(r.algorithm, r.protocol): r for r in tried}
-    order = nccl_tuning.ranked(coll.name, nbytes, topology, CHANNELS, p,
-                               len(nccl.node_groups(topology, placement)),
-                               {*timed, *skipped}, fp8)
+    nodes = len(nccl.node_groups(topology, placement))
+    heads = nccl.nvls_heads(topology.gpus_per_node, path_table(topology, placement).rails_per_node,
+                            nodes)
+    order = nccl_tuning.ranked(coll.name, nbytes, topology, CHANNELS, p, nodes,
+                               {*timed, *skipped}, fp8, nvls_channels=heads)
     for pair in order:
         if pair not in timed:
             try:
