@@ -35,12 +35,15 @@ class RuntimeOptions:
     # ... in slices this large (no staging to pipeline: fewer, larger calls).
     direct_slice_bytes: int = 16 << 20
     # All-to-all's chunks go direct from this size (None: `a2a_direct_min`'s rule). Each is
-    # read by one peer only, so staging costs a copy more than cross-memory attach, but below
-    # L2-sized chunks staged copies run from cache while a 512 KiB cross-memory read costs
-    # ~63 us of page pinning: where every rank has a core of its own, staging wins up to
-    # `direct_min_bytes` (2 ranks, 1 MiB: 60-66 against 114-128 us per call in long runs);
-    # where ranks share cores, each staged hand-off waits for the reader to be scheduled
-    # (4 ranks on 2 cores, 1 MiB: 1.0-1.6 ms staged against 0.5 ms direct), so from 256 KiB.
+    # read by one peer only, so staging costs a copy more than cross-memory attach, but its
+    # copies run from cache while a 512 KiB cross-memory read costs ~63 us of page pinning.
+    # Where every rank has a core of its own, staging is as fast in a cold start and faster
+    # once the host's caches are warm, up to `direct_min_bytes` (2 ranks on 2 idle cores,
+    # 1 MiB, 20 calls: 128 against 129 us; 500 calls: 60 against 128; 4 MiB: 343 / 384,
+    # 300 / 399). Where ranks share cores, each staged hand-off waits for the reader to be
+    # scheduled (4 ranks on 2 cores, 1 MiB: 1.0-1.6 ms staged against 0.5 ms direct), so
+    # from 256 KiB; other jobs on the ranks' cores hurt staging the same way (load 2.4 on 2
+    # cores: 225 against 118 us): GPUCOMM_A2A_DIRECT_MIN_BYTES=262144 on a busy host.
     a2a_direct_min_bytes: int | None = None
     # A reduction read by cross-memory attach goes through a buffer this large, so the peer's
     # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks:
@@ -116,7 +119,6 @@ class RuntimeOptions:
                 f"push {on[self.push]}, stream {on[self.stream]} from "
                 f"{_size(self.stream_min_bytes)}, cma {on[self.cma]}, small-message path "
                 f"{'to ' + _size(self.ll_max_bytes) if self.ll_max_bytes else 'off'}")
-
 
     def a2a_direct_min(self, nranks: int, cores: int | None) -> int:
         """The chunk size from which all-to-all goes direct, for `nranks` ranks that may run
