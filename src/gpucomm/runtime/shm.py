@@ -129,7 +129,6 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         names.append(mine)
         info = rendezvous.allgather({"ctrl": mine, "pid": os.getpid(),
                                      "host": os.uname().nodename, "cores": usable_cores()})
-        self.cores = len(set().union(*(i["cores"] for i in info)))
         names[:] = [i["ctrl"] for i in info]
         ctrl = self._create_ctrl(mine)
         rendezvous.allgather({"created": True})
@@ -137,6 +136,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         if len(hosts) > 1:
             raise TransportError(f"the shm transport needs every rank on one host; ranks run "
                                  f"on {', '.join(sorted(hosts))}")
+        self.cores = len(set().union(*(i["cores"] for i in info)))
         for q, i in enumerate(info):
             seg = ctrl if q == rank else Segment.attach(i["ctrl"])
             self._ctrls.append(seg)
