@@ -37,13 +37,13 @@ class RuntimeOptions:
     # All-to-all's chunks go direct from this size (None: `a2a_direct_min`'s rule). Each is
     # read by one peer only, so staging costs a copy more than cross-memory attach, but its
     # copies run from cache while a 512 KiB cross-memory read costs ~63 us of page pinning.
-    # Where every rank has a core of its own, staging is as fast in a cold start and faster
-    # once the host's caches are warm, up to `direct_min_bytes` (2 ranks on 2 idle cores,
-    # 1 MiB, 20 calls: 128 against 129 us; 500 calls: 60 against 128; 4 MiB: 343 / 384,
-    # 300 / 399). Where ranks share cores, each staged hand-off waits for the reader to be
-    # scheduled (4 ranks on 2 cores, 1 MiB: 1.0-1.6 ms staged against 0.5 ms direct), so
-    # from 256 KiB; other jobs on the ranks' cores hurt staging the same way (load 2.4 on 2
-    # cores: 225 against 118 us): GPUCOMM_A2A_DIRECT_MIN_BYTES=262144 on a busy host.
+    # Where every rank has a core of its own, chunks below 1 MiB are staged: 2 ranks, 1 MiB
+    # (512 KiB chunks), 500 calls: 60 against 128 us idle, 195 against 268 at load 3; in a
+    # cold start (20 calls) level, 128 against 129. Chunks of 2 MiB gain only on an idle
+    # host (300 against 399 us) and lose under other jobs (1406 against 1019 at load 3), so
+    # they go direct. Where ranks share cores, each staged hand-off waits for the reader to
+    # be scheduled (4 ranks on 2 cores, 1 MiB: 1.0-1.6 ms staged against 0.5 ms direct), so
+    # from 256 KiB.
     a2a_direct_min_bytes: int | None = None
     # A reduction read by cross-memory attach goes through a buffer this large, so the peer's
     # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks:
@@ -123,26 +123,27 @@ class RuntimeOptions:
     def a2a_direct_min(self, nranks: int, cores: int | None) -> int:
         """The chunk size from which all-to-all goes direct, for `nranks` ranks that may run
         on `cores` cores (None: as many as ranks): `a2a_direct_min_bytes` where it is set,
-        else `direct_min_bytes` where every rank has a core of its own, 256 KiB where not.
+        else 1 MiB where every rank has a core of its own, 256 KiB where not.
 
         >>> o = RuntimeOptions()
         >>> o.a2a_direct_min(2, 2), o.a2a_direct_min(4, 2), o.replace(a2a_direct_min_bytes=0
         ...     ).a2a_direct_min(2, 2)
-        (3145728, 262144, 0)
+        (1048576, 262144, 0)
         """
         if self.a2a_direct_min_bytes is not None:
             return self.a2a_direct_min_bytes
-        return self.direct_min_bytes if cores is None or nranks <= cores else \
+        return OWN_CORES_A2A_MIN_BYTES if cores is None or nranks <= cores else \
             SHARED_CORES_A2A_MIN_BYTES
 
     def _a2a(self) -> str:
         if self.a2a_direct_min_bytes is not None:
             return _size(self.a2a_direct_min_bytes)
-        return f"{_size(self.direct_min_bytes)}, {_size(SHARED_CORES_A2A_MIN_BYTES)} where " \
+        return f"{_size(OWN_CORES_A2A_MIN_BYTES)}, {_size(SHARED_CORES_A2A_MIN_BYTES)} where " \
             f"ranks share cores"
 
 
-SHARED_CORES_A2A_MIN_BYTES = 256 << 10  # see a2a_direct_min_bytes
+OWN_CORES_A2A_MIN_BYTES = 1 << 20  # see a2a_direct_min_bytes
+SHARED_CORES_A2A_MIN_BYTES = 256 << 10
 # RuntimeOptions field -> the environment variable that sets it
 ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_DIRECT_MIN_BYTES",
              "direct_slice_bytes": "GPUCOMM_DIRECT_SLICE_BYTES",
