@@ -38,8 +38,9 @@ class RuntimeOptions:
     # read by one peer only, so staging costs a copy more than cross-memory attach, but its
     # copies run from cache while a 512 KiB cross-memory read costs ~63 us of page pinning.
     # Where every rank has a core of its own, chunks below 1 MiB are staged: 2 ranks, 1 MiB
-    # (512 KiB chunks), 500 calls: 60 against 128 us idle, 195 against 268 at load 3; in a
-    # cold start (20 calls) level, 128 against 129. Chunks of 2 MiB gain only on an idle
+    # (512 KiB chunks), 500 calls: 60 against 128 us idle, 195 against 268 at load 3; in
+    # 20 calls from a cold start, level idle (128 against 129) and mixed under load: the
+    # host's copies run at half speed until warm. Chunks of 2 MiB gain only on an idle
     # host (300 against 399 us) and lose under other jobs (1406 against 1019 at load 3), so
     # they go direct. Where ranks share cores, each staged hand-off waits for the reader to
     # be scheduled (4 ranks on 2 cores, 1 MiB: 1.0-1.6 ms staged against 0.5 ms direct), so
