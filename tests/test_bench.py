@@ -195,6 +195,24 @@ def test_predictions_charge_copies_and_reductions_by_memory_traffic(tmp_path, mo
     assert staged[0]["predicted_time_us"] * 1e-6 > S / red
 
 
+def test_a_calibration_taken_under_load_warns_once_per_use(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "host.yaml"
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    rows = [{"size": 1 << 20, "count": 1 << 18, "type": "float32", "root": -1,
+             "algorithm": "auto"}]
+    for load, warned in ((6.5, True), (2.0, False), (None, False)):
+        extra = "" if load is None else f"load_1min: {load}\nusable_cores: 2\n"
+        path.write_text(V2_HOST + extra)
+        add_predictions(rows, "all_reduce", 2)
+        err = capsys.readouterr().err
+        assert rows[0]["predicted_time_us"] > 0
+        if warned:
+            assert err.count("\n") == 1 and "taken under load (1-minute load average 6.50 " \
+                "on 2 usable cores" in err and str(path) in err, err
+        else:
+            assert "under load" not in err, err
+
+
 def test_without_calibration_a_quick_one_runs_and_is_saved(tmp_path, monkeypatch):
     path = tmp_path / "fresh" / "host.yaml"
     monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
@@ -205,6 +223,7 @@ def test_without_calibration_a_quick_one_runs_and_is_saved(tmp_path, monkeypatch
     assert "quick" in note and path.exists()
     host = load_host(str(path))
     assert host["format"] == 2 and 0 < host["latency_s"] < 0.01
+    assert host["load_1min"] >= 0 and host["usable_cores"] >= 1  # what load_warning reads
     r = host["rates"][1]
     assert 1e8 < r["copy_Bps"] <= r["copy_cache_Bps"] and 1e8 < r["reduce_Bps"]
     small, big = (row["predicted_time_us"] for row in rows)

@@ -263,7 +263,8 @@ class _FailingRendezvous:
     def allgather(self, obj):
         self.round += 1
         if self.round == 1:
-            return [obj, {"ctrl": self.peer.name, "pid": 1, "host": os.uname().nodename}]
+            return [obj, {"ctrl": self.peer.name, "pid": 1, "host": os.uname().nodename,
+                          "cores": [0]}]
         raise TransportError("rank 0: rank 1 closed the rendezvous connection")
 
 

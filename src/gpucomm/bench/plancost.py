@@ -35,6 +35,7 @@ charges them. It is exact when each rank's work is spread evenly over the bytes 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import yaml
@@ -210,7 +211,10 @@ def ll_time(host: dict, nbytes: int, nranks: int) -> float:
 def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
     """Measure this host and save it. `quick`: fewer repeats and iterations (about a second),
     what a first prediction uses when nothing is saved yet."""
+    from ..runtime.plan import usable_cores
     cores = os.cpu_count() or 1
+    # what else ran: a calibration taken under load costs every op too dearly (load_warning)
+    load, usable = round(os.getloadavg()[0], 2), len(usable_cores())
     llc = cache_bytes()
     repeats = 3 if quick else 7
     big = 32 << 20 if quick else 64 << 20
@@ -229,6 +233,7 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
             "cores": cores, "cache_bytes": llc, "rates": rates,
             **({"ll_latency_s": ll[0], "ll_Bps": ll[1]} if ll else {}),
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_1min": load, "usable_cores": usable,
             "method": (f"{'quick' if quick else 'full'}: P = 1..{cores} processes at once, "
                        f"np.copyto, np.add(out=) and the streaming copy of {big >> 20} MiB "
                        f"buffers (memory), the first two also of "
@@ -239,6 +244,18 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
     with open(path, "w") as f:
         yaml.safe_dump(host, f, sort_keys=False)
     return path, host
+
+
+def load_warning(host: dict, path: str) -> str | None:
+    """One line when the calibration was taken with a 1-minute load average above the cores
+    it could use (other jobs then slowed every rate it measured); None otherwise, and for
+    calibrations that did not record it."""
+    load, cores = host.get("load_1min"), host.get("usable_cores")
+    if not isinstance(load, (int, float)) or not isinstance(cores, int) or load <= cores:
+        return None
+    return (f"gpucomm: warning: the host calibration {path} was taken under load (1-minute "
+            f"load average {load:.2f} on {cores} usable cores, {host.get('measured', '?')}): "
+            f"predictions may be far off; run `gpucomm bench --calibrate` on a quiet machine")
 
 
 # --- the model ---------------------------------------------------------------------------
@@ -317,11 +334,13 @@ def received_bytes(schedule, block_count: int, itemsize: int) -> list[int]:
 def host_plan(host: dict, schedule, block_count: int, itemsize: int,
               options: RuntimeOptions | None = None):
     """The plan the runtime runs for this call on the calibrated host: `plan.plan_call`,
-    the function the shm transport calls, with the same options."""
-    from ..runtime.plan import plan_call
+    the function the shm transport calls, with the same options, for ranks launched from
+    this process (on the cores it may use)."""
+    from ..runtime.plan import plan_call, usable_cores
     options = current() if options is None else options
     cma = host.get("format") == FORMAT and bool(host.get("cma", True))
-    return plan_call(schedule, block_count, itemsize, options, cma)
+    return plan_call(schedule, block_count, itemsize, options, cma,
+                     cores=len(usable_cores()))
 
 
 def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
@@ -355,7 +374,8 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
     runtime's (default: those in force, as the ranks read them)."""
     for r in rows:
         r["predicted_time_us"] = None
-    host = load_host()
+    path = host_path()
+    host = load_host(path)
     fresh = ""
     if host is None:
         try:
@@ -368,6 +388,9 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
         if host is None:
             return (f"a quick calibration saved nothing at {path}; run `gpucomm bench "
                     f"--calibrate`")
+    warning = load_warning(host, path)
+    if warning:
+        print(warning, file=sys.stderr)
     try:
         from ..simulate import simulate
         from ..simulate.protocol import ideal_protocol
