@@ -102,10 +102,29 @@ def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
     # (paths.PathTable._rail_gpus)
     rails, home = _placed_rails(topology, np.asarray(topology.router.rank_node), gpus)
     n_rails = max(len(rails.get(node_of[0], ())), 1)
+    orders = local.tolist()
+    best = _exit_rings(orders, members, where, home, n_rails)
+    if len(orders) < n_rails:
+        # NCCL starts channel c at NET nets[c % netCount] and takes bwInter off that NIC while
+        # the links allow (search.cc ncclTopoSearchRecNet): the channels go round the node's
+        # NICs. With more NICs than distinct in-node rings (4 NICs, a 4-GPU mesh's 2 rings)
+        # the rings run again, each copy leaving by another NIC, where that carries more
+        more = _exit_rings([orders[k % len(orders)] for k in range(n_rails)], members, where,
+                           home, n_rails)
+        if _carried(topology, more) > _carried(topology, best) * (1 + 1e-9):
+            best = more
+    return best
+
+
+def _exit_rings(orders: list[list[int]], members: list[list[int]], where: dict[int, int],
+                home: Any, n_rails: int) -> npt.NDArray[np.int64]:
+    """The rings over all nodes, each of `orders` rotated to leave a node by the NIC rail (then
+    GPU) fewest channels leave by so far."""
+    g = len(members[0])
     used = np.zeros(n_rails, dtype=np.int64)
     exits = np.zeros(g, dtype=np.int64)
     rings = []
-    for k, order in enumerate(local.tolist()):
+    for k, order in enumerate(orders):
         pos = [where[x] for x in order]
 
         def rail(i: int, k: int = k) -> int:
@@ -117,6 +136,20 @@ def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
         turned = np.roll(pos, g - 1 - pos.index(last))
         rings.append(np.concatenate([np.asarray(m)[turned] for m in members]))
     return np.asarray(rings, dtype=np.int64)
+
+
+def _carried(topology: Topology, rings: npt.NDArray[np.int64]) -> float:
+    """channels x what the busiest link lets each carry (NCCL's search objective,
+    nChannels x bw): every hop of every ring, the network hops included, shares its links."""
+    paths = PathTable(topology)
+    src = rings.reshape(-1)
+    dst = np.roll(rings, -1, axis=1).reshape(-1)
+    channel = np.repeat(np.arange(len(rings)), rings.shape[1])  # ring k: channel k's rails
+    table = paths.routes(src, dst, channel)
+    hops = table[table >= 0]
+    use = np.bincount(hops, minlength=len(paths.capacity))
+    on = use > 0
+    return len(rings) * float((paths.capacity[on] / use[on]).min())
 
 
 def _over_gpu_links(topology: Topology, rings: npt.NDArray[np.int64]) -> bool:
