@@ -59,23 +59,36 @@ def ring_orders(topology: Topology, ranks: npt.ArrayLike) -> npt.NDArray[np.int6
     mat = np.full((len(cycles), width), -1, dtype=np.int64)
     for i, x in enumerate(links):
         mat[i, :len(x)] = x
+    # two greedy passes that differ in how they break a tie: the one whose rings carry more
+    # (a tie that repeats a ring can stop short of links still free: a 4-GPU mesh's 6 rings)
+    found = max((_greedy(mat, paths.capacity, fresh) for fresh in (False, True)),
+                key=lambda x: x[0] * (1 - 1e-9 * x[1]))
+    return gpus[np.array([cycles[i] for i in found[2]], dtype=np.int64)]
+
+
+def _greedy(mat: npt.NDArray[np.int64], capacity: npt.NDArray[np.float64],
+            fresh: bool) -> tuple[float, int, list[int]]:
+    """(bandwidth, rings, chosen ring indices): rings picked one by one, each the one whose
+    busiest link stays least loaded relative to its capacity (with `fresh`, then one taken
+    fewer times), then the widest; keeping the count that maximises rings x min over links
+    (capacity / rings on it)."""
     valid = mat >= 0
     safe = np.where(valid, mat, 0)
-    capacity = paths.capacity
     bottleneck = np.where(valid, capacity[safe], np.inf).min(axis=1)
     usage = np.zeros(len(capacity))
+    times = np.zeros(len(mat))
     chosen, best, best_k = [], 0.0, 0
     for k in range(1, MAX_RINGS + 1):
         load = np.where(valid, (usage[safe] + 1) / capacity[safe], 0).max(axis=1)
-        # least loaded busiest link; then the widest ring
-        i = int(np.lexsort((-bottleneck, load))[0])
+        i = int(np.lexsort((-bottleneck, times if fresh else 0 * times, load))[0])
+        times[i] += 1
         chosen.append(i)
         np.add.at(usage, mat[i][valid[i]], 1)
         used = usage > 0
         bw = k * float((capacity[used] / usage[used]).min())
         if bw > best * (1 + 1e-9):
             best, best_k = bw, k
-    return gpus[np.array([cycles[i] for i in chosen[:best_k]], dtype=np.int64)]
+    return best, best_k, chosen[:best_k]
 
 
 def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
@@ -104,15 +117,15 @@ def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
     n_rails = max(len(rails.get(node_of[0], ())), 1)
     orders = local.tolist()
     best = _exit_rings(orders, members, where, home, n_rails)
-    if len(orders) < n_rails:
+    if len(orders) != n_rails:
         # NCCL starts channel c at NET nets[c % netCount] and takes bwInter off that NIC while
         # the links allow (search.cc ncclTopoSearchRecNet): the channels go round the node's
-        # NICs. With more NICs than distinct in-node rings (4 NICs, a 4-GPU mesh's 2 rings)
-        # the rings run again, each copy leaving by another NIC, where that carries more
-        more = _exit_rings([orders[k % len(orders)] for k in range(n_rails)], members, where,
-                           home, n_rails)
-        if _carried(topology, more) > _carried(topology, best) * (1 + 1e-9):
-            best = more
+        # NICs, one each. Where the node's in-node rings are not one per NIC (a 4-GPU mesh:
+        # 6 rings, 4 NICs) a channel per NIC, the rings taken in turn, unless that carries less
+        per_nic = _exit_rings([orders[k % len(orders)] for k in range(n_rails)], members, where,
+                              home, n_rails)
+        if _carried(topology, per_nic) >= _carried(topology, best) * (1 - 1e-9):
+            best = per_nic
     return best
 
 
