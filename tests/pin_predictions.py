@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 FIXTURE = Path(__file__).parent / "data" / "pinned_predictions.json"
-PRESETS = ("dgx-a100", "dgx-b200", "dgx-h100", "dgx-v100", "gb200-nvl72", "hgx-h200", "mi300x",
-           "pcie", "polaris")
+PRESETS = ("cray-ex254n", "dgx-a100", "dgx-b200", "dgx-h100", "dgx-v100", "gb200-nvl72",
+           "hgx-h200", "mi300x", "pcie", "polaris")
 ALGORITHMS = ("auto", "ring", "tree", "nvls", "nvls_tree", "pat")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 P2P = ("all_to_all", "sendrecv")  # NCCL runs them as grouped send/recv: auto only

@@ -224,6 +224,21 @@ def test_a_job_scripts_shell_trace_is_the_environment_nccl_ran_in():
     assert parse_log(later).info.env["NCCL_NET_GDR_LEVEL"] == "SYS"  # NCCL's own line wins
 
 
+def test_a_gh200_log_is_the_four_gh200_node_without_nvswitch():
+    # "NVIDIA GH200 120GB" on 4 GPUs per host: the 4-GH200 node (NVLink between every pair,
+    # no NVSwitch), not a DGX H100 with 4 of its 8 GPUs; so no NVLS at 16-64 MiB on 4+ nodes
+    from gpucomm.interop.system import infer_system
+    from gpucomm.simulate import predict
+    from gpucomm.topology import build_topology
+    log = parse_log((LOGS / "alps-gh200-4n-all_reduce.log").read_text())
+    guess = infer_system(log)
+    assert (guess.gpu, guess.system, guess.gpus_per_node) == ("gh200", "cray-ex254n", 4)
+    topo = build_topology(**guess.build_kwargs())
+    assert not topo.in_switch_reduction
+    assert all(predict("all_reduce", s << 20, topo, nccl_version="2.23").algorithm
+               not in ("nvls", "nvls_tree") for s in (16, 32, 64))
+
+
 def test_slow_mid_sizes_on_slingshot_with_default_cxi_queues_name_the_queue_settings():
     # Alps: 64 KiB-1 MiB at ~1 GB/s; the same job with FI_CXI_DEFAULT_CQ_SIZE=131072 (and TX
     # size, devmem copy threshold) ran 512 KiB-1 MiB 2.6-3.2x faster (the source's A/B)

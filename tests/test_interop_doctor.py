@@ -63,7 +63,7 @@ def test_the_logs_nccl_algo_is_followed_where_nccl_could_run_it(value, expect):
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 PCIe", "h100"), ("NVIDIA H800", "h100"),
     ("NVIDIA H200", "h200"), ("NVIDIA B200", "b200"), ("NVIDIA A100-SXM4-40GB", "a100"),
     ("Tesla V100-SXM2-32GB", "v100"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
-    ("NVIDIA L40S", "l40s"), ("NVIDIA GH200 480GB", "h100"), ("Quadro RTX 8000", None)])
+    ("NVIDIA L40S", "l40s"), ("NVIDIA GH200 480GB", "gh200"), ("Quadro RTX 8000", None)])
 def test_gpu_names(name, gpu):
     assert gpu_of(name) == gpu
 

@@ -45,3 +45,35 @@ def test_switches_and_pcie_boxes_keep_any_order():
     assert ring_orders(build_topology("dgx-h100", nodes=2), np.arange(16)) is None
     pcie = build_topology("pcie", nodes=2)
     assert ring_orders(pcie, np.arange(2 * pcie.gpus_per_node)) is None  # rings via the host
+
+
+def test_a_mesh_node_with_a_nic_per_gpu_runs_a_channel_out_of_every_nic():
+    """4 x GH200 (cray-ex254n): the 4-GPU mesh has 2 distinct in-node rings but 4 NICs; NCCL's
+    search starts channel c at NET c % 4 (search.cc ncclTopoSearchRecNet), so the rings run
+    twice, leaving by all 4 NICs: 4 x 23.5 GB/s of Slingshot, where 2 rings would use 2.
+    Polaris (4-GPU mesh, 2 NICs) stays bound by its 2 NICs."""
+    topo = build_topology("cray-ex254n", nodes=2)
+    rings = ring_orders(topo, np.arange(8))
+    assert rings is not None and len(rings) == 4
+    # channel k leaves from GPU r[3] by rail (r[3] + k) % 4 (paths.py's rail of channel k)
+    assert {(int(r[3]) + k) % 4 for k, r in enumerate(rings)} == {0, 1, 2, 3}
+    big = predict("all_reduce", 1 << 30, topo, algorithm="ring", protocol="simple")
+    assert big.busbw_GBps > 3 * 23.5
+    polaris = predict("all_reduce", 1 << 30, build_topology("polaris", nodes=2),
+                      algorithm="ring", protocol="simple")
+    assert polaris.busbw_GBps == pytest.approx(2 * 23.5, rel=0.01)  # its 2 NICs, as before
+
+
+def test_a_four_gpu_full_mesh_runs_all_six_rings():
+    """4 GPUs joined pairwise (GH200 node: 6 NVLink4 links a pair): the 6 directed rings
+    use every directed link twice, 3 links' worth out of each GPU; a greedy search that breaks
+    a tie by repeating its first ring stops at 2 (one link's worth each way). The DGX-1V cube
+    mesh keeps the rings it had (the better of the two passes)."""
+    topo = build_topology("cray-ex254n")
+    rings = ring_orders(topo, np.arange(4))
+    assert rings is not None and len({tuple(r) for r in rings}) == 6
+    res = predict("all_reduce", 1 << 30, topo, algorithm="ring", protocol="simple")
+    assert res.busbw_GBps > 2.5 * 123.6  # 6 x 123.6 / 2 at most
+    v100 = predict("all_reduce", 1 << 30, build_topology("dgx-v100"), algorithm="ring",
+                   protocol="simple")
+    assert v100.busbw_GBps == pytest.approx(134.4, rel=0.01)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from gpucomm.simulate import constants as K
-from gpucomm.simulate import p2p, predict
+from gpucomm.simulate import p2p, predict, versions
 from gpucomm.simulate.core import path_table
 from gpucomm.topology import build_topology
 
@@ -27,6 +27,32 @@ def test_channels_per_peer_across_nodes(nodes, gpn, ring, per_peer, cmin):
     p = _plan(build_topology("dgx-h100", nodes=nodes, gpus_per_node=gpn))
     assert (p["p2p_channels"], p["cmax"], p["cmin"]) == (ring, per_peer, cmin)
     assert p["chunk"] == 128 * 1024
+
+
+@pytest.mark.parametrize("nodes,version,per_peer", [
+    # 2.29 (paths.cc ncclTopoComputeP2pChannels): ceil(50 / 14) = 4 per net peer, halved
+    # while perPeer * ceil(P / 8) > 16 p2p channels
+    (2, "2.29", 4), (4, "2.29", 4), (8, "2.29", 2), (10, "2.29", 1),
+    # 2.20-2.28, no halving: max(1 NIC per GPU, 2 halved while 2 * P > 4 * 16)
+    (2, "2.28", 2), (4, "2.28", 2), (8, "2.28", 1), (10, "2.28", 1), (4, "2.20", 2),
+    # up to 2.19: NCCL_NCHANNELS_PER_NET_PEER's default, 2
+    (2, "2.19", 2), (10, "2.19", 2),
+])
+def test_channels_per_net_peer_follow_the_nccl_version(nodes, version, per_peer):
+    topo = build_topology("dgx-h100", nodes=nodes, gpus_per_node=8)
+    with versions.use(version):
+        p = _plan(topo)
+    assert (p["p2p_channels"], p["cmax"]) == (16, per_peer)
+
+
+def test_sendrecv_across_two_nodes_runs_two_channels_before_nccl_2_29():
+    """2 x 8 H100: 2.29 drives 4 channels per network peer (the 400G NIC bounds), 2.28 two
+    channels of 14 GB/s; the plan cached on the path table follows the version."""
+    topo = build_topology("dgx-h100", nodes=2, nic="ib-ndr")
+    new = predict("sendrecv", 1 << 30, topo, nccl_version="2.29")
+    old = predict("sendrecv", 1 << 30, topo, nccl_version="2.28")
+    assert old.busbw_GBps <= 2 * 14.0 < new.busbw_GBps
+    assert predict("sendrecv", 1 << 30, topo, nccl_version="2.29").time_s == new.time_s
 
 
 def test_one_nvswitch_node_op_channels_double_with_size():

@@ -359,7 +359,7 @@ links: []
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(system="dgx-x"), "unknown system preset 'dgx-x'; allowed: dgx-a100"),
+    (dict(system="dgx-x"), "unknown system preset 'dgx-x'; allowed: cray-ex254n, dgx-a100"),
     (dict(system="dgx-h100", nodes=2, nic="ib-foo"), "unknown NIC 'ib-foo'; allowed: ib-edr"),
     (dict(system="dgx-h100", gpus_per_node=9), "gpus_per_node 9 is more than dgx-h100 has: "
                                                "allowed 1..8"),
@@ -437,6 +437,21 @@ def test_polaris_preset_nvlink_mesh_and_slingshot():
     assert t.links[t.route(0, 1)[0]].bandwidth_Bps == 100e9      # 4 NVLink3 links per pair
     assert t.path_bandwidth(0, 4) == pytest.approx(25e9 * 0.94)   # Slingshot 200G
     assert t.nic_affinity[:4] == ("n0.nic0", "n0.nic0", "n0.nic1", "n0.nic1")
+
+
+def test_cray_ex254n_four_gh200_all_to_all_nvlink_no_nvswitch_one_nic_per_gpu():
+    """CSCS Alps' node: 6 NVLink4 links per GPU pair (150 GB/s per direction), no NVSwitch
+    (no NVLS), each GPU's Slingshot NIC behind its own Grace (GPU -C2C-> Grace -PCIe-> NIC)."""
+    t = build_topology("cray-ex254n", nodes=2)
+    assert t.nranks == 8 and t.gpus_per_node == 4 and not t.in_switch_reduction
+    assert {t.rank_device(r).model for r in range(8)} == {"gh200"}
+    assert all(len(t.route(a, b)) == 1 for a in range(4) for b in range(4) if a != b)
+    assert t.links[t.route(0, 1)[0]].bandwidth_Bps == 150e9
+    assert not any(d.kind == "nvswitch" for d in t.devices)
+    assert t.nic_affinity[:4] == ("n0.nic0", "n0.nic1", "n0.nic2", "n0.nic3")
+    hops = [(t.links[i].src, t.links[i].dst) for i in t.route(0, 4)]
+    assert hops[:2] == [("n0.gpu0", "n0.grace0"), ("n0.grace0", "n0.nic0")]
+    assert t.path_bandwidth(0, 4) == pytest.approx(25e9 * 0.94)   # Slingshot 200G
 
 
 def test_docs_example_loads():

@@ -21,7 +21,8 @@ from .nccltests import NcclTestsLog
 GPU_PATTERNS = (
     (r"\bG?B200\b|\bB100\b", "b200"),
     (r"\bH200\b", "h200"),
-    (r"\bH100\b|\bH800\b|\bGH200\b", "h100"),  # GH200: a Hopper GPU with NVLink4
+    (r"\bGH200\b", "gh200"),  # a Grace Hopper superchip's GPU: the 4-GH200 node, no NVSwitch
+    (r"\bH100\b|\bH800\b", "h100"),
     (r"\bA100\b|\bA800\b", "a100"),
     (r"\bMI300X\b|\bMI325X\b", "mi300x"),
     (r"\bMI355X\b|\bMI350X\b", "mi355x"),
@@ -33,18 +34,23 @@ GPU_PATTERNS = (
 # Catalog GPU -> the node preset it ships in (NVSwitch baseboards; PCIe cards in a PCIe box).
 PRESET_OF_GPU = {"mi300x": "mi300x", "mi355x": "mi355x",
                  "b200": "dgx-b200", "h200": "hgx-h200", "h100": "dgx-h100",
+                 "gh200": "cray-ex254n",
                  "a100": "dgx-a100", "v100": "dgx-v100", "l40s": "pcie", "rtx4090": "pcie",
                  "t4": "pcie"}
 # Node preset -> the GPU model it ships with.
 PRESET_GPU = {v: k for k, v in PRESET_OF_GPU.items() if v != "pcie"}
 LABEL = {"dgx-b200": "DGX B200", "hgx-h200": "HGX H200", "dgx-h100": "DGX H100",
          "dgx-a100": "DGX A100", "dgx-v100": "DGX-1 V100", "polaris": "Polaris node",
-         "pcie": "PCIe host", "mi300x": "MI300X platform", "mi355x": "MI355X platform"}
+         "pcie": "PCIe host", "mi300x": "MI300X platform", "mi355x": "MI355X platform",
+         "cray-ex254n": "GH200 quad node"}
 # Per-GPU-generation NIC of the same family when the log names only the family.
-_ROCE = {"b200": "roce-400g", "h200": "roce-400g", "h100": "roce-400g", "a100": "roce-200g"}
-_EFA = {"b200": "efa-400g", "h200": "efa-400g", "h100": "efa-400g", "a100": "efa-100g"}
+_ROCE = {"b200": "roce-400g", "h200": "roce-400g", "h100": "roce-400g", "gh200": "roce-400g",
+         "a100": "roce-200g"}
+_EFA = {"b200": "efa-400g", "h200": "efa-400g", "h100": "efa-400g", "gh200": "efa-400g",
+        "a100": "efa-100g"}
 # InfiniBand by GPU generation when NCCL prints no port speed (what those nodes shipped with).
-_IB = {"b200": "ib-ndr", "h200": "ib-ndr", "h100": "ib-ndr", "a100": "ib-hdr", "v100": "ib-edr",
+_IB = {"b200": "ib-ndr", "h200": "ib-ndr", "h100": "ib-ndr", "gh200": "ib-ndr", "a100": "ib-hdr",
+       "v100": "ib-edr",
        "mi300x": "ib-ndr", "mi355x": "ib-ndr"}
 # NIC port speed (Mb/s, as NCCL prints it) -> catalog NIC of each kind.
 _BY_SPEED = {"ib": {100000: "ib-edr", 200000: "ib-hdr", 400000: "ib-ndr", 800000: "ib-xdr"},

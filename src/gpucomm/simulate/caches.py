@@ -76,7 +76,7 @@ class PathMemo:
 
     def clear(self) -> None:
         self.rails_per_node: int | None = None
-        self.p2p_plan: Any = None  # p2p.P2PPlan
+        self.p2p_plan: Any = None  # (NCCL version, p2p.P2PPlan)
         self.p2p_rounds: dict[int, tuple[Ints, list[list[list[int]]]]] = {}  # by ops per peer
         self.shm_plan: ShmPlan | None | Literal[Unset.UNSET] = UNSET
         self.nccl_shape: Any = None  # nccl._Shape

@@ -10,7 +10,9 @@ below the links when those channels are few. The rules, all NCCL's own (constant
   NCCL_P2P_PER_CHANNEL_NET_BW = 14)); NVLink peer: 2·max(1, path bw / NVLink channel bw);
   PCIe peer: 2}, rounded up to a power of two; across nodes halved while
   perPeer x ceil(nRanks / 8) > p2p channels (ncclTopoComputeP2pChannels), so that every
-  peer fits in one round of 8 ops per channel;
+  peer fits in one round of 8 ops per channel. That is NCCL 2.29's; 2.20-2.28 give a network
+  peer max(local NICs, 2 halved while 2 x nRanks > 4 x p2p channels) and do not halve, and
+  up to 2.19 a network peer gets NCCL_NCHANNELS_PER_NET_PEER = 2 (versions.py RULE_SINCE);
 - channels per operation (enqueue.cc): start at nChannelsMin (perPeer halved while
   nChannelsMin x nRanks > p2p channels) and double while a part exceeds the maximum part
   (the p2p chunk across nodes, 32 chunks inside one) up to perPeer;
@@ -43,6 +45,7 @@ import numpy.typing as npt
 from ..collectives import Collective, layout
 from ..dtypes import DTypeLike
 from . import constants as K
+from . import versions
 from .paths import NET, NVLINK, PCIE, PathTable
 from .result import SimResult
 
@@ -88,11 +91,23 @@ def pairs(coll_name: str, p: int) -> tuple[npt.NDArray[np.int_], npt.NDArray[np.
     return src[keep], dst[keep]
 
 
+def _net_per_peer(nics: int, nic_gbps: float, ranks: int, p2p_channels: int) -> int:
+    """Channels to a network peer (paths.cc ncclTopoGetNchannels) as the active NCCL has it."""
+    if versions.has_rule("p2p_channels_fit_one_round"):
+        return max(nics, math.ceil(nic_gbps / K.P2P_NET_CHANNEL_GBPS))
+    if not versions.has_rule("p2p_net_channels_by_nics"):
+        return 2  # NCCL_NCHANNELS_PER_NET_PEER's default until 2.19
+    most = 2  # 2.20-2.28: "start from 2 channels per NIC and reduce with scale"
+    while most * ranks > p2p_channels * 4 and most > 1:
+        most //= 2
+    return max(nics, most)
+
+
 def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> P2PPlan:
     """NCCL's p2p channel counts for a communicator on these ranks (cached on `paths`)."""
     hit = paths.cache.p2p_plan
-    if hit is not None:  # what this function stored below
-        return cast(P2PPlan, hit)
+    if hit is not None and hit[0] == versions.rules_version():  # what this function stored below
+        return cast(P2PPlan, hit[1])
     p = len(np.asarray(placement).reshape(-1))
     node = np.asarray(topology.router.rank_node)[np.asarray(placement).reshape(-1)]
     nodes = len(np.unique(node))
@@ -118,13 +133,13 @@ def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> P2PP
         gpus_per_node = max(int(np.bincount(np.unique(node, return_inverse=True)[1]).max()), 1)
         nics = max(rails // gpus_per_node, 1)  # NICs next to each GPU
         nic_gbps = float(cap[cls == NET].min()) * nics / K.GB
-        per_class.append(max(nics, math.ceil(nic_gbps / K.P2P_NET_CHANNEL_GBPS)))
+        per_class.append(_net_per_peer(nics, nic_gbps, p, p2p_channels))
     if (cls == NVLINK).any():
         per_class.append(2 * max(1, int(float(cap[cls == NVLINK].min()) / K.GB / nvl_bw)))
     if (cls == PCIE).any():
         per_class.append(2)
     per_peer = _pow2_up(min(per_class, default=1))
-    if nodes > 1:
+    if nodes > 1 and versions.has_rule("p2p_channels_fit_one_round"):
         while per_peer * math.ceil(p / K.P2P_PER_BATCH) > p2p_channels and per_peer > 1:
             per_peer //= 2
     else:
@@ -137,7 +152,7 @@ def plan(topology: Topology, placement: npt.ArrayLike, paths: PathTable) -> P2PP
     out: P2PPlan = {"nodes": nodes, "p2p_channels": p2p_channels, "cmax": per_peer,
                     "cmin": cmin, "chunk": chunk, "nvl_Bps": nvl_bw * K.GB,
                     "classes": np.unique(cls)}
-    paths.cache.p2p_plan = out
+    paths.cache.p2p_plan = (versions.rules_version(), out)
     return out
 
 

@@ -90,9 +90,9 @@ def predict(collective: Collective | str, nbytes: int | str, topology: Topology,
     version = versions.parse_version(nccl_version, strict=True)
     if select not in SELECTIONS:
         raise ConfigError(f"select {select!r} not allowed: choose from {', '.join(SELECTIONS)}")
-    if get_collective(collective).name in P2P_COLLECTIVES:
-        version = None  # tuning.cc's constants describe NCCL's collectives, not its p2p
-    with versions.use(version):
+    # tuning.cc's constants describe NCCL's collectives, not its p2p: p2p takes only the
+    # version's channel rules (versions.py RULE_SINCE)
+    with versions.use(version, constants=get_collective(collective).name not in P2P_COLLECTIVES):
         return _predict(collective, nbytes, topology, algorithm, dtype, model, protocol, ranks,
                         root, redop, exclude, gpus_per_thread, cuda_graph, also, params, sweep,
                         select)

@@ -59,23 +59,36 @@ def ring_orders(topology: Topology, ranks: npt.ArrayLike) -> npt.NDArray[np.int6
     mat = np.full((len(cycles), width), -1, dtype=np.int64)
     for i, x in enumerate(links):
         mat[i, :len(x)] = x
+    # two greedy passes that differ in how they break a tie: the one whose rings carry more
+    # (a tie that repeats a ring can stop short of links still free: a 4-GPU mesh's 6 rings)
+    found = max((_greedy(mat, paths.capacity, fresh) for fresh in (False, True)),
+                key=lambda x: x[0] * (1 - 1e-9 * x[1]))
+    return gpus[np.array([cycles[i] for i in found[2]], dtype=np.int64)]
+
+
+def _greedy(mat: npt.NDArray[np.int64], capacity: npt.NDArray[np.float64],
+            fresh: bool) -> tuple[float, int, list[int]]:
+    """(bandwidth, rings, chosen ring indices): rings picked one by one, each the one whose
+    busiest link stays least loaded relative to its capacity (with `fresh`, then one taken
+    fewer times), then the widest; keeping the count that maximises rings x min over links
+    (capacity / rings on it)."""
     valid = mat >= 0
     safe = np.where(valid, mat, 0)
-    capacity = paths.capacity
     bottleneck = np.where(valid, capacity[safe], np.inf).min(axis=1)
     usage = np.zeros(len(capacity))
+    times = np.zeros(len(mat))
     chosen, best, best_k = [], 0.0, 0
     for k in range(1, MAX_RINGS + 1):
         load = np.where(valid, (usage[safe] + 1) / capacity[safe], 0).max(axis=1)
-        # least loaded busiest link; then the widest ring
-        i = int(np.lexsort((-bottleneck, load))[0])
+        i = int(np.lexsort((-bottleneck, times if fresh else 0 * times, load))[0])
+        times[i] += 1
         chosen.append(i)
         np.add.at(usage, mat[i][valid[i]], 1)
         used = usage > 0
         bw = k * float((capacity[used] / usage[used]).min())
         if bw > best * (1 + 1e-9):
             best, best_k = bw, k
-    return gpus[np.array([cycles[i] for i in chosen[:best_k]], dtype=np.int64)]
+    return best, best_k, chosen[:best_k]
 
 
 def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
@@ -102,10 +115,29 @@ def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
     # (paths.PathTable._rail_gpus)
     rails, home = _placed_rails(topology, np.asarray(topology.router.rank_node), gpus)
     n_rails = max(len(rails.get(node_of[0], ())), 1)
+    orders = local.tolist()
+    best = _exit_rings(orders, members, where, home, n_rails)
+    if len(orders) != n_rails:
+        # NCCL starts channel c at NET nets[c % netCount] and takes bwInter off that NIC while
+        # the links allow (search.cc ncclTopoSearchRecNet): the channels go round the node's
+        # NICs, one each. Where the node's in-node rings are not one per NIC (a 4-GPU mesh:
+        # 6 rings, 4 NICs) a channel per NIC, the rings taken in turn, unless that carries less
+        per_nic = _exit_rings([orders[k % len(orders)] for k in range(n_rails)], members, where,
+                              home, n_rails)
+        if _carried(topology, per_nic) >= _carried(topology, best) * (1 - 1e-9):
+            best = per_nic
+    return best
+
+
+def _exit_rings(orders: list[list[int]], members: list[list[int]], where: dict[int, int],
+                home: Any, n_rails: int) -> npt.NDArray[np.int64]:
+    """The rings over all nodes, each of `orders` rotated to leave a node by the NIC rail (then
+    GPU) fewest channels leave by so far."""
+    g = len(members[0])
     used = np.zeros(n_rails, dtype=np.int64)
     exits = np.zeros(g, dtype=np.int64)
     rings = []
-    for k, order in enumerate(local.tolist()):
+    for k, order in enumerate(orders):
         pos = [where[x] for x in order]
 
         def rail(i: int, k: int = k) -> int:
@@ -117,6 +149,20 @@ def _across_nodes(topology: Topology, gpus: npt.NDArray[np.int64],
         turned = np.roll(pos, g - 1 - pos.index(last))
         rings.append(np.concatenate([np.asarray(m)[turned] for m in members]))
     return np.asarray(rings, dtype=np.int64)
+
+
+def _carried(topology: Topology, rings: npt.NDArray[np.int64]) -> float:
+    """channels x what the busiest link lets each carry (NCCL's search objective,
+    nChannels x bw): every hop of every ring, the network hops included, shares its links."""
+    paths = PathTable(topology)
+    src = rings.reshape(-1)
+    dst = np.roll(rings, -1, axis=1).reshape(-1)
+    channel = np.repeat(np.arange(len(rings)), rings.shape[1])  # ring k: channel k's rails
+    table = paths.routes(src, dst, channel)
+    hops = table[table >= 0]
+    use = np.bincount(hops, minlength=len(paths.capacity))
+    on = use > 0
+    return len(rings) * float((paths.capacity[on] / use[on]).min())
 
 
 def _over_gpu_links(topology: Topology, rings: npt.NDArray[np.int64]) -> bool:

@@ -173,8 +173,24 @@ ALGORITHM_SINCE: dict[str, tuple[Version, str]] = {
     "nvls": ((2, 17), "v2.17.1-1"), "nvls_tree": ((2, 18), "v2.18.1-1"),
     "pat": ((2, 23), "v2.23.4-1 (NCCL_PAT_ENABLE)")}
 
+# The first release with each of NCCL's p2p channel rules (simulate/p2p.py), read from
+# src/graph/paths.cc at the release tags
+RULE_SINCE: dict[str, tuple[Version, str]] = {
+    # ncclTopoGetNchannels, a network peer: NCCL_NCHANNELS_PER_NET_PEER defaults to -1, and the
+    # channels are max(local NICs by bandwidth, 2 halved while 2 x nRanks > 4 x p2pnChannels);
+    # before, the parameter's default: 2
+    "p2p_net_channels_by_nics": ((2, 20), "v2.20.3-1 paths.cc ncclTopoGetNchannels"),
+    # a network peer gets max(NICs, ceil(NIC GB/s / NCCL_P2P_PER_CHANNEL_NET_BW)) channels, and
+    # ncclTopoComputeP2pChannels halves p2pnChannelsPerPeer across nodes while perPeer x
+    # ceil(nRanks / NCCL_MAX_DEV_WORK_P2P_PER_BATCH) > p2pnChannels (absent in v2.28.9-1)
+    "p2p_channels_fit_one_round": ((2, 29), "v2.29.2-1 paths.cc ncclTopoComputeP2pChannels")}
+
 _ACTIVE: contextvars.ContextVar[Version | None] = contextvars.ContextVar("gpucomm_nccl_version",
                                                                          default=None)
+# the NCCL whose rules (RULE_SINCE) apply; `use` sets it with _ACTIVE, or alone for p2p, whose
+# timing takes no tuning.cc constants
+_RULES: contextvars.ContextVar[Version | None] = contextvars.ContextVar("gpucomm_nccl_rules",
+                                                                        default=None)
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 
@@ -200,13 +216,16 @@ def parse_version(text: str | Sequence[int] | None, strict: bool = False) -> Ver
 
 
 @contextmanager
-def use(version: str | Version | None) -> Iterator[None]:
-    """Make `version` (text or (major, minor); None = the newest) the model's NCCL."""
-    token = _ACTIVE.set(parse_version(version, strict=True) if isinstance(version, str)
-                        else version)
+def use(version: str | Version | None, constants: bool = True) -> Iterator[None]:
+    """Make `version` (text or (major, minor); None = the newest) the model's NCCL; with
+    `constants` False only its rules (RULE_SINCE), the tuning constants staying the newest."""
+    v = parse_version(version, strict=True) if isinstance(version, str) else version
+    token = _ACTIVE.set(v if constants else None)
+    rules = _RULES.set(v)
     try:
         yield
     finally:
+        _RULES.reset(rules)
         _ACTIVE.reset(token)
 
 
@@ -233,3 +252,15 @@ def has_algorithm(name: str, version: Version | None = None) -> bool:
     version = version or _ACTIVE.get()
     since = ALGORITHM_SINCE.get(name)
     return version is None or since is None or version >= since[0]
+
+
+def rules_version() -> Version | None:
+    """The NCCL whose rules apply (`use`), (major, minor), or None for the newest."""
+    return _RULES.get()
+
+
+def has_rule(name: str, version: Version | None = None) -> bool:
+    """Whether NCCL `version` (default: the one `use` set; None: the newest) has rule `name`
+    (RULE_SINCE)."""
+    version = version or _RULES.get()
+    return version is None or version >= RULE_SINCE[name][0]
