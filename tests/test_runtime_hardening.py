@@ -263,8 +263,7 @@ class _FailingRendezvous:
     def allgather(self, obj):
         self.round += 1
         if self.round == 1:
-            return [obj, {"ctrl": self.peer.name, "pid": 1, "host": os.uname().nodename,
-                          "cores": [0]}]
+            return [obj, {"ctrl": self.peer.name, "pid": 1, "host": os.uname().nodename}]
         raise TransportError("rank 0: rank 1 closed the rendezvous connection")
 
 

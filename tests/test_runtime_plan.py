@@ -243,27 +243,6 @@ def test_plan_call_turns_options_into_compile_arguments():
     assert isinstance(staged.actions[0][0], Action)
 
 
-def test_all_to_all_stages_below_1_mib_chunks_where_every_rank_has_a_core():
-    """Both ways: 2 ranks with a core each stage chunks below 1 MiB (cache-resident copies
-    beat cross-memory reads); 4 ranks on 2 cores read from 256 KiB (a staged hand-off waits
-    for the reader to be scheduled); a set `a2a_direct_min_bytes` holds either way."""
-    opts = RuntimeOptions()
-
-    def direct(p, chunk, cores, o=opts):
-        sched = build("all_to_all", choose_algorithm("all_to_all", chunk * p, p), p)
-        bc = layout("all_to_all", chunk * p, "float32", p).block_count
-        return plan_call(sched.materialize(), bc, 4, o, cma=True, cores=cores).direct
-    assert not direct(2, 512 << 10, cores=2) and not direct(2, MiB - 4, cores=2)
-    assert direct(2, MiB, cores=2) and direct(2, 2 * MiB, cores=16)
-    assert not direct(2, 512 << 10, cores=None)  # no count given: a core each
-    assert direct(4, 512 << 10, cores=2) and direct(4, 256 << 10, cores=2)
-    assert not direct(4, 128 << 10, cores=2) and not direct(4, 512 << 10, cores=4)
-    assert direct(2, 512 << 10, cores=2, o=opts.replace(a2a_direct_min_bytes=256 << 10))
-    assert not direct(4, 2 * MiB, cores=2, o=opts.replace(a2a_direct_min_bytes=4 * MiB))
-    assert RuntimeOptions.from_env({"GPUCOMM_A2A_DIRECT_MIN_BYTES": "0"}).a2a_direct_min(4, 2) \
-        == 0
-
-
 def test_bench_header_prints_the_options_in_force_and_parsers_still_read_it(monkeypatch):
     from argparse import Namespace
 
@@ -275,9 +254,8 @@ def test_bench_header_prints_the_options_in_force_and_parsers_still_read_it(monk
     monkeypatch.setenv("GPUCOMM_SLICE_BYTES", str(64 << 10))
     settings = _settings(Namespace(backend="shm"))
     assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 3 MiB in 16 MiB "
-                        "slices (all-to-all from 1 MiB, 256 KiB where ranks share cores), "
-                        "piece 1 MiB, push off, stream on from 256 KiB, cma on, small-message "
-                        "path to 16 KiB",)
+                        "slices (all-to-all from 256 KiB), piece 1 MiB, push off, stream on "
+                        "from 256 KiB, cma on, small-message path to 16 KiB",)
     assert _settings(Namespace(backend="mpi")) == ()
     row = {"size": 64, "count": 16, "type": "float32", "redop": "sum", "root": -1,
            "time_us": 10.0, "algbw": 0.01, "busbw": 0.01, "wrong": 0, "ip_time_us": 10.0,

@@ -334,13 +334,11 @@ def received_bytes(schedule, block_count: int, itemsize: int) -> list[int]:
 def host_plan(host: dict, schedule, block_count: int, itemsize: int,
               options: RuntimeOptions | None = None):
     """The plan the runtime runs for this call on the calibrated host: `plan.plan_call`,
-    the function the shm transport calls, with the same options, for ranks launched from
-    this process (on the cores it may use)."""
-    from ..runtime.plan import plan_call, usable_cores
+    the function the shm transport calls, with the same options."""
+    from ..runtime.plan import plan_call
     options = current() if options is None else options
     cma = host.get("format") == FORMAT and bool(host.get("cma", True))
-    return plan_call(schedule, block_count, itemsize, options, cma,
-                     cores=len(usable_cores()))
+    return plan_call(schedule, block_count, itemsize, options, cma)
 
 
 def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,

@@ -34,18 +34,13 @@ class RuntimeOptions:
     direct_min_bytes: int = 3 << 20
     # ... in slices this large (no staging to pipeline: fewer, larger calls).
     direct_slice_bytes: int = 16 << 20
-    # All-to-all's chunks go direct from this size (None: `a2a_direct_min`'s rule). Each is
-    # read by one peer only, so staging costs a copy more than cross-memory attach, but its
-    # copies run from cache while a 512 KiB cross-memory read costs ~63 us of page pinning.
-    # Where every rank has a core of its own, chunks below 1 MiB are staged: 2 ranks, 1 MiB
-    # (512 KiB chunks), 500 calls: 60 against 128 us idle, 195 against 268 at load 3; in
-    # 20 calls from a cold start, level idle (128 against 129) and mixed under load: the
-    # host's copies run at half speed until warm. Chunks of 2 MiB gain only on an idle
-    # host (300 against 399 us) and lose under other jobs (1406 against 1019 at load 3), so
-    # they go direct. Where ranks share cores, each staged hand-off waits for the reader to
-    # be scheduled (4 ranks on 2 cores, 1 MiB: 1.0-1.6 ms staged against 0.5 ms direct), so
-    # from 256 KiB.
-    a2a_direct_min_bytes: int | None = None
+    # All-to-all's chunks go direct from this size: each is read by one peer only, so staging
+    # it is a whole extra copy that no second reader shares. With staged plans in C, staging
+    # 1 MiB chunks on 2 ranks with a core each wins some long runs and loses others on this
+    # 2-core host (gpucomm bench alltoall_perf -g 2, 1 MiB, 200 calls: 106/299/257 us staged
+    # against 259/135/137 direct; 20 calls: median 288 against 203), and loses where ranks
+    # share cores, so the default stays direct.
+    a2a_direct_min_bytes: int = 256 << 10
     # A reduction read by cross-memory attach goes through a buffer this large, so the peer's
     # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks:
     # 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
@@ -67,8 +62,6 @@ class RuntimeOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None and f.name == "a2a_direct_min_bytes":
-                continue
             if f.type in ("bool", bool):
                 if not isinstance(value, bool):
                     raise ConfigError(f"RuntimeOptions.{f.name} must be True or False, "
@@ -115,36 +108,13 @@ class RuntimeOptions:
         """One line, as bench's header prints it."""
         on = {True: "on", False: "off"}
         return (f"slice {_size(self.slice_bytes)}, direct from {_size(self.direct_min_bytes)} "
-                f"in {_size(self.direct_slice_bytes)} slices (all-to-all from {self._a2a()}), "
-                f"piece {_size(self.piece_bytes)}, "
+                f"in {_size(self.direct_slice_bytes)} slices (all-to-all from "
+                f"{_size(self.a2a_direct_min_bytes)}), piece {_size(self.piece_bytes)}, "
                 f"push {on[self.push]}, stream {on[self.stream]} from "
                 f"{_size(self.stream_min_bytes)}, cma {on[self.cma]}, small-message path "
                 f"{'to ' + _size(self.ll_max_bytes) if self.ll_max_bytes else 'off'}")
 
-    def a2a_direct_min(self, nranks: int, cores: int | None) -> int:
-        """The chunk size from which all-to-all goes direct, for `nranks` ranks that may run
-        on `cores` cores (None: as many as ranks): `a2a_direct_min_bytes` where it is set,
-        else 1 MiB where every rank has a core of its own, 256 KiB where not.
 
-        >>> o = RuntimeOptions()
-        >>> o.a2a_direct_min(2, 2), o.a2a_direct_min(4, 2), o.replace(a2a_direct_min_bytes=0
-        ...     ).a2a_direct_min(2, 2)
-        (1048576, 262144, 0)
-        """
-        if self.a2a_direct_min_bytes is not None:
-            return self.a2a_direct_min_bytes
-        return OWN_CORES_A2A_MIN_BYTES if cores is None or nranks <= cores else \
-            SHARED_CORES_A2A_MIN_BYTES
-
-    def _a2a(self) -> str:
-        if self.a2a_direct_min_bytes is not None:
-            return _size(self.a2a_direct_min_bytes)
-        return f"{_size(OWN_CORES_A2A_MIN_BYTES)}, {_size(SHARED_CORES_A2A_MIN_BYTES)} where " \
-            f"ranks share cores"
-
-
-OWN_CORES_A2A_MIN_BYTES = 1 << 20  # see a2a_direct_min_bytes
-SHARED_CORES_A2A_MIN_BYTES = 256 << 10
 # RuntimeOptions field -> the environment variable that sets it
 ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_DIRECT_MIN_BYTES",
              "direct_slice_bytes": "GPUCOMM_DIRECT_SLICE_BYTES",

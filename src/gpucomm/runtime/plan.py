@@ -22,7 +22,6 @@ options into compile arguments: the shm transport and bench's predictor both cal
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ..schedule import Schedule
@@ -108,30 +107,22 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
 
 
 def is_direct(schedule: Schedule, block_count: int, itemsize: int, options: RuntimeOptions,
-              cma: bool, cores: int | None = None) -> bool:
+              cma: bool) -> bool:
     """Are this call's chunks large enough to be read from peers' own buffers (and may they)?
-    All-to-all's from `options.a2a_direct_min` (one reader per chunk; it depends on whether
-    the ranks have `cores` cores, None: one each), the rest from `direct_min_bytes`."""
+    All-to-all's from `a2a_direct_min_bytes` (one reader per chunk), the rest from
+    `direct_min_bytes`."""
     chunk_bytes = block_count * itemsize // schedule.chunks_per_block
-    least = options.a2a_direct_min(schedule.nranks, cores) \
-        if schedule.collective.name == "all_to_all" else options.direct_min_bytes
+    least = options.a2a_direct_min_bytes if schedule.collective.name == "all_to_all" else \
+        options.direct_min_bytes
     return cma and chunk_bytes >= least
 
 
-def usable_cores() -> list[int]:
-    """The cores this process may run on (every core where the OS does not say)."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
-
-
 def plan_call(schedule: Schedule, block_count: int, itemsize: int, options: RuntimeOptions,
-              cma: bool, in_place_root: bool = False, cores: int | None = None) -> ActionPlan:
+              cma: bool, in_place_root: bool = False) -> ActionPlan:
     """The plan the shm runtime runs for one call, under `options`, where cross-memory
-    attach works (`cma`, which the options can also turn off) and the ranks may run on
-    `cores` cores (None: one each); `in_place_root`: the schedule's root calls in place
-    (every rank must agree)."""
-    direct = is_direct(schedule, block_count, itemsize, options, cma and options.cma, cores)
+    attach works (`cma`, which the options can also turn off); `in_place_root`: the
+    schedule's root calls in place (every rank must agree)."""
+    direct = is_direct(schedule, block_count, itemsize, options, cma and options.cma)
     # Direct reads need no pipelining through staging slices: big pieces make fewer calls and
     # let large copies use non-temporal stores.
     slice_bytes = options.direct_slice_bytes if direct else options.slice_bytes
@@ -141,5 +132,4 @@ def plan_call(schedule: Schedule, block_count: int, itemsize: int, options: Runt
                         push=options.push, stream=memcopy.streams(options))
 
 
-__all__ = ["Action", "ActionPlan", "compile_plan", "is_direct", "plan_call", "schedule_key",
-           "usable_cores"]
+__all__ = ["Action", "ActionPlan", "compile_plan", "is_direct", "plan_call", "schedule_key"]

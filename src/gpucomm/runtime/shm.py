@@ -36,7 +36,7 @@ from .actions import OUT
 from .contracts import Gatherer
 from .interpret import Call, Interpreter
 from .options import RuntimeOptions, current
-from .plan import ActionPlan, is_direct, plan_call, usable_cores
+from .plan import ActionPlan, is_direct, plan_call
 from .segment import Segment, new_name, unlink_name
 from .shm_control import (ACK, CAP, CLOSED, COLL_IDS, CTRL_BYTES, DESC, DONE, DTYPE_IDS, FAILED,
                           GEN, IN_ADDR, IN_PLACE, MAX_RANKS, MSG_OFF, NAME_OFF, OP_IDS, OUT_ADDR,
@@ -65,7 +65,6 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         self.copy_large = memcopy.copier(self.options)  # streams where the options say
         self.seq = 0
         self.cma = False
-        self.cores = len(usable_cores())  # cores the job's ranks may run on (their union)
         # Spin briefly, then poll between sched_yield calls (as MPICH's progress engine does):
         # a rank that shares its core with the peer it waits for hands the core over at once.
         self._spin_s = 50e-6
@@ -128,7 +127,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         mine = new_name()
         names.append(mine)
         info = rendezvous.allgather({"ctrl": mine, "pid": os.getpid(),
-                                     "host": os.uname().nodename, "cores": usable_cores()})
+                                     "host": os.uname().nodename})
         names[:] = [i["ctrl"] for i in info]
         ctrl = self._create_ctrl(mine)
         rendezvous.allgather({"created": True})
@@ -136,7 +135,6 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         if len(hosts) > 1:
             raise TransportError(f"the shm transport needs every rank on one host; ranks run "
                                  f"on {', '.join(sorted(hosts))}")
-        self.cores = len(set().union(*(i["cores"] for i in info)))
         for q, i in enumerate(info):
             seg = ctrl if q == rank else Segment.attach(i["ctrl"])
             self._ctrls.append(seg)
@@ -241,7 +239,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
             if len(self._plans) > 256:
                 self._plans.clear()
             plan = plan_call(schedule, block_count, itemsize, self.options, self.cma,
-                             in_place_root, self.cores)
+                             in_place_root)
             # the whole plan goes into the call descriptor's hash: ranks whose settings
             # (slice sizes, push, streaming) would compile different plans fail the check
             hit = (schedule, plan, zlib.crc32(repr((plan.schedule_key, plan.actions)).encode()))
