@@ -211,10 +211,10 @@ def ll_time(host: dict, nbytes: int, nranks: int) -> float:
 def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
     """Measure this host and save it. `quick`: fewer repeats and iterations (about a second),
     what a first prediction uses when nothing is saved yet."""
-    from ..runtime.plan import usable_cores
     cores = os.cpu_count() or 1
     # what else ran: a calibration taken under load costs every op too dearly (load_warning)
-    load, usable = round(os.getloadavg()[0], 2), len(usable_cores())
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    load = round(os.getloadavg()[0], 2)
     llc = cache_bytes()
     repeats = 3 if quick else 7
     big = 32 << 20 if quick else 64 << 20
