@@ -2,7 +2,6 @@
 graphs have (tuning.cc busBw = graphs[a]->nChannels x bw): the ring graph's for ring, tree and
 PAT, the NVLS graph's heads for NVLS and NVLSTree. It reads them from the topology alone, so
 whatever gpucomm picks for a row, NCCL's estimate of that row is the same."""
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -13,17 +12,10 @@ from gpucomm.simulate import nccl_tuning as T
 from gpucomm.simulate.nccl import nvls_heads
 from gpucomm.topology import build_topology
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_modules import load
 
 
-def _accuracy():
-    spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks/accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-A = _accuracy()
+A = load("accuracy")
 TABLES = {t["id"]: t for path in A.DATA for t in json.loads(Path(path).read_text())}
 CLUSTER_B_8N = "nccltests309_h100_8n64g_ib_all_reduce_clusterB"  # 8 x 8 H100, 8 NDR per node
 ONE_NODE = "xxrjun_h100_1n8g_all_reduce"  # one 8-GPU H100 node: gpucomm picks nvls

@@ -1,7 +1,6 @@
 """The tables benchmarks/accuracy.py scores: every one maps to a topology and a class, and the
 V100 hybrid-cube-mesh nodes (GPUs linked directly, no switch) are scored as the NVLink-mesh
 class, whatever words their description uses for the missing switch."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,17 +8,10 @@ import pytest
 
 from gpucomm.topology import build_topology
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_modules import load
 
 
-def _accuracy():
-    spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks/accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-A = _accuracy()
+A = load("accuracy")
 TABLES = [t for path in A.DATA for t in json.loads(Path(path).read_text())]
 
 

@@ -1,23 +1,17 @@
 """benchmarks/calibration.py --published reads a published table as the nccl-tests log it was
 printed from: same sizes and times, the machine the table states (issue 23)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from gpucomm.interop.doctor import diagnose
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_modules import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("calibration_bench",
-                                                  ROOT / "benchmarks" / "calibration.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("calibration")
 
 
 def test_a_table_reads_back_as_its_log(bench):
