@@ -52,7 +52,7 @@ RING_LL128 = tuple(K.LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
 TREE_LL128 = tuple(K.TREE_LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
 TREE_BW = tuple(K.TREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 # tuning.cc perChMaxNVLSTreeBws[arch][nodes class]
-NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+NVLS_TREE_BW = tuple(K.NVLSTREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 NVLS_EFF = tuple(K.NVLS_EFFICIENCY[g] for g in GENERATIONS)
 NVLS_ALGOS = ("nvls", "nvls_tree")  # timed over the NVLS graph's channels, not the ring's
 NET_OVERHEAD_US = 1.0  # getNetOverhead: x86 Intel (2.0 on AMD CPUs; the tables rarely say)
