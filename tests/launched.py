@@ -44,6 +44,14 @@ def finish(comm, res: dict, out_dir: str) -> None:
     os._exit(0)
 
 
+def all_right(results: list, log: str, nranks: int) -> None:
+    """Every one of `nranks` ranks wrote its result, none an error, every output numpy's."""
+    assert len(results) == nranks, log[-3000:]
+    for res in results:
+        assert "error" not in res, res.get("trace")
+        assert res["wrong"] == [], res["wrong"][:5]
+
+
 def run_ranks(script: str, nranks: int, mode: str, tmp_path, env: dict, timeout: float):
     """(results of the ranks that wrote one, the launcher's output, seconds taken)."""
     from gpucomm.runtime.launch import launch

@@ -14,7 +14,7 @@ import traceback
 
 import numpy as np
 import pytest
-from launched import finish, run_ranks
+from launched import all_right, finish, run_ranks
 
 from gpucomm.errors import ConfigError
 from gpucomm.runtime.options import RuntimeOptions
@@ -184,10 +184,8 @@ def run(nranks, mode, tmp_path, env=None, timeout=240):
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])
 def test_small_all_reduce_is_bitwise_the_rank_order_reduction_on_every_rank(nranks, tmp_path):
     results, log, _ = run(nranks, "cases", tmp_path)
-    assert len(results) == nranks, log[-3000:]
+    all_right(results, log, nranks)
     for res in results:
-        assert "error" not in res, res.get("trace")
-        assert res["wrong"] == [], res["wrong"][:5]
         assert not res["general_used"], "a call took the general path"
     assert len({res["digest"] for res in results}) == 1  # the same bits on every rank
 
@@ -195,20 +193,15 @@ def test_small_all_reduce_is_bitwise_the_rank_order_reduction_on_every_rank(nran
 @pytest.mark.parametrize("mode,env", [("off", {"GPUCOMM_LL_MAX_BYTES": "0"}), ("noext", {})])
 def test_without_the_path_the_general_one_gives_the_same_bits(mode, env, tmp_path):
     results, log, _ = run(2, mode, tmp_path, env)
-    assert len(results) == 2, log[-3000:]
+    all_right(results, log, 2)
     for res in results:
-        assert "error" not in res, res.get("trace")
-        assert res["wrong"] == [], res["wrong"][:5]
         assert res["general_used"]
 
 
 @ll_built
 def test_small_calls_mix_with_general_ones(tmp_path):
     results, log, _ = run(3, "mixed", tmp_path)
-    assert len(results) == 3, log[-3000:]
-    for res in results:
-        assert "error" not in res, res.get("trace")
-        assert res["wrong"] == []
+    all_right(results, log, 3)
 
 
 @ll_built
