@@ -296,6 +296,27 @@ def dtree_parents(n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
     return t0, t1
 
 
+def tree_net_factor(n: int) -> float:
+    """Bytes the busiest node's NICs carry in each direction, per byte of the buffer, for NCCL's
+    double binary tree across n nodes (trees.cc ncclGetDtree: dtree_parents). Each tree carries
+    half the buffer (connect.cc connectTrees: the first half of the channels run tree 0, their
+    copies tree 1); a node sends its half up to its parent (reduce) and down to each child
+    (broadcast), and receives as much, so per direction it moves (children + has-parent) halves
+    in each tree. 2 nodes: 1 (each node is the root of one tree and the leaf of the other);
+    3: 1.5; 4 and more: 2 (a node inner in one tree, with two children and a parent).
+
+        >>> [tree_net_factor(n) for n in (1, 2, 3, 4, 5, 8)]
+        [0.0, 1.0, 1.5, 2.0, 2.0, 2.0]
+    """
+    if n < 2:
+        return 0.0
+    load = np.zeros(n)
+    for parent in dtree_parents(n):
+        has = parent >= 0
+        load += (np.bincount(parent[has], minlength=n) + has) / 2
+    return float(load.max())
+
+
 def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
                          nodes: dict[int, list[int]], nvls: bool = False) -> float:
     """How much the fabric slows the network part of a tree (tree, or nvls_tree with `nvls`)
@@ -491,9 +512,9 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     net = _loaded(shape, shape["net"], slowdown)
     if net is not None:  # 2 or more nodes
         lat_net, nic = net
-        f = 2.0  # tuning.cc: a tree's algBw is half its busBw at any node count
-        rate = min(_rate(pr, nic, NET, nch), cap)
-        t_net = size * f / rate
+        # the NICs carry f x size each way; NCCL's per-channel cap is on its busBw, which for a
+        # tree is twice the algBw at any node count (tuning.cc), whatever the NICs carry
+        t_net = size * max(tree_net_factor(n) / _rate(pr, nic, NET, nch), 2.0 / cap)
         hop_net = max(hop[NET], net_hop_floor(topology, placement, proto, paths)) + \
             net_sync_s(topology, size / p)
         lat += 2 * np.ceil(np.log2(n)) * (hop_net + lat_net)
@@ -576,7 +597,7 @@ def nvls(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     net = _loaded(shape, _nvls_net(shape, paths, topology, placement), slowdown)
     if net is not None and chunk is not None:  # 2 or more nodes
         lat_net, nic = net
-        f = 1.0 if n == 2 else 2.0  # double binary tree: 2 transfers per node
+        f = tree_net_factor(n)
         t_net = size * f / nic
         # no faster than NCCL's per-channel NVLSTree cap over the head channels (constants.py)
         per_ch = K.NVLSTREE_PER_CHANNEL_BW.get(gen, (0.0,) * 3)[1 if n == 2 else 2] * K.GB
