@@ -19,10 +19,12 @@ runs rather than what gpucomm's own timing finds fastest.
 What NCCL reads from its topology search is taken here from gpucomm's topology: the GPU's
 NVLink/xGMI figure as NCCL's topo.h has it (catalog `nccl_GBps`, all links: NCCL's search
 packs rings over all of them; PCIe boxes get their PCIe figure), the node's NICs (catalog
-`nccl_GBps`), the ring channel count gpucomm's model gives (what NCCL's search would find is
-not modelled) and, where the caller gives it, the NVLS graph's heads (nccl.nvls_heads; else
-NVLS and NVLSTree are timed over the ring's count too, as `ranked` does). The net plugin's
-latency is the catalog's plugin_latency_us.
+`nccl_GBps`); on one node the ring channel count gpucomm's model gives, across nodes the ring
+and tree graphs NCCL's search finds from the NICs (net_graph: a channel per NIC at a speed of
+its speed array, the tree's bwIntra raised to twice its bwInter, which is what tuning.cc reads
+on 2 nodes) and, where the caller gives it, the NVLS graph's heads (nccl.nvls_heads; else
+NVLS and NVLSTree are timed over the ring's count too). The net plugin's latency is the
+catalog's plugin_latency_us.
 """
 from __future__ import annotations
 
@@ -91,29 +93,87 @@ def net_latency_us(topo: Topology) -> float:
     return get_nic(nic).plugin_latency_s * 1e6 if nic else 0.0
 
 
-def _graph(topo: Topology, channels: int) -> tuple[int, str, float, float, int]:
-    """(arch index, intra hw class, bwIntra per channel, bwInter per channel, nChannels)."""
+# search.cc speedArrayInter / sm90SpeedArrayInter / sm100SpeedArrayInter (GB/s per channel;
+# the same from v2.18.3-1 to v2.29.7-1 but sm100's, which is v2.29's): the speeds NCCL's search
+# tries for a graph that leaves the node, fastest first
+SPEEDS_INTER = {
+    0: (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4,
+        1.2, 0.24, 0.12),
+    2: (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
+        0.24, 0.12),
+    3: (96.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0,
+        2.4, 1.2, 0.24, 0.12)}
+Graph = tuple[int, str, float, float, int]  # (arch, intra hw class, bwIntra, bwInter, nChannels)
+
+
+def _graph(topo: Topology, channels: int, nodes: int = 1) -> dict[str, Graph]:
+    """NCCL's ring and tree graphs as its tuning reads them (arch index, intra hw class,
+    bwIntra and bwInter per channel, nChannels). On one node: `channels` over every NVLink of
+    the GPU (NCCL's search packs rings over all of them, switched or a full mesh) or its PCIe
+    figure, ring and tree alike. Across nodes, the search's own graphs (net_graph): the ring
+    graph's bwIntra is its bwInter, and the tree graph's bwIntra is raised to twice it."""
     gpu_dev = next(d for d in topo.devices if d.kind == "gpu")
     gpu = get_gpu(gpu_dev.model)
     arch = ARCH.get(gpu.sm, 1)
     ppn = topo.gpus_per_node
     if gpu.nvlink and ppn > 1 and topo.p2p:
-        # NCCL's search packs rings over every NVLink of the GPU, switched or a full mesh
         total = (get_link_tech(gpu.nvlink).nccl_Bps or 0) / 1e9
         hw = "nvlink"
     else:
         total = (get_link_tech(gpu.pcie).nccl_Bps or 24e9) / 1e9
         hw = "pci"
-    nics = [d for d in topo.devices if d.kind == "nic" and d.node == 0]
-    inter_total = 0.0
-    for d in nics[:max(ppn, 1)]:
-        inter_total += (get_link_tech(d.model).nccl_Bps or 0) / 1e9
+    nics = [(get_link_tech(d.model).nccl_Bps or 0) / 1e9
+            for d in topo.devices if d.kind == "nic" and d.node == 0][:max(ppn, 1)]
+    nics = [b for b in nics if b > 0]
+    if nodes > 1 and nics:
+        path = min(max(nics), (get_link_tech(gpu.pcie).nccl_Bps or 24e9) / 1e9)
+        n, inter, tree_intra = net_graph(gpu.sm, len(nics), path, total if ppn > 1 else None)
+        return {"ring": (arch, hw, inter, inter, n), "tree": (arch, hw, tree_intra, inter, n)}
     n = max(channels, 1)
     intra = total / n
-    inter = min(intra, inter_total / n) if inter_total else intra
+    inter = min(intra, sum(nics) / n) if nics else intra
     if ppn == 1:
         intra = inter
-    return arch, hw, intra, inter, n
+    return {"ring": (arch, hw, intra, inter, n), "tree": (arch, hw, intra, inter, n)}
+
+
+def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
+              ) -> tuple[int, float, float]:
+    """(nChannels, the ring graph's bw per channel, the tree graph's bwIntra) of NCCL's search
+    across nodes (search.cc ncclTopoCompute, v2.18.3-1 ... v2.29.7-1), from the node's `nics`,
+    the best GPU->NIC path (`path_GBps`: the NIC's speed, or the GPU's PCIe if slower: maxBw)
+    and the GPU's NVLink total (None: one GPU per node, no chain inside the node):
+    - a channel per NIC at the fastest speed of speedArrayInter no faster than maxBw; the ring
+      search raises bwIntra and bwInter together, so the ring graph's bwIntra is its bwInter;
+    - ncclTopoDupChannels doubles the channels at half the speed (at most MAXCHANNELS/2), except
+      below 25 GB/s or, from sm86, below 50 GB/s on more than 4 channels;
+    - the tree graph is searched on as many channels (init.cc), at the same bwInter, then its
+      bwIntra is raised along the speed array while below twice bwInter ("increase bwIntra for
+      trees (2 nodes or collnet)"), as far as the GPUs' NVLink carries it: what tuning.cc's
+      busBw reads at nNodes <= 2.
+
+        >>> net_graph("sm80", 2, 24.0, 240.0)  # Polaris: 4 x A100, 2 x Slingshot
+        (2, 24.0, 48.0)
+        >>> net_graph("sm90", 4, 25.0, 370.8)  # 4 x H100, 4 x NDR200
+        (4, 24.0, 48.0)
+        >>> net_graph("sm90", 8, 48.0, 370.8)  # DGX H100: 8 x NDR, the array's top
+        (8, 48.0, 48.0)
+    """
+    ccmin = int(sm[2:]) if sm.startswith("sm") and sm[2:].isdigit() else 80
+    speeds = SPEEDS_INTER[3 if ccmin >= 100 else 2 if ccmin >= 90 else 0]
+    i = next((k for k, v in enumerate(speeds) if v <= path_GBps), len(speeds) - 1)
+    n, bw = nics, speeds[i]
+    if bw >= 25.0 and not (ccmin > 80 and bw < 50.0 and n > 4):
+        dup = min(2 * n, K.MAX_CHANNELS // 2)
+        bw /= -(-dup // n)
+        n = dup
+    i = next((k for k, v in enumerate(speeds) if v <= bw), len(speeds) - 1)
+    intra = speeds[i]
+    limit = math.inf if nvlink_GBps is None else nvlink_GBps / n
+    while i > 0 and intra < 2 * bw and speeds[i - 1] <= limit:
+        i -= 1
+        intra = speeds[i]
+    return n, bw, max(intra, bw)
 
 
 def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
@@ -136,8 +196,8 @@ def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
         return []
     net_lat = net_latency_us(topo) if net_latency is None else net_latency
     ppn = nranks / nodes
-    graphs = {"ring": _graph(topo, channels),
-              "nvls": _graph(topo, channels if nvls_channels is None else nvls_channels)}
+    graphs = {**_graph(topo, channels, nodes),
+              "nvls": _graph(topo, channels if nvls_channels is None else nvls_channels)["ring"]}
     arch, intra_hw = graphs["ring"][:2]
     i2 = min(nodes, 3) - 1
     ll_max = LL_MAX[arch if nodes == 1 else 0][i2]
@@ -148,7 +208,8 @@ def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
     for algo in _algorithms(coll.name, nodes, ppn, nvswitch_full):
         if algorithms is not None and algo not in algorithms:
             continue
-        _, _, bw_intra, bw_inter, nch = graphs["nvls" if algo in NVLS_ALGOS else "ring"]
+        _, _, bw_intra, bw_inter, nch = graphs["nvls" if algo in NVLS_ALGOS else
+                                               "tree" if algo == "tree" else "ring"]
         for pi, proto in enumerate(PROTOS):
             if (protocols is not None and proto not in protocols) or \
                     (algo in ("nvls", "nvls_tree", "pat") and proto != "simple") or \
@@ -244,6 +305,8 @@ def _busbw(coll: str, algo: str, pi: int, nodes: int, ppn: float, nch: int, bw_i
         bus = min(bus / 3.8, ll_max)
     if algo == "tree" and pi == 1:
         bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), nch * TREE_LL128[arch][i2])
+    if algo == "tree" and ppn == 1:  # search.cc: one GPU a node searches the TREE pattern
+        bus *= .85
     if algo == "pat":
         bus *= .75
     return bus
