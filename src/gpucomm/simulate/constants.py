@@ -61,7 +61,8 @@ TREE_LL128_CHUNK_RULES = ((64, 131072), (16, 32768))
 TREE_SIMPLE_CHUNK_RULES: tuple[tuple[int, int], ...] = ()
 # tuning.cc treeCorrectionFactor[proto][log2(bytes / 64)], 64 B .. 512 MiB: NCCL's own measured
 # efficiency of its trees by message size ("trees are not perfectly sticking to the model for
-# medium sizes"); it multiplies the tree's bandwidth. Sizes beyond the table use its last entry.
+# medium sizes"); it multiplies the tree's bandwidth below 512 MiB (logSize < 23; 2.29's 24th
+# entry is NVLSTree's), and nothing beyond.
 TREE_CORRECTION = {
     "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
            1.0, 1.0, 1.0, 1.0),

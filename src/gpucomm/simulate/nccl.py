@@ -518,8 +518,11 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         hop_net = max(hop[NET], net_hop_floor(topology, placement, proto, paths)) + \
             net_sync_s(topology, size / p)
         lat += 2 * np.ceil(np.log2(n)) * (hop_net + lat_net)
+    # tuning.cc ncclTopoGetAlgoTime reads the tree's factor for logSize < 23 only (v2.18.3-1 ..
+    # v2.29.7-1; 2.29's 24th entry is NVLSTree's): none from 512 MiB
     table = value("TREE_CORRECTION")[proto]
-    correction = table[int(np.clip(np.log2(max(size, 64) / 64), 0, len(table) - 1))]
+    k = int(np.log2(max(size, 64) / 64))
+    correction = table[k] if k < min(len(table), 23) else 1.0
     t = lat + max(t_intra, t_net) / correction + _tree_fill(shape, proto, size, nch, t_intra,
                                                             t_net)
     busy: Mapping[int, float] = {}
