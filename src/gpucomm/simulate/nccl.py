@@ -17,12 +17,13 @@ are closed forms here, costed from the topology's links and the same protocol mo
 - tree (trees.cc): a chain through the GPUs of each node and a double binary tree across the
   nodes' chain heads, one per channel, pipelined. Each GPU sends the buffer up the chain
   (reduce) and down (broadcast): where both go out of one port (an NVSwitch node) the port
-  carries 2S, over point-to-point links S each way. Across nodes, a node that is inner in one
-  binary tree and a leaf in the other receives 3/2 + 1/2 of the buffer and sends as much: 2S
-  per direction over the node's NICs. (With 2 nodes each tree is one edge and the count is S,
-  but NCCL's own model halves a tree's bandwidth at every node count, tuning.cc `algBw =
-  busBw * 0.5`, and so do the measurements: 2S is kept.) NCCL's treeCorrectionFactor, its
-  measured efficiency of trees by size, scales the bandwidth term.
+  carries 2S, over point-to-point links S each way. Across nodes, each binary tree carries
+  half the buffer, and the busiest node's NICs carry tree_net_factor(n) x S per direction: S
+  on 2 nodes (each node is the root of one tree and the leaf of the other: the CSCS Alps
+  2-node log reaches 158 GB/s busbw on 4 x 25 GB/s NICs, beyond any ring's 100),
+  1.5S on 3, and 2S from 4 (a node inner in one tree and a leaf in the other receives 3/2 +
+  1/2 of the buffer). NCCL's treeCorrectionFactor, its measured efficiency of trees by size,
+  scales the bandwidth term below 512 MiB.
 - nvls / nvls_tree: in-switch reduction; see `nvls`.
 """
 from __future__ import annotations
