@@ -10,8 +10,9 @@ machine (nodes, GPUs per node as its log says), without and with the profile. Pr
 |busbw error| of the held-out rows per size class, side by side, and the bars of issue 23:
 median within 10% at >= 64 MiB and within 20% at 1-64 MiB, calibrated, on held-out runs.
 `--residuals`: per cluster and per size, the held-out rows' median measured/predicted time,
-calibrated, and what the model ran there (where the mid sizes miss, and why). `--select nccl`:
-auto runs the pair NCCL's tuning model picks (predict's select), in the fit and the predictions.
+calibrated, and what the model ran there (where the mid sizes miss, and why). `--select`: how
+auto chooses, in the fit and the predictions: as doctor and calibrate do by default, the pair
+NCCL's tuning model picks (nccl; the logs ran NCCL's choice), or gpucomm's fastest pair.
 `--published`: the same, on pairs of published tables (and logs) of one cluster (PAIRS), printed
 beside the bar. Clusters whose index entries say `after_rules` were added to data/logs after
 the calibration rules were chosen (first contact): their held-out rows are also pooled alone.
@@ -61,7 +62,7 @@ CLASSES = ((">=64MiB", lambda s: s >= 64 << 20, 0.10),
            ("<=64KiB", lambda s: s <= 64 << 10, None))
 
 
-def requests(entry, select="fastest") -> list:
+def requests(entry, select="nccl") -> list:
     path = LOGS / entry["file"]
     return [DoctorRequest(log, name=entry["file"], select=select,
                           nccl_version=entry.get("nccl_version"))  # where the source states it
@@ -160,7 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("-v", action="store_true", help="print every held-out run")
     ap.add_argument("--residuals", action="store_true",
                     help="per cluster and size: median measured/predicted time, calibrated")
-    ap.add_argument("--select", default="fastest", choices=("fastest", "nccl"),
+    ap.add_argument("--select", default="nccl", choices=("fastest", "nccl"),
                     help="how auto chooses, in the fit and the predictions: gpucomm's fastest "
                     "pair, or the pair NCCL's tuning model picks")
     ap.add_argument("--published", action="store_true",

@@ -26,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--output", required=True, metavar="PROFILE.yaml")
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (alpha-beta) or flow (link sharing)")
-    add_select(p)
+    add_select(p, default="nccl")
     retire(p, "-c", "-N", "-o", "--model")
     add_format(p)
     p.set_defaults(func=cmd_calibrate, algorithm=None, protocol=None)

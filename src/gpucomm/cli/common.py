@@ -144,11 +144,12 @@ def nccl_version_arg(text: str) -> str:
     return text
 
 
-def add_select(parser) -> None:
-    """--select: how auto chooses among NCCL's algorithms and protocols (predict's select)."""
-    parser.add_argument("--select", choices=("fastest", "nccl"), default="fastest",
-                        help="auto runs the pair gpucomm times fastest (default), or the pair "
-                        "NCCL's own tuning model picks (nccl), timed by gpucomm")
+def add_select(parser, default: str = "fastest") -> None:
+    """--select: how auto chooses among NCCL's algorithms and protocols (predict's select);
+    doctor and calibrate, which model logs NCCL's own choice produced, default to nccl."""
+    parser.add_argument("--select", choices=("fastest", "nccl"), default=default,
+                        help=f"auto runs the pair gpucomm times fastest, or the pair NCCL's own "
+                        f"tuning model picks (nccl), timed by gpucomm (default: {default})")
 
 
 def add_format(parser) -> None:

@@ -44,7 +44,7 @@ def register(sub) -> None:
     p.add_argument("--algorithm", help="predict this algorithm (default: the log's NCCL_ALGO, "
                    "else auto)")
     p.add_argument("--protocol", choices=("auto", "ll", "ll128", "simple"))
-    add_select(p)
+    add_select(p, default="nccl")
     p.add_argument("--sim-model", dest="model", default="analytic", choices=("analytic", "flow"),
                    help="the simulator: analytic (default) or flow")
     retire(p, "-c", "-N", "--model")
@@ -79,7 +79,7 @@ def requests_of(args, path: str, **extra) -> list:
                                  algorithm=args.algorithm,
                                  protocol=None if args.protocol in (None, "auto")
                                  else args.protocol,
-                                 select=getattr(args, "select", "fastest"),
+                                 select=getattr(args, "select", "nccl"),
                                  nccl_version=getattr(args, "nccl_version", None), **extra))
     return out
 

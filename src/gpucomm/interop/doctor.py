@@ -57,7 +57,7 @@ class DoctorRequest:
     model: str = "analytic"
     algorithm: str | None = None  # None: what the log's NCCL_ALGO says, else auto
     protocol: str | None = None
-    select: str = "fastest"  # how auto chooses (predict's select): fastest, or NCCL's model
+    select: str = "nccl"  # how auto chooses (predict's select): NCCL's model, or fastest
     topology: Topology | None = None  # a Topology to use as it is (sim --compare --topology FILE)
     profile: Any = None  # a topology.profile.Profile: the fitted parameters applied
     gpus_per_thread: int | None = None  # override the log's nGpus (nccl-tests -g)
@@ -297,8 +297,7 @@ def _choice(log, coll, req, topo) -> dict:
     version = parse_version(req.nccl_version or log.info.version)  # the NCCL the log ran
     if version is not None:
         out["nccl_version"] = version
-    if req.select != "fastest":
-        out["select"] = req.select
+    out["select"] = req.select
     if req.protocol:
         out["protocol"] = req.protocol
     elif env.get("NCCL_PROTO") and "^" not in env["NCCL_PROTO"]:
