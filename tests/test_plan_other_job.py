@@ -117,7 +117,7 @@ def test_sim_second_job_slows_the_job_only_where_it_shares_leaves(capsys):
 
 
 def test_a_slower_second_job_is_not_charged_to_the_job():
-    from gpucomm.workloads.concurrent import without_second_job
+    from gpucomm.simulate.concurrent import without_second_job
     assert without_second_job(10.0, 4.0, 8.0) == pytest.approx(5.0)  # union 25% past it
     assert without_second_job(10.0, 4.0, 10.0) == 4.0  # the second job's own pace
     assert without_second_job(10.0, 8.0, 4.0) == 10.0  # the job the slower: the union's end

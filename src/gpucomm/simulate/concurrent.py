@@ -1,15 +1,16 @@
-"""Identical groups running one collective at the same time, timed together on shared links.
+"""Groups running one collective at the same time, timed together on shared links.
 
 In a training step every TP group runs its all-reduce at once, every DP group its gradient
-reduction, and so on. When these groups' traffic crosses the same links (the NICs of a node
-that its GPUs share, the PCIe root complex of a PCIe box) each gets a share of them. The
-simulator times one schedule; this module builds one schedule that is the side-by-side union
-of g copies of the algorithm the simulator chose for one group (copy j runs on ranks
-j*n .. j*n+n-1, placed on group j's GPUs) and lets the simulator's flow model (links shared
-max-min fairly) time them together. NCCL's tree closed forms (tree, nvls_tree) are not
-schedules: their groups are timed by the simulator's own tree model, each tree at its slowest
-edge with every group's connections on the cables (simulate.nccl.trees_together). No network
-model lives here: only the composition.
+reduction, and so on; beside the job, a second job (`--other-job`) may run the same
+collective on groups shaped like the job's. When these groups' traffic crosses the same links
+(the NICs of a node that its GPUs share, the PCIe root complex of a PCIe box, the fabric's
+cables) each gets a share of them. The simulator times one schedule; this module builds one
+schedule that is the side-by-side union of g copies of the algorithm the simulator chose for
+one group (copy j runs on ranks j*n .. j*n+n-1, placed on group j's GPUs) and lets the
+simulator time them together. NCCL's tree closed forms (tree, nvls_tree) are not schedules:
+their groups are timed by the simulator's own tree model, each tree at its slowest edge with
+every group's connections on the cables (nccl.trees_together). It lives in `simulate` so that
+every view (sim, plan, the tuner file) times a second job through the same functions.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import dataclasses
 import numpy as np
 
 from ..collectives import get_collective
+from ..errors import ConfigError
 from ..schedule import FIELDS, Schedule, concat, step
 
 
@@ -61,7 +63,7 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     modelled link. Each group's inter-node traffic leaves by its own GPUs' NICs (the
     simulator's rail rule), so groups contend exactly where they share a NIC or a cable.
     """
-    from ..simulate import simulate
+    from .core import simulate
     timed = single.timed
     if timed is None or not groups:
         return None
@@ -82,7 +84,7 @@ def time_each(collective, topology, groups: list, single) -> list[float] | None:
     trees each move at their slowest edge's pace (simulate.nccl.trees_together). None for a
     schedule, whose union is one run (time_together), and where the groups meet on no
     modelled link (no fabric model; nvls inside one node)."""
-    from ..simulate.nccl import trees_together
+    from .nccl import trees_together
     timed = single.timed
     if timed is None or timed.schedule is not None or not groups:
         return None
@@ -157,6 +159,48 @@ def with_second_job(result, topology, job: list, second: list, *, model: str = "
                                timed=timed.bounded(why, t))
 
 
+
+def fastest_beside(collective, nbytes: int, topology, job: list, second: list, *,
+                   model: str = "analytic", **options):
+    """The prediction `predict(collective, nbytes, topology, ranks=job, **options)` would
+    give, but choosing the (algorithm, protocol) pair that is fastest with a second job on
+    the groups `second` beside it (each pair timed as `predict(algorithm=, protocol=)` and
+    slowed by with_second_job): what a tuner file written for the shared fabric should set.
+    NCCL's own tuner does not see other jobs (`gpucomm sim --other-job`'s auto keeps its
+    choice and is slowed by it). The pairs are those auto timed (its `candidates`) and the
+    ring pairs it left untimed by their latency floor (ranking.ring_floor). A second job
+    never speeds a job up, so with the analytic model a pair whose time alone (or floor) is
+    no better than the best with the second job so far is not timed with it."""
+    from ..dtypes import FP8, get_dtype
+    from ..errors import GpucommError
+    from .nccl_tuning import fp8_ring_penalty
+    from .predict import predict
+    from .ranking import ring_floor
+    coll = get_collective(collective)
+    kw = dict(options, model=model, ranks=job)
+    fp8 = get_dtype(options.get("dtype", "float32")).name in FP8
+
+    def score(res) -> float:  # auto's argmin key (predict._select): fp8 rings ranked last
+        return res.time_s * fp8_ring_penalty(res.algorithm, fp8, len(job))
+    auto = predict(coll, nbytes, topology, **kw)
+    best = with_second_job(auto, topology, job, second, model=model)
+    floors = {(a, p): t for a, p, t in auto.candidates}
+    if "ring" not in {str(e).lower() for e in options.get("exclude", ())}:
+        for p in dict.fromkeys(p for _, p, _ in auto.candidates):
+            floors.setdefault(("ring", p), ring_floor(coll.name, len(job), p) or 0.0)
+    floors.pop((auto.algorithm, auto.protocol), None)
+    for (algorithm, protocol), floor in sorted(floors.items(), key=lambda kv: kv[1]):
+        if model == "analytic" and floor >= score(best):
+            break
+        try:
+            alone = predict(coll, nbytes, topology, algorithm=algorithm, protocol=protocol, **kw)
+        except GpucommError:  # a pair auto did not time because it cannot run it
+            continue
+        if model != "analytic" or score(alone) < score(best):
+            res = with_second_job(alone, topology, job, second, model=model)
+            best = res if score(res) < score(best) else best
+    return best
+
 def without_second_job(together: float, job: float | None, second: float | None) -> float:
     """The job's own time within a union with a second job that ends at `together`: the
     union ends when the slower of the two does, so where the second job alone (`second`) is
@@ -166,3 +210,43 @@ def without_second_job(together: float, job: float | None, second: float | None)
     if job is None or second is None or second <= job:
         return together
     return job * max(together / second, 1.0)
+
+
+def check_other_job(nodes, whole: bool, contention: bool) -> int:
+    """The second job's node count (0: none), checked against what can time it."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ConfigError(f"other_job {nodes!r} not allowed: a node count >= 0 (0: none)")
+    if nodes and not whole:
+        raise ConfigError("--other-job needs a modelled fabric (--fabric rail-2tier, "
+                          "rail-3tier or tor-2tier, or a --routing): a second job meets the "
+                          "job only on the cables it shares")
+    if nodes and not contention:
+        raise ConfigError("--other-job is timed together with the job's groups: drop "
+                          "--no-contention")
+    return nodes
+
+
+def other_job_groups(ranks: tuple[int, ...], job_nodes: int, other_nodes: int,
+                     gpus_per_node: int) -> list[tuple[int, ...]]:
+    """A second job's groups shaped like `ranks`, on its `other_nodes` nodes (cluster nodes
+    job_nodes..job_nodes+other_nodes-1, which the placement puts on the leaves the job
+    leaves): consecutive blocks of as many nodes as `ranks` spans, each member keeping its
+    place in the group's node order and its GPU index shifted by 0..gpus_per_node-1, disjoint.
+    The second job runs the same collective at the same moment on every such group (a job
+    of the same shape at the same phase: the pessimistic end, as job_peers). A group inside
+    one node meets no fabric and gets none."""
+    order = list(dict.fromkeys(r // gpus_per_node for r in ranks))
+    k = len(order)
+    if k < 2 or other_nodes < k:
+        return []
+    place = {n: i for i, n in enumerate(order)}
+    used: set[int] = set()
+    out = []
+    for j in range(other_nodes // k):
+        for s in range(gpus_per_node):
+            g = tuple((job_nodes + j * k + place[r // gpus_per_node]) * gpus_per_node
+                      + (r + s) % gpus_per_node for r in ranks)
+            if used.isdisjoint(g) and len(set(g)) == len(g):
+                used.update(g)
+                out.append(g)
+    return out
