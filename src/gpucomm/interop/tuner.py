@@ -143,9 +143,11 @@ def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int],
     sweep = SizeSweep([n * unit for n in probes])
 
     def choice(n_units: int) -> tuple[str, str, int]:
-        kw = {"dtype": req.dtype, "model": req.model, "sweep": sweep}
-        res = fastest_beside(coll, n_units * unit, req.topology, ranks, second, **kw) \
-            if second else predict(coll, n_units * unit, req.topology, ranks=ranks, **kw)
+        nbytes = n_units * unit
+        res = fastest_beside(coll, nbytes, req.topology, ranks, second, dtype=req.dtype,
+                             model=req.model, sweep=sweep) if second else \
+            predict(coll, nbytes, req.topology, ranks=ranks, dtype=req.dtype, model=req.model,
+                    sweep=sweep)
         algo = NCCL_ALGORITHM.get(res.algorithm)
         if algo is None or res.timed is None:
             raise ConfigError(f"{coll.name} at {n_units * unit} B: the model chose "

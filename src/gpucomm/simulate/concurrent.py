@@ -15,22 +15,32 @@ every view (sim, plan, the tuner file) times a second job through the same funct
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
-from ..collectives import get_collective
+from ..collectives import Collective, get_collective
 from ..errors import ConfigError
-from ..schedule import FIELDS, Schedule, concat, step
+from ..schedule import FIELDS, Schedule, Step, concat, step
+from .result import SimResult
+
+if TYPE_CHECKING:
+    from ..topology import Topology
+
+Groups = Sequence[Sequence[int]]  # groups of topology ranks, each shaped like the job's
 
 
-def _shift(st, offset: int, channel_offset: int = 0):
+def _shift(st: Step, offset: int, channel_offset: int = 0) -> Step:
     cols = dict(zip(FIELDS, st.columns()))
     return step(cols["src"] + offset, cols["dst"] + offset, cols["src_chunk"],
                 cols["dst_chunk"], cols["nchunks"], cols["reduce"],
                 cols["channel"] + channel_offset)
 
 
-def union_schedule(sched: Schedule, copies: int, channel_offsets=None) -> Schedule:
+def union_schedule(sched: Schedule, copies: int,
+                   channel_offsets: Iterable[int] | None = None) -> Schedule:
     """`copies` independent copies of `sched` on disjoint ranks, as one schedule.
 
     Chunk numbering is kept: a collective whose buffer has one block per rank keeps its block
@@ -46,14 +56,15 @@ def union_schedule(sched: Schedule, copies: int, channel_offsets=None) -> Schedu
                     sched.channels, sched.params)
 
 
-def union_nbytes(collective, nbytes: int, n: int, copies: int) -> int:
+def union_nbytes(collective: Collective | str, nbytes: int, n: int, copies: int) -> int:
     """The nccl-tests size of the union that keeps each copy's block size."""
     coll = get_collective(collective)
     return nbytes * coll.size_blocks(n * copies) // coll.size_blocks(n)
 
 
-def time_together(collective, nbytes: int, topology, groups: list, single, *,
-                  dtype="bfloat16", model="flow") -> float | None:
+def time_together(collective: Collective | str, nbytes: int, topology: Topology,
+                  groups: Groups, single: SimResult, *, dtype: str = "bfloat16",
+                  model: str = "flow") -> float | None:
     """Seconds until all `groups` (lists of topology ranks) finish, each running what was
     timed for `single` (a prediction for one group: its schedule, protocol, lanes and, where
     its placement is on `groups[0]`, its ring orders, moved to each group). A schedule's
@@ -78,7 +89,8 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     return float(res.time_s)
 
 
-def time_each(collective, topology, groups: list, single) -> list[float] | None:
+def time_each(collective: Collective | str, topology: Topology, groups: Groups,
+              single: SimResult) -> list[float] | None:
     """Each group's own seconds when all `groups` run what was timed for `single` at once,
     where the model knows each one's end: NCCL's tree closed forms on a fabric model, whose
     trees each move at their slowest edge's pace (simulate.nccl.trees_together). None for a
@@ -94,8 +106,9 @@ def time_each(collective, topology, groups: list, single) -> list[float] | None:
                           moved(timed.placement, groups))
 
 
-def job_within(collective, nbytes: int, topology, own: list, second: list, single, *,
-               dtype="bfloat16", model="flow", alone: float | None = None) -> float | None:
+def job_within(collective: Collective | str, nbytes: int, topology: Topology, own: Groups,
+               second: Groups, single: SimResult, *, dtype: str = "bfloat16",
+               model: str = "flow", alone: float | None = None) -> float | None:
     """The end of the job's groups `own` when a second job's groups `second` run the same
     collective at the same moment (both timed as for `single`); None where they cannot be
     timed together. Tree closed forms: the job's own groups' end, known exactly (time_each).
@@ -114,7 +127,7 @@ def job_within(collective, nbytes: int, topology, own: list, second: list, singl
                               time_together(collective, nbytes, topology, second, single, **kw))
 
 
-def moved(placement, groups: list) -> list[np.ndarray]:
+def moved(placement: npt.ArrayLike, groups: Groups) -> list[npt.NDArray[np.int64]]:
     """The timed `placement` of one group (schedule rank -> GPU, or a row per channel)
     moved from groups[0]'s GPUs to each group's; where it does not lie on groups[0], each
     group's GPUs in order."""
@@ -126,12 +139,13 @@ def moved(placement, groups: list) -> list[np.ndarray]:
     return [np.asarray(g, dtype=np.int64)[pos] for g in groups]
 
 
-def union_placement(placement, groups: list) -> np.ndarray:
+def union_placement(placement: npt.ArrayLike, groups: Groups) -> npt.NDArray[np.int64]:
     """The union's placement: `placement` moved to each group (moved), side by side."""
     return np.concatenate(moved(placement, groups), axis=-1)
 
 
-def with_second_job(result, topology, job: list, second: list, *, model: str = "analytic"):
+def with_second_job(result: SimResult, topology: Topology, job: Sequence[int], second: Groups,
+                    *, model: str = "analytic") -> SimResult:
     """`result` (a prediction for the job on ranks `job` of `topology`) with a second job
     running the same collective at the same moment on each group of `second` (lists of
     topology ranks shaped like `job`): both timed together on the shared cables (job_within:
@@ -159,9 +173,9 @@ def with_second_job(result, topology, job: list, second: list, *, model: str = "
                                timed=timed.bounded(why, t))
 
 
-
-def fastest_beside(collective, nbytes: int, topology, job: list, second: list, *,
-                   model: str = "analytic", **options):
+def fastest_beside(collective: Collective | str, nbytes: int, topology: Topology,
+                   job: Sequence[int], second: Groups, *, model: str = "analytic",
+                   **options: Any) -> SimResult:
     """The prediction `predict(collective, nbytes, topology, ranks=job, **options)` would
     give, but choosing the (algorithm, protocol) pair that is fastest with a second job on
     the groups `second` beside it (each pair timed as `predict(algorithm=, protocol=)` and
@@ -180,7 +194,7 @@ def fastest_beside(collective, nbytes: int, topology, job: list, second: list, *
     kw = dict(options, model=model, ranks=job)
     fp8 = get_dtype(options.get("dtype", "float32")).name in FP8
 
-    def score(res) -> float:  # auto's argmin key (predict._select): fp8 rings ranked last
+    def score(res: SimResult) -> float:  # auto's argmin key (predict._select): fp8 rings last
         return res.time_s * fp8_ring_penalty(res.algorithm, fp8, len(job))
     auto = predict(coll, nbytes, topology, **kw)
     best = with_second_job(auto, topology, job, second, model=model)
@@ -201,6 +215,7 @@ def fastest_beside(collective, nbytes: int, topology, job: list, second: list, *
             best = res if score(res) < score(best) else best
     return best
 
+
 def without_second_job(together: float, job: float | None, second: float | None) -> float:
     """The job's own time within a union with a second job that ends at `together`: the
     union ends when the slower of the two does, so where the second job alone (`second`) is
@@ -212,7 +227,7 @@ def without_second_job(together: float, job: float | None, second: float | None)
     return job * max(together / second, 1.0)
 
 
-def check_other_job(nodes, whole: bool, contention: bool) -> int:
+def check_other_job(nodes: object, whole: bool, contention: bool) -> int:
     """The second job's node count (0: none), checked against what can time it."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
         raise ConfigError(f"other_job {nodes!r} not allowed: a node count >= 0 (0: none)")
