@@ -57,9 +57,8 @@ def cmd_tune(args) -> int:
                       model=args.model, sub_communicators=args.sub_communicators,
                       other_job=args.other_job or 0)
     rules = tune(req)
-    second = f"; a second job on {args.other_job} more nodes of the fabric runs beside each " \
-        "communicator (--other-job): each rule is the pair fastest with it" \
-        if args.other_job else ""
+    second = f"\na second job on {args.other_job} more nodes of the fabric (--other-job) runs " \
+        "beside each communicator: each rule is the pair fastest with it" if args.other_job else ""
     if args.format == "json":
         doc = {"topology": topo.name, "nodes": nodes, "nranks": len(job), "rules": rules}
         if args.other_job:
