@@ -112,7 +112,7 @@ def test_sim_second_job_slows_the_job_only_where_it_shares_leaves(capsys):
     assert row["time_us"] > 1.2 * row["time_alone_us"]  # both jobs under every leaf
     (row,) = _sim(capsys, "spread", 8)["rows"]  # two groups of the second job, slower alone
     # than the job (they share cables among themselves): only how far the union runs past
-    # them is charged to the job (workloads.concurrent.without_second_job)
+    # them is charged to the job (simulate.concurrent.without_second_job)
     assert row["time_us"] >= row["time_alone_us"]
 
 
