@@ -151,9 +151,9 @@ class Timer:
     cluster as long as the fabric is non-blocking.
     With `contention`, the peers of the group (the groups of the same kind on the same nodes,
     which run the same collective at the same moment) are timed together with it by the
-    simulator's flow model (see `simulate.concurrent`); the slowdown over the group alone (same model)
-    scales the group's time. Above MAX_TOGETHER_RANKS ranks in all, the slowdown is measured
-    on every group cut to its first members, which cross the same kind of links.
+    simulator's flow model (see `simulate.concurrent`); the slowdown over the group alone
+    (same model) scales the group's time. Above MAX_TOGETHER_RANKS ranks in all, the slowdown
+    is measured on every group cut to its first members, which cross the same kind of links.
     """
 
     def __init__(self, cluster: Cluster, sim_model: str = "analytic", contention: bool = True,
