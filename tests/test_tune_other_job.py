@@ -28,7 +28,7 @@ FABRIC = ["--system", "dgx-h100", "--nic", "roce-400g", "--fabric", "rail-2tier"
           "spread"]
 PAIRS = [("tree", "ll"), ("tree", "ll128"), ("tree", "simple"), ("nvls_tree", "simple"),
          ("ring", "ll"), ("ring", "ll128"), ("ring", "simple")]
-SIZES = [1 << 20, 2 << 20, 3 << 20, 8 << 20, 1 << 30]
+SIZES = [64, 64 << 10, 1 << 20, 2 << 20, 3 << 20, 8 << 20, 1 << 30]
 
 
 @pytest.fixture(scope="module")
