@@ -15,7 +15,7 @@ import pytest
 
 from gpucomm.cli import main
 from gpucomm.errors import ConfigError
-from gpucomm.interop.tuner import TuneRequest, tune
+from gpucomm.interop.tuner import MAX_LINE_BYTES, TuneRequest, parse_csv, tune
 from gpucomm.simulate import predict
 from gpucomm.simulate.concurrent import fastest_beside, other_job_groups, with_second_job
 from gpucomm.simulate.sweep import predict_sizes
@@ -109,7 +109,10 @@ def test_cli_tune_rules_match_cli_sim_times(capsys):
     assert _rule_at(doc["rules"], size) == min(times, key=times.__getitem__)
     assert main(["tune", *FABRIC, "--nodes", "2", "--collective", "all_reduce",
                  "--no-sub-communicators", "-e", "64M", "--other-job", "2"]) == 0
-    assert "a second job on 2 more nodes" in capsys.readouterr().out
+    csv = capsys.readouterr().out
+    assert "a second job on 2 more nodes" in csv
+    assert parse_csv(csv) == doc["rules"]  # the file NCCL's plugin reads: the same rules
+    assert max(map(len, csv.splitlines())) <= MAX_LINE_BYTES
 
 
 def test_communicators_inside_one_node_meet_no_second_job(shared):
