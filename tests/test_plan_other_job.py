@@ -112,12 +112,12 @@ def test_sim_second_job_slows_the_job_only_where_it_shares_leaves(capsys):
     assert row["time_us"] > 1.2 * row["time_alone_us"]  # both jobs under every leaf
     (row,) = _sim(capsys, "spread", 8)["rows"]  # two groups of the second job, slower alone
     # than the job (they share cables among themselves): only how far the union runs past
-    # them is charged to the job (workloads.concurrent.without_second_job)
+    # them is charged to the job (simulate.concurrent.without_second_job)
     assert row["time_us"] >= row["time_alone_us"]
 
 
 def test_a_slower_second_job_is_not_charged_to_the_job():
-    from gpucomm.workloads.concurrent import without_second_job
+    from gpucomm.simulate.concurrent import without_second_job
     assert without_second_job(10.0, 4.0, 8.0) == pytest.approx(5.0)  # union 25% past it
     assert without_second_job(10.0, 4.0, 10.0) == 4.0  # the second job's own pace
     assert without_second_job(10.0, 8.0, 4.0) == 10.0  # the job the slower: the union's end

@@ -17,8 +17,8 @@ from gpucomm.simulate.core import path_table
 from gpucomm.simulate.timed import phases, traced
 from gpucomm.topology import build_topology
 from gpucomm.topology.fabric import Network
-from gpucomm.workloads.concurrent import time_together, with_second_job
-from gpucomm.workloads.steptime import other_job_groups
+from gpucomm.simulate.concurrent import time_together, with_second_job
+from gpucomm.simulate.concurrent import other_job_groups
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 GPN = 8

@@ -110,7 +110,7 @@ def test_peer_groups_are_the_same_kind_on_the_same_nodes():
 
 def test_union_schedule_runs_copies_side_by_side():
     from gpucomm.algorithms import build
-    from gpucomm.workloads.concurrent import union_nbytes, union_schedule
+    from gpucomm.simulate.concurrent import union_nbytes, union_schedule
     one = build("all_gather", "ring", 4)
     two = union_schedule(one, 3, channel_offsets=[0, 1, 2])
     assert two.nranks == 12 and two.nsteps == one.nsteps and two.nops == 3 * one.nops
@@ -125,7 +125,7 @@ def test_groups_sharing_nics_are_slower_together():
     pytest.importorskip("gpucomm.simulate")
     from gpucomm.simulate import predict
     from gpucomm.topology import build_topology
-    from gpucomm.workloads.concurrent import time_together
+    from gpucomm.simulate.concurrent import time_together
     nbytes = 8 << 20
     groups = [[i, 8 + i] for i in range(8)]  # one send per GPU index across two nodes
     slowdown = {}

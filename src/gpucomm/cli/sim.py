@@ -83,6 +83,8 @@ def cmd_sim(args) -> int:
     resolve(args, "gpucomm sim")
     _nccl_tests_meaning(args)
     _check_outputs(args)
+    if args.other_job and (args.seeds or args.compare):
+        raise ConfigError("--other-job does not combine with --seeds or --compare")
     if args.compare:
         return _compare(args, topology_from_args(args) if args.topology else None)
     from ..simulate.versions import parse_version
@@ -91,7 +93,7 @@ def cmd_sim(args) -> int:
     job: list[int] = []
     second: list[list[int]] = []
     if args.other_job:
-        topo, job, second = _with_second_job(args)
+        topo, job, second = second_job_cluster(args)
     else:
         topo = topology_from_args(args)
     _check_threads(args, topo)
@@ -111,7 +113,7 @@ def cmd_sim(args) -> int:
                                 ranks=job or None, on_size=lambda size: bar.advance(f"{size} B"))
     alone = [r.time_s for r in results]
     if second:
-        from ..workloads.concurrent import with_second_job
+        from ..simulate.concurrent import with_second_job
         results = [with_second_job(r, topo, job, second, model=args.model) for r in results]
     if os.environ.get("GPUCOMM_SIM_TIMING"):  # benchmarks/sim_speed.py: where the time went
         print(f"gpucomm sim timing: topology {t1 - t0:.3f} s ({c1 - c0:.3f} CPU), prediction "
@@ -154,11 +156,9 @@ def _print_second_job(nodes: int | None, groups: int, nranks: int, rows) -> None
               f"({r['time_us'] / r['time_alone_us'] - 1:+.1%})")
 
 
-def _with_second_job(args):
+def second_job_cluster(args):
     """--other-job NODES: (the cluster of --nodes + NODES nodes, the job's ranks on its first
-    --nodes nodes, the second job's groups shaped like the job on the rest)."""
-    if args.seeds or args.compare:
-        raise ConfigError("--other-job does not combine with --seeds or --compare")
+    --nodes nodes, the second job's groups shaped like the job on the rest); sim and tune."""
     job_nodes = args.nodes or 1
     if job_nodes < 2 or args.other_job < job_nodes:
         raise ConfigError(f"--other-job {args.other_job}: the second job runs the job's "
@@ -169,7 +169,7 @@ def _with_second_job(args):
         topo = topology_from_args(args)
     finally:
         args.nodes = job_nodes
-    from ..workloads.steptime import check_other_job, other_job_groups
+    from ..simulate.concurrent import check_other_job, other_job_groups
     check_other_job(args.other_job, topo.network is not None, True)
     gpn = topo.gpus_per_node
     job = list(range(job_nodes * gpn))

@@ -9,7 +9,7 @@ import argparse
 
 from ..errors import ConfigError
 from ._nccltests import retire
-from .common import add_format, name_arg, print_json, size_arg, write_text
+from .common import add_format, name_arg, positive_int, print_json, size_arg, write_text
 from .topo import add_topology_args, topology_from_args
 
 
@@ -28,6 +28,11 @@ def register(sub) -> None:
     p.add_argument("--sub-communicators", action=argparse.BooleanOptionalAction, default=True,
                    help="also rules for 1, 2, 4, ... nodes x 1, 2, 4, ... GPUs per node (the "
                         "plugin matches node and rank counts exactly; default: on)")
+    p.add_argument("--other-job", type=positive_int, default=None, metavar="NODES",
+                   help="a second job on NODES more nodes of the fabric, as `gpucomm sim "
+                   "--other-job`: placed by --placement on the nodes the job leaves, running "
+                   "each communicator's collective at the same moment on groups of its shape; "
+                   "each rule holds the pair fastest with it (needs a fabric model)")
     p.add_argument("--output", type=name_arg, metavar="FILE", help="default: standard output")
     retire(p, "-c", "-o", "--model")
     add_format(p)
@@ -40,22 +45,32 @@ def cmd_tune(args) -> int:
     if dup:
         raise ConfigError(f"--collective {dup[0]} is given more than once: name each "
                           "collective once")
-    topo = topology_from_args(args)
-    nodes = len({topo.node_of(r) for r in range(topo.nranks)})
+    if args.other_job:
+        from .sim import second_job_cluster
+        topo, job, _ = second_job_cluster(args)
+    else:
+        topo = topology_from_args(args)
+        job = list(range(topo.nranks))
+    nodes = len({topo.node_of(r) for r in job})
     req = TuneRequest(topology=topo, collectives=tuple(args.collective or NCCL_COLLECTIVES),
                       min_bytes=args.minbytes, max_bytes=args.maxbytes, dtype=args.datatype,
-                      model=args.model, sub_communicators=args.sub_communicators)
+                      model=args.model, sub_communicators=args.sub_communicators,
+                      other_job=args.other_job or 0)
     rules = tune(req)
+    second = f"\na second job on {args.other_job} more nodes of the fabric (--other-job) runs " \
+        "beside each communicator: each rule is the pair fastest with it" if args.other_job else ""
     if args.format == "json":
-        print_json({"topology": topo.name, "nodes": nodes, "nranks": topo.nranks,
-                    "rules": rules})
+        doc = {"topology": topo.name, "nodes": nodes, "nranks": len(job), "rules": rules}
+        if args.other_job:
+            doc["other_job"] = {"nodes": args.other_job}
+        print_json(doc)
         return 0
     text = to_csv(rules, f"NCCL example tuner rules by gpucomm tune for {topo.name}: "
-                         f"{topo.nranks} ranks on {nodes} node(s)\n"
-                         f"gpucomm {args.model} model; channels as timed; -1 = any")
+                         f"{len(job)} ranks on {nodes} node(s)\n"
+                         f"gpucomm {args.model} model; channels as timed; -1 = any{second}")
     if args.output:
         write_text(args.output, text)
-        print(f"wrote {args.output}: {len(rules)} rules for {topo.nranks} ranks on {nodes} "
+        print(f"wrote {args.output}: {len(rules)} rules for {len(job)} ranks on {nodes} "
               "node(s)")
     else:
         print(text, end="")

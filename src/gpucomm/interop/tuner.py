@@ -21,6 +21,7 @@ from ..collectives import Collective, get_collective
 from ..dtypes import get_dtype
 from ..errors import ConfigError
 from ..simulate import predict
+from ..simulate.concurrent import check_other_job, fastest_beside, other_job_groups
 from ..topology import Topology
 
 HEADER = ("collective", "min_bytes", "max_bytes", "algorithm", "protocol", "channels", "nNodes",
@@ -51,19 +52,25 @@ class TuneRequest:
     model: str = "analytic"
     # also rules for the communicators a job splits the cluster into (nNodes x GPUs per node)
     sub_communicators: bool = True
+    # a second job on the topology's last `other_job` nodes (the job on the others), running
+    # each communicator's collective at the same moment on groups of its shape (as `gpucomm
+    # sim --other-job`); each rule holds the pair fastest with it (concurrent.fastest_beside)
+    other_job: int = 0
 
 
-def shapes(topology: Topology, sub_communicators: bool = True) -> list[tuple[int, list[int]]]:
-    """(nodes, ranks) of the communicators to write rules for: the whole cluster first, then
-    (with `sub_communicators`) 1, 2, 4, ... nodes times 1, 2, 4, ... GPUs of each (the first
-    GPUs of the first nodes: NCCL's plugin tells communicators apart only by their node and
-    rank counts)."""
+def shapes(topology: Topology, sub_communicators: bool = True,
+           other_job: int = 0) -> list[tuple[int, list[int]]]:
+    """(nodes, ranks) of the communicators to write rules for: the whole cluster (less the
+    second job's last `other_job` nodes) first, then (with `sub_communicators`) 1, 2, 4, ...
+    nodes times 1, 2, 4, ... GPUs of each (the first GPUs of the first nodes: NCCL's plugin
+    tells communicators apart only by their node and rank counts)."""
     per_node: dict[int, list[int]] = {}
     for r in range(topology.nranks):
         per_node.setdefault(topology.node_of(r), []).append(r)
     nodes = [per_node[k] for k in sorted(per_node)]
+    nodes = nodes[:len(nodes) - other_job]
     gpus = min(len(g) for g in nodes)
-    out = [(len(nodes), list(range(topology.nranks)))]
+    out = [(len(nodes), [r for node in nodes for r in node])]
     if not sub_communicators:
         return out
     for n in sorted({*_powers(len(nodes)), len(nodes)}):
@@ -85,20 +92,40 @@ def tune(req: TuneRequest) -> list[dict]:
     bisection to the element (of every rank), so a rule holds `sim`'s choice at the sizes
     it covers, not only at the probes. The channels are those of the run that was timed
     (simulate.timed), so the plugin sets what `gpucomm sim` reports; never -1, which that
-    plugin turns into 1."""
+    plugin turns into 1. With `other_job`, each rule holds the pair fastest with the second
+    job beside the communicator (concurrent.fastest_beside), timed as `gpucomm sim
+    --other-job` times it."""
+    _check_other_job(req)
     for name in req.collectives:
         coll = get_collective(name)
         if coll.name not in NCCL_COLLECTIVES:
             raise ConfigError(f"NCCL's tuner has no {coll.name}: allowed are "
                               f"{', '.join(NCCL_COLLECTIVES)}")
     rules = []
-    for nodes, ranks in shapes(req.topology, req.sub_communicators):
+    shaped = shapes(req.topology, req.sub_communicators, req.other_job)
+    for nodes, ranks in shaped:
+        # the second job's groups shaped like this communicator (none inside one node)
+        second = [list(g) for g in other_job_groups(tuple(ranks), shaped[0][0], req.other_job,
+                                                    req.topology.gpus_per_node)] \
+            if req.other_job else []
         for name in req.collectives:
-            rules += _rules(req, get_collective(name), nodes, ranks)
+            rules += _rules(req, get_collective(name), nodes, ranks, second)
     return rules
 
 
-def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int]) -> list[dict]:
+def _check_other_job(req: TuneRequest) -> None:
+    """A second job needs a fabric model and leaves the job at least one node."""
+    if not req.other_job:
+        return
+    check_other_job(req.other_job, req.topology.network is not None, True)
+    total = len({req.topology.node_of(r) for r in range(req.topology.nranks)})
+    if req.other_job >= total:
+        raise ConfigError(f"other_job {req.other_job}: the second job's nodes are the last of "
+                          f"the cluster's {total}; leave the job at least one")
+
+
+def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int],
+           second: list[list[int]]) -> list[dict]:
     from ..simulate.core import SizeSweep
     unit = get_dtype(req.dtype).itemsize * coll.size_blocks(len(ranks))
     # in units: the first, the middle and the last size of each octave (NCCL's and gpucomm's
@@ -116,8 +143,11 @@ def _rules(req: TuneRequest, coll: Collective, nodes: int, ranks: list[int]) -> 
     sweep = SizeSweep([n * unit for n in probes])
 
     def choice(n_units: int) -> tuple[str, str, int]:
-        res = predict(coll, n_units * unit, req.topology, ranks=ranks, dtype=req.dtype,
-                      model=req.model, sweep=sweep)
+        nbytes = n_units * unit
+        res = fastest_beside(coll, nbytes, req.topology, ranks, second, dtype=req.dtype,
+                             model=req.model, sweep=sweep) if second else \
+            predict(coll, nbytes, req.topology, ranks=ranks, dtype=req.dtype, model=req.model,
+                    sweep=sweep)
         algo = NCCL_ALGORITHM.get(res.algorithm)
         if algo is None or res.timed is None:
             raise ConfigError(f"{coll.name} at {n_units * unit} B: the model chose "

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field, replace
 from ..errors import ConfigError
 from ..limits import check_model_ranks
 from ..topology.build import PORT_LEVEL
+from ..simulate.concurrent import (check_other_job, job_within, other_job_groups,
+                                   time_together)
 from .comms import Comm, step_comms
-from .concurrent import job_within, time_together
 from .frameworks import fp8_recipe, get_framework
 from .compute import (BF16, HBM_EFFICIENCY, OPTIMIZER_BYTES, Kernels, Memory,
                       activation_bytes_per_token, gemm_peak,
@@ -150,9 +151,9 @@ class Timer:
     cluster as long as the fabric is non-blocking.
     With `contention`, the peers of the group (the groups of the same kind on the same nodes,
     which run the same collective at the same moment) are timed together with it by the
-    simulator's flow model (see `concurrent`); the slowdown over the group alone (same model)
-    scales the group's time. Above MAX_TOGETHER_RANKS ranks in all, the slowdown is measured
-    on every group cut to its first members, which cross the same kind of links.
+    simulator's flow model (see `simulate.concurrent`); the slowdown over the group alone
+    (same model) scales the group's time. Above MAX_TOGETHER_RANKS ranks in all, the slowdown
+    is measured on every group cut to its first members, which cross the same kind of links.
     """
 
     def __init__(self, cluster: Cluster, sim_model: str = "analytic", contention: bool = True,
@@ -278,46 +279,6 @@ class Timer:
         if mine is None:
             return None, 1.0
         return mine, max(mine / job, 1.0) if job else 1.0
-
-
-def check_other_job(nodes, whole: bool, contention: bool) -> int:
-    """The second job's node count (0: none), checked against what can time it."""
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
-        raise ConfigError(f"other_job {nodes!r} not allowed: a node count >= 0 (0: none)")
-    if nodes and not whole:
-        raise ConfigError("--other-job needs a modelled fabric (--fabric rail-2tier, "
-                          "rail-3tier or tor-2tier, or a --routing): a second job meets the "
-                          "job only on the cables it shares")
-    if nodes and not contention:
-        raise ConfigError("--other-job is timed together with the job's groups: drop "
-                          "--no-contention")
-    return nodes
-
-
-def other_job_groups(ranks: tuple[int, ...], job_nodes: int, other_nodes: int,
-                     gpus_per_node: int) -> list[tuple[int, ...]]:
-    """A second job's groups shaped like `ranks`, on its `other_nodes` nodes (cluster nodes
-    job_nodes..job_nodes+other_nodes-1, which the placement puts on the leaves the job
-    leaves): consecutive blocks of as many nodes as `ranks` spans, each member keeping its
-    place in the group's node order and its GPU index shifted by 0..gpus_per_node-1, disjoint.
-    The second job runs the same collective at the same moment on every such group (a job
-    of the same shape at the same phase: the pessimistic end, as job_peers). A group inside
-    one node meets no fabric and gets none."""
-    order = list(dict.fromkeys(r // gpus_per_node for r in ranks))
-    k = len(order)
-    if k < 2 or other_nodes < k:
-        return []
-    place = {n: i for i, n in enumerate(order)}
-    used: set[int] = set()
-    out = []
-    for j in range(other_nodes // k):
-        for s in range(gpus_per_node):
-            g = tuple((job_nodes + j * k + place[r // gpus_per_node]) * gpus_per_node
-                      + (r + s) % gpus_per_node for r in ranks)
-            if used.isdisjoint(g) and len(set(g)) == len(g):
-                used.update(g)
-                out.append(g)
-    return out
 
 
 def peer_groups(lay: Layout, kind: str, ranks: tuple[int, ...], gpus_per_node: int

@@ -1,34 +1,46 @@
-"""Identical groups running one collective at the same time, timed together on shared links.
+"""Groups running one collective at the same time, timed together on shared links.
 
 In a training step every TP group runs its all-reduce at once, every DP group its gradient
-reduction, and so on. When these groups' traffic crosses the same links (the NICs of a node
-that its GPUs share, the PCIe root complex of a PCIe box) each gets a share of them. The
-simulator times one schedule; this module builds one schedule that is the side-by-side union
-of g copies of the algorithm the simulator chose for one group (copy j runs on ranks
-j*n .. j*n+n-1, placed on group j's GPUs) and lets the simulator's flow model (links shared
-max-min fairly) time them together. NCCL's tree closed forms (tree, nvls_tree) are not
-schedules: their groups are timed by the simulator's own tree model, each tree at its slowest
-edge with every group's connections on the cables (simulate.nccl.trees_together). No network
-model lives here: only the composition.
+reduction, and so on; beside the job, a second job (`--other-job`) may run the same
+collective on groups shaped like the job's. When these groups' traffic crosses the same links
+(the NICs of a node that its GPUs share, the PCIe root complex of a PCIe box, the fabric's
+cables) each gets a share of them. The simulator times one schedule; this module builds one
+schedule that is the side-by-side union of g copies of the algorithm the simulator chose for
+one group (copy j runs on ranks j*n .. j*n+n-1, placed on group j's GPUs) and lets the
+simulator time them together. NCCL's tree closed forms (tree, nvls_tree) are not schedules:
+their groups are timed by the simulator's own tree model, each tree at its slowest edge with
+every group's connections on the cables (nccl.trees_together). It lives in `simulate` so that
+every view (sim, plan, the tuner file) times a second job through the same functions.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
-from ..collectives import get_collective
-from ..schedule import FIELDS, Schedule, concat, step
+from ..collectives import Collective, get_collective
+from ..errors import ConfigError
+from ..schedule import FIELDS, Schedule, Step, concat, step
+from .result import SimResult
+
+if TYPE_CHECKING:
+    from ..topology import Topology
+
+Groups = Sequence[Sequence[int]]  # groups of topology ranks, each shaped like the job's
 
 
-def _shift(st, offset: int, channel_offset: int = 0):
+def _shift(st: Step, offset: int, channel_offset: int = 0) -> Step:
     cols = dict(zip(FIELDS, st.columns()))
     return step(cols["src"] + offset, cols["dst"] + offset, cols["src_chunk"],
                 cols["dst_chunk"], cols["nchunks"], cols["reduce"],
                 cols["channel"] + channel_offset)
 
 
-def union_schedule(sched: Schedule, copies: int, channel_offsets=None) -> Schedule:
+def union_schedule(sched: Schedule, copies: int,
+                   channel_offsets: Iterable[int] | None = None) -> Schedule:
     """`copies` independent copies of `sched` on disjoint ranks, as one schedule.
 
     Chunk numbering is kept: a collective whose buffer has one block per rank keeps its block
@@ -44,14 +56,15 @@ def union_schedule(sched: Schedule, copies: int, channel_offsets=None) -> Schedu
                     sched.channels, sched.params)
 
 
-def union_nbytes(collective, nbytes: int, n: int, copies: int) -> int:
+def union_nbytes(collective: Collective | str, nbytes: int, n: int, copies: int) -> int:
     """The nccl-tests size of the union that keeps each copy's block size."""
     coll = get_collective(collective)
     return nbytes * coll.size_blocks(n * copies) // coll.size_blocks(n)
 
 
-def time_together(collective, nbytes: int, topology, groups: list, single, *,
-                  dtype="bfloat16", model="flow") -> float | None:
+def time_together(collective: Collective | str, nbytes: int, topology: Topology,
+                  groups: Groups, single: SimResult, *, dtype: str = "bfloat16",
+                  model: str = "flow") -> float | None:
     """Seconds until all `groups` (lists of topology ranks) finish, each running what was
     timed for `single` (a prediction for one group: its schedule, protocol, lanes and, where
     its placement is on `groups[0]`, its ring orders, moved to each group). A schedule's
@@ -61,7 +74,7 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     modelled link. Each group's inter-node traffic leaves by its own GPUs' NICs (the
     simulator's rail rule), so groups contend exactly where they share a NIC or a cable.
     """
-    from ..simulate import simulate
+    from .core import simulate
     timed = single.timed
     if timed is None or not groups:
         return None
@@ -76,13 +89,14 @@ def time_together(collective, nbytes: int, topology, groups: list, single, *,
     return float(res.time_s)
 
 
-def time_each(collective, topology, groups: list, single) -> list[float] | None:
+def time_each(collective: Collective | str, topology: Topology, groups: Groups,
+              single: SimResult) -> list[float] | None:
     """Each group's own seconds when all `groups` run what was timed for `single` at once,
     where the model knows each one's end: NCCL's tree closed forms on a fabric model, whose
     trees each move at their slowest edge's pace (simulate.nccl.trees_together). None for a
     schedule, whose union is one run (time_together), and where the groups meet on no
     modelled link (no fabric model; nvls inside one node)."""
-    from ..simulate.nccl import trees_together
+    from .nccl import trees_together
     timed = single.timed
     if timed is None or timed.schedule is not None or not groups:
         return None
@@ -92,8 +106,9 @@ def time_each(collective, topology, groups: list, single) -> list[float] | None:
                           moved(timed.placement, groups))
 
 
-def job_within(collective, nbytes: int, topology, own: list, second: list, single, *,
-               dtype="bfloat16", model="flow", alone: float | None = None) -> float | None:
+def job_within(collective: Collective | str, nbytes: int, topology: Topology, own: Groups,
+               second: Groups, single: SimResult, *, dtype: str = "bfloat16",
+               model: str = "flow", alone: float | None = None) -> float | None:
     """The end of the job's groups `own` when a second job's groups `second` run the same
     collective at the same moment (both timed as for `single`); None where they cannot be
     timed together. Tree closed forms: the job's own groups' end, known exactly (time_each).
@@ -112,7 +127,7 @@ def job_within(collective, nbytes: int, topology, own: list, second: list, singl
                               time_together(collective, nbytes, topology, second, single, **kw))
 
 
-def moved(placement, groups: list) -> list[np.ndarray]:
+def moved(placement: npt.ArrayLike, groups: Groups) -> list[npt.NDArray[np.int64]]:
     """The timed `placement` of one group (schedule rank -> GPU, or a row per channel)
     moved from groups[0]'s GPUs to each group's; where it does not lie on groups[0], each
     group's GPUs in order."""
@@ -124,12 +139,13 @@ def moved(placement, groups: list) -> list[np.ndarray]:
     return [np.asarray(g, dtype=np.int64)[pos] for g in groups]
 
 
-def union_placement(placement, groups: list) -> np.ndarray:
+def union_placement(placement: npt.ArrayLike, groups: Groups) -> npt.NDArray[np.int64]:
     """The union's placement: `placement` moved to each group (moved), side by side."""
     return np.concatenate(moved(placement, groups), axis=-1)
 
 
-def with_second_job(result, topology, job: list, second: list, *, model: str = "analytic"):
+def with_second_job(result: SimResult, topology: Topology, job: Sequence[int], second: Groups,
+                    *, model: str = "analytic") -> SimResult:
     """`result` (a prediction for the job on ranks `job` of `topology`) with a second job
     running the same collective at the same moment on each group of `second` (lists of
     topology ranks shaped like `job`): both timed together on the shared cables (job_within:
@@ -157,6 +173,49 @@ def with_second_job(result, topology, job: list, second: list, *, model: str = "
                                timed=timed.bounded(why, t))
 
 
+def fastest_beside(collective: Collective | str, nbytes: int, topology: Topology,
+                   job: Sequence[int], second: Groups, *, model: str = "analytic",
+                   **options: Any) -> SimResult:
+    """The prediction `predict(collective, nbytes, topology, ranks=job, **options)` would
+    give, but choosing the (algorithm, protocol) pair that is fastest with a second job on
+    the groups `second` beside it (each pair timed as `predict(algorithm=, protocol=)` and
+    slowed by with_second_job): what a tuner file written for the shared fabric should set.
+    NCCL's own tuner does not see other jobs (`gpucomm sim --other-job`'s auto keeps its
+    choice and is slowed by it). The pairs are those auto timed (its `candidates`) and the
+    ring pairs it left untimed by their latency floor (ranking.ring_floor). A second job
+    never speeds a job up, so with the analytic model a pair whose time alone (or floor) is
+    no better than the best with the second job so far is not timed with it."""
+    from ..dtypes import FP8, get_dtype
+    from ..errors import GpucommError
+    from .nccl_tuning import fp8_ring_penalty
+    from .predict import predict
+    from .ranking import ring_floor
+    coll = get_collective(collective)
+    kw = dict(options, model=model, ranks=job)
+    fp8 = get_dtype(options.get("dtype", "float32")).name in FP8
+
+    def score(res: SimResult) -> float:  # auto's argmin key (predict._select): fp8 rings last
+        return res.time_s * fp8_ring_penalty(res.algorithm, fp8, len(job))
+    auto = predict(coll, nbytes, topology, **kw)
+    best = with_second_job(auto, topology, job, second, model=model)
+    floors = {(a, p): t for a, p, t in auto.candidates}
+    if "ring" not in {str(e).lower() for e in options.get("exclude", ())}:
+        for p in dict.fromkeys(p for _, p, _ in auto.candidates):
+            floors.setdefault(("ring", p), ring_floor(coll.name, len(job), p) or 0.0)
+    floors.pop((auto.algorithm, auto.protocol), None)
+    for (algorithm, protocol), floor in sorted(floors.items(), key=lambda kv: kv[1]):
+        if model == "analytic" and floor >= score(best):
+            break
+        try:
+            alone = predict(coll, nbytes, topology, algorithm=algorithm, protocol=protocol, **kw)
+        except GpucommError:  # a pair auto did not time because it cannot run it
+            continue
+        if model != "analytic" or score(alone) < score(best):
+            res = with_second_job(alone, topology, job, second, model=model)
+            best = res if score(res) < score(best) else best
+    return best
+
+
 def without_second_job(together: float, job: float | None, second: float | None) -> float:
     """The job's own time within a union with a second job that ends at `together`: the
     union ends when the slower of the two does, so where the second job alone (`second`) is
@@ -166,3 +225,43 @@ def without_second_job(together: float, job: float | None, second: float | None)
     if job is None or second is None or second <= job:
         return together
     return job * max(together / second, 1.0)
+
+
+def check_other_job(nodes: object, whole: bool, contention: bool) -> int:
+    """The second job's node count (0: none), checked against what can time it."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ConfigError(f"other_job {nodes!r} not allowed: a node count >= 0 (0: none)")
+    if nodes and not whole:
+        raise ConfigError("--other-job needs a modelled fabric (--fabric rail-2tier, "
+                          "rail-3tier or tor-2tier, or a --routing): a second job meets the "
+                          "job only on the cables it shares")
+    if nodes and not contention:
+        raise ConfigError("--other-job is timed together with the job's groups: drop "
+                          "--no-contention")
+    return nodes
+
+
+def other_job_groups(ranks: tuple[int, ...], job_nodes: int, other_nodes: int,
+                     gpus_per_node: int) -> list[tuple[int, ...]]:
+    """A second job's groups shaped like `ranks`, on its `other_nodes` nodes (cluster nodes
+    job_nodes..job_nodes+other_nodes-1, which the placement puts on the leaves the job
+    leaves): consecutive blocks of as many nodes as `ranks` spans, each member keeping its
+    place in the group's node order and its GPU index shifted by 0..gpus_per_node-1, disjoint.
+    The second job runs the same collective at the same moment on every such group (a job
+    of the same shape at the same phase: the pessimistic end, as job_peers). A group inside
+    one node meets no fabric and gets none."""
+    order = list(dict.fromkeys(r // gpus_per_node for r in ranks))
+    k = len(order)
+    if k < 2 or other_nodes < k:
+        return []
+    place = {n: i for i, n in enumerate(order)}
+    used: set[int] = set()
+    out = []
+    for j in range(other_nodes // k):
+        for s in range(gpus_per_node):
+            g = tuple((job_nodes + j * k + place[r // gpus_per_node]) * gpus_per_node
+                      + (r + s) % gpus_per_node for r in ranks)
+            if used.isdisjoint(g) and len(set(g)) == len(g):
+                used.update(g)
+                out.append(g)
+    return out
