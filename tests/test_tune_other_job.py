@@ -6,9 +6,10 @@ fastest, the rule changes with it.
 
 The cluster is fabjob8's hand case (tests/test_trees_other_job.py): DGX H100 nodes on a rail
 fabric whose leaves have one uplink, spread placement, so the job's tree connections and the
-second job's share every cable the job crosses. Alone (on the same 4-node cluster) the tree
-with LL128 wins at 2 MiB; with the second job its network part is twice as slow, and
-nvls_tree, whose NVLS heads keep most of the reduction inside the node, wins."""
+second job's share every cable the job crosses. Alone (on the same 4-node cluster) nvls_tree
+wins at 8 MiB, by a hair; with the second job its network part, NIC-bound, is twice as slow,
+while the 2-node tree's (each node's NICs carry the buffer once each way, trees.cc) runs
+under NCCL's per-channel LL128 cap with room to spare, and the tree with LL128 wins."""
 import json
 
 import pytest
@@ -80,15 +81,15 @@ def test_each_rule_is_the_pair_fastest_with_the_second_job(shared, rules):
 
 def test_the_second_job_changes_the_choice(shared, rules):
     topo, job, second = shared
-    size = 2 << 20
+    size = 8 << 20
     alone = predict("all_reduce", size, topo, ranks=job, dtype="float32")
-    assert (alone.algorithm, alone.protocol) == ("tree", "ll128")
-    assert _rule_at(rules, size) == ("nvls_tree", "simple")
+    assert (alone.algorithm, alone.protocol) == ("nvls_tree", "simple")
+    assert _rule_at(rules, size) == ("tree", "ll128")
     tree = _beside(topo, job, second, size, "tree", "ll128")
     nvls_tree = _beside(topo, job, second, size, "nvls_tree", "simple")
-    assert tree[0].time_s < nvls_tree[0].time_s  # alone the tree is faster
-    assert nvls_tree[1].time_s < tree[1].time_s  # beside the second job nvls_tree is
-    assert tree[1].time_s / tree[0].time_s > 1.2  # the tree's network part is shared
+    assert nvls_tree[0].time_s < tree[0].time_s  # alone nvls_tree is faster
+    assert tree[1].time_s < nvls_tree[1].time_s  # beside the second job the tree is
+    assert nvls_tree[1].time_s / nvls_tree[0].time_s > 1.05  # its network part is shared
 
 
 def test_cli_tune_rules_match_cli_sim_times(capsys):
