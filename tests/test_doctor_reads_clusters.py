@@ -90,7 +90,8 @@ def test_truly_ambiguous_logs_ask_and_name_the_candidates(tmp_path, capsys):
 
 def test_nics_come_from_the_log_and_a_lone_management_port_is_not_counted():
     d = _diag(SNELLIUS)  # NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_2:1/IB ... [4]mlx5_5:1/IB
-    assert (d.system["nic"], d.system["nics_per_node"]) == ("ib-ndr", 4)
+    # 200G from its 8 collective channels (tests/test_doctor_nic_from_channels.py)
+    assert (d.system["nic"], d.system["nics_per_node"]) == ("ib-hdr", 4)
     assert any("mlx5_0:1/RoCE not counted" in e for e in d.guess.evidence)
     speeds = re.sub(r"(NCCL INFO NET/IB : Using.*)", r"\1", SNELLIUS).replace(
         "NCCL INFO NCCL version", "NCCL INFO NET/IB: [1] mlx5_2:uverbs2:1/IB provider=Mlx5 "
@@ -108,7 +109,7 @@ def test_no_nvls_blame_on_4_gpu_nodes_nor_when_the_log_says_it_is_unavailable():
 def test_overrides_change_only_what_they_name():
     d = _diag(SNELLIUS, system="dgx-h100")
     assert (d.system["nodes"], d.system["gpus_per_node"], d.system["nic"],
-            d.system["nics_per_node"]) == (2, 4, "ib-ndr", 4)
+            d.system["nics_per_node"]) == (2, 4, "ib-hdr", 4)
     d = _diag(SNELLIUS, nic="roce-400g")
     assert (d.system["nic"], d.system["nics_per_node"], d.system["gpus_per_node"]) == \
         ("roce-400g", 4, 4)

@@ -154,6 +154,8 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     good = [r for r in rows if not r.get("flag")]
     causes, notes = (_causes(log, coll, kw, topo, good, nics, ratio, req.nccl_version) if good
                      else ([], []))
+    if guess.nic_note and kw.get("nic") == guess.nic:  # no --nic, --topology or profile NIC
+        notes = [guess.nic_note, *notes]
     info = {k: v for k, v in vars(log.info).items() if k != "warnings"}
     info["net_devices"] = sorted(info["net_devices"])
     return Diagnosis(req.name, coll.name, guess, kw, lab, rows, verdict, ratio, tuple(causes),
@@ -262,7 +264,8 @@ def _system(g: SystemGuess, req, warnings) -> dict:
             kw[key] = given
     if req.nic is not None:
         if g.nic and req.nic != g.nic:
-            warnings.append(f"--nic {req.nic} contradicts the log's network ({g.nic})")
+            warnings.append(f"--nic {req.nic} contradicts the log's network ({g.nic}"
+                            + (", from NCCL's channel count)" if g.nic_note else ")"))
         kw["nic"] = req.nic
     if req.nics_per_node is not None:
         if g.nics_per_node and req.nics_per_node != g.nics_per_node:

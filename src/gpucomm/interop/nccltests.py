@@ -70,6 +70,7 @@ class NcclInfo:
     coll_channels: int | None = None
     nvls_channels: int | None = None
     ring_channels: int = 0  # distinct "Channel NN/MM :" ring lines
+    channels_total: int | None = None  # their MM: comm->nChannels (init.cc prints it)
     trees: int = 0
     nvls: bool | None = None  # multicast support available / NVLS comm set up
     transports: dict = field(default_factory=dict)  # "P2P"/"SHM"/"NET" -> connections
@@ -425,6 +426,7 @@ def _info_topology(info: NcclInfo, msg: str) -> bool:
     m = re.match(r"Channel\s+(\d+)/(\d+)\s*:\s*[\d\s]+$", msg)
     if m:
         info.ring_channels = max(info.ring_channels, int(m.group(1)) + 1)
+        info.channels_total = max(info.channels_total or 0, int(m.group(2)))
         return True
     if msg.startswith("Trees"):
         info.trees = max(info.trees, msg.count("["))

@@ -10,11 +10,14 @@ the transports of each connection); it does not guess from the numbers.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..hardware import get_gpu
+from ..hardware import get_gpu, get_link_tech
+from ..simulate import constants as K
+from ..simulate.nccl_tuning import net_graph
 from .nccltests import NcclTestsLog
 
 # Device names as CUDA reports them -> catalog GPU. Order matters (GH200 before H100 ...).
@@ -79,6 +82,7 @@ class SystemGuess:
     nics_per_node: int | None = None
     p2p: bool | None = None  # only for PCIe boxes
     evidence: tuple = ()  # one line per inference
+    nic_note: str | None = None  # how the NIC's speed was read, where not from a speed line
 
     def build_kwargs(self) -> dict:
         if self.system is None:
@@ -176,7 +180,7 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
         system = "polaris"  # a 4-GPU A100 board joins its GPUs directly, no NVSwitch
         ev.append("4 A100 SXM per host on every host: a 4-GPU board, NVLink between every "
                   "pair and no NVSwitch (the polaris preset's node)")
-    nic, nics = _nic(log, gpu, ev) if nodes > 1 else (None, None)
+    nic, nics, nic_note = _nic(log, gpu, per_host, ev) if nodes > 1 else (None, None, None)
     p2p = None
     if system == "pcie":
         if info.transports:
@@ -186,16 +190,18 @@ def infer_system(log: NcclTestsLog) -> SystemGuess:
         else:
             p2p = gpu != "rtx4090"  # GeForce boards: the driver disables peer-to-peer
             ev.append(f"no transport lines; {gpu}: P2P {'on' if p2p else 'off'} by default")
-    return SystemGuess(gpu, gpu_name, nranks, nodes, per_host, system, nic, nics, p2p, tuple(ev))
+    return SystemGuess(gpu, gpu_name, nranks, nodes, per_host, system, nic, nics, p2p, tuple(ev),
+                       nic_note)
 
 
-def _nic(log: NcclTestsLog, gpu, ev):
-    """Catalog NIC and NICs per node from NCCL's `NET/... : Using` line, port speeds and the
-    channels' NET devices; (None, None) keeps the preset's."""
+def _nic(log: NcclTestsLog, gpu, per_host, ev):
+    """Catalog NIC, NICs per node and how the NIC's speed was read (None: a speed line or the
+    GPU generation's) from NCCL's `NET/... : Using` line, port speeds, the channels' NET
+    devices and the collective channel count; (None, None, None) keeps the preset's."""
     info = log.info
     names = " ".join(info.nics).lower()
     net = (info.net or "").lower()
-    nic, nics = None, len(info.nics) or None
+    nic, nics, note = None, len(info.nics) or None, None
     if info.provider == "cxi" or "cxi" in names or any(k.startswith("FI_CXI_") for k in info.env):
         nic = "slingshot-200g"  # libfabric's cxi provider (its FI_CXI_* settings): Slingshot
         if not nics and info.net_devices:  # libfabric lists no NICs: count what channels use
@@ -206,20 +212,21 @@ def _nic(log: NcclTestsLog, gpu, ev):
     elif net.startswith("socket"):
         nic = "tcp-100g"
     elif info.nics:
-        nic, nics = _ib_or_roce(info, gpu, ev)
+        nic, nics, note = _ib_or_roce(info, gpu, per_host, ev)
     if info.net or info.provider:
         ev.append(f"network: {info.net or info.provider}"
                   + (f", {nics} NIC(s) ({', '.join(info.nics[:4])})" if nics else "")
                   + (f" -> {nic}" if nic else " -> the preset's NICs"))
     else:
         ev.append("no NCCL INFO network lines: assuming the preset's NICs")
-    return nic, nics
+    return nic, nics, note
 
 
-def _ib_or_roce(info, gpu, ev):
+def _ib_or_roce(info, gpu, per_host, ev):
     """The data NICs of a `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_4:1/RoCE` line: the kind
     most ports are (a lone port of the other kind is a management or storage port), at the
-    speed NCCL printed for them, else what the GPU's generation shipped with."""
+    speed NCCL printed for them, else the speed NCCL's channel count implies
+    (_speed_from_channels), else what the GPU's generation shipped with."""
     kinds = {d: ("roce" if d.lower().endswith("/roce") else "ib") for d in info.nics}
     count = {k: sum(1 for v in kinds.values() if v == k) for k in ("ib", "roce")}
     kind = max(count, key=lambda k: (count[k], k == "ib"))
@@ -231,9 +238,56 @@ def _ib_or_roce(info, gpu, ev):
                   "ports (a management or storage port)")
     speeds = {v for d, v in info.nic_speeds.items() if any(x.startswith(d + ":") or x == d
                                                            for x in data)}
-    nic = None
+    nic, note = None, None
     if len(speeds) == 1:
         nic = _BY_SPEED[kind].get(speeds.pop())
+    if nic is None and not info.nic_speeds:
+        default = (_IB if kind == "ib" else _ROCE).get(gpu)
+        nic, note = _speed_from_channels(info, gpu, kind, len(data), per_host, default)
+        if note:
+            ev.append(note)
     if nic is None:
         nic = (_IB if kind == "ib" else _ROCE).get(gpu, "ib-hdr" if kind == "ib" else "roce-100g")
-    return nic, len(data)
+    return nic, len(data), note
+
+
+# NCCL settings that change the channel count from what the search found (ncclMaxNchannels,
+# ncclMinNchannels, the CTA limits of the communicator's config)
+_CHANNEL_ENV = ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NRINGS", "NCCL_MIN_NRINGS",
+                "NCCL_MAX_CTAS", "NCCL_MIN_CTAS")
+
+
+def _speed_from_channels(info, gpu, kind, nics, per_host, default):
+    """(catalog NIC, the line saying why) of the speed NCCL's collective channel count implies
+    on a node whose log prints no port speed; (None, None) where the count is absent, was set
+    by the environment or CollNet, agrees with `default`, or leaves no NIC of `kind`.
+    NCCL's search gives one channel per NIC at the fastest speedArrayInter step no faster than
+    the GPU->NIC path, ncclTopoDupChannels (search.cc) doubles them from 25 GB/s, and
+    ncclTopoPostset (connect.cc) doubles the count again (simulate.nccl_tuning.net_graph), so
+    on 4 H100 NICs 16 channels mean 400G and 8 mean a NIC below 25 GB/s. Only as far as
+    net_graph models the search: NCCL 2.18 or later, one NIC per GPU at most, and GPUDirect
+    RDMA on (without it paths.cc routes the GPU->NIC path through the CPU: a slower path can
+    hold the channels below 25 GB/s on a 400G NIC, as on MOC's 1-GPU RoCE nodes)."""
+    printed = info.coll_channels or info.channels_total
+    version = re.match(r"(\d+)\.(\d+)", info.version or "")
+    if (not printed or default is None or gpu is None or not 0 < nics <= per_host
+            or info.gdr is not True or info.collnet or any(k in info.env for k in _CHANNEL_ENV)
+            or version is None or (int(version.group(1)), int(version.group(2))) < (2, 18)):
+        return None, None
+    g = get_gpu(gpu)
+    pcie = (get_link_tech(g.pcie).nccl_Bps or 24e9) / 1e9
+
+    def channels(name):
+        path = min((get_link_tech(name).nccl_Bps or 0) / 1e9, pcie)
+        return min(2 * net_graph(g.sm, nics, path, None)[0], K.MAX_CHANNELS)
+
+    if channels(default) == printed:
+        return None, None
+    rate = {name: get_link_tech(name).bandwidth_Bps for name in _BY_SPEED[kind].values()}
+    fits = [name for name in rate if channels(name) == printed]
+    if not fits:
+        return None, None
+    # of the speeds that give the count, the one nearest what the generation shipped with
+    nic = min(fits, key=lambda n: abs(math.log(rate[n] / rate[default])))
+    return nic, (f"NICs: {nics} × {nic} ({rate[nic] * 8 / 1e9:.0f}G), from NCCL's {printed} "
+                 "collective channels (search.cc ncclTopoDupChannels)")
