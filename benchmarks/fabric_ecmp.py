@@ -39,8 +39,8 @@ check prints PASS or FAIL against a published bar; the exit status is 1 if any f
    512-rank ring is latency-bound at 256 MiB and 1 GiB, where Meta's job, of unpublished size,
    was not. The connections are NCCL's: a ring channel per connection (16 on 8 NICs: 2 per
    NIC), a tree 1 per tree and NIC, NVLSTree 8 per tree and NIC (every NVLS channel of a head,
-   nccl.tree_fabric_slowdown), each with its queue pairs. The ring's gain at 4 GiB is the ratio
-   of the worst rack's uplink loads: 16 ring connections per rack boundary hashed onto 18
+   nccl_trees.tree_fabric_slowdown), each with its queue pairs. The ring's gain at 4 GiB is the
+   ratio of the worst rack's uplink loads: 16 ring connections per rack boundary hashed onto 18
    uplinks, each of which carries about 2.6 of them at the ring's full pace (1 QP: the worst
    cable of the 32 racks carries 5-7) against 64 quarter-lanes (4 QPs: the worst carries
    2.5-2.75 connections' worth; seeds 0-4): 49% -> 89% of sprayed, beside Figure 7's 58% -> 98%

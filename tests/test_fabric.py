@@ -395,7 +395,7 @@ def test_losing_half_the_spine_cables_slows_every_algorithm(algorithm):
 
 
 def test_tree_without_a_fabric_model_is_unchanged():
-    from gpucomm.simulate.nccl import tree_fabric_slowdown
+    from gpucomm.simulate.nccl_trees import tree_fabric_slowdown
     from gpucomm.simulate.core import path_table
     topo = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="rail-2tier",
                           leaf_ports=4, placement="spread")
@@ -410,7 +410,8 @@ def test_trees_open_nccls_connections_per_rail():
     # first half and tree 1 on the copies (1 connection per tree and rail on 8 NICs);
     # NVLSTree runs all 16 NVLS channels on every head, tree c % 2 (8 per tree and rail)
     from gpucomm.simulate.core import path_table
-    from gpucomm.simulate.nccl import node_groups, tree_fabric_slowdown
+    from gpucomm.simulate.nccl import node_groups
+    from gpucomm.simulate.nccl_trees import tree_fabric_slowdown
 
     def slow(nvls, seed, **kw):
         topo = build_topology("dgx-h100", nodes=8, nic="roce-400g", fabric="tor-2tier",
@@ -436,7 +437,8 @@ def test_nvls_tree_on_a_one_to_one_rail_fabric_is_paced_by_its_nic(monkeypatch):
     # connection per tree edge and rail) has 4 on that NIC: a cable with 5 already slows it
     from gpucomm.simulate import fabric
     from gpucomm.simulate.core import path_table
-    from gpucomm.simulate.nccl import node_groups, tree_fabric_slowdown
+    from gpucomm.simulate.nccl import node_groups
+    from gpucomm.simulate.nccl_trees import tree_fabric_slowdown
     seen = []
     pace = fabric.FabricPolicy.pipeline_slowdown
 
@@ -473,7 +475,7 @@ def test_nvls_tree_on_a_one_to_one_rail_fabric_is_paced_by_its_nic(monkeypatch):
 
 
 def test_double_binary_tree_is_ncclgetdtree():
-    from gpucomm.simulate.nccl import dtree_parents
+    from gpucomm.simulate.nccl_trees import dtree_parents
     for n in range(2, 40):
         t0, t1 = dtree_parents(n)
         for tree in (t0, t1):

@@ -140,7 +140,7 @@ def test_sim_second_job_is_refused_where_it_cannot_be_timed(capsys):
 def test_nccls_trees_meet_the_second_job_and_the_jobs_own_groups(monkeypatch):
     # ZeRO 0: the DP gradients are all-reduced by NCCL's tree (a closed form). Its connections
     # meet those of the job's other DP groups and of the second job's on the cables they
-    # share (simulate.nccl.trees_together): timed together, slowed by the second job against
+    # share (simulate.concurrent.trees_together): timed together, slowed by the second job against
     # the job alone on the same cluster, and no warning
     lay = Layout(tp=8, pp=1, dp=16, seq=8192, global_batch=64, zero=0)
 

@@ -2,7 +2,7 @@
 by hand from the trees trees.cc builds, and the tree and NVLSTree times that follow from it."""
 import pytest
 
-from gpucomm.simulate import nccl, predict
+from gpucomm.simulate import nccl_trees, predict
 from gpucomm.topology import build_topology
 
 GIB = 1 << 30
@@ -30,12 +30,12 @@ HALVES = {
 
 @pytest.mark.parametrize("n", sorted(TREES))
 def test_the_busiest_node_carries_the_hand_counted_bytes(n):
-    assert [p.tolist() for p in nccl.dtree_parents(n)] == [list(t) for t in TREES[n]]
-    assert nccl.tree_net_factor(n) == max(HALVES[n]) / 2
+    assert [p.tolist() for p in nccl_trees.dtree_parents(n)] == [list(t) for t in TREES[n]]
+    assert nccl_trees.tree_net_factor(n) == max(HALVES[n]) / 2
 
 
 def test_two_nodes_cross_the_network_once_each_way_four_and_more_twice():
-    assert [nccl.tree_net_factor(n) for n in (1, 2, 3, 4, 5, 8, 16, 64)] == \
+    assert [nccl_trees.tree_net_factor(n) for n in (1, 2, 3, 4, 5, 8, 16, 64)] == \
         [0.0, 1.0, 1.5, 2.0, 2.0, 2.0, 2.0, 2.0]
 
 

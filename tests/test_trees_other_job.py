@@ -1,8 +1,8 @@
 """Issue 25, items 1 and 5: a second job (`--other-job`) meets NCCL's default algorithms across
 nodes, tree and nvls_tree, on the cables it shares. Both jobs' tree connections (the ones each
 opens alone: rails, channels, queue pairs, hash) load the links together, and the job's tree
-moves at its slowest edge under that load (simulate.nccl.trees_together), recorded as a bound
-of the job's timed run as the ring's second job is."""
+moves at its slowest edge under that load (simulate.concurrent.trees_together), recorded as a
+bound of the job's timed run as the ring's second job is."""
 import json
 import os
 import subprocess
@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from gpucomm.collectives import get_collective
-from gpucomm.simulate import nccl, predict
+from gpucomm.simulate import nccl, nccl_trees, predict
 from gpucomm.simulate.core import path_table
 from gpucomm.simulate.timed import phases, traced
 from gpucomm.topology import build_topology
 from gpucomm.topology.fabric import Network
-from gpucomm.simulate.concurrent import time_together, with_second_job
-from gpucomm.simulate.concurrent import other_job_groups
+from gpucomm.simulate.concurrent import other_job_groups, time_together, with_second_job
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 GPN = 8
@@ -67,13 +66,13 @@ def test_shared_cables_slow_the_tree_by_the_load_ratio(algorithm, others):
     r = predict("all_reduce", SIZE, topo, ranks=job, algorithm=algorithm, dtype="float32")
     assert r.algorithm == algorithm and r.timed.schedule is None
     pl = np.asarray(job)
-    rows = nccl.tree_routes(path_table(topo, pl), pl, nccl.node_groups(topo, pl),
+    rows = nccl_trees.tree_routes(path_table(topo, pl), pl, nccl.node_groups(topo, pl),
                             algorithm == "nvls_tree")
     table, policy = rows
     cnt = np.bincount(table[table >= 0], minlength=len(policy.between))
     per_cable = 2 if algorithm == "tree" else 16
     assert set(cnt[policy.between & (cnt > 0)].tolist()) == {per_cable}
-    assert nccl.tree_fabric_slowdown(path_table(topo, pl), pl, nccl.node_groups(topo, pl),
+    assert nccl_trees.tree_fabric_slowdown(path_table(topo, pl), pl, nccl.node_groups(topo, pl),
                                      algorithm == "nvls_tree") == 1.0  # alone: NIC-paced
     assert r.time_s == pytest.approx(_tree_time(topo, job, algorithm, 1.0), rel=1e-12)
     out = with_second_job(r, topo, job, second)

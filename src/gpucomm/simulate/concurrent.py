@@ -9,7 +9,7 @@ schedule that is the side-by-side union of g copies of the algorithm the simulat
 one group (copy j runs on ranks j*n .. j*n+n-1, placed on group j's GPUs) and lets the
 simulator time them together. NCCL's tree closed forms (tree, nvls_tree) are not schedules:
 their groups are timed by the simulator's own tree model, each tree at its slowest edge with
-every group's connections on the cables (nccl.trees_together). It lives in `simulate` so that
+every group's connections on the cables (trees_together, below). It lives in `simulate` so that
 every view (sim, plan, the tuner file) times a second job through the same functions.
 """
 from __future__ import annotations
@@ -24,10 +24,15 @@ import numpy.typing as npt
 from ..collectives import Collective, get_collective
 from ..errors import ConfigError
 from ..schedule import FIELDS, Schedule, Step, concat, step
+from .nccl import CLOSED, node_groups
+from .nccl_trees import tree_routes
+from .paths import Routes
 from .result import SimResult
 
 if TYPE_CHECKING:
     from ..topology import Topology
+    from .fabric import FabricPolicy
+    from .timed import Timed
 
 Groups = Sequence[Sequence[int]]  # groups of topology ranks, each shaped like the job's
 
@@ -93,10 +98,9 @@ def time_each(collective: Collective | str, topology: Topology, groups: Groups,
               single: SimResult) -> list[float] | None:
     """Each group's own seconds when all `groups` run what was timed for `single` at once,
     where the model knows each one's end: NCCL's tree closed forms on a fabric model, whose
-    trees each move at their slowest edge's pace (simulate.nccl.trees_together). None for a
+    trees each move at their slowest edge's pace (trees_together). None for a
     schedule, whose union is one run (time_together), and where the groups meet on no
     modelled link (no fabric model; nvls inside one node)."""
-    from .nccl import trees_together
     timed = single.timed
     if timed is None or timed.schedule is not None or not groups:
         return None
@@ -264,4 +268,75 @@ def other_job_groups(ranks: tuple[int, ...], job_nodes: int, other_nodes: int,
             if used.isdisjoint(g) and len(set(g)) == len(g):
                 used.update(g)
                 out.append(g)
+    return out
+
+
+def trees_together(coll: Collective, timed: Timed, groups: Sequence[npt.ArrayLike]
+                   ) -> list[float] | None:
+    """Each group's time for `timed`'s closed form (tree, nvls_tree) when every group of
+    `groups` (placements, topology ranks: the job's and another job's, shaped like
+    timed.placement) runs it at the same moment; None for a schedule, without a fabric model
+    (topology.network None: no lane entries to share) or where no group leaves its node.
+
+    Each group's tree connections are those it opens alone (tree_routes, on its own
+    placement's paths: the same rails, channels, queue pairs and hash), and all groups' lane
+    entries load the links together. A group's tree moves at its slowest edge's pace under
+    that load (FabricPolicy.pipeline_slowdown with the others as `load`), against the same
+    fabric that never collides as alone: so a group is slowed exactly by the cables (and
+    NICs) it shares, never by another group's own slow edges. Without congestion control
+    (PFC alone) another group's incast can also pause a link the group's connections cross
+    upstream of it, holding them to the hot port's share (_held). A group inside one node
+    (nvls) has no network traffic: groups on other nodes cannot slow it."""
+    from .core import path_table
+    name = timed.closed_form
+    if timed.schedule is not None or name not in CLOSED:
+        return None
+    topology = timed.topology
+    placed = [np.asarray(g, dtype=np.int64).reshape(-1) for g in groups]
+    paths = [path_table(topology, g) for g in placed]
+    rows = [tree_routes(p, g, node_groups(topology, g), name != "tree")
+            for p, g in zip(paths, placed)]
+    if all(r is None for r in rows):  # no fabric model, or no group leaves its node
+        return None
+    counts = [np.zeros(p.nlinks) if r is None else
+              np.bincount(r[0][r[0] >= 0], minlength=p.nlinks).astype(np.float64)
+              for p, r in zip(paths, rows)]
+    total = np.sum(counts, axis=0)
+    held = _held(paths[0].capacity, rows)
+    out = []
+    for g, p, r, mine, cap in zip(placed, paths, rows, counts, held):
+        slow = 1.0 if r is None else r[1].pipeline_slowdown(r[0], p.capacity, total - mine,
+                                                            cap)
+        res = CLOSED[name](coll, timed.nbytes, topology, g, timed.dtype, timed.protocol.name,
+                           p, timed.model, slowdown=slow)
+        if res is None:
+            return None
+        out.append(float(res.time_s))
+    return out
+
+
+def _held(capacity: npt.NDArray[np.float64],
+          rows: list[tuple[Routes, FabricPolicy] | None]) -> list[float]:
+    """Per group of trees_together: the least pace (capacity x lanes / entry) PFC's pauses
+    hold any of its connections to, every group's connections running at once
+    (FabricPolicy.pause_caps: only without congestion control; a connection's demand is its
+    path's bottleneck); inf where nothing pauses it. Inside one tree a pause never holds a
+    connection below the tree's own pace (the hot port is on the tree's links), so a group
+    alone is never held; another group's incast can pause a shared link upstream of it."""
+    live = [r for r in rows if r is not None]
+    if len(live) < 2:
+        return [np.inf] * len(rows)
+    one = live[0][1]
+    width = max(t.shape[1] for t, _ in live)
+    table = np.concatenate([np.pad(t, ((0, 0), (0, width - t.shape[1])), constant_values=-1)
+                            for t, _ in live])
+    valid = table >= 0
+    safe = np.where(valid, table, 0)
+    alone = np.where(valid, (capacity * one.lane_scale)[safe], np.inf).min(axis=1)
+    caps = one.pause_caps(table, alone, capacity)
+    out, at = [], 0
+    for r in rows:
+        n = 0 if r is None else len(r[0])
+        out.append(float(caps[at:at + n].min(initial=np.inf)))
+        at += n
     return out

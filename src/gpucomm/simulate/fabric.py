@@ -106,7 +106,7 @@ MAX_LANES = 32
 # network peer; rings get the same from NCCL duplicating each ring channel (a DGX H100's search
 # finds 8 at 48 GB/s, one per NIC, not doubled on sm90 below 50 GB/s: search.cc
 # ncclTopoDupChannels; connect.cc ncclTopoPostset doubles them: 16, 2 per NIC). Trees list
-# their own connections (nccl.tree_fabric_slowdown, FabricPolicy.per_connection)
+# their own connections (nccl_trees.tree_fabric_slowdown, FabricPolicy.per_connection)
 CONNECTIONS_PER_PEER = 2
 DCQCN_TIMER_S = 55e-6   # DCQCN rate-increase timer T (Zhu et al., SIGCOMM 2015, §5)
 DCQCN_FAST_RECOVERY = 5  # F: fast-recovery rounds, each halving the gap to the target rate
@@ -160,7 +160,7 @@ class FabricPolicy:
     def per_connection(self) -> FabricPolicy:
         """This policy with one NCCL connection per op (lanes = its queue pairs where
         connections are hashed apart): for callers that list every connection as its own
-        op, as the trees do (nccl.tree_fabric_slowdown), where NCCL's channel layout and
+        op, as the trees do (nccl_trees.tree_fabric_slowdown), where NCCL's channel layout and
         not CONNECTIONS_PER_PEER sets how many connections cross a NIC."""
         if self.net.routing not in ("ecmp", "flowlet") or self.connections == 1:
             return self
@@ -323,7 +323,7 @@ class FabricPolicy:
         the others back. The pace is the least over links of capacity x lanes / the lane
         entries on the link (so per-QP hashing, failed cables, oversubscription and loss all
         count); the ratio is >= 1. `load`: other flows' lane entries per link (another job's
-        trees, nccl.trees_together), which share the links but set no pace of these flows;
+        trees, concurrent.trees_together), which share the links but set no pace of these flows;
         the ideal is these flows' alone. `held`: a pace PFC's pauses hold one of them to
         (pause_caps of every flow together), in the same units (capacity x lanes / entry)."""
         if not len(table) or not table.shape[1]:

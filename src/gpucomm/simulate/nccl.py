@@ -28,7 +28,7 @@ are closed forms here, costed from the topology's links and the same protocol mo
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import numpy as np
@@ -39,7 +39,8 @@ from ..dtypes import DTypeLike
 from ..errors import ConfigError
 from . import constants as K
 from .caches import per_placement, topology_memo
-from .paths import NET, PathTable, Routes
+from .nccl_trees import positions, tree_fabric_slowdown, tree_net_factor
+from .paths import NET, PathTable
 from .protocol import (Protocol, generation_of, get_protocol, net_stack_floor_s,
                        net_sync_s)
 from .result import LinkBusy, RankTimeline, SimResult
@@ -47,8 +48,6 @@ from .versions import value
 
 if TYPE_CHECKING:
     from ..topology import Topology
-    from .fabric import FabricPolicy
-    from .timed import Timed
 
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
                    "pat")
@@ -189,17 +188,10 @@ def _nvls_net(shape: _Shape, paths: PathTable, topology: Topology,
 def _net(paths: PathTable, placement: npt.ArrayLike,
          nodes: dict[int, list[int]]) -> tuple[float, float]:
     """(latency, total payload capacity) of one node's NICs for this placement."""
-    first = _index(placement, [v[0] for v in nodes.values()][:2])
+    first = positions(placement, [v[0] for v in nodes.values()][:2])
     table = paths.routes(first[:1], first[1:2], 0)
     lat_s, _, cap = paths.properties(table)
     return float(lat_s[0]), float(cap[0]) * paths.rails_per_node
-
-
-def _index(placement: npt.ArrayLike, ranks: npt.ArrayLike) -> npt.NDArray[np.intp]:
-    """Positions in the placement (schedule ranks) of topology ranks."""
-    placed = np.asarray(placement, dtype=np.int64).reshape(-1)
-    order = np.argsort(placed, kind="stable")
-    return order[np.searchsorted(placed, np.asarray(ranks, dtype=np.int64), sorter=order)]
 
 
 def _rate(pr: Protocol, capacity: float, cls: int, nch: int) -> float:
@@ -253,7 +245,7 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
         out["net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes))
     chain = max(nodes.values(), key=len)
     if len(chain) > 1:
-        idx = _index(placement, chain)
+        idx = positions(placement, chain)
         fwd = paths.routes(idx[:-1], idx[1:], 0)
         back = paths.routes(idx[1:], idx[:-1], 0)
         lat_s, cls, capf = paths.properties(fwd)
@@ -269,115 +261,6 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
     return out
 
 
-def dtree_parents(n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Parent of each of n tree ranks (-1: the root) in NCCL's double binary tree (trees.cc
-    ncclGetBtree / ncclGetDtree): tree 0 a binary tree over ranks by their lowest set bit,
-    tree 1 the mirror of it (n even) or it shifted by one (n odd), so that a rank inner in
-    one tree is a leaf in the other.
-
-        >>> [p.tolist() for p in dtree_parents(4)]
-        [[-1, 2, 0, 2], [1, 3, 1, -1]]
-    """
-    def btree_parent(r: int) -> int:
-        if r == 0:
-            return -1
-        bit = 1
-        while bit < n and not bit & r:
-            bit <<= 1
-        up = (r ^ bit) | (bit << 1)
-        return up if up < n else r ^ bit
-
-    t0 = np.array([btree_parent(r) for r in range(n)], dtype=np.int64)
-    if n % 2:  # shifted: rank r plays (r - 1) mod n
-        t1 = np.array([-1 if (u := btree_parent((r - 1) % n)) < 0 else (u + 1) % n
-                       for r in range(n)], dtype=np.int64)
-    else:  # mirrored: rank r plays n - 1 - r
-        t1 = np.array([-1 if (u := btree_parent(n - 1 - r)) < 0 else n - 1 - u
-                       for r in range(n)], dtype=np.int64)
-    return t0, t1
-
-
-def tree_net_factor(n: int) -> float:
-    """Bytes the busiest node's NICs carry in each direction, per byte of the buffer, for NCCL's
-    double binary tree across n nodes (trees.cc ncclGetDtree: dtree_parents). Each tree carries
-    half the buffer (connect.cc connectTrees: the first half of the channels run tree 0, their
-    copies tree 1); a node sends its half up to its parent (reduce) and down to each child
-    (broadcast), and receives as much, so per direction it moves (children + has-parent) halves
-    in each tree. 2 nodes: 1 (each node is the root of one tree and the leaf of the other);
-    3: 1.5; 4 and more: 2 (a node inner in one tree, with two children and a parent).
-
-        >>> [tree_net_factor(n) for n in (1, 2, 3, 4, 5, 8)]
-        [0.0, 1.0, 1.5, 2.0, 2.0, 2.0]
-    """
-    if n < 2:
-        return 0.0
-    load = np.zeros(n)
-    for parent in dtree_parents(n):
-        has = parent >= 0
-        load += (np.bincount(parent[has], minlength=n) + has) / 2
-    return float(load.max())
-
-
-def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
-                         nodes: dict[int, list[int]], nvls: bool = False) -> float:
-    """How much the fabric slows the network part of a tree (tree, or nvls_tree with `nvls`)
-    against a fabric that never collides: 1 without a fabric model (topology.network None).
-    A pipelined tree moves at its slowest edge's pace (fabric.FabricPolicy.pipeline_slowdown)
-    over its connections (tree_routes)."""
-    rows = tree_routes(paths, placement, nodes, nvls)
-    if rows is None:
-        return 1.0
-    table, one = rows
-    return one.pipeline_slowdown(table, paths.capacity)
-
-
-def tree_routes(paths: PathTable, placement: npt.ArrayLike, nodes: dict[int, list[int]],
-                nvls: bool = False) -> tuple[Routes, FabricPolicy] | None:
-    """The route rows of the connections NCCL opens for a tree's network part (tree, or
-    nvls_tree with `nvls`), and the policy that laid their lanes; None without a fabric model
-    or on one node.
-
-    The flows are the connections NCCL opens for the trees, each its own op (its queue pairs
-    the fabric's lanes, fabric.FabricPolicy.per_connection), both binary trees' edges between
-    nodes, up (reduce) and down (broadcast), at once, hashed, sprayed or adaptively routed as
-    the network says. Every channel has its own connection to its tree peers (init.cc
-    ncclTransportP2pConnect per channel; net.cc shares a connection only without a graph,
-    i.e. for send/recv), and the channels fall on the rails as NCCL lays them out:
-    - tree: the search's channels (one per NIC) are duplicated, the first half running tree
-      0 and the copies tree 1 (connect.cc connectTrees, channel c and c + nChannels), so a
-      rail carries TREE_CHANNELS / 2 / rails connections of each tree (1 on 8 NICs); channel c
-      leaves by rail c (mod the rails);
-    - nvls_tree: every NVLS channel (NCCL_NVLS_NCHANNELS, 16) of a head rank talks to its
-      tree peers, tree 0 on even channels and tree 1 on odd ones (connect.cc connectNvls,
-      treeUp[c%2]), the head being the rank next to its rail's NIC: NVLS_CHANNELS / 2
-      connections of each tree per rail (8).
-    A connection's messages go round-robin over its queue pairs. An explicit
-    `Network.connections` sets the connections per tree, per rail, instead."""
-    fab = paths.fabric
-    n = len(nodes)
-    if fab is None or n < 2:
-        return None
-    heads = _index(placement, [v[0] for v in nodes.values()])
-    rails = paths.rails_per_node
-    per = fab.net.connections or max((K.NVLS_CHANNELS if nvls else K.TREE_CHANNELS // rails)
-                                     // 2, 1)
-    src_parts, dst_parts, ch_parts = [], [], []
-    for t, parent in enumerate(dtree_parents(n)):
-        child = np.flatnonzero(parent >= 0)
-        src = np.concatenate([heads[child], heads[parent[child]]])
-        dst = np.concatenate([heads[parent[child]], heads[child]])
-        # connection k of tree t on rail r: a channel number that leaves by rail r
-        conn = (np.arange(per, dtype=np.int64) * 2 + t)[:, None] * rails + \
-            np.arange(rails, dtype=np.int64)[None, :]
-        ch_parts.append(np.repeat(conn.reshape(-1), len(src)))
-        src_parts.append(np.tile(src, per * rails))
-        dst_parts.append(np.tile(dst, per * rails))
-    one = fab.per_connection()
-    table = paths.routes(np.concatenate(src_parts), np.concatenate(dst_parts),
-                         np.concatenate(ch_parts), fabric=one)
-    return table, one
-
-
 def _loaded(shape: _Shape, net: tuple[float, float] | None, slowdown: float | None
             ) -> tuple[float, float] | None:
     """`net` (the shape's NICs for a tree's connections), or where `slowdown` is given the
@@ -386,77 +269,6 @@ def _loaded(shape: _Shape, net: tuple[float, float] | None, slowdown: float | No
         return net
     lat_net, nic = shape["nic"]
     return lat_net, nic / slowdown
-
-
-def trees_together(coll: Collective, timed: Timed, groups: Sequence[npt.ArrayLike]
-                   ) -> list[float] | None:
-    """Each group's time for `timed`'s closed form (tree, nvls_tree) when every group of
-    `groups` (placements, topology ranks: the job's and another job's, shaped like
-    timed.placement) runs it at the same moment; None for a schedule, without a fabric model
-    (topology.network None: no lane entries to share) or where no group leaves its node.
-
-    Each group's tree connections are those it opens alone (tree_routes, on its own
-    placement's paths: the same rails, channels, queue pairs and hash), and all groups' lane
-    entries load the links together. A group's tree moves at its slowest edge's pace under
-    that load (FabricPolicy.pipeline_slowdown with the others as `load`), against the same
-    fabric that never collides as alone: so a group is slowed exactly by the cables (and
-    NICs) it shares, never by another group's own slow edges. Without congestion control
-    (PFC alone) another group's incast can also pause a link the group's connections cross
-    upstream of it, holding them to the hot port's share (_held). A group inside one node
-    (nvls) has no network traffic: groups on other nodes cannot slow it."""
-    from .core import path_table
-    name = timed.closed_form
-    if timed.schedule is not None or name not in CLOSED:
-        return None
-    topology = timed.topology
-    placed = [np.asarray(g, dtype=np.int64).reshape(-1) for g in groups]
-    paths = [path_table(topology, g) for g in placed]
-    rows = [tree_routes(p, g, node_groups(topology, g), name != "tree")
-            for p, g in zip(paths, placed)]
-    if all(r is None for r in rows):  # no fabric model, or no group leaves its node
-        return None
-    counts = [np.zeros(p.nlinks) if r is None else
-              np.bincount(r[0][r[0] >= 0], minlength=p.nlinks).astype(np.float64)
-              for p, r in zip(paths, rows)]
-    total = np.sum(counts, axis=0)
-    held = _held(paths[0].capacity, rows)
-    out = []
-    for g, p, r, mine, cap in zip(placed, paths, rows, counts, held):
-        slow = 1.0 if r is None else r[1].pipeline_slowdown(r[0], p.capacity, total - mine,
-                                                            cap)
-        res = CLOSED[name](coll, timed.nbytes, topology, g, timed.dtype, timed.protocol.name,
-                           p, timed.model, slowdown=slow)
-        if res is None:
-            return None
-        out.append(float(res.time_s))
-    return out
-
-
-def _held(capacity: npt.NDArray[np.float64],
-          rows: list[tuple[Routes, FabricPolicy] | None]) -> list[float]:
-    """Per group of trees_together: the least pace (capacity x lanes / entry) PFC's pauses
-    hold any of its connections to, every group's connections running at once
-    (FabricPolicy.pause_caps: only without congestion control; a connection's demand is its
-    path's bottleneck); inf where nothing pauses it. Inside one tree a pause never holds a
-    connection below the tree's own pace (the hot port is on the tree's links), so a group
-    alone is never held; another group's incast can pause a shared link upstream of it."""
-    live = [r for r in rows if r is not None]
-    if len(live) < 2:
-        return [np.inf] * len(rows)
-    one = live[0][1]
-    width = max(t.shape[1] for t, _ in live)
-    table = np.concatenate([np.pad(t, ((0, 0), (0, width - t.shape[1])), constant_values=-1)
-                            for t, _ in live])
-    valid = table >= 0
-    safe = np.where(valid, table, 0)
-    alone = np.where(valid, (capacity * one.lane_scale)[safe], np.inf).min(axis=1)
-    caps = one.pause_caps(table, alone, capacity)
-    out, at = [], 0
-    for r in rows:
-        n = 0 if r is None else len(r[0])
-        out.append(float(caps[at:at + n].min(initial=np.inf)))
-        at += n
-    return out
 
 
 def net_hop_floor(topology: Topology, placement: npt.ArrayLike, proto: str,
