@@ -358,10 +358,12 @@ def test_two_rank_direct_all_to_all_shares_both_transfers_in_pieces():
     assert plan_work(plan, 4) == plan_work(_a2a_plan(4 * MiB, push=False), 4)
 
 
-def test_shared_transfers_only_where_both_ranks_read_two_pieces_or_more():
-    assert all(a.share == 64 * 1024 for row in _a2a_plan(MiB).actions for a in row if a.share)
-    for plan in (_a2a_plan(4 * MiB, push=False), _a2a_plan(MiB // 2, a2a_direct_min_bytes=1),
-                 _a2a_plan(12 * MiB, nranks=3), _a2a_plan(4 * MiB, cma=False)):
+def test_shared_transfers_only_where_both_ranks_read_blocks_of_2_mib_or_more():
+    assert all(a.share == MiB // 8 for row in _a2a_plan(8 * MiB).actions for a in row if a.share)
+    # 1 MiB all-to-all: 512 KiB blocks; 64 MiB: each block is read in two 16 MiB slices
+    for plan in (_a2a_plan(4 * MiB, push=False), _a2a_plan(MiB), _a2a_plan(4 * MiB - 8),
+                 _a2a_plan(64 * MiB), _a2a_plan(12 * MiB, nranks=3),
+                 _a2a_plan(4 * MiB, cma=False)):
         assert not any(a.share for row in plan.actions for a in row)
     gather = build("all_gather", "direct", 2).materialize()
     plan = plan_call(gather, 4 * MiB, 4, RuntimeOptions(), cma=True)

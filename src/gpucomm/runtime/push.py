@@ -101,8 +101,10 @@ def push_copies(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
     return _reorder(acts, pairs, wait_at)
 
 
-# A shared transfer is cut into pieces of at least this many bytes (one cross-memory call
-# each), and at most SHARE_PIECES pieces.
+# A shared transfer is cut into SHARE_PIECES pieces of at least this many bytes (one
+# cross-memory call each); smaller blocks are not shared. Below 2 MiB blocks (4-byte
+# elements) sharing only adds calls: numpy gives huge pages to arrays from 4 MiB only, and a
+# 1 MiB all-to-all ran 2-15% slower shared (same processes, 20-call blocks alternated).
 SHARE_MIN_BYTES = 256 << 10
 SHARE_PIECES = 8
 
@@ -118,8 +120,8 @@ def share_transfers(acts: Ops, in_rng: RankSpans, out_rng: RankSpans, min_piece:
     is backed (numpy gives arrays from 4 MiB huge pages where they are aligned, so one
     block of a 4 MiB all-to-all may cost a third of the other). A rank whose own block was
     the cheap one then works on the peer's instead of waiting for it. Each rank's last wait
-    is for the peer's write, the last that touches this rank's buffers. Pieces hold at
-    least `min_piece` elements; transfers of fewer than two are left alone.
+    is for the peer's write, the last that touches this rank's buffers. Transfers of fewer
+    than SHARE_PIECES * `min_piece` elements are left alone.
     """
     if len(acts) != 2:
         return acts
@@ -127,7 +129,7 @@ def share_transfers(acts: Ops, in_rng: RankSpans, out_rng: RankSpans, min_piece:
     reads = []
     for r, row in enumerate(acts):
         mine = [b for b in row if b.src == PEER_IN and b.dst == OUT and not b.reduce and b.n]
-        if len(mine) != 1 or mine[0].n < 2 * min_piece \
+        if len(mine) != 1 or mine[0].n < SHARE_PIECES * min_piece \
                 or any(not isinstance(ref, Entry) for ref in mine[0].deps):
             return acts
         b = mine[0]
@@ -141,7 +143,7 @@ def share_transfers(acts: Ops, in_rng: RankSpans, out_rng: RankSpans, min_piece:
             return acts
         reads.append(b)
     for b in reads:
-        b.share = max(min_piece, -(-b.n // SHARE_PIECES))
+        b.share = -(-b.n // SHARE_PIECES)
     for r, row in enumerate(acts):
         theirs = reads[1 - r]
         write = Op(rank=r, src=IN, peer=1 - r, src_off=theirs.src_off, dst=PEER_OUT,
