@@ -147,6 +147,6 @@ def run(it: Interpreter, prog: Program, row: int = 0,
 def _failed(it: Interpreter, q: int, err: int, kind: int) -> None:
     """A cross-memory copy failed: name the rank if it died, else say what failed."""
     it.tr._check_alive(q, 1 << 62, PROG)
-    what = "writing" if kind in (WRITE, COPY_PUSH) else "reading"
+    what = "writing" if kind in (WRITE, COPY_PUSH, SHARED_WRITE) else "reading"
     raise TransportError(f"rank {it.tr.rank}: {what} rank {q}'s buffer: cross-memory "
                          f"{what[:-3]} failed: {os.strerror(err)}")
