@@ -76,7 +76,8 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
     locally is written into the peer right after (`push.push_copies`; with plain copies that
     costs more than the peer's read: measured 1.5-1.9 ms against 1.2-1.45 ms, 16 MiB
     all-gather). Where both read a block of each other and `share_min` is set, the two
-    transfers are shared, in pieces of at least that many elements (`push.share_transfers`).
+    transfers are shared, in 8 pieces of at least `share_min` elements each
+    (`push.share_transfers`).
     `push=False` turns all of them off (plain pull plans).
 
     >>> from gpucomm.algorithms import build
