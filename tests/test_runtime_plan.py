@@ -330,3 +330,41 @@ def test_shm_read_says_whose_shared_buffer_peers_read():
                 reads = any(a.src == PEER and a.peer == r for row in plan.actions
                             for a in row)
                 assert plan.shm_read[r] == reads
+
+
+# --- shared transfers (push.share_transfers) ------------------------------------------------
+def _a2a_plan(nbytes, nranks=2, **opts):
+    sched = build("all_to_all", "direct", nranks).materialize()
+    bc = layout("all_to_all", nbytes, "float32", nranks).block_count
+    return plan_call(sched, bc, 4, RuntimeOptions(**opts), cma=True)
+
+
+def test_two_rank_direct_all_to_all_shares_both_transfers_in_pieces():
+    from gpucomm.runtime.push import completes
+    plan = _a2a_plan(4 * MiB)  # 2 MiB blocks: 8 pieces of 256 KiB
+    for r, row in enumerate(plan.actions):
+        q, block = 1 - r, MiB // 2  # elements per block
+        read, write = (a for a in row if a.share)
+        assert (read.src, read.dst, read.src_off, read.dst_off, read.n) == \
+            (PEER_IN, OUT, r * block, q * block, block)
+        # the write is the peer's read seen from the other side: this rank's input into it
+        assert (write.src, write.dst, write.peer, write.src_off, write.dst_off, write.n) == \
+            (IN, PEER_OUT, q, q * block, r * block, block)
+        assert read.share == write.share == block // 8 and read.deps == write.deps == ((q, 0),)
+        # nothing returns before the peer's write (its last touch of this rank's output)
+        assert row[-1].n == 0 and row[-1].deps == ((q, row.index(write) + 1),)
+    assert completes(plan.actions)
+    # the predictor costs the transfer once, as the plain pull plan's read
+    assert plan_work(plan, 4) == plan_work(_a2a_plan(4 * MiB, push=False), 4)
+
+
+def test_shared_transfers_only_where_both_ranks_read_blocks_of_2_mib_or_more():
+    assert all(a.share == MiB // 8 for row in _a2a_plan(8 * MiB).actions for a in row if a.share)
+    # 1 MiB all-to-all: 512 KiB blocks; 64 MiB: each block is read in two 16 MiB slices
+    for plan in (_a2a_plan(4 * MiB, push=False), _a2a_plan(MiB), _a2a_plan(4 * MiB - 8),
+                 _a2a_plan(64 * MiB), _a2a_plan(12 * MiB, nranks=3),
+                 _a2a_plan(4 * MiB, cma=False)):
+        assert not any(a.share for row in plan.actions for a in row)
+    gather = build("all_gather", "direct", 2).materialize()
+    plan = plan_call(gather, 4 * MiB, 4, RuntimeOptions(), cma=True)
+    assert not any(a.share for row in plan.actions for a in row)

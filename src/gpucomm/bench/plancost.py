@@ -303,6 +303,8 @@ def plan_work(plan, itemsize: int,
         prev = None
         for a in acts:
             nb = a.n * itemsize
+            if a.share and a.dst == PEER_OUT:
+                continue  # a shared transfer is costed as its reader's (the same bytes)
             if a.reduce and a.src.is_private:
                 copied += 1.5 * nb
             elif a.reduce:

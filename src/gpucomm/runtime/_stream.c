@@ -754,10 +754,15 @@ static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t
  * grew), the call goes back to Python (`shm_wait`), which checks liveness and the deadline,
  * waits, reports, and calls again from that row: one C call per plan in the usual case.
  * --------------------------------------------------------------------------------------- */
-enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH, K_REDUCE };
+enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH, K_REDUCE, K_SHARED_READ,
+       K_SHARED_WRITE };
 /* Waits' interface: 2 = seven word indices, run_plan checks descriptors and sleeps itself;
- * 3 = eight (in_place too), `call` runs a whole call */
-#define WAITS_VERSION 3
+ * 3 = eight (in_place too), `call` runs a whole call; 4 = shared transfers (rows 6, 7) */
+#define WAITS_VERSION 4
+/* A shared transfer's pieces done, counted by the rank that did them: its progress line's
+ * next two words, seq << 32 | pieces (`shm_control.FRONT`, `BACK`) */
+#define FRONT 1
+#define BACK 2
 #define ROW 11
 
 static int vm_copy(long pid, char *local, uint64_t remote, size_t n, int write)
@@ -891,12 +896,13 @@ static int row_shape(WaitsObject *self, const int64_t *r, Py_ssize_t ndeps)
     int red_ok = kind == K_REDUCE && (r[10] & 0xF) <= 2 && (r[10] >> 8 & 0xF) < T_NTYPES &&
                  (r[10] >> 4 & 0xF) < OP_NOPS && r[10] >= 0;
     int shape = kind == K_NOTHING || (kind == K_COPY && shm_src && local_dst) ||
-                (kind == K_READ && peer_src && local_dst) ||
-                (kind == K_WRITE && local_src && peer_dst) ||
+                ((kind == K_READ || kind == K_SHARED_READ) && peer_src && local_dst) ||
+                ((kind == K_WRITE || kind == K_SHARED_WRITE) && local_src && peer_dst) ||
                 (kind == K_COPY_PUSH && local_src && local_dst) ||
                 (red_ok && shm_src && local_dst);
     int needs_peer = !(kind == K_NOTHING || ((kind == K_COPY || kind == K_REDUCE) && local_src));
-    if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > ndeps ||
+    int shared = kind == K_SHARED_READ || kind == K_SHARED_WRITE;
+    if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > ndeps || (shared && r[10] < 1) ||
         (needs_peer && (peer < 0 || peer >= self->nranks))) {
         PyErr_SetString(PyExc_ValueError, "run_plan: a malformed row");
         return -1;
@@ -956,6 +962,55 @@ static int reduce_row(char *d, char *a, char *b, size_t n, int type, int op)
     return 0;
 }
 
+/* Pieces of a shared transfer done in call `seq` by rank q, from word FRONT or BACK of its
+ * progress line (0 while it still holds an earlier call's count). */
+static inline size_t pieces_done(WaitsObject *self, int q, int word, uint64_t seq)
+{
+    uint64_t v = load_acquire((const uint64_t *)&self->words[q][self->prog + word]);
+    return v >> 32 == (seq & 0xFFFFFFFFu) ? (size_t)(v & 0xFFFFFFFFu) : 0;
+}
+
+/* A shared transfer (`push.share_transfers`): n bytes of peer q's buffer at `remote` into
+ * this rank's `dst`, in pieces of `piece` bytes read from the front, while the peer writes
+ * pieces from the back once it has nothing else left (`shared_write`). FRONT counts the
+ * pieces read, BACK the pieces the peer has taken (before it writes them): this rank stops
+ * where those begin, and the plan's last wait (for the peer's write row) keeps the call open
+ * until they are written. Where the two race for a piece, both copy it: the same bytes. */
+static int shared_read(WaitsObject *self, uint64_t seq, int q, char *dst, uint64_t remote,
+                       size_t n, size_t piece)
+{
+    size_t np = (n + piece - 1) / piece;
+    int64_t *front = &self->words[self->rank][self->prog + FRONT];
+    for (size_t k = 0; k + pieces_done(self, q, BACK, seq) < np; k++) {
+        size_t off = k * piece, m = n - off < piece ? n - off : piece;
+        int err = vm_copy(self->pids[q], dst + off, remote + off, m, 0);
+        if (err)
+            return err;
+        __atomic_store_n(front, (int64_t)((seq & 0xFFFFFFFFu) << 32 | (k + 1)),
+                         __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+/* The other side of peer q's shared read: this rank's `src` into q at `remote`, from the
+ * last piece down, each taken (BACK) before it is written, while it lies beyond the piece q
+ * is reading now. */
+static int shared_write(WaitsObject *self, uint64_t seq, int q, const char *src,
+                        uint64_t remote, size_t n, size_t piece)
+{
+    size_t np = (n + piece - 1) / piece;
+    int64_t *back = &self->words[self->rank][self->prog + BACK];
+    for (size_t j = 0; pieces_done(self, q, FRONT, seq) + j + 2 <= np; j++) {
+        size_t off = (np - 1 - j) * piece, m = n - off < piece ? n - off : piece;
+        __atomic_store_n(back, (int64_t)((seq & 0xFFFFFFFFu) << 32 | (j + 1)),
+                         __ATOMIC_SEQ_CST);
+        int err = vm_copy(self->pids[q], (char *)src + off, remote + off, m, 1);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
 /* status 0: every row done; 1: row *row waits for peer *detail (late beyond wait_ns, or its
  * descriptor for Python to check); 2: row *row failed to copy from or to peer *detail >> 16
  * with errno *detail & 0xffff; -1: a malformed row (exception set). */
@@ -981,19 +1036,21 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
         char *src = NULL, *dst = NULL, *cur = NULL;
         uint64_t remote = 0;
         size_t n = kind == K_NOTHING ? 0 : (size_t)r[6];
-        if (kind == K_READ)
+        int reads = kind == K_READ || kind == K_SHARED_READ;
+        int writes = kind == K_WRITE || kind == K_SHARED_WRITE;
+        if (reads)
             remote = (uint64_t)self->words[peer][r[2] == 4 ? self->in_addr : self->out_addr]
                      + (uint64_t)r[3];
         else if (kind != K_NOTHING)
             src = operand(self, pr, r[2], r[3], peer, n);
-        if (kind == K_WRITE)
+        if (writes)
             remote = (uint64_t)self->words[peer][self->out_addr] + (uint64_t)r[5];
         else if (kind != K_NOTHING)
             dst = operand(self, pr, r[4], r[5], peer, n);
         if (kind == K_REDUCE)
             cur = operand(self, pr, r[10] & 0xF, r[10] >> 12, peer, n);
-        if (kind != K_NOTHING && ((kind != K_READ && src == NULL) ||
-                                  (kind != K_WRITE && dst == NULL) ||
+        if (kind != K_NOTHING && ((!reads && src == NULL) ||
+                                  (!writes && dst == NULL) ||
                                   (kind == K_REDUCE && cur == NULL))) {
             PyErr_Format(PyExc_ValueError, "run_plan: row %zd reads past rank %d's shared "
                          "buffer, or one not mapped", i, (int)peer);
@@ -1027,6 +1084,12 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
             break;
         case K_REDUCE:
             err = reduce_row(dst, cur, src, n, (int)(r[10] >> 8 & 0xF), (int)(r[10] >> 4 & 0xF));
+            break;
+        case K_SHARED_READ:
+            err = shared_read(self, pr->seq, (int)peer, dst, remote, n, (size_t)r[10]);
+            break;
+        case K_SHARED_WRITE:
+            err = shared_write(self, pr->seq, (int)peer, src, remote, n, (size_t)r[10]);
             break;
         }
         Py_END_ALLOW_THREADS

@@ -47,7 +47,9 @@ class Action(NamedTuple):
     Offsets are relative to the array of their location (user input, user output or the
     rank's shared buffer); `peer` names the rank of PEER_* operands. `deps` are (peer, k)
     pairs: wait until the peer has completed k actions of this collective. An action with
-    n == 0 is a pure wait.
+    n == 0 is a pure wait. `share` > 0: one side of a transfer two ranks share in pieces of
+    that many elements (`push.share_transfers`): a read takes pieces from the front, a write
+    (into the peer that reads them) from the back, until the two meet.
     """
     reduce: bool
     src: Loc
@@ -59,6 +61,7 @@ class Action(NamedTuple):
     cur: Loc
     cur_off: int
     deps: tuple
+    share: int = 0
 
     def describe(self) -> str:
         dep = ", ".join(f"r{q}>={k}" for q, k in self.deps)
@@ -73,6 +76,8 @@ class Action(NamedTuple):
                    f"{self.cur.text}[{self.cur_off}] op {src}[{self.src_off}]"
         else:
             what = f"{self.dst.text}[{self.dst_off}:+{self.n}] = {src}[{self.src_off}:+{self.n}]"
+        if self.share:
+            what += f" (shared, pieces of {self.share})"
         return what + (f"  after {dep}" if dep else "")
 
 
@@ -93,14 +98,16 @@ class Op:
     a reference to it then means that op instead (an earlier one of the same rank, or the
     last of what replaced it)."""
     __slots__ = ("rank", "reduce", "src", "peer", "src_off", "dst", "dst_off", "n", "cur",
-                 "cur_off", "deps", "stands_for")
+                 "cur_off", "deps", "share", "stands_for")
 
     def __init__(self, *, rank: int, reduce: bool = False, src: Loc, peer: int, src_off: int,
-                 dst: Loc, dst_off: int, n: int, cur: Loc = SHM, cur_off: int = 0, deps=()):
+                 dst: Loc, dst_off: int, n: int, cur: Loc = SHM, cur_off: int = 0, deps=(),
+                 share: int = 0):
         self.rank, self.reduce, self.src, self.peer, self.src_off = rank, reduce, src, peer, \
             src_off
         self.dst, self.dst_off, self.n, self.cur, self.cur_off = dst, dst_off, n, cur, cur_off
         self.deps = list(deps)
+        self.share = share
         self.stands_for: Op | Entry | None = None
 
     @classmethod
@@ -111,7 +118,7 @@ class Op:
     def copy(self, **changes) -> "Op":
         op = Op(rank=self.rank, reduce=self.reduce, src=self.src, peer=self.peer,
                 src_off=self.src_off, dst=self.dst, dst_off=self.dst_off, n=self.n,
-                cur=self.cur, cur_off=self.cur_off, deps=self.deps)
+                cur=self.cur, cur_off=self.cur_off, deps=self.deps, share=self.share)
         for k, v in changes.items():
             setattr(op, k, v)
         return op
@@ -122,7 +129,7 @@ class Op:
     def frozen(self, deps: tuple) -> Action:
         return Action(reduce=self.reduce, src=self.src, peer=self.peer, src_off=self.src_off,
                       dst=self.dst, dst_off=self.dst_off, n=self.n, cur=self.cur,
-                      cur_off=self.cur_off, deps=deps)
+                      cur_off=self.cur_off, deps=deps, share=self.share)
 
 
 def resolve(ref):

@@ -1,10 +1,12 @@
-"""Plans that only move bytes and reduce locally run in the C extension: a rank's local
-copies, cross-memory reads of peers' buffers, writes into peers' outputs (and the fused
-copy-and-push of `push.push_copies`), copies out of and reductions with a peer's shared
-buffer (as this process maps it: staged plans), and pure waits go to `_stream.Waits.run_plan`
-as one small int64 program per (plan, rank), so a large all-to-all, all-gather, broadcast,
-gather or scatter, or a staged all-reduce, is one C call instead of one Python call per
-action, the GIL released while it copies and reduces (numpy's ufunc semantics, bit for bit).
+"""Plans that only move bytes and reduce locally run in the C extension: a rank's local copies,
+cross-memory reads of peers' buffers, writes into peers' outputs (and the fused
+copy-and-push of `push.push_copies`), both sides of a shared transfer (`push.share_transfers`: C
+counts the pieces each side has done), copies out of and reductions with a peer's shared
+buffer (as this process maps it: staged plans), and pure waits go to
+`_stream.Waits.run_plan` as one small int64 program per (plan, rank), so a large all-to-all,
+all-gather, broadcast, gather or scatter, or a staged all-reduce, is one C call instead of
+one Python call per action, the GIL released while it copies and reduces (numpy's ufunc
+semantics, bit for bit).
 
 The program numbers the same actions and publishes the same counters as the Python
 interpreter (`interpret`), so ranks running either mix freely. C waits for late peers itself
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
     from .interpret import Interpreter
     from .plan import ActionPlan
 
-NOTHING, COPY, READ, WRITE, COPY_PUSH, REDUCE = range(6)  # row kinds, as `_stream.c` has them
+# row kinds, as `_stream.c` has them
+NOTHING, COPY, READ, WRITE, COPY_PUSH, REDUCE, SHARED_READ, SHARED_WRITE = range(8)
 # what C reduces: dtypes as `_stream.c` numbers them (the small-message path's), and ops
 C_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}  # avg: a sum, divided after
 ROW = 11  # int64 fields per row (see `_stream.c`)
@@ -59,6 +62,8 @@ def compile_row(actions: tuple[Action, ...], isz: int, reduce: int = -1) -> Prog
         dep, peer, push_off = list(a.deps), a.peer, 0
         if kind == REDUCE:  # the current value's location and offset, C's dtype and op
             push_off = a.cur_off * isz << 12 | reduce | int(a.cur)
+        if a.share and kind in (READ, WRITE):  # one side of a shared transfer: piece bytes
+            kind, push_off = (SHARED_READ if kind == READ else SHARED_WRITE), a.share * isz
         if kind == COPY and fused_push(a, nxt) and nxt is not None:
             kind, peer, push_off = COPY_PUSH, nxt.peer, nxt.dst_off * isz
             dep += nxt.deps
@@ -142,6 +147,6 @@ def run(it: Interpreter, prog: Program, row: int = 0,
 def _failed(it: Interpreter, q: int, err: int, kind: int) -> None:
     """A cross-memory copy failed: name the rank if it died, else say what failed."""
     it.tr._check_alive(q, 1 << 62, PROG)
-    what = "writing" if kind in (WRITE, COPY_PUSH) else "reading"
+    what = "writing" if kind in (WRITE, COPY_PUSH, SHARED_WRITE) else "reading"
     raise TransportError(f"rank {it.tr.rank}: {what} rank {q}'s buffer: cross-memory "
                          f"{what[:-3]} failed: {os.strerror(err)}")

@@ -115,8 +115,8 @@ class Interpreter:
                 fused = fused_result_push(a, nxt)
                 return self._reduce_from_peer, fused
             return self._read_peer, False
-        if a.dst == PEER_OUT:
-            return self._push, False
+        if a.dst == PEER_OUT:  # a shared transfer's write: the peer reads it all here
+            return (self._nothing if a.share else self._push), False
         if a.n == 0:
             return self._nothing, False
         if a.reduce:

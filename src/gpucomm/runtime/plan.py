@@ -30,7 +30,7 @@ from .actions import PEER, Action, lower
 from .options import RuntimeOptions
 from .passes import (SliceMap, Tracker, copy_ins, drop_empty, fill_outputs, lower_steps,
                      tail_waits, versions)
-from .push import push_copies, push_results, push_split
+from .push import SHARE_MIN_BYTES, push_copies, push_results, push_split, share_transfers
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def schedule_key(s: Schedule) -> tuple:
 
 def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 16,
                  direct: bool = False, push_root: int | None = None,
-                 push: bool = True, stream: bool = True) -> ActionPlan:
+                 push: bool = True, stream: bool = True, share_min: int = 0) -> ActionPlan:
     """The per-rank action lists of `schedule` for blocks of `block_count` elements.
 
     `direct`: peers read a value wherever its owner keeps it, its private input and output
@@ -75,7 +75,10 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
     and, where the transport's large copies `stream` past the cache, a block a rank copies
     locally is written into the peer right after (`push.push_copies`; with plain copies that
     costs more than the peer's read: measured 1.5-1.9 ms against 1.2-1.45 ms, 16 MiB
-    all-gather). `push=False` turns all of them off (plain pull plans).
+    all-gather). Where both read a block of each other and `share_min` is set, the two
+    transfers are shared, in 8 pieces of at least `share_min` elements each
+    (`push.share_transfers`).
+    `push=False` turns all of them off (plain pull plans).
 
     >>> from gpucomm.algorithms import build
     >>> print(compile_plan(build("all_reduce", "ring", 2), 4).describe(0))
@@ -99,6 +102,8 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
         ops = push_results(ops, lay.in_rng, lay.out_rng)
         if stream:
             ops = push_copies(ops, lay.in_rng, lay.out_rng)
+        if share_min:
+            ops = share_transfers(ops, lay.in_rng, lay.out_rng, share_min)
     rows = lower(drop_empty(ops))
     peers = tuple(frozenset(a.peer for a in row if a.src >= PEER) for row in rows)
     shm_read = {a.peer for row in rows for a in row if a.src == PEER}
@@ -129,7 +134,8 @@ def plan_call(schedule: Schedule, block_count: int, itemsize: int, options: Runt
     return compile_plan(schedule, block_count, slice_elems=max(1, slice_bytes // itemsize),
                         direct=direct,
                         push_root=schedule.root if in_place_root else None,
-                        push=options.push, stream=memcopy.streams(options))
+                        push=options.push, stream=memcopy.streams(options),
+                        share_min=max(1, SHARE_MIN_BYTES // itemsize))
 
 
 __all__ = ["Action", "ActionPlan", "compile_plan", "is_direct", "plan_call", "schedule_key"]

@@ -17,6 +17,9 @@ from ..schedule import Schedule
 DONE = 0xFFFFFFFF
 # control segment layout, in int64 words
 PROG, PID, STATE, GEN, CAP, IN_ADDR, OUT_ADDR = 0, 8, 9, 10, 11, 12, 13  # progress: own line
+# ... with the pieces of a shared transfer this rank has read from the front and written from
+# the back in the call (seq << 32 | pieces: `push.share_transfers`, kept by `_stream.c`)
+FRONT, BACK = 1, 2
 IN_PLACE = 14  # this call's input is its output (a broadcast root's peers read it)
 WAITING = 15  # 1 + the rank this one is blocked on (0: none), so a timeout names the culprit
 DESC = 16  # 8 words: seq, collective, algorithm hash, nranks, root, block count, dtype, op
