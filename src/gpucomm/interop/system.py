@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..hardware import get_gpu, get_link_tech
-from ..simulate import constants as K
-from ..simulate.nccl_tuning import net_graph
+from ..simulate.nccl_tuning import coll_channels
 from .nccltests import NcclTestsLog
 
 # Device names as CUDA reports them -> catalog GPU. Order matters (GH200 before H100 ...).
@@ -239,15 +238,15 @@ def _ib_or_roce(info, gpu, per_host, ev):
     speeds = {v for d, v in info.nic_speeds.items() if any(x.startswith(d + ":") or x == d
                                                            for x in data)}
     nic, note = None, None
+    shipped = (_IB if kind == "ib" else _ROCE).get(gpu)
     if len(speeds) == 1:
         nic = _BY_SPEED[kind].get(speeds.pop())
     if nic is None and not info.nic_speeds:
-        default = (_IB if kind == "ib" else _ROCE).get(gpu)
-        nic, note = _speed_from_channels(info, gpu, kind, len(data), per_host, default)
+        nic, note = _speed_from_channels(info, gpu, kind, len(data), per_host, shipped)
         if note:
             ev.append(note)
     if nic is None:
-        nic = (_IB if kind == "ib" else _ROCE).get(gpu, "ib-hdr" if kind == "ib" else "roce-100g")
+        nic = shipped or ("ib-hdr" if kind == "ib" else "roce-100g")
     return nic, len(data), note
 
 
@@ -263,7 +262,7 @@ def _speed_from_channels(info, gpu, kind, nics, per_host, default):
     by the environment or CollNet, agrees with `default`, or leaves no NIC of `kind`.
     NCCL's search gives one channel per NIC at the fastest speedArrayInter step no faster than
     the GPU->NIC path, ncclTopoDupChannels (search.cc) doubles them from 25 GB/s, and
-    ncclTopoPostset (connect.cc) doubles the count again (simulate.nccl_tuning.net_graph), so
+    ncclTopoPostset (connect.cc) doubles the count again (simulate.nccl_tuning.coll_channels), so
     on 4 H100 NICs 16 channels mean 400G and 8 mean a NIC below 25 GB/s. Only as far as
     net_graph models the search: NCCL 2.18 or later, one NIC per GPU at most, and GPUDirect
     RDMA on (without it paths.cc routes the GPU->NIC path through the CPU: a slower path can
@@ -275,16 +274,10 @@ def _speed_from_channels(info, gpu, kind, nics, per_host, default):
             or version is None or (int(version.group(1)), int(version.group(2))) < (2, 18)):
         return None, None
     g = get_gpu(gpu)
-    pcie = (get_link_tech(g.pcie).nccl_Bps or 24e9) / 1e9
-
-    def channels(name):
-        path = min((get_link_tech(name).nccl_Bps or 0) / 1e9, pcie)
-        return min(2 * net_graph(g.sm, nics, path, None)[0], K.MAX_CHANNELS)
-
-    if channels(default) == printed:
+    if coll_channels(g, default, nics) == printed:
         return None, None
     rate = {name: get_link_tech(name).bandwidth_Bps for name in _BY_SPEED[kind].values()}
-    fits = [name for name in rate if channels(name) == printed]
+    fits = [name for name in rate if coll_channels(g, name, nics) == printed]
     if not fits:
         return None, None
     # of the speeds that give the count, the one nearest what the generation shipped with

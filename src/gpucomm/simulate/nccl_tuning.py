@@ -38,6 +38,7 @@ from . import constants as K
 from .constants import TREE_CORRECTION
 
 if TYPE_CHECKING:
+    from ..hardware import GPU
     from ..topology import Topology
 
 Estimate = tuple[float, str, str]  # (time in us, algorithm, protocol)
@@ -120,13 +121,13 @@ def _graph(topo: Topology, channels: int, nodes: int = 1) -> dict[str, Graph]:
         total = (get_link_tech(gpu.nvlink).nccl_Bps or 0) / 1e9
         hw = "nvlink"
     else:
-        total = (get_link_tech(gpu.pcie).nccl_Bps or 24e9) / 1e9
+        total = pcie_GBps(gpu)
         hw = "pci"
     nics = [(get_link_tech(d.model).nccl_Bps or 0) / 1e9
             for d in topo.devices if d.kind == "nic" and d.node == 0][:max(ppn, 1)]
     nics = [b for b in nics if b > 0]
     if nodes > 1 and nics:
-        path = min(max(nics), (get_link_tech(gpu.pcie).nccl_Bps or 24e9) / 1e9)
+        path = min(max(nics), pcie_GBps(gpu))
         n, inter, tree_intra = net_graph(gpu.sm, len(nics), path, total if ppn > 1 else None)
         return {"ring": (arch, hw, inter, inter, n), "tree": (arch, hw, tree_intra, inter, n)}
     n = max(channels, 1)
@@ -135,6 +136,20 @@ def _graph(topo: Topology, channels: int, nodes: int = 1) -> dict[str, Graph]:
     if ppn == 1:
         intra = inter
     return {"ring": (arch, hw, intra, inter, n), "tree": (arch, hw, intra, inter, n)}
+
+
+def pcie_GBps(gpu: GPU) -> float:
+    """The GPU's PCIe figure as NCCL's topo.h has it (24 GB/s where the catalog has none)."""
+    return (get_link_tech(gpu.pcie).nccl_Bps or 24e9) / 1e9
+
+
+def coll_channels(gpu: GPU, nic: str, nics: int) -> int:
+    """The collective channels NCCL prints across nodes (`N coll channels`, `Channel xx/NN`)
+    on a node of `nics` NICs of catalog kind `nic` beside `gpu`s: net_graph's channels over
+    the GPU->NIC path (the NIC, or the GPU's PCIe if slower), doubled by connect.cc
+    ncclTopoPostset, at most MAXCHANNELS."""
+    path = min((get_link_tech(nic).nccl_Bps or 0) / 1e9, pcie_GBps(gpu))
+    return min(2 * net_graph(gpu.sm, nics, path, None)[0], K.MAX_CHANNELS)
 
 
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
