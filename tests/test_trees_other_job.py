@@ -156,6 +156,13 @@ def test_cli_sim_times_nccls_trees_with_the_second_job(algorithm, tmp_path):
     assert ends and max(ends) == pytest.approx(row["time_us"], rel=1e-6)
     text = _cli(*SIM, "--algorithm", algorithm, "--other-job", "2").stdout
     assert "with the second job" in text and "(+" in text
+    # every view's heading says the cluster holds two jobs, not only the 4-node cluster's name
+    beside = "the job's 16 ranks beside a second job on 2 nodes"
+    assert beside in text.splitlines()[0]
+    html = tmp_path / "r.html"
+    _cli(*SIM, "--algorithm", algorithm, "--other-job", "2", "--html", str(html))
+    assert beside.replace("'", "&#x27;") in html.read_text()
+    assert beside not in _cli(*SIM, "--algorithm", algorithm).stdout
 
 
 def test_cli_plan_times_nccls_trees_with_the_second_job():

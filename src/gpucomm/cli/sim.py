@@ -16,6 +16,7 @@ from ..collectives import get_collective
 from ..dtypes import PREMULSUM, REDUCE_OPS, check_op, get_dtype
 from ..bench.table import NCCL_TYPE
 from ..errors import ConfigError
+from ..report.data import beside_second_job
 from .topo import add_topology_args, topology_from_args
 from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve, retire
 from .common import (PLOT_SUFFIXES, add_format, add_select, html_arg, nccl_version_arg,
@@ -133,12 +134,12 @@ def cmd_sim(args) -> int:
     if args.format == "json":
         print_json(doc)
     else:
-        print(f"# gpucomm sim: {coll.name} on {topo} ({args.model} model)")
+        print(f"# gpucomm sim: {coll.name} on {topo}{beside_second_job(doc)} ({args.model} model)")
         print(_table(rows))
         _print_second_job(args.other_job, len(second), nranks, rows)
     if args.plot:
         from ..report.plot import plot_sweep
-        plot_sweep(rows, args.plot, title=f"{coll.name} on {topo.name}")
+        plot_sweep(rows, args.plot, title=f"{coll.name} on {topo.name}{beside_second_job(doc)}")
     if args.trace or args.html:
         _write_views(args, doc, topo, results)
     return 0

@@ -98,9 +98,18 @@ def bench_rows(result) -> list:
     return result["rows"] if isinstance(result, dict) else result
 
 
+def beside_second_job(doc: dict) -> str:
+    """What every view's heading of a `sim --other-job` result adds: the job runs on part of
+    the cluster, a second job on the rest ("" without one)."""
+    second = doc.get("other_job")
+    return (f", the job's {doc.get('nranks')} ranks beside a second job on {second['nodes']} "
+            "nodes" if second else "")
+
+
 def _title(kind: str, r, inputs: dict) -> str:
     if kind == "sim":
-        return f"gpucomm sim: {r.get('collective')} on {r.get('topology')} ({r.get('model')} model)"
+        return (f"gpucomm sim: {r.get('collective')} on {r.get('topology')}{beside_second_job(r)} "
+                f"({r.get('model')} model)")
     if kind == "sim_compare":
         return f"gpucomm sim --compare: {r.get('collective')} on {r.get('topology')}"
     if kind == "bench":
