@@ -19,6 +19,7 @@ import time
 import pytest
 
 from gpucomm.bench.backends import remove_stale_mpich, shm_names
+from mpi_check import mpi_missing
 from gpucomm.runtime.launch import free_port, rank_env
 from gpucomm.runtime.segment import leftovers
 
@@ -61,13 +62,8 @@ def _need(transport):
     if transport in ("torch", "backend"):
         pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     if transport == "mpi":
-        try:
-            import mpi4py.MPI  # noqa: F401
-        except (ImportError, RuntimeError) as e:
-            pytest.skip(f"mpi4py or its MPI library is missing ({e})")
-        from gpucomm.bench.backends import mpiexec
-        if mpiexec() is None:
-            pytest.skip("no mpiexec (pip install mpich)")
+        if mpi_missing():  # mpi4py, its MPI library and mpiexec
+            pytest.skip(mpi_missing())
 
 
 def _env(base=None):

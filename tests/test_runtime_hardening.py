@@ -22,6 +22,7 @@ import pytest
 from gpucomm.errors import CommTimeout, ConfigError, TransportError
 from gpucomm.runtime.launch import free_port, rank_env
 from gpucomm.bench.backends import mapped_shm
+from mpi_check import mpi_missing
 from gpucomm.runtime.segment import PREFIX, Segment, leftovers, new_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -442,10 +443,8 @@ def _descends(pid, ancestor):
 # --- init under mpiexec and torchrun --------------------------------------------------------
 
 def test_init_under_mpiexec_sees_the_mpi_world():
-    try:
-        import mpi4py.MPI  # noqa: F401
-    except (ImportError, RuntimeError) as e:
-        pytest.skip(f"mpi4py or its MPI library is missing ({e})")
+    if mpi_missing():
+        pytest.skip(mpi_missing())
     from gpucomm.bench.backends import mpiexec, remove_stale_mpich, shm_names
     exe = mpiexec()
     if exe is None:

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from gpucomm.bench.backends import mapped_shm, remove_stale_mpich, shm_names
+from mpi_check import mpi_missing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "test_transports_worker.py")
@@ -46,10 +47,8 @@ def _torch_cmd(n, *args):
 
 
 def _mpi_cmd(n, *args, cleanup=True):
-    try:
-        import mpi4py.MPI  # noqa: F401
-    except (ImportError, RuntimeError) as e:
-        pytest.skip(f"mpi4py or its MPI library is missing ({e}); pip install mpi4py mpich")
+    if mpi_missing():
+        pytest.skip(mpi_missing())
     launcher = shutil.which("mpiexec")
     if launcher is None:
         pytest.skip("no mpiexec on PATH (pip install mpich provides one)")
