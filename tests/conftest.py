@@ -1,3 +1,6 @@
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -49,3 +52,40 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or getattr(item, "originalname", None) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+# Nothing the suite starts may leave shared memory behind (runtime segments, MPICH's, torch's):
+# the run (the controller, under xdist) notes /dev/shm before and, once every worker has gone,
+# fails if a new entry remains that no live process maps.
+def _shm_entries() -> set:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:  # no /dev/shm (macOS)
+        return set()
+
+
+_SHM_BEFORE = pytest.StashKey[set]()
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[_SHM_BEFORE] = _shm_entries()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    before = session.config.stash.get(_SHM_BEFORE, None)
+    if before is None:
+        return
+    from gpucomm.bench.backends import mapped_shm
+    for _ in range(25):  # a process that is exiting gets a moment to unmap and unlink
+        left = _shm_entries() - before - mapped_shm(prefix="")
+        if not left:
+            return
+        time.sleep(0.2)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(f"FAILED: the run left in /dev/shm: {sorted(left)}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
