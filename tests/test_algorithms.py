@@ -245,3 +245,17 @@ def test_the_bitwise_check_catches_a_rank_dependent_reduction_order():
            enumerate(make_inputs("all_reduce", p, 64, "float32", "sum", seed=1))]
     outs = execute(naive, [x.astype(np.float32) for x in ins], "sum", "float32")
     assert len({o.tobytes() for o in outs}) > 1
+
+
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])
+@pytest.mark.parametrize("p,root", [(2, 1), (5, 0), (5, 3), (8, 7)])
+def test_chains_on_several_channels_verify_and_split_the_buffer(coll, p, root):
+    """chain_broadcast / chain_reduce with C channels: C chains side by side, each carrying
+    its own 1/C of the chunks (NCCL's one chain per ring)."""
+    from gpucomm.verify import verify
+    sched = build(coll, "ring", p, root=root, chunks=4, channels=3)
+    verify(sched)
+    assert sched.channels == 3 and dict(sched.params)["channels"] == 3
+    ops = [op for s in sched.steps() for op in zip(s.channel.tolist(), s.src_chunk.tolist())]
+    assert {ch: sorted({c for k, c in ops if k == ch}) for ch in range(3)} == {
+        ch: list(range(4 * ch, 4 * ch + 4)) for ch in range(3)}

@@ -234,6 +234,28 @@ def test_broadcast_chain_is_pipelined_in_slices():
     assert big.busbw_GBps > 0.8 * topo.path_bandwidth(0, 1) / 1e9
 
 
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])
+def test_chains_follow_the_searched_rings_from_the_root_on_every_channel(coll):
+    """On a NVLink mesh (DGX-1's hybrid cube mesh) NCCL's broadcast/reduce run one chain per
+    ring of its search, as all_gather does; in rank order they crossed pairs without NVLink
+    (ABCI's 4 x V100 broadcast log: 101 GB/s measured, 22 predicted). Every channel's chain
+    starts (broadcast) or ends (reduce) at the root's GPU."""
+    topo = build_topology("dgx-v100")
+    chain = predict(coll, 64 << 20, topo, algorithm="ring", protocol="simple", root=3)
+    ring = predict("all_gather", 64 << 20, topo, algorithm="ring", protocol="simple")
+    assert chain.busbw_GBps > 0.8 * ring.busbw_GBps
+    rows = np.atleast_2d(chain.timed.placement)
+    assert len(rows) > 1 and (rows[:, 3] == 3).all()
+
+
+def test_a_broadcast_across_nodes_uses_every_rail():
+    """One channel per NIC, as NCCL's rings: a broadcast between two DGX H100 is not held to
+    one NIC's line rate (it was: 41 GB/s at 256 MiB over 8 x 400G)."""
+    topo = build_topology("dgx-h100", nodes=2)
+    res = predict("broadcast", 256 << 20, topo, algorithm="ring", protocol="simple")
+    assert res.busbw_GBps > 2 * 50
+
+
 @pytest.mark.parametrize("coll,name", [("all_reduce", "double_binary_tree"),
                                        ("all_reduce", "recursive_halving_doubling"),
                                        ("all_to_all", "direct")])

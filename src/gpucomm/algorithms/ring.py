@@ -75,33 +75,33 @@ def chain_order(nranks: int, root: int) -> np.ndarray:
 
 
 @algorithm("broadcast", "ring")
-def chain_broadcast(nranks: int, root: int = 0, chunks: int = 8) -> Schedule:
-    """A pipelined chain from the root (NCCL's ring broadcast): `chunks` pieces in flight."""
+def chain_broadcast(nranks: int, root: int = 0, chunks: int = 8, channels: int = 1) -> Schedule:
+    """A pipelined chain from the root (NCCL's ring broadcast): `chunks` pieces in flight on
+    each of C channels, which carry 1/C of the buffer each (NCCL runs one chain per ring)."""
+    return _chain("broadcast", nranks, root, chunks, channels, chain_order(nranks, root), False)
+
+
+@algorithm("reduce", "ring")
+def chain_reduce(nranks: int, root: int = 0, chunks: int = 8, channels: int = 1) -> Schedule:
+    """A pipelined chain ending at the root: each rank adds its part and passes it on; C
+    channels as for chain_broadcast."""
+    order = chain_order(nranks, (root + 1) % nranks)  # root+1, ..., root: the root is last
+    return _chain("reduce", nranks, root, chunks, channels, order, True)
+
+
+def _chain(name: str, nranks: int, root: int, chunks: int, channels: int, order: np.ndarray,
+           reduce: bool) -> Schedule:
     if not isinstance(chunks, int) or chunks < 1:
         raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
-    order = chain_order(nranks, root)
+    c = _channels(channels)
 
     def steps() -> Iterator[Step]:
         for s in range(chunks + nranks - 2):  # hop h carries chunk s-h at step s
             hops = [h for h in range(nranks - 1) if 0 <= s - h < chunks]
             if hops:
-                h = np.array(hops)
-                yield step(order[h], order[h + 1], s - h)
-    return Schedule("broadcast", nranks, "ring", chunks, steps, root=root,
-                    params=(("chunks", chunks),))
-
-
-@algorithm("reduce", "ring")
-def chain_reduce(nranks: int, root: int = 0, chunks: int = 8) -> Schedule:
-    """A pipelined chain ending at the root: each rank adds its part and passes it on."""
-    if not isinstance(chunks, int) or chunks < 1:
-        raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
-    order = chain_order(nranks, (root + 1) % nranks)  # root+1, ..., root: the root is last
-    def steps() -> Iterator[Step]:
-        for s in range(chunks + nranks - 2):
-            hops = [h for h in range(nranks - 1) if 0 <= s - h < chunks]
-            if hops:
-                h = np.array(hops)
-                yield step(order[h], order[h + 1], s - h, reduce=True)
-    return Schedule("reduce", nranks, "ring", chunks, steps, root=root,
-                    params=(("chunks", chunks),))
+                h = np.repeat(np.array(hops), c)
+                ch = np.tile(np.arange(c), len(hops))  # channel ch owns chunks ch*chunks + k
+                yield step(order[h], order[h + 1], ch * chunks + s - h, reduce=reduce,
+                           channel=ch)
+    return Schedule(name, nranks, "ring", c * chunks, steps, root=root, channels=c,
+                    params=(("chunks", chunks), ("channels", c)))

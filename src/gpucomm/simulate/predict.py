@@ -418,6 +418,8 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
             orders = _ring_orders(topology, placement)
             if orders is not None:
                 kw["channels"], ranks = len(orders), orders
+                if coll.name in ("broadcast", "reduce"):
+                    ranks = _rooted(orders, placement, root)
     if "group_size" in accepted and kw.get("group_size") is None:
         # a hierarchical schedule's groups are the nodes: the builder's own default (largest
         # divisor <= 8) would put 2 nodes x 2 ranks in one group, a flat ring
@@ -456,6 +458,15 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
 
 def _ring_orders(topology: Topology, placement: Ranks) -> Ranks | None:
     return per_placement(topology_memo(topology).orders, topology, placement, ring_orders)
+
+
+def _rooted(orders: Ranks, placement: Ranks, root: int) -> Ranks:
+    """Each ring order turned so that the root's GPU sits at schedule rank `root`: a chain
+    (broadcast, reduce) starts or ends at the same GPU on every channel, as NCCL's rings all
+    pass through the root."""
+    gpu = int(np.asarray(placement)[root])
+    at = np.argmax(np.asarray(orders) == gpu, axis=1)
+    return np.stack([np.roll(row, root - int(k)) for row, k in zip(orders, at)])
 
 
 def _rails(topology: Topology, placement: Ranks, paths: PathTable) -> int:
