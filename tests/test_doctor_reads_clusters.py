@@ -259,3 +259,22 @@ def test_gdr_through_the_cpu_is_named_from_nccls_own_distance_line():
     assert any("GPUDirect RDMA through the CPU" in c for c in _diag(text).causes)
     near = text.replace("(distance 6 <= 7)", "(distance 4 <= 7)")
     assert not any("through the CPU" in c for c in _diag(near).causes)
+
+
+def test_processes_whose_ranks_restart_at_zero_are_separate_runs_of_the_test():
+    """`srun -N2 all_reduce_perf -g 8` of a binary without MPI: each process runs the whole
+    test alone on its node, and the two outputs interleave (Together's H100 `_slurm` files).
+    One 8-rank test per process, the k-th row of each size to the k-th run; a test of one
+    process with many ranks, or an MPI job's ranks, stays one test."""
+    text = (LOGS / "together-h100-2x1n-all_reduce-ring.log").read_text()
+    runs = parse_logs(text)
+    assert [len(r.devices) for r in runs] == [8, 8] and [r.separate_runs for r in runs] == [2, 2]
+    assert [r.hosts for r in runs] == [("gpu-dp-2jvzl-pqq7p",), ("gpu-dp-2jvzl-ddjjs",)]
+    sizes = [r["size"] for r in runs[0].rows]
+    assert sizes == sorted(set(sizes)) and [r["size"] for r in runs[1].rows] == sizes
+    d = diagnose(DoctorRequest(runs[0], name="log"))
+    assert (d.guess.nodes, d.guess.gpus_per_node) == (1, 8)
+    assert any("restart at 0 in each of 2 processes" in w for w in d.warnings)
+    one = parse_logs((LOGS / "together-h100-1n-all_reduce-ring.log").read_text())
+    assert len(one) == 1 and one[0].separate_runs == 1
+    assert len(parse_logs(SNELLIUS)) == 1 and parse_logs(SNELLIUS)[0].separate_runs == 1

@@ -104,6 +104,11 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
         warnings.append(f"--collective {req.collective} contradicts the log, which ran "
                         f"{log.test}; using {coll.name}")
     guess = _guess(log, req, warnings)
+    if log.separate_runs > 1:
+        warnings.append(f"the ranks restart at 0 in each of {log.separate_runs} processes: "
+                        "each ran this test alone (a binary without MPI, or launched without "
+                        "it), their rows interleaved: each is judged alone as a "
+                        f"{guess.nranks}-rank test, its rows in the order they appear")
     if req.topology is not None:
         topo = _given_topology(req, guess)
         kw: dict[str, Any] = {"system": topo.name,

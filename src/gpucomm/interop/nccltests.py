@@ -11,6 +11,7 @@ halves of `time algbw busbw #wrong` after `size count type redop root`; releases
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -116,6 +117,7 @@ class NcclTestsLog:
     root_column: bool = False  # nccl-tests 2.10 and later print one
     inherited: tuple = ()  # what this test shares with the one before it in the file
     rccl: bool = False  # rccl-tests / RCCL (AMD GPUs)
+    separate_runs: int = 1  # processes that each ran this test alone, their output interleaved
 
     @property
     def good_rows(self) -> list:
@@ -194,13 +196,36 @@ def parse_logs(text: str) -> list[NcclTestsLog]:
             pending = pending + chunk
             continue
         pending = []
-        if logs:
-            _inherit(log, logs[-1])
-        logs.append(log)
+        for run in _separate_runs(log):
+            if logs:
+                _inherit(run, logs[-1])
+            logs.append(run)
     if not logs:
         raise ConfigError("no nccl-tests result rows found in the log (expected lines like "
                           "'  1048576  262144  float  sum  -1  12.3  85.2  149.1  0 ...')")
     return logs
+
+
+def _separate_runs(log: NcclTestsLog) -> list[NcclTestsLog]:
+    """The independent runs a test's lines hold: where the ranks restart at 0 in another
+    process (`srun -N2 all_reduce_perf -g 8` of a binary without MPI, `mpirun -np 2` of one),
+    each process ran the whole test alone and their outputs interleave. One log per process,
+    its own devices, and the k-th row of each size (the runs print the same sizes in order)."""
+    pids: dict = {}
+    for d in log.devices:
+        pids.setdefault((d.host, d.pid), []).append(d)
+    groups = list(pids.values())
+    ranks = [sorted(d.rank for d in g) for g in groups]
+    if len(groups) < 2 or any(r != ranks[0] for r in ranks) or ranks[0][0] != 0:
+        return [log]
+    seen: dict = {}
+    rows: list[list] = [[] for _ in groups]
+    for row in log.rows:
+        k = seen.get(row["size"], 0)
+        seen[row["size"]] = k + 1
+        rows[min(k, len(groups) - 1)].append(row)
+    return [dataclasses.replace(log, devices=tuple(g), rows=r, separate_runs=len(groups))
+            for g, r in zip(groups, rows) if r]
 
 
 def _starts_test(line: str) -> bool:
