@@ -278,3 +278,21 @@ def test_processes_whose_ranks_restart_at_zero_are_separate_runs_of_the_test():
     one = parse_logs((LOGS / "together-h100-1n-all_reduce-ring.log").read_text())
     assert len(one) == 1 and one[0].separate_runs == 1
     assert len(parse_logs(SNELLIUS)) == 1 and parse_logs(SNELLIUS)[0].separate_runs == 1
+
+
+def test_the_nccl_version_comes_from_the_banner_or_the_printed_version_line():
+    """nccl-tests 2.14+ print the library's version code in the banner (nccl.h NCCL_VERSION:
+    X*10000 + Y*100 + Z from 2.9, X*1000 + Y*100 + Z before); newer ones print `NCCL version
+    2.16.5+cuda11.8` too. Without INFO lines doctor took neither and modelled the newest NCCL:
+    NVLS on a 2.16 log, which NCCL has only from 2.17."""
+    together = (LOGS / "together-h100-1n-all_reduce-ring.log").read_text()
+    assert parse_log(together).nccl_version == "2.26.2"
+    old = together.replace("nccl-library=22602", "nccl-library=2708")
+    assert parse_log(old).nccl_version == "2.7.8"
+    n013 = parse_logs((LOGS / "a100pcie-n013-2n-all_reduce-gdr.log").read_text())[0]
+    assert n013.info.version is None and n013.nccl_version == "2.16.5+cuda11.8"
+    algos = {r.get("algorithm") for r in _diag(together).rows}
+    assert "nvls" in algos
+    algos_216 = {r.get("algorithm") for r in _diag(together.replace("nccl-library=22602",
+                                                                     "nccl-library=21605")).rows}
+    assert "nvls" not in algos_216 and algos_216

@@ -302,7 +302,7 @@ def _choice(log, coll, req, topo) -> dict:
                                    or (log.info.nvls_channels == 0
                                        and log.info.coll_channels is not None)):
         out["exclude"] = ["nvls"]  # what the log says NCCL could not use is not predicted
-    version = parse_version(req.nccl_version or log.info.version)  # the NCCL the log ran
+    version = parse_version(req.nccl_version or log.nccl_version)  # the NCCL the log ran
     if version is not None:
         out["nccl_version"] = version
     out["select"] = req.select
@@ -326,9 +326,9 @@ def _full_nvswitch_node(kw, topo) -> bool:
 
 
 def _has_nvls(log, given: str | None = None) -> bool:
-    """Whether the NCCL the log ran (`given` by the user, else its INFO lines) has NVLS at all
-    (2.17 and later; unknown: assume so)."""
-    version = parse_version(given or log.info.version)
+    """Whether the NCCL the log ran (`given` by the user, else its INFO or banner lines) has
+    NVLS at all (2.17 and later; unknown: assume so)."""
+    version = parse_version(given or log.nccl_version)
     return version is None or version >= (2, 17)
 
 

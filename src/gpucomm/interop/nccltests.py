@@ -118,6 +118,7 @@ class NcclTestsLog:
     inherited: tuple = ()  # what this test shares with the one before it in the file
     rccl: bool = False  # rccl-tests / RCCL (AMD GPUs)
     separate_runs: int = 1  # processes that each ran this test alone, their output interleaved
+    printed_version: str | None = None  # nccl-tests' `NCCL version 2.16.5+cuda11.8` line
 
     @property
     def good_rows(self) -> list:
@@ -135,6 +136,20 @@ class NcclTestsLog:
     @property
     def gpu_names(self) -> tuple:
         return tuple(dict.fromkeys(d.name for d in self.devices))
+
+    @property
+    def nccl_version(self) -> str | None:
+        """The NCCL (RCCL) the test ran: its INFO or `NCCL version` lines, else the library code
+        nccl-tests 2.14 and later print in their banner (`nccl-library=22602`: 2.26.2; codes
+        below 2.9 are X*1000 + Y*100 + Z, nccl.h's NCCL_VERSION)."""
+        if self.info.version or self.printed_version:
+            return self.info.version or self.printed_version
+        m = re.search(r"[nr]ccl-library=(\d+)", self.version_line or "")
+        if not m or not 1000 <= int(m.group(1)) < 1_000_000:
+            return None
+        code = int(m.group(1))
+        major, rest = divmod(code, 10000 if code >= 20900 else 1000)
+        return f"{major}.{rest // 100}.{rest % 100}"
 
     @property
     def launch(self) -> dict:
@@ -276,6 +291,10 @@ def _parse_chunk(lines: list[str]) -> NcclTestsLog:
         m = _NCCL_VERSION.match(line.strip())
         if m:
             info.version = info.version or m.group(1)
+            continue
+        m = re.match(r"NCCL version\s+(\S+)$", line.strip())  # nccl-tests' own, not an INFO line
+        if m:
+            log.printed_version = m.group(1)
             continue
         m = _XTRACE_ENV.match(line.strip())
         if m:  # what NCCL's own INFO lines print later overrides it
