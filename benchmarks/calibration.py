@@ -64,8 +64,9 @@ CLASSES = ((">=64MiB", lambda s: s >= 64 << 20, 0.10),
 
 def requests(entry, select="nccl") -> list:
     path = LOGS / entry["file"]
-    return [DoctorRequest(log, name=entry["file"], select=select,
-                          nccl_version=entry.get("nccl_version"))  # where the source states it
+    return [DoctorRequest(log, name=entry["file"], select=select,  # where the source states
+                          nccl_version=entry.get("nccl_version"),  # them: the NCCL, and the
+                          algorithm=entry.get("algorithm"))  # NCCL_ALGO the run forced
             for log in parse_logs(path.read_text())]
 
 
