@@ -30,3 +30,14 @@ def test_a_table_reads_back_as_its_log(bench):
                 (table["nodes"], table["gpus_per_node"])
             assert req.nccl_version == bench.table_version(table)
             assert req.nccl_version is None or req.nccl_version in table["nccl_version"]
+
+
+def test_an_index_entry_passes_on_what_its_source_states(bench):
+    """The NCCL version and the NCCL_ALGO a run forced, where the source states what the log
+    does not print, reach doctor as its flags would (Together's H100 'ring' config)."""
+    index = {e["file"]: e for e in json.loads((bench.LOGS / "index.json").read_text())}
+    (req,) = bench.requests(index["together-h100-1n-all_reduce-ring.log"])
+    assert (req.algorithm, req.nccl_version) == ("ring", "2.26.2")
+    assert {r.get("algorithm") for r in diagnose(req).rows} == {"ring"}
+    (auto,) = bench.requests(index["abci-a100-1n-8g-all_reduce.log"])
+    assert (auto.algorithm, auto.nccl_version) == (None, "2.8.4")
