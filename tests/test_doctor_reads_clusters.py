@@ -296,3 +296,16 @@ def test_the_nccl_version_comes_from_the_banner_or_the_printed_version_line():
     algos_216 = {r.get("algorithm") for r in _diag(together.replace("nccl-library=22602",
                                                                      "nccl-library=21605")).rows}
     assert "nvls" not in algos_216 and algos_216
+
+
+def test_busbw_that_is_ring_s_where_the_model_ran_nvls_says_nvls_was_likely_off():
+    """Together's H100 'ring' runs (NCCL_ALGO=RING, not in the log): 75% of the NVLS the
+    model runs, 99% of ring's prediction. doctor names it; not where the user says ring, nor
+    where the busbw is NVLS's (their 'nvls' runs)."""
+    ring = parse_log((LOGS / "together-h100-1n-all_reduce-ring.log").read_text())
+    d = diagnose(DoctorRequest(ring, name="log"))
+    assert d.ratio < 0.85 and any("what NCCL's ring gives" in c for c in d.causes)
+    told = diagnose(DoctorRequest(ring, name="log", algorithm="ring"))
+    assert told.ratio > 0.9 and not any("ring gives" in c for c in told.causes)
+    nvls = parse_logs((LOGS / "together-h100-2x1n-all_reduce-nvls.log").read_text())[0]
+    assert not any("ring gives" in c for c in diagnose(DoctorRequest(nvls, name="log")).causes)

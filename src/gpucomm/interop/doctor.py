@@ -157,8 +157,9 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
                                                                     else ""))
     verdict, ratio = _verdict([r for r in rows if not r.get("flag")], lab)
     good = [r for r in rows if not r.get("flag")]
-    causes, notes = (_causes(log, coll, kw, topo, good, nics, ratio, req.nccl_version) if good
-                     else ([], []))
+    ring = _ring_not_nvls(log, coll, topo, good, ratio, req, _frozen({**launch, **choice}))
+    causes, notes = (_causes(log, coll, kw, topo, good, nics, ratio, req.nccl_version, ring)
+                     if good else ([], []))
     if guess.nic_note and kw.get("nic") == guess.nic:  # no --nic, --topology or profile NIC
         notes = [guess.nic_note, *notes]
     info = {k: v for k, v in vars(log.info).items() if k != "warnings"}
@@ -432,8 +433,32 @@ def _setting_notes(info) -> list:
     return out
 
 
-def _causes(log, coll, kw, topo, rows, nics, ratio, version=None):
-    info, causes, notes = log.info, [], []
+def _ring_not_nvls(log, coll, topo, rows, ratio, req, options) -> tuple:
+    """A cause where the model ran NVLS at the largest size, the log does not say whether
+    NCCL had it, and the busbw is what NCCL's ring gives there instead: NVLS likely not used
+    (Together's H100 runs with NCCL_ALGO=RING: 75% of NVLS's prediction, 100% of ring's)."""
+    if not rows or ratio is None or ratio >= NORMAL or req.algorithm or log.info.nvls is not None:
+        return ()
+    big = max(rows, key=lambda r: r["size"])
+    if big.get("algorithm") not in ("nvls", "nvls_tree"):
+        return ()
+    opts = dict(options)
+    opts.update(algorithm="ring", exclude=None)
+    res = _predict(coll.name, big["size"], topo, DTYPES.get(big["type"], big["type"]), req.model,
+                   big["redop"] if coll.reduces else "sum", 0,
+                   _frozen({k: v for k, v in opts.items() if v is not None}))
+    near = big["busbw"] / res.busbw_GBps if res.busbw_GBps > 0 else 0.0
+    if not NORMAL <= near <= HIGH:
+        return ()
+    return (f"busbw is what NCCL's ring gives here ({near:.0%} of ring's "
+            f"{res.busbw_GBps:.0f} GB/s), not what NVLS gives: NVLS was likely not used "
+            "(NCCL_ALGO without NVLS, "
+            "NCCL_NVLS_ENABLE=0, or no multicast support: driver, fabric manager or IMEX); "
+            "NCCL_DEBUG=INFO says which",)
+
+
+def _causes(log, coll, kw, topo, rows, nics, ratio, version=None, extra=()):
+    info, causes, notes = log.info, list(extra), []
     wrong = sum(r.get(k) or 0 for r in rows for k in ("wrong", "ip_wrong")
                 if isinstance(r.get(k), int))
     if wrong or (log.wrong_total or 0) > 0:
