@@ -44,6 +44,7 @@ from .paths import NET, PathTable
 from .protocol import (Protocol, generation_of, get_protocol, net_stack_floor_s,
                        net_sync_s)
 from .result import LinkBusy, RankTimeline, SimResult
+from .rings import ring_orders
 from .versions import value
 
 if TYPE_CHECKING:
@@ -244,6 +245,9 @@ def _shape(paths: PathTable, topology: Topology, placement: npt.ArrayLike) -> _S
         lat_net, nic = out["nic"] = _net(paths, placement, nodes)
         out["net"] = (lat_net, nic / tree_fabric_slowdown(paths, placement, nodes))
     chain = max(nodes.values(), key=len)
+    orders = ring_orders(topology, chain) if len(chain) > 2 else None
+    if orders is not None:  # NCCL's tree follows its searched graph inside the node, not the
+        chain = [int(r) for r in orders[0]]  # rank order (on DGX-1 that crosses GPU 3-4 on PCIe)
     if len(chain) > 1:
         idx = positions(placement, chain)
         fwd = paths.routes(idx[:-1], idx[1:], 0)
