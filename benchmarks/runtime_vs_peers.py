@@ -202,7 +202,8 @@ def print_a2a(times, sizes, backends, verdicts) -> None:
         ratio, text = ratio_text(ts["mpi"], ts["shm"])
         print(f"{s >> 20:>6} MiB: " + ", ".join(
             f"{b} {min(ts[b]):9.1f} ({statistics.median(ts[b]):9.1f})" for b in backends)
-            + f"   {text}")
+            + f"   {text}"
+            + (f", shm-old {ratio_text(ts['mpi'], ts['shm-old'])[1]}" if "shm-old" in ts else ""))
         if s != 16 * MiB:
             verdicts.append((f"all_to_all {s >> 20} MiB time <= mpi's", ratio >= 1.0, text))
 
