@@ -201,8 +201,8 @@ class Interpreter:
                 c.in_addr + a.src_off * isz == c.out_addr + a.dst_off * isz:
             return  # in place: the input already sits where the output goes
         if c.plan.direct:
-            # direct plans' copies are large (beyond what stays cached until anyone reads
-            # them): `memcopy` streams them past the cache, which keeps what this rank reuses
+            # direct plans' copies are large: `memcopy` streams them past the cache from the
+            # plan's threshold (a 2-rank all-to-all that fits in cache copies through it)
             memcopy.copy(_addr(dst) + a.dst_off * isz, _addr(src) + a.src_off * isz,
                          a.n * isz, c.plan.stream_min_bytes)
         else:
