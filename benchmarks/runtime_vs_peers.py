@@ -1,6 +1,7 @@
 """gpucomm's shm runtime against MPICH (mpi4py) and gloo (torch.distributed), in one run.
 
     PYTHONPATH=src python3 benchmarks/runtime_vs_peers.py [--rounds 5] [--quick] [--old-src DIR]
+                                                          [--only all_to_all,...]
 
 Every engine runs the same nccl-tests sweep (`gpucomm bench --backend ...`, out-of-place
 columns — in-place for broadcast, which MPI and gloo only do in place — float32 sum, 2 ranks,
@@ -19,6 +20,8 @@ Prints the ratios and whether each bar is met (on the best-of ratio):
 `--old-src DIR` (another checkout's `src`, e.g. before a refactoring) adds its shm runtime as
 one more engine, `shm-old`, interleaved in the same rounds: each table shows its times next to
 this tree's, and a last section prints old time / new time per row (1.0 = unchanged).
+`--only` runs the named collectives' rows and bars alone (all_reduce, all_to_all, ...; no
+4-rank section): more rounds of one comparison in the same time.
 """
 from __future__ import annotations
 
@@ -199,7 +202,8 @@ def print_a2a(times, sizes, backends, verdicts) -> None:
         ratio, text = ratio_text(ts["mpi"], ts["shm"])
         print(f"{s >> 20:>6} MiB: " + ", ".join(
             f"{b} {min(ts[b]):9.1f} ({statistics.median(ts[b]):9.1f})" for b in backends)
-            + f"   {text}")
+            + f"   {text}"
+            + (f", shm-old {ratio_text(ts['mpi'], ts['shm-old'])[1]}" if "shm-old" in ts else ""))
         if s != 16 * MiB:
             verdicts.append((f"all_to_all {s >> 20} MiB time <= mpi's", ratio >= 1.0, text))
 
@@ -223,10 +227,17 @@ def parse_args():
     ap.add_argument("--quick", action="store_true", help="2 rounds, fewer sizes")
     ap.add_argument("--old-src", metavar="DIR",
                     help="another checkout's src: its shm runtime runs interleaved as shm-old")
+    ap.add_argument("--only", metavar="COLL[,COLL]",
+                    help="only these collectives' rows and bars (of: all_reduce, "
+                         + ", ".join(OTHERS) + ")")
     ap.add_argument("--no-peers", action="store_true",
                     help="gpucomm's runtime only (with --old-src: old against new, more rounds "
                          "in the same time)")
     args = ap.parse_args()
+    args.only = args.only.split(",") if args.only else ["all_reduce", *OTHERS]
+    bad = set(args.only) - {"all_reduce", *OTHERS}
+    if bad:
+        ap.error(f"--only {','.join(sorted(bad))}: allowed are all_reduce, {', '.join(OTHERS)}")
     _OLD_SRC = os.path.abspath(args.old_src) if args.old_src else None
     if _OLD_SRC and not os.path.isdir(os.path.join(_OLD_SRC, "gpucomm")):
         ap.error(f"--old-src {args.old_src}: no gpucomm package there")
@@ -244,14 +255,36 @@ def main() -> int:
     verdicts = []
     sizes, a2a_sizes = sweep_sizes(args.quick)
     before = cross_core_handoff()
-    times = measure(backends, [("all_reduce", sizes)] + [
-        (c, a2a_sizes if c == "all_to_all" else [16 * MiB]) for c in OTHERS], rounds)
+    plan = [("all_reduce", sizes)] + [(c, a2a_sizes if c == "all_to_all" else [16 * MiB])
+                                      for c in OTHERS]
+    times = measure(backends, [(c, s) for c, s in plan if c in args.only], rounds)
     after = cross_core_handoff()
     print(f"== this machine now: overwriting 512 KiB the other core has just read takes "
           f"{before[0]:.0f} us before the rounds, {after[0]:.0f} us after (a private copy: "
           f"{before[1]:.0f} us); near 50 us gpucomm's staged sizes (chunks < 3 MiB) run at "
           f"their usual speed, near 200 us 2-4x slower\n")
 
+    if "all_reduce" in args.only:
+        print_all_reduce(times, sizes, backends, rounds, verdicts)
+    others = [c for c in OTHERS if c in args.only]
+    if others:
+        print_16mib(times, others, backends, rounds, verdicts)
+    if "all_to_all" in args.only:
+        print_a2a(times, a2a_sizes, backends, verdicts)
+    if "shm-old" in backends:
+        print_old_vs_new(times)
+    if args.only == ["all_reduce", *OTHERS]:
+        four_ranks(verdicts)
+
+    print(f"\n== bars (load average now {_load()}; 2 cores shared with other jobs)")
+    for what, ok, detail in verdicts:
+        print(f"  [{'PASS' if ok else 'FAIL'}] {what}" + (f"  ({detail})" if detail else ""))
+    met = sum(ok for _, ok, _ in verdicts)
+    print(f"{met}/{len(verdicts)} bars met")
+    return 0 if met == len(verdicts) else 1
+
+
+def print_all_reduce(times, sizes, backends, rounds, verdicts) -> None:
     print(f"== all_reduce, 2 ranks, float32 sum, {rounds} interleaved rounds; time in us "
           f"(best / median), busbw of the best in GB/s; ratio = peer time / shm time, best-of "
           f"(per-round min/median/max)")
@@ -273,11 +306,14 @@ def main() -> int:
                     verdicts.append((f"all_reduce {s >> 20} MiB busbw >= {bar}x {peer}",
                                      ratio >= bar, text))
         print(f"{s:>10} " + " ".join(cols) + "   " + ", ".join(ratios))
-    verdicts.append(small_verdict(times[("all_reduce", 8)], backends))
+    if 8 in sizes:
+        verdicts.append(small_verdict(times[("all_reduce", 8)], backends))
 
+
+def print_16mib(times, colls, backends, rounds, verdicts) -> None:
     print(f"\n== 16 MiB, 2 ranks, {rounds} interleaved rounds: best (median) us, busbw of the "
           f"best")
-    for coll in OTHERS:
+    for coll in colls:
         s = 16 * MiB
         ts = times[(coll, s)]
         line = f"{coll + (' (in place)' if coll == 'broadcast' else ''):>26}: " + ", ".join(
@@ -291,10 +327,8 @@ def main() -> int:
             verdicts.append((f"{coll} 16 MiB time <= mpi's", ratio >= 1.0, text))
         print(line)
 
-    print_a2a(times, a2a_sizes, backends, verdicts)
-    if "shm-old" in backends:
-        print_old_vs_new(times)
 
+def four_ranks(verdicts) -> None:
     print("\n== 4 ranks on this machine's cores: every collective, 1 MiB, shm")
     for coll in ["all_reduce", *OTHERS, "reduce", "gather", "scatter"]:
         try:
@@ -307,13 +341,6 @@ def main() -> int:
             ok = False
             print(f"{coll:>15}: FAILED {e}")
         verdicts.append((f"4 ranks {coll} completes correctly", ok, ""))
-
-    print(f"\n== bars (load average now {_load()}; 2 cores shared with other jobs)")
-    for what, ok, detail in verdicts:
-        print(f"  [{'PASS' if ok else 'FAIL'}] {what}" + (f"  ({detail})" if detail else ""))
-    met = sum(ok for _, ok, _ in verdicts)
-    print(f"{met}/{len(verdicts)} bars met")
-    return 0 if met == len(verdicts) else 1
 
 
 if __name__ == "__main__":

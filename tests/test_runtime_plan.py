@@ -165,6 +165,7 @@ def test_options_from_the_environment_and_their_errors(monkeypatch):
 FLIPPED = {"slice_bytes": 64 << 10, "direct_min_bytes": 64 << 10, "direct_slice_bytes": 96 << 10,
            "a2a_direct_min_bytes": 4 << 20,
            "piece_bytes": 4096, "push": False, "stream": False, "stream_min_bytes": 1 << 30,
+           "a2a_stream_min_bytes": 64 << 10,
            "cma": False, "ll_max_bytes": 0}
 HOST = {"format": FORMAT, "cma": True}  # a calibrated host that allows cross-memory attach
 
@@ -213,7 +214,7 @@ def test_push_off_changes_what_the_predictor_costs(monkeypatch):
     assert any(a.dst == PEER_OUT for row in on.actions for a in row)
     assert not any(a.dst == PEER_OUT for row in off.actions for a in row)
     assert plan_work(on, 4)[0] == (4 * MiB, 0.0, 8 * MiB)
-    assert plan_work(off, 4, RuntimeOptions(push=False))[0] == (8 * MiB, 0.0, 8 * MiB)
+    assert plan_work(off, 4)[0] == (8 * MiB, 0.0, 8 * MiB)
 
 
 def test_add_predictions_uses_the_options_it_is_given(monkeypatch, tmp_path):
@@ -255,7 +256,8 @@ def test_bench_header_prints_the_options_in_force_and_parsers_still_read_it(monk
     settings = _settings(Namespace(backend="shm"))
     assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 3 MiB in 16 MiB "
                         "slices (all-to-all from 256 KiB), piece 1 MiB, push off, stream on "
-                        "from 256 KiB, cma on, small-message path to 16 KiB",)
+                        "from 256 KiB (all-to-all: from 32 MiB of buffers in all), cma on, "
+                        "small-message path to 16 KiB",)
     assert _settings(Namespace(backend="mpi")) == ()
     row = {"size": 64, "count": 16, "type": "float32", "redop": "sum", "root": -1,
            "time_us": 10.0, "algbw": 0.01, "busbw": 0.01, "wrong": 0, "ip_time_us": 10.0,
@@ -368,3 +370,25 @@ def test_shared_transfers_only_where_both_ranks_read_blocks_of_2_mib_or_more():
     gather = build("all_gather", "direct", 2).materialize()
     plan = plan_call(gather, 4 * MiB, 4, RuntimeOptions(), cma=True)
     assert not any(a.share for row in plan.actions for a in row)
+
+
+def test_all_to_all_local_blocks_stream_only_where_the_call_outgrows_the_cache():
+    """A 2-rank direct all-to-all's local copy streams (from `stream_min_bytes`) only where
+    both ranks' inputs and outputs, 8 blocks, reach `a2a_stream_min_bytes` (32 MiB); with
+    more ranks, and in other direct plans, from `stream_min_bytes`; staged plans never; and
+    the predictor costs what the plan says (a cached copy below the threshold, a streamed one
+    above)."""
+    # 2 ranks: 4 MiB per rank is 16 MiB in all, 8 MiB is 32
+    for nbytes, p, want in ((MiB, 2, -1), (4 * MiB, 2, -1), (8 * MiB, 2, 256 << 10),
+                            (2 * MiB, 4, 256 << 10), (4 * MiB, 3, 256 << 10)):
+        assert _a2a_plan(nbytes, p).stream_min_bytes == want, (nbytes, p)
+    assert _a2a_plan(MiB, a2a_stream_min_bytes=0).stream_min_bytes == 256 << 10
+    assert _a2a_plan(16 * MiB, stream=False).stream_min_bytes == -1
+    assert _a2a_plan(64 << 10).stream_min_bytes == -1  # 32 KiB chunks: staged
+    sched = build("all_gather", "direct", 2).materialize()
+    bc = layout("all_gather", 16 * MiB, "float32", 2).block_count
+    assert plan_call(sched, bc, 4, RuntimeOptions(), cma=True).stream_min_bytes == 256 << 10
+    block = 2 * MiB  # a 4 MiB all-to-all's local block: copied through the cache
+    assert plan_work(_a2a_plan(4 * MiB), 4)[0][2] == 0.0
+    assert plan_work(_a2a_plan(4 * MiB, a2a_stream_min_bytes=16 * MiB), 4)[0][2] == block
+    assert plan_work(_a2a_plan(16 * MiB), 4)[0][2] == 8 * MiB

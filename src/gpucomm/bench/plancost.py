@@ -279,8 +279,7 @@ def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, floa
             share * r.get("stream_Bps", r["copy_Bps"]))
 
 
-def plan_work(plan, itemsize: int,
-              options: RuntimeOptions | None = None) -> list[tuple[float, float, float]]:
+def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
     """(copy-equivalent bytes, reduced bytes, streamed bytes) each rank executes in a
     compiled plan.
 
@@ -290,13 +289,11 @@ def plan_work(plan, itemsize: int,
     (memory to cache) and a copy for the reduction (one operand and the store in memory); a
     write into the peer of what is still in cache (a result just reduced,
     `push.push_results`, or a block just copied, `push.push_copies`) is half a copy. A
-    large local copy in a direct plan streams where the options let it (`runtime.memcopy`).
-    Every other copy is a copy.
+    large local copy in a direct plan streams from the plan's `stream_min_bytes` (which
+    `plan_call` set from the options). Every other copy is a copy.
     """
-    from ..runtime import memcopy
     from ..runtime.actions import PEER_OUT, fused_push, fused_result_push
-    options = current() if options is None else options
-    stream_min = options.stream_min_bytes if memcopy.streams(options) else None
+    stream_min = plan.stream_min_bytes if plan.stream_min_bytes >= 0 else None
     work = []
     for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
         copied = reduced = streamed = 0.0
@@ -356,7 +353,7 @@ def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
     ws += p * plan.shm_elems * itemsize * (not plan.direct)
     copy_Bps, reduce_Bps, stream_Bps = rank_rates(host, p, ws)
     work = [c / copy_Bps + r / reduce_Bps + st / stream_Bps
-            for c, r, st in plan_work(plan, itemsize, options)]
+            for c, r, st in plan_work(plan, itemsize)]
     got = received_bytes(schedule, block_count, itemsize)
     busiest = max(range(p), key=lambda r: work[r])
     if work[busiest] <= 0:

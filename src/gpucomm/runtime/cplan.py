@@ -125,7 +125,7 @@ def run(it: Interpreter, prog: Program, row: int = 0,
     shm = c.arrs[SHM]
     addrs = (memcopy.address(shm) if SHM in used and shm is not None else 0,
              max(c.in_addr, 0), max(c.out_addr, 0))  # the used ones are there (above)
-    stream_min = memcopy.stream_min_bytes(tr.options) if c.plan.direct else -1
+    stream_min = c.plan.stream_min_bytes
     while True:
         if stopped is None:
             checked = bytearray(c.checked)

@@ -70,7 +70,6 @@ class Interpreter:
         self.ufunc = dt.UFUNCS[op] if reduces else None
         self.native = dtype.compute == dtype.storage
         self.piece = max(1, tr.options.piece_bytes // self.isz)
-        self.copy = tr.copy_large
         self._cplans = cplan.CPlans(dtype.name, op)
         # what reductions read by cross-memory attach land in, kept for the interpreter's
         # life (no per-call malloc)
@@ -202,9 +201,10 @@ class Interpreter:
                 c.in_addr + a.src_off * isz == c.out_addr + a.dst_off * isz:
             return  # in place: the input already sits where the output goes
         if c.plan.direct:
-            # direct plans' copies are large (beyond what stays cached until anyone reads
-            # them): `memcopy` streams them past the cache, which keeps what this rank reuses
-            self.copy(_addr(dst) + a.dst_off * isz, _addr(src) + a.src_off * isz, a.n * isz)
+            # direct plans' copies are large: `memcopy` streams them past the cache from the
+            # plan's threshold (a 2-rank all-to-all that fits in cache copies through it)
+            memcopy.copy(_addr(dst) + a.dst_off * isz, _addr(src) + a.src_off * isz,
+                         a.n * isz, c.plan.stream_min_bytes)
         else:
             dst[a.dst_off:a.dst_off + a.n] = src[a.src_off:a.src_off + a.n]
 
@@ -226,7 +226,8 @@ class Interpreter:
         for j in range(0, a.n, step):
             m = min(step, a.n - j) * isz
             if saddr != daddr:
-                self.copy(daddr + j * isz, saddr + j * isz, m)
+                memcopy.copy(daddr + j * isz, saddr + j * isz, m,
+                             self.call.plan.stream_min_bytes)
             self._cma(q, raddr + j * isz, saddr + j * isz, m, write=True)
 
     def _reduce_from_peer(self, a: Action, nxt: Action | None) -> None:

@@ -50,6 +50,13 @@ class RuntimeOptions:
     # Large local copies in direct plans use streaming stores (`memcopy`), from this size on.
     stream: bool = True
     stream_min_bytes: int = 256 << 10
+    # ... but a 2-rank all-to-all's local block only where the call's buffers (both ranks'
+    # inputs and outputs: 8 blocks) reach this size; below, they fit in the last-level cache
+    # (32 MiB here), where a cached copy is faster than streaming stores that write every line
+    # out to memory (one block read by cross-memory attach while the other is copied locally,
+    # notes/28-rt12: 512 KiB blocks 51 vs 77 us, 2 MiB 334 vs 381 us; 4 MiB blocks, 32 MiB in
+    # all, 1269 vs 950 us, streamed faster). More ranks stream as before (`plan`).
+    a2a_stream_min_bytes: int = 32 << 20
     # Cross-memory attach (process_vm_readv/writev) where the kernel allows it.
     cma: bool = True
     # All-reduces up to this size take the small-message path (`shm_ll`: one-shot through
@@ -111,7 +118,9 @@ class RuntimeOptions:
                 f"in {_size(self.direct_slice_bytes)} slices (all-to-all from "
                 f"{_size(self.a2a_direct_min_bytes)}), piece {_size(self.piece_bytes)}, "
                 f"push {on[self.push]}, stream {on[self.stream]} from "
-                f"{_size(self.stream_min_bytes)}, cma {on[self.cma]}, small-message path "
+                f"{_size(self.stream_min_bytes)} (all-to-all: from "
+                f"{_size(self.a2a_stream_min_bytes)} of buffers in all), cma {on[self.cma]}, "
+                f"small-message path "
                 f"{'to ' + _size(self.ll_max_bytes) if self.ll_max_bytes else 'off'}")
 
 
@@ -121,6 +130,7 @@ ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_
              "a2a_direct_min_bytes": "GPUCOMM_A2A_DIRECT_MIN_BYTES",
              "piece_bytes": "GPUCOMM_PIECE_BYTES", "push": "GPUCOMM_PUSH",
              "stream": "GPUCOMM_STREAM", "stream_min_bytes": "GPUCOMM_STREAM_MIN_BYTES",
+             "a2a_stream_min_bytes": "GPUCOMM_A2A_STREAM_MIN_BYTES",
              "cma": "GPUCOMM_CMA", "ll_max_bytes": "GPUCOMM_LL_MAX_BYTES"}
 LL_MAX_BYTES = 32 << 10  # see ll_max_bytes
 

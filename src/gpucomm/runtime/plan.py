@@ -22,7 +22,7 @@ options into compile arguments: the shm transport and bench's predictor both cal
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..schedule import Schedule
 from . import memcopy
@@ -47,6 +47,9 @@ class ActionPlan:
     # it, waits for every peer to end this one first; peers' reads of user buffers are
     # waited for within the call, `passes.tail_waits`)
     shm_read: tuple = ()
+    # local copies of this many bytes and more stream past the cache (`memcopy`; -1: none),
+    # as `plan_call` sets it from the options
+    stream_min_bytes: int = -1
 
     def describe(self, rank: int) -> str:
         return "\n".join(f"{i}: {a.describe()}" for i, a in enumerate(self.actions[rank]))
@@ -131,11 +134,29 @@ def plan_call(schedule: Schedule, block_count: int, itemsize: int, options: Runt
     # Direct reads need no pipelining through staging slices: big pieces make fewer calls and
     # let large copies use non-temporal stores.
     slice_bytes = options.direct_slice_bytes if direct else options.slice_bytes
-    return compile_plan(schedule, block_count, slice_elems=max(1, slice_bytes // itemsize),
+    plan = compile_plan(schedule, block_count, slice_elems=max(1, slice_bytes // itemsize),
                         direct=direct,
                         push_root=schedule.root if in_place_root else None,
                         push=options.push, stream=memcopy.streams(options),
                         share_min=max(1, SHARE_MIN_BYTES // itemsize))
+    return replace(plan, stream_min_bytes=stream_min_bytes(schedule, block_count * itemsize,
+                                                           options, direct))
+
+
+def stream_min_bytes(schedule: Schedule, block_bytes: int, options: RuntimeOptions,
+                     direct: bool) -> int:
+    """From which size a direct plan's local copies stream (-1: never): `stream_min_bytes`,
+    but a 2-rank all-to-all's never where both ranks' inputs and outputs (8 blocks) come to
+    less than `a2a_stream_min_bytes` (they fit in cache, where a cached copy is faster).
+    With more ranks the copies stream as before: 4 ranks sharing this host's 2 cores ran a
+    2 MiB all-to-all (16 MiB in all) 2-15% slower cached (notes/28-rt12)."""
+    least = memcopy.stream_min_bytes(options)
+    if not direct or least < 0:
+        return -1
+    if schedule.collective.name == "all_to_all" and schedule.nranks == 2 and \
+            8 * block_bytes < options.a2a_stream_min_bytes:
+        return -1
+    return least
 
 
 __all__ = ["Action", "ActionPlan", "compile_plan", "is_direct", "plan_call", "schedule_key"]

@@ -62,7 +62,6 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
             raise ConfigError(f"the shm transport serves at most {MAX_RANKS} ranks, got {nranks}")
         self.rank, self.nranks, self.timeout = rank, nranks, timeout
         self.options = current() if options is None else options
-        self.copy_large = memcopy.copier(self.options)  # streams where the options say
         self.seq = 0
         self.cma = False
         # Spin briefly, then poll between sched_yield calls (as MPICH's progress engine does):

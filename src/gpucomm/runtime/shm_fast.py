@@ -131,7 +131,7 @@ class FastCalls:
         spec = (prog[0], prog[1], np.array(call.desc, np.int64),
                 -1 if inp is None else inp.nbytes, -1 if out is None else out.nbytes, alias,
                 memcopy.address(self._data.mm),
-                memcopy.stream_min_bytes(it.tr.options) if call.plan.direct else -1,
+                call.plan.stream_min_bytes,
                 it.piece * isz, cplan.SPIN_NS, cplan.WAIT_NS)
         self._fast[_key(s, call.op, call.dtype, inp, out)] = (
             s, self._data, spec, call.plan, call.desc, call.dtype, call.op)
