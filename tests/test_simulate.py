@@ -33,6 +33,11 @@ CASES = [
     ("broadcast", "binomial_tree", {}, cf.binomial_tree_broadcast),
     ("all_to_all", "direct", {}, cf.pairwise_all_to_all),
     ("broadcast", "ring", {"chunks": 4}, lambda p, a, b, n: cf.chain_broadcast(p, a, b, n, 4)),
+    # two channels' chains on the same links: each carries half the buffer at half the rate
+    ("broadcast", "ring", {"chunks": 4, "channels": 2},
+     lambda p, a, b, n: cf.chain_broadcast(p, a, 2 * b, n / 2, 4)),
+    ("reduce", "ring", {"chunks": 4, "channels": 2},
+     lambda p, a, b, n: cf.chain_broadcast(p, a, 2 * b, n / 2, 4)),
 ]
 
 

@@ -74,34 +74,43 @@ def chain_order(nranks: int, root: int) -> np.ndarray:
     return (root + np.arange(nranks)) % nranks
 
 
+def _chain_steps(order: np.ndarray, chunks: int, channels: int,
+                 reduce: bool) -> Iterator[Step]:
+    """The steps of `channels` pipelined chains along `order`, each with its own `chunks`
+    pieces (channel ch owns chunks ch*chunks ..): at step s hop h carries piece s-h."""
+    p = len(order)
+    for s in range(chunks + p - 2):
+        h = np.arange(max(s - chunks + 1, 0), min(s, p - 2) + 1)
+        if h.size:
+            ch = np.arange(channels)
+            yield step(np.tile(order[h], channels), np.tile(order[h + 1], channels),
+                       (ch[:, None] * chunks + s - h).reshape(-1), reduce=reduce,
+                       channel=np.repeat(ch, h.size))
+
+
+def _chain(collective: str, nranks: int, root: int, chunks: object, channels: object,
+           order: np.ndarray) -> Schedule:
+    if not isinstance(chunks, int) or chunks < 1:
+        raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
+    c = _channels(channels)
+    reduce = collective == "reduce"
+
+    def steps() -> Iterator[Step]:
+        return _chain_steps(order, chunks, c, reduce)
+    return Schedule(collective, nranks, "ring", c * chunks, steps, root=root, channels=c,
+                    params=(("chunks", chunks), ("channels", c)))
+
+
 @algorithm("broadcast", "ring")
 def chain_broadcast(nranks: int, root: int = 0, chunks: int = 8, channels: int = 1) -> Schedule:
-    """A pipelined chain from the root (NCCL's ring broadcast): `chunks` pieces in flight on
-    each of C channels, which carry 1/C of the buffer each (NCCL runs one chain per ring)."""
-    return _chain("broadcast", nranks, root, chunks, channels, chain_order(nranks, root), False)
+    """A pipelined chain from the root (NCCL's ring broadcast, device/broadcast.h): each of
+    `channels` chains carries its 1/channels of the buffer in `chunks` pieces in flight."""
+    return _chain("broadcast", nranks, root, chunks, channels, chain_order(nranks, root))
 
 
 @algorithm("reduce", "ring")
 def chain_reduce(nranks: int, root: int = 0, chunks: int = 8, channels: int = 1) -> Schedule:
-    """A pipelined chain ending at the root: each rank adds its part and passes it on; C
-    channels as for chain_broadcast."""
+    """A pipelined chain ending at the root: each rank adds its part and passes it on; each
+    of `channels` chains carries its 1/channels of the buffer."""
     order = chain_order(nranks, (root + 1) % nranks)  # root+1, ..., root: the root is last
-    return _chain("reduce", nranks, root, chunks, channels, order, True)
-
-
-def _chain(name: str, nranks: int, root: int, chunks: int, channels: int, order: np.ndarray,
-           reduce: bool) -> Schedule:
-    if not isinstance(chunks, int) or chunks < 1:
-        raise ConfigError(f"chunks must be an integer >= 1, got {chunks!r}")
-    c = _channels(channels)
-
-    def steps() -> Iterator[Step]:
-        for s in range(chunks + nranks - 2):  # hop h carries chunk s-h at step s
-            hops = [h for h in range(nranks - 1) if 0 <= s - h < chunks]
-            if hops:
-                h = np.repeat(np.array(hops), c)
-                ch = np.tile(np.arange(c), len(hops))  # channel ch owns chunks ch*chunks + k
-                yield step(order[h], order[h + 1], ch * chunks + s - h, reduce=reduce,
-                           channel=ch)
-    return Schedule(name, nranks, "ring", c * chunks, steps, root=root, channels=c,
-                    params=(("chunks", chunks), ("channels", c)))
+    return _chain("reduce", nranks, root, chunks, channels, order)

@@ -146,6 +146,22 @@ RING_PLATEAU_MIN_BYTES = 64
 # slice (transport/net.cc), each paying the per-message overhead above: (chunk payload, slices).
 RING_CHUNK_BYTES = {"simple": (4 * 512 * 1024, 2), "ll128": (614400 * 120 // 128, 1),
                     "ll": (32 * 1024, 1)}
+# Broadcast and reduce (NCCL's pipelined chain along the ring, device/broadcast.h and reduce.h)
+# move one step-sized chunk at a time: collectives.h BROADCAST_CHUNKSTEPS = BROADCAST_SLICESTEPS
+# = REDUCE_CHUNKSTEPS = REDUCE_SLICESTEPS = 1, so enqueue.cc calcCollChunking gives chunkSize =
+# stepSize = buffSize / NCCL_STEPS: Simple 4 MiB / 8 = 512 KiB, LL 64 KiB halved to 32 KiB of
+# payload, LL128 614400 x 120/128. Each channel carries its own contiguous share of the buffer
+# (ncclCollCbdPart) in chunks of that size, pipelined hop by hop: (chunk payload, slices).
+CHAIN_CHUNK_BYTES = {"simple": (512 * 1024, 1), "ll128": (614400 * 120 // 128, 1),
+                     "ll": (32 * 1024, 1)}
+CHAIN_COLLECTIVES = ("broadcast", "reduce")
+# What a GPU in the middle of the chain forwards at a time, the chain's pipeline unit. Simple
+# waits for a whole slice (one chunk: prims_simple.h waits on the step, then copies it). LL and
+# LL128 forward as they read, one trip of the block's threads at a time: prims_ll.h LLGenericOp
+# moves eltPerTrip = nthreads x one 8-byte datum (per 16-byte line); prims_ll128.h GenericOp
+# moves per warp 32 x NCCL_LL128_SHMEM_ELEMS_PER_THREAD (8) words of which 15/16 are data,
+# 1920 B, i.e. 60 B a thread. Payload bytes per thread of one trip:
+CHAIN_TRIP_BYTES_PER_THREAD = {"ll": 8, "ll128": 60}
 
 # A network step's latency where NCCL talks to the NIC through a libfabric plugin rather than
 # IB verbs, by NIC kind: AWS's own tuner for aws-ofi-nccl on EFA (include/nccl_ofi_tuner.h,

@@ -152,6 +152,18 @@ def coll_channels(gpu: GPU, nic: str, nics: int) -> int:
     return min(2 * net_graph(gpu.sm, nics, path, None)[0], K.MAX_CHANNELS)
 
 
+def topology_coll_channels(topo: Topology) -> int | None:
+    """coll_channels of a topology's nodes (its first GPU's model, node 0's NICs, at most one
+    per GPU, as _graph reads them); None where its nodes have no NIC."""
+    gpu = get_gpu(next(d for d in topo.devices if d.kind == "gpu").model)
+    nics = [d.model for d in topo.devices if d.kind == "nic" and d.node == 0]
+    nics = [m for m in nics if (get_link_tech(m).nccl_Bps or 0) > 0][:max(topo.gpus_per_node, 1)]
+    if not nics:
+        return None
+    fastest = max(nics, key=lambda m: get_link_tech(m).nccl_Bps or 0)
+    return coll_channels(gpu, fastest, len(nics))
+
+
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
               ) -> tuple[int, float, float]:
     """(nChannels, the ring graph's bw per channel, the tree graph's bwIntra) of NCCL's search

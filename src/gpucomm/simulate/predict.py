@@ -37,8 +37,8 @@ from ..hardware import get_link_tech
 from . import constants as K
 from .caches import PLACEMENTS_KEPT, per_placement, topology_memo
 from .core import SizeSweep, _placement, path_table, simulate
-from .protocol import (PROTOCOLS, Protocol, generation_of, get_protocol, ring_protocol,
-                       with_net_sync)
+from .protocol import (PROTOCOLS, Protocol, chain_pipeline_bytes, generation_of, get_protocol,
+                       ring_protocol, with_net_sync)
 from . import nccl, nccl_tuning, p2p, ranking, shm, versions
 from ..topology.elements import DEVICE_KINDS
 from .paths import NVLINK, PathTable, check_step_ops
@@ -54,6 +54,7 @@ Ranks = npt.NDArray[np.int64]  # schedule rank i runs on topology rank placement
 
 CHANNELS = 16  # NCCL's ring channel count on NVSwitch systems (2 rings per NVLink-switch plane)
 MAX_PIPELINE_CHUNKS = 64
+MAX_CHAIN_CHUNKS = 256  # a broadcast/reduce chain's chunks per channel (2 GiB of Simple on 16)
 SELECTIONS = ("fastest", "nccl")  # how auto chooses: gpucomm's timing, or NCCL's tuning model
 P2P_COLLECTIVES = ("sendrecv", "all_to_all")  # NCCL runs them as grouped send/recv
 
@@ -426,23 +427,28 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
         g = int(getattr(topology, "gpus_per_node", 0) or 0)
         if 1 <= g < p and p % g == 0:
             kw["group_size"] = g
-    if "chunks" in accepted and "chunks" not in kw:
-        # pipelined chains (broadcast/reduce) move the buffer in protocol-sized slices, as
-        # NCCL's ring broadcast does; capped to keep the schedule small
+    nccl_channels = CHANNELS
+    if name == "ring" and coll.name in K.CHAIN_COLLECTIVES:
+        chain = _chain_params(coll, nbytes, dtype, proto, kw, set(params), topology,
+                              placement, ranks)
+        nccl_channels, kw, ranks = chain.nccl_channels, chain.params, chain.ranks
+    elif "chunks" in accepted and "chunks" not in kw:
+        # other pipelined schedules move the buffer in protocol-sized slices; capped to keep
+        # the schedule small
         kw["chunks"] = int(np.clip(np.ceil(float(nbytes) / K.SLICE_BYTES[proto]), 1,
                                    MAX_PIPELINE_CHUNKS))
     kw = {k: v for k, v in kw.items() if k in accepted}
     if coll.name == "all_to_all":  # every pair in one step: refuse before building P^2 ops
         check_step_ops(p * p, f"{name} all_to_all on {p:,} ranks")
     sched = alg.built(p, root=root, **kw)
-    lanes = max(CHANNELS / max(sched.channels, 1), 1.0)
+    lanes = max(nccl_channels / max(sched.channels, 1), 1.0)
     timing: str | Protocol = proto  # a ring across nodes: NCCL's refined ring latencies
     if name == "ring" and _multi_node(topology, placement):
         gen, nodes = generation_of(topology), len(nccl.node_groups(topology, placement))
         size = float(layout(coll, nbytes, dtype, p).size)
         timing = with_net_sync(
             ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name, size, p,
-                          CHANNELS, *nccl.net_hop_floors(topology, placement, proto, paths)),
+                          nccl_channels, *nccl.net_hop_floors(topology, placement, proto, paths)),
             topology, size / p)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop, sweep=sweep)
@@ -454,6 +460,50 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
                   channels=channels, lanes=lanes, nics=rails, fabric=paths.fabric, model=model,
                   nbytes=res.size, dtype=res.dtype, redop=redop, simulated_s=res.time_s)
     return dataclasses.replace(res, algorithm=name, nccl_channels=channels, timed=timed)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Chain:
+    """How NCCL runs a broadcast's or reduce's chain: on how many channels, which schedule
+    parameters stand for them, on which rank orders."""
+    nccl_channels: int
+    params: dict[str, Any]
+    ranks: Ranks
+
+
+def _chain_params(coll: Collective, nbytes: int, dtype: DTypeLike, proto: str,
+                  kw: dict[str, Any], given: set[str], topology: Topology, placement: Ranks,
+                  ranks: Ranks) -> _Chain:
+    """NCCL's ring broadcast / reduce (device/broadcast.h, reduce.h): the collective's channels
+    (across nodes those NCCL's search builds, nccl_tuning.coll_channels; on one node CHANNELS),
+    less those a small message cannot fill (enqueue.cc's channel tuning, protocol.ring_channels)
+    each carry a contiguous 1/nChannels of the buffer (ncclCollCbdPart) along
+    their own ring from the root, pipelined hop by hop in what a relaying GPU forwards at a
+    time (protocol.chain_pipeline_bytes: a step's chunk for Simple, a trip of the channel's
+    threads for LL and LL128). One schedule channel per NIC rail or ring order (what the ring
+    all-reduce gets: every NIC carries chains), at most one per NCCL channel, each standing
+    for nChannels / channels of them (lanes) and cut into pieces of one unit: the channels do
+    not move in lockstep (each takes its links at their full rate in turn), so the chains of
+    a schedule channel together pipeline at about one chunk. `given`: the caller's params,
+    kept as they are."""
+    p = len(placement)
+    size = float(layout(coll, nbytes, dtype, p).size)
+    most = CHANNELS
+    if _multi_node(topology, placement):  # the collective channels NCCL builds across nodes
+        most = nccl_tuning.topology_coll_channels(topology) or CHANNELS
+    nccl_channels, unit = chain_pipeline_bytes(proto, size, p, most)
+    out = dict(kw)
+    if "channels" in out and "channels" not in given:
+        out["channels"] = min(int(out["channels"]), nccl_channels)
+    table = np.asarray(ranks)
+    if table.ndim == 2:  # a ring order per channel (already turned to the root, _rooted)
+        table = table[:out.get("channels", len(table))]
+    if "chunks" not in given:
+        share = size / out.get("channels", 1)  # one schedule channel's share
+        # one hop (2 ranks) takes alpha + S/rate however it is cut (closed_form.chain_broadcast):
+        # one piece, so that a sweep's sizes share one schedule
+        out["chunks"] = 1 if p <= 2 else int(np.clip(np.ceil(share / unit), 1, MAX_CHAIN_CHUNKS))
+    return _Chain(nccl_channels=nccl_channels, params=out, ranks=table)
 
 
 def _ring_orders(topology: Topology, placement: Ranks) -> Ranks | None:

@@ -98,18 +98,24 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
     (ring_channels), every step, NVLink ones included, costs at least a network step
     (constants.RING_STEP_AT_NET_PACE); on one channel only the network steps do, as in NCCL's
     own model. A Simple all-reduce ring's latency
-    carries the plateau factor. `net_floor_s`: the least software latency of a network step on
+    carries the plateau factor. A broadcast's or reduce's chain (K.CHAIN_COLLECTIVES) sends
+    each channel's share in chunks of K.CHAIN_CHUNK_BYTES, not 1/nranks of it a step: its
+    network messages are those chunks; and its hops keep their own latencies (tuning.cc adds
+    the network overhead floor to the steps of the other ring collectives only), on however
+    many channels. `net_floor_s`: the least software latency of a network step on
     these NICs (net_stack_floor_s less the link's); `net_latency_s`: the same without the NIC's
     measured stack floor (net_stack_floor_s(measured=False)), what a crossing of a one-channel
     ring pays (constants.RING_STEP_AT_NET_PACE); None: net_floor_s."""
     if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
         return proto
     net = CLASS_NAMES.index("net")
-    paced = K.RING_STEP_AT_NET_PACE and ring_channels(proto.name, nbytes, nranks, channels) > 1
+    chain = collective in K.CHAIN_COLLECTIVES
+    paced = K.RING_STEP_AT_NET_PACE and not chain and \
+        ring_channels(proto.name, nbytes, nranks, channels) > 1
     if not paced and net_latency_s is not None:
         net_floor_s = net_latency_s
     step = max(proto.hop_latency_s[net], net_floor_s)  # one network step's software latency
-    floor = step if paced else K.NET_MESSAGE_OVERHEAD_S[proto.name]
+    floor = step if paced else 0.0 if chain else K.NET_MESSAGE_OVERHEAD_S[proto.name]
     hop = tuple(step if c == "net" else max(h, floor)
                 for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
     factor = 1.0
@@ -118,6 +124,9 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
             per_step >= K.RING_PLATEAU_MIN_BYTES:
         factor = K.RING_PLATEAU_FACTOR.get(generation, K.RING_PLATEAU_FACTOR_DEFAULT)
     chunk, slices = K.RING_CHUNK_BYTES[proto.name]
+    if collective in K.CHAIN_COLLECTIVES:  # a chain's step carries the channel's whole share
+        per_step = nbytes / max(ring_channels(proto.name, nbytes, nranks, channels), 1)
+        chunk, slices = K.CHAIN_CHUNK_BYTES[proto.name]
     message = max(min(chunk, per_step) / slices, 1.0)  # payload of one network message
     return replace(proto, hop_latency_s=tuple(h * factor for h in hop),
                    base_latency_s=proto.base_latency_s * factor,
@@ -137,6 +146,32 @@ def ring_channels(proto_name: str, nbytes: float, nranks: int, channels: int) ->
     while nc > 1 and nbytes < nc * threads * per_thread:
         nc -= 1
     return nc
+
+
+def ring_threads(proto_name: str, nbytes: float, nranks: int, channels: int) -> int:
+    """The threads NCCL gives each channel of a ring collective of `nbytes` on `channels`
+    channels (enqueue.cc, after the channel tuning): halved from the protocol's maximum while
+    nBytes < nc x nt x threshold and nt is a multiple of 128, at least 3 warps."""
+    threads, per_thread = K.RING_THREADS[proto_name]
+    if proto_name == "ll":
+        per_thread *= nranks
+    nt = threads
+    while nbytes < max(int(channels), 1) * nt * per_thread and nt % 128 == 0:
+        nt //= 2
+    return max(nt, 3 * 32)
+
+
+def chain_pipeline_bytes(proto_name: str, nbytes: float, nranks: int,
+                         channels: int) -> tuple[int, int]:
+    """(channels, bytes) of NCCL's broadcast / reduce chain of `nbytes` on `nranks` ranks and
+    at most `channels` channels: the channels it runs on (ring_channels) and what a relaying
+    GPU forwards at a time, the pipeline's unit: a Simple chunk, an LL / LL128 trip of the
+    channel's threads (constants.CHAIN_TRIP_BYTES_PER_THREAD, ring_threads)."""
+    nc = ring_channels(proto_name, nbytes, nranks, channels)
+    if proto_name == "simple":
+        return nc, K.CHAIN_CHUNK_BYTES["simple"][0]
+    threads = ring_threads(proto_name, nbytes, nranks, nc)
+    return nc, threads * K.CHAIN_TRIP_BYTES_PER_THREAD[proto_name]
 
 
 def net_stack_floor_s(topology: Topology, proto_name: str, measured: bool = True) -> float:
