@@ -61,6 +61,11 @@ MAX_SYNC_US = 10000.0
 # busbw rising this much between two sizes >= 64 MiB, and more than the doubling before, is an
 # algorithm switch (Snellius's 2-node log: ring to tree at 512 MiB, busbw x1.08 then x1.27)
 ALGO_SWITCH = 1.2
+# busbw rising by less than this over a doubling of the size: the fixed cost is under ~15% of
+# the larger row's time (t = a + s/B gives a rise of 2(a + s/B)/(a + 2s/B)), so the row is
+# bandwidth-bound enough to fit a NIC rate on (ABCI's 2-node logs: x1.04-1.12 from 8 to 32 MiB,
+# x1.29-1.37 at 4 MiB)
+PLATEAU = 1.15
 
 
 @dataclass(frozen=True)
@@ -96,9 +101,18 @@ def calibrate(creq: CalibrateRequest) -> Profile:
                                                 params["intra_efficiency"], _big)
     big_multi = _rows(multi, lambda r: r["size"] >= BIG)
     nic_rows, switches = _before_switch(multi)
+    plateau = None
+    if len(big_multi) < MIN_ROWS:
+        nic_rows, plateau = _plateau(multi)
     if len(big_multi) >= MIN_ROWS and "nic_efficiency" in catalog:
         params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
                                               catalog["nic_efficiency"], nic_rows)
+    elif plateau and "nic_efficiency" in catalog:
+        try:
+            params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
+                                                  catalog["nic_efficiency"], nic_rows)
+        except ConfigError:  # the model's plateau there is not the NIC's (a tree's per-channel
+            plateau = None   # cap, say): the rows hold no NIC rate, and the catalog's stays
     small_multi = _rows(multi, lambda r: r["size"] <= SMALL)
     if len(small_multi) >= MIN_ROWS and "network_latency_us" in catalog:
         params["network_latency_us"] = _fit_latency(multi, params)
@@ -120,6 +134,9 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     if switches and "nic_efficiency" in details:
         details["nic_efficiency"]["note"] += "; fitted on the rows before NCCL switched " \
             "algorithm: " + ", ".join(switches)
+    if plateau and "nic_efficiency" in details:
+        details["nic_efficiency"]["note"] += "; the logs stop below 64 MiB: fitted on their " \
+            "bandwidth-bound rows (busbw rising under x" + f"{PLATEAU:g} a doubling): " + plateau
     fit = {"before": _errors(tests, {}), "after": _errors(tests, params)}
     sources = tuple({"log": t.req.name, "test": t.req.log.test or "unnamed",
                      "rows": len(t.req.log.good_rows),
@@ -182,6 +199,31 @@ def _before_switch(tests):
                                 f"x{before:.2f}")
                 break
     return (lambda r: _big(r) and id(r) not in past), switches
+
+
+def _plateau(tests):
+    """(`keep` for the multi-node rows on their test's bandwidth plateau, a line naming them)
+    or (never, None) with fewer than MIN_ROWS such rows. A row is on the plateau when its
+    busbw rose by less than PLATEAU over the size before and so did every larger row's; a test
+    counts with MIN_ROWS such rows or more (one flat step can be noise)."""
+    keep: set[int] = set()
+    where = []
+    for t in tests:
+        bw = sorted((r for r in t.req.log.good_rows if r["size"] > SMALL and r.get("busbw")),
+                    key=lambda r: r["size"])
+        top = len(bw)
+        while top > 1 and bw[top - 1]["busbw"] < PLATEAU * bw[top - 2]["busbw"]:
+            top -= 1
+        if len(bw) - top >= MIN_ROWS:
+            keep.update(id(r) for r in bw[top:])
+            where.append(f"{t.req.name} {_mib(bw[top]['size'])}-{_mib(bw[-1]['size'])} MiB")
+    if len(keep) < MIN_ROWS:
+        return (lambda r: False), None
+    return (lambda r: id(r) in keep), ", ".join(where)
+
+
+def _mib(nbytes) -> str:
+    return f"{nbytes / (1 << 20):g}"
 
 
 def _diagnose_on(t: _Test, params: dict, keep):
