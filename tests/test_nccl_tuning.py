@@ -107,3 +107,18 @@ def test_nccl_selection_times_nvls_trees_over_the_nvls_graphs_heads():
     assert (res.algorithm, res.protocol) == ("tree", "simple")
     full = build_topology(system="dgx-h100", nodes=2, nic="ib-ndr", nics_per_node=8)
     assert predict("all_reduce", size, full, select="nccl").algorithm == "nvls_tree"
+
+
+def test_nccls_model_rates_ll128_on_volta_as_nccl_enables_it_there():
+    """tuning.cc enables LL128 on Volta over NVLink (v2.8.4-1: `minCompCap == 70 && maxCompCap
+    == 70`; 5067397: `!(minCompCap < 70 || ...)`): on 2 x DGX-1 V100 NCCL's model ranks an
+    LL128 pair first for a 1 MiB all-reduce, and select="nccl" runs it, under 2.8 and today."""
+    from gpucomm.simulate import versions
+    v100x2 = build_topology("dgx-v100", nodes=2)
+    pairs = {(a, p) for a in ("ring", "tree") for p in ("ll", "ll128", "simple")}
+    for version in ("2.8", None):
+        with versions.use(version):
+            first = nccl_tuning.ranked("all_reduce", MIB, v100x2, 16, 16, 2, pairs)[0]
+            assert first[1] == "ll128"
+            res = predict("all_reduce", MIB, v100x2, select="nccl")
+            assert (res.algorithm, res.protocol) == first

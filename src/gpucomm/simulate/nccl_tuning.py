@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from ..collectives import get_collective
 from ..hardware import get_gpu, get_link_tech, get_nic
 from . import constants as K
+from . import versions
 from .constants import TREE_CORRECTION
 
 if TYPE_CHECKING:
@@ -289,11 +290,14 @@ def fp8_ring_penalty(algorithm: str, fp8: bool, nranks: int) -> float:
 
 
 def _ll128_on(arch: int, intra_hw: str, ppn: float) -> bool:
-    """LL128 on by default (tuning.cc: typeIntra <= PATH_NVB, from sm80 here): the graph's
-    intra-node path is NVLink, or, with one GPU per node, PATH_LOC (search.cc starts
+    """LL128 on by default (tuning.cc: typeIntra <= PATH_NVB) on the GPU generations the active
+    NCCL enables it on (versions LL128_GENERATIONS: Volta too, v2.8.4-1 `(minCompCap == 70 &&
+    maxCompCap == 70) || (minCompCap == 80 && ...)`, 5067397 `!(minCompCap < 70 || ...)`): the
+    graph's intra-node path is NVLink, or, with one GPU per node, PATH_LOC (search.cc starts
     minTypeIntra at PATH_LOC and raises it only for ngpus > 1). Whether the NICs sit close
     enough (typeInter <= PXB, or PXN on Hopper) is left to the caller (predict.py)."""
-    return arch >= 1 and (intra_hw == "nvlink" or ppn == 1)
+    return GENERATIONS[arch] in versions.value("LL128_GENERATIONS") and \
+        (intra_hw == "nvlink" or ppn == 1)
 
 
 def _algorithms(coll: str, nodes: int, ppn: float, nvswitch_full: bool) -> tuple[str, ...]:
