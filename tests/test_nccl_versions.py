@@ -74,6 +74,20 @@ def test_algorithms_arrive_with_their_version():
     assert predict("all_reduce", 1 << 30, t).algorithm == "nvls"
 
 
+def test_nccls_ring_ll_rating_follows_the_version():
+    """tuning.cc rated ring/LL at 1/4 of the ring graph's busBw across nodes (1/3 for one-node
+    all-gather, reduce-scatter, broadcast) until v2.20.5-1, at .5 from v2.21.5-1: NCCL 2.18's
+    model ranks ring/LL128 before ring/LL for a 16 MiB all-gather on 128 Polaris nodes, today's
+    the other way round."""
+    from gpucomm.simulate import nccl_tuning
+    assert value("RING_LL_BUSBW_SHARE", (2, 20)) == (0.25, 1 / 3)
+    assert value("RING_LL_BUSBW_SHARE", (2, 21)) == (0.5, 0.5)
+    t = build_topology("polaris", nodes=128)
+    for version, first in (("2.18", "ll128"), ("2.21", "ll")):
+        with use(version):
+            assert nccl_tuning.estimates("all_gather", 16 << 20, t, 16)[0][1:] == ("ring", first)
+
+
 def test_ll128_default_follows_the_version():
     # LL128 on by default on Volta only until 2.7 added Ampere
     t = build_topology("dgx-a100")

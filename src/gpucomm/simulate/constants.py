@@ -178,6 +178,11 @@ NET_STACK_COMPLETION_S = {"efa": 3.0 * US}
 # x 8 B ~ 600 KiB per slot.
 SLICE_BYTES = {"ll": 64 * 1024, "ll128": 600 * 1024, "simple": 512 * 1024}
 
+# The share of the ring graph's bandwidth NCCL's tuning rates ring/LL at (tuning.cc, before
+# llMaxBws caps it): (across nodes, or an all-reduce or reduce; else). v2.21.5-1 on: busBw * .5
+# for all; versions.py has the older 1/4 and 1/3.
+RING_LL_BUSBW_SHARE = (0.5, 0.5)
+
 # Bandwidth caps per GPU generation and node count class (N1: 1 node, N2: 2 nodes, N4: more),
 # GB/s. llMaxBws is a cap on the whole LL collective's bus bandwidth; perChMaxRingLL128Bws caps
 # one LL128 channel (tuning.cc).

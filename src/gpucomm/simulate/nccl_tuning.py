@@ -327,7 +327,8 @@ def _busbw(coll: str, algo: str, pi: int, nodes: int, ppn: float, nch: int, bw_i
                  NVLS_TREE_BW[arch][i2] if algo == "nvls_tree" else math.inf)
     bus = nch * bw
     if algo == "ring" and pi == 0:
-        bus = min(ll_max, bus * .5)
+        share = versions.value("RING_LL_BUSBW_SHARE")
+        bus = min(ll_max, bus * share[0 if nodes > 1 or coll in ("all_reduce", "reduce") else 1])
     if algo == "ring" and pi == 1:
         bus = min(bus * .92, nch * RING_LL128[arch][i2])
     if algo == "tree" and coll == "all_reduce":

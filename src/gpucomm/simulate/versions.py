@@ -111,6 +111,13 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
         ((2, 8), _tree_lat((.52, 1.0, 5.0), (1.25, 1.9, 8.5), (28, 28, 28)), "v2.8.3-1"),
         ((2, 18), _tree_lat((.6, 1.0, 5.0), (1.25, 1.9, 8.5), (28, 28, 28)), "v2.18.1-1"),
         ((2, 23), K.TREE_HOP_LATENCY_S, "v2.23.4-1")],
+    # ring/LL's share of the ring graph's busBw: 1/4 across nodes or for all-reduce/reduce, 1/3
+    # otherwise (1/4 for all in v2.5.6-1), then .5 for all
+    "RING_LL_BUSBW_SHARE": [
+        ((2, 5), (0.25, 0.25), "v2.5.6-1 busBw *= 1.0/4.0"),
+        ((2, 7), (0.25, 1 / 3), "v2.7.3-1 .. v2.20.5-1 (nNodes > 1 || AllReduce || Reduce) ? "
+                                "1.0/4.0 : 1.0/3.0"),
+        ((2, 21), K.RING_LL_BUSBW_SHARE, "v2.21.5-1 busBw * .5")],
     # llMaxBws (none before 2.8); Hopper used the Ampere row until its own in 2.21, Blackwell
     # the Hopper row until 2.25
     "LL_MAX_BW": [
