@@ -91,9 +91,12 @@ def measure(backends, plan, rounds, nranks=2):
                     if not group:  # small messages: many iterations, or timer and skew dominate
                         continue
                     n = 1000 if group[0] <= 4096 else 20
-                    for r in bench(b, nranks, coll, group, iters=n, warmup=max(3, n // 10),
-                                   check=0):
-                        times.setdefault((coll, r["size"]), {}).setdefault(b, []).append(r[key])
+                    rows = bench(b, nranks, coll, group, iters=n, warmup=max(3, n // 10),
+                                 check=0)
+                    # keyed by the size asked for: a row's own is rounded to whole elements
+                    # per rank (3 ranks: 16 MiB runs as 16777200 B)
+                    for s, r in zip(group, rows, strict=True):
+                        times.setdefault((coll, s), {}).setdefault(b, []).append(r[key])
         print(f"  round {rnd + 1}/{rounds} done (load average {_load()})", file=sys.stderr,
               flush=True)
     return times
