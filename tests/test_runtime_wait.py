@@ -1,6 +1,7 @@
-"""Where ranks outnumber the cores they may run on, a wait yields its core before it sleeps
-(`shm_wait.shares_cores`, `YIELD_S`, `_stream.Waits.set_yield`). Pure and in-process: the
-processes here are this one and `sleep` children; launched ranks: test_runtime_cplan."""
+"""Where ranks outnumber the cores they may run on, two to a core at most, a wait yields its
+core before it sleeps (`shm_wait.cores_of`, `yields`, `YIELD_S`, `_stream.Waits.set_yield`).
+Pure and in-process: the processes here are this one and `sleep` children; launched ranks:
+test_runtime_cplan."""
 import mmap
 import os
 import subprocess
@@ -16,10 +17,11 @@ linux = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
 
 
 @linux
-def test_processes_share_cores_when_they_outnumber_their_affinities():
+def test_ranks_yield_where_they_share_cores_two_to_a_core_at_most():
     me, cores = os.getpid(), len(os.sched_getaffinity(0))
-    assert not shm_wait.shares_cores([me] * cores)
-    assert shm_wait.shares_cores([me] * (cores + 1))
+    assert shm_wait.cores_of([me, me]) == cores
+    assert [shm_wait.yields([me] * n) for n in (cores, cores + 1, 2 * cores, 2 * cores + 1)] \
+        == [False, True, True, False]
 
 
 @linux
@@ -31,9 +33,11 @@ def test_processes_bound_one_per_core_share_none():
     try:
         for kid, core in zip(kids, cores):
             os.sched_setaffinity(kid.pid, {core})
-        assert not shm_wait.shares_cores([k.pid for k in kids])
+        assert shm_wait.cores_of([k.pid for k in kids]) == 2
+        assert not shm_wait.yields([k.pid for k in kids])
         os.sched_setaffinity(kids[1].pid, {cores[0]})  # both on one core now
-        assert shm_wait.shares_cores([k.pid for k in kids])
+        assert shm_wait.cores_of([k.pid for k in kids]) == 1
+        assert shm_wait.yields([k.pid for k in kids])
     finally:
         for kid in kids:
             kid.kill()
@@ -44,9 +48,7 @@ def test_processes_bound_one_per_core_share_none():
 def test_a_process_gone_counts_this_ones_cores():
     gone = subprocess.Popen(["true"])
     gone.wait()
-    cores = len(os.sched_getaffinity(0))
-    assert not shm_wait.shares_cores([gone.pid] * cores)
-    assert shm_wait.shares_cores([gone.pid] * (cores + 1))
+    assert shm_wait.cores_of([gone.pid]) == len(os.sched_getaffinity(0))
 
 
 @c_built

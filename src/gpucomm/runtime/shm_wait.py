@@ -3,9 +3,10 @@ counter; a wait spins briefly, then blocks in the kernel on the counter (a futex
 Waits`: the peer wakes it when it publishes), each sleep bounded by a growing timeout, so more
 ranks than cores still progress and a waiting rank leaves its core to whoever else runs
 there; without the C extension it yields, then sleeps. Where the ranks outnumber the cores
-they may run on (`shares_cores`), a wait yields the core for `YIELD_S` before it sleeps: the
-rank the scheduler hands it to is then likely the peer it waits for, which runs at once
-instead of after a futex wake-up (MPICH's ranks poll with sched_yield too). Every wait has a
+they may run on, two to a core at most (`yields`), a wait yields the core for `YIELD_S`
+before it sleeps: the rank the scheduler hands it to is then likely the peer it waits for,
+which runs at once instead of after a futex wake-up (MPICH's ranks poll with sched_yield
+too). Every wait has a
 deadline and, between sleeps, checks that the peer is alive (pid), not failed and not closed.
 A timeout names the rank that makes no progress, following the chain of ranks waiting for one
 another.
@@ -26,27 +27,37 @@ if TYPE_CHECKING:
     from ..schedule import Schedule
 
 
-# how long a wait yields its core before it sleeps, where ranks share cores. 3 and 4 ranks on
-# 2 cores, no-yield time / yield time, median of paired rounds in one job: all-to-all 1 MiB
-# 1.13 / 1.16, 16 MiB 1.29 / 1.08; all-reduce 1 MiB 1.24 / 1.35 (every round faster);
-# all-gather 1 MiB (4 ranks) 1.13; 8 ranks, all-to-all 1 MiB: 0.98. Yielding until the peer
-# came, never sleeping, was 0.5-1.4x on 4 ranks (notes/s13/a2a13).
+# how long a wait yields its core before it sleeps (`yields`). 3 and 4 ranks on 2 cores,
+# no-yield time / yield time, median of paired rounds in one job: all-to-all 1 MiB 1.13 /
+# 1.16, 16 MiB 1.29 / 1.08; all-reduce 1 MiB 1.24 / 1.35 (every round faster); all-gather
+# 1 MiB (4 ranks) 1.13. 8 ranks (4 to a core), all-to-all 1, 16, 64 MiB: 0.98, 0.96, 0.99,
+# so more than two ranks to a core do not yield. Yielding up to 1 or 3 ms: 3 ranks 1.34,
+# 4 ranks 0.98; never sleeping: 0.5-1.4x on 4 ranks (notes/s13/a2a13).
 YIELD_S = 300e-6
 
 
-def shares_cores(pids: Sequence[int]) -> bool:
-    """Do these processes outnumber the cores they may run on, all together (the union of
-    their CPU affinities)? Ranks bound one per core do not; ranks left unbound, more than
-    the cores, do. A process whose affinity cannot be read counts this one's."""
-    if not hasattr(os, "sched_getaffinity"):  # not Linux: no affinities to read
-        return False
+def cores_of(pids: Sequence[int]) -> int:
+    """How many cores these processes may run on, all together (the union of their CPU
+    affinities; a process whose affinity cannot be read counts this one's). 0: unknown (not
+    Linux)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return 0
     cores: set[int] = set()
     for pid in pids:
         try:
             cores |= os.sched_getaffinity(pid)
         except OSError:
             cores |= os.sched_getaffinity(0)
-    return len(pids) > len(cores)
+    return len(cores)
+
+
+def yields(pids: Sequence[int]) -> bool:
+    """Do these ranks' waits yield the core before they sleep? Where they outnumber their
+    cores, two to a core at most: a core a waiter yields then goes to the one other rank
+    there, likely the peer it waits for. Ranks bound one per core never share one; with more
+    to a core, a yield mostly goes to another waiter."""
+    cores = cores_of(pids)
+    return 0 < cores < len(pids) <= 2 * cores
 
 
 class PeerWaits:
@@ -90,9 +101,10 @@ class PeerWaits:
                 raise
 
     def _yield_where_cores_are_shared(self) -> None:
-        """Waits yield the core before they sleep where the ranks outnumber their cores
-        (`shares_cores`), here and in C; otherwise they sleep right after the spin."""
-        self._yield_s = YIELD_S if shares_cores(self.pids) else 0.0
+        """Waits yield the core before they sleep where the ranks share their cores two to
+        a core at most (`yields`), here and in C; otherwise they sleep right after the
+        spin."""
+        self._yield_s = YIELD_S if yields(self.pids) else 0.0
         if self._waiter is not None:
             self._waiter.set_yield(self._yield_s * 1e9)
 
