@@ -1,11 +1,12 @@
 """gpucomm's shm runtime against MPICH (mpi4py) and gloo (torch.distributed), in one run.
 
     PYTHONPATH=src python3 benchmarks/runtime_vs_peers.py [--rounds 5] [--quick] [--old-src DIR]
-                                                          [--only all_to_all,...]
+                                                          [--only all_to_all,...] [--nranks N]
 
 Every engine runs the same nccl-tests sweep (`gpucomm bench --backend ...`, out-of-place
-columns — in-place for broadcast, which MPI and gloo only do in place — float32 sum, 2 ranks,
-ranks bound to cores for every engine). The machine is shared (2 cores, other jobs), so:
+columns — in-place for broadcast, which MPI and gloo only do in place — float32 sum, 2 ranks
+or `--nranks`, bound to cores for every engine where there are as many cores). The machine is
+shared (2 cores, other jobs), so:
 - rounds are interleaved: each round runs every collective on every engine back to back, the
   engine order rotating from round to round, so a burst of load hits all engines alike;
 - every engine is scored the same way: its best round (the least disturbed run), with the
@@ -21,7 +22,8 @@ Prints the ratios and whether each bar is met (on the best-of ratio):
 one more engine, `shm-old`, interleaved in the same rounds: each table shows its times next to
 this tree's, and a last section prints old time / new time per row (1.0 = unchanged).
 `--only` runs the named collectives' rows and bars alone (all_reduce, all_to_all, ...; no
-4-rank section): more rounds of one comparison in the same time.
+4-rank section): more rounds of one comparison in the same time. `--nranks N` runs every row
+on N ranks instead of 2 (the bars then hold at N ranks; ranks beyond the cores share them).
 """
 from __future__ import annotations
 
@@ -89,9 +91,12 @@ def measure(backends, plan, rounds, nranks=2):
                     if not group:  # small messages: many iterations, or timer and skew dominate
                         continue
                     n = 1000 if group[0] <= 4096 else 20
-                    for r in bench(b, nranks, coll, group, iters=n, warmup=max(3, n // 10),
-                                   check=0):
-                        times.setdefault((coll, r["size"]), {}).setdefault(b, []).append(r[key])
+                    rows = bench(b, nranks, coll, group, iters=n, warmup=max(3, n // 10),
+                                 check=0)
+                    # keyed by the size asked for: a row's own is rounded to whole elements
+                    # per rank (3 ranks: 16 MiB runs as 16777200 B)
+                    for s, r in zip(group, rows, strict=True):
+                        times.setdefault((coll, s), {}).setdefault(b, []).append(r[key])
         print(f"  round {rnd + 1}/{rounds} done (load average {_load()})", file=sys.stderr,
               flush=True)
     return times
@@ -164,8 +169,8 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def busbw(coll, size, t_us):
-    return layout(get_collective(coll), size, "float32", 2).busbw(t_us * 1e-6)[1]  # GB/s
+def busbw(coll, size, t_us, nranks=2):
+    return layout(get_collective(coll), size, "float32", nranks).busbw(t_us * 1e-6)[1]  # GB/s
 
 
 def ratio_text(peer_ts, shm_ts):
@@ -190,13 +195,13 @@ def sweep_sizes(quick: bool) -> tuple[list[int], list[int]]:
     return AR_SIZES, A2A_SIZES
 
 
-def print_a2a(times, sizes, backends, verdicts) -> None:
+def print_a2a(times, sizes, backends, verdicts, nranks=2) -> None:
     """All-to-all over the sizes against MPICH (the 16 MiB bar is with the other
     collectives)."""
     if "mpi" not in backends:
         return
-    print("\n== all_to_all, 2 ranks: best (median) us; ratio = MPICH time / shm time, best-of "
-          "(per-round min/median/max)")
+    print(f"\n== all_to_all, {nranks} ranks: best (median) us; ratio = MPICH time / shm time, "
+          f"best-of (per-round min/median/max)")
     for s in sizes:
         ts = times[("all_to_all", s)]
         ratio, text = ratio_text(ts["mpi"], ts["shm"])
@@ -230,6 +235,8 @@ def parse_args():
     ap.add_argument("--only", metavar="COLL[,COLL]",
                     help="only these collectives' rows and bars (of: all_reduce, "
                          + ", ".join(OTHERS) + ")")
+    ap.add_argument("--nranks", type=int, default=2,
+                    help="ranks of every row (default 2; the 4-rank section runs with 2 only)")
     ap.add_argument("--no-peers", action="store_true",
                     help="gpucomm's runtime only (with --old-src: old against new, more rounds "
                          "in the same time)")
@@ -239,6 +246,8 @@ def parse_args():
     if bad:
         ap.error(f"--only {','.join(sorted(bad))}: allowed are all_reduce, {', '.join(OTHERS)}")
     _OLD_SRC = os.path.abspath(args.old_src) if args.old_src else None
+    if not 2 <= args.nranks <= 64:
+        ap.error(f"--nranks {args.nranks}: allowed are 2..64")
     if _OLD_SRC and not os.path.isdir(os.path.join(_OLD_SRC, "gpucomm")):
         ap.error(f"--old-src {args.old_src}: no gpucomm package there")
     return args
@@ -257,7 +266,7 @@ def main() -> int:
     before = cross_core_handoff()
     plan = [("all_reduce", sizes)] + [(c, a2a_sizes if c == "all_to_all" else [16 * MiB])
                                       for c in OTHERS]
-    times = measure(backends, [(c, s) for c, s in plan if c in args.only], rounds)
+    times = measure(backends, [(c, s) for c, s in plan if c in args.only], rounds, args.nranks)
     after = cross_core_handoff()
     print(f"== this machine now: overwriting 512 KiB the other core has just read takes "
           f"{before[0]:.0f} us before the rounds, {after[0]:.0f} us after (a private copy: "
@@ -265,15 +274,15 @@ def main() -> int:
           f"their usual speed, near 200 us 2-4x slower\n")
 
     if "all_reduce" in args.only:
-        print_all_reduce(times, sizes, backends, rounds, verdicts)
+        print_all_reduce(times, sizes, backends, rounds, verdicts, args.nranks)
     others = [c for c in OTHERS if c in args.only]
     if others:
-        print_16mib(times, others, backends, rounds, verdicts)
+        print_16mib(times, others, backends, rounds, verdicts, args.nranks)
     if "all_to_all" in args.only:
-        print_a2a(times, a2a_sizes, backends, verdicts)
+        print_a2a(times, a2a_sizes, backends, verdicts, args.nranks)
     if "shm-old" in backends:
         print_old_vs_new(times)
-    if args.only == ["all_reduce", *OTHERS]:
+    if args.only == ["all_reduce", *OTHERS] and args.nranks == 2:
         four_ranks(verdicts)
 
     print(f"\n== bars (load average now {_load()}; 2 cores shared with other jobs)")
@@ -284,8 +293,8 @@ def main() -> int:
     return 0 if met == len(verdicts) else 1
 
 
-def print_all_reduce(times, sizes, backends, rounds, verdicts) -> None:
-    print(f"== all_reduce, 2 ranks, float32 sum, {rounds} interleaved rounds; time in us "
+def print_all_reduce(times, sizes, backends, rounds, verdicts, nranks=2) -> None:
+    print(f"== all_reduce, {nranks} ranks, float32 sum, {rounds} interleaved rounds; time in us "
           f"(best / median), busbw of the best in GB/s; ratio = peer time / shm time, best-of "
           f"(per-round min/median/max)")
     print(f"{'size':>10} " + " ".join(f"{b + ' us':>17} {b + ' busbw':>10}" for b in backends)
@@ -295,7 +304,7 @@ def print_all_reduce(times, sizes, backends, rounds, verdicts) -> None:
         cols, ratios = [], []
         for b in backends:
             cols.append(f"{min(ts[b]):8.1f}/{statistics.median(ts[b]):8.1f} "
-                        f"{busbw('all_reduce', s, min(ts[b])):10.2f}")
+                        f"{busbw('all_reduce', s, min(ts[b]), nranks):10.2f}")
         for peer, bar in (("mpi", 1.5), ("gloo", 3.0)):
             if peer in backends:
                 ratio, text = ratio_text(ts[peer], ts["shm"])
@@ -310,15 +319,15 @@ def print_all_reduce(times, sizes, backends, rounds, verdicts) -> None:
         verdicts.append(small_verdict(times[("all_reduce", 8)], backends))
 
 
-def print_16mib(times, colls, backends, rounds, verdicts) -> None:
-    print(f"\n== 16 MiB, 2 ranks, {rounds} interleaved rounds: best (median) us, busbw of the "
-          f"best")
+def print_16mib(times, colls, backends, rounds, verdicts, nranks=2) -> None:
+    print(f"\n== 16 MiB, {nranks} ranks, {rounds} interleaved rounds: best (median) us, busbw "
+          f"of the best")
     for coll in colls:
         s = 16 * MiB
         ts = times[(coll, s)]
         line = f"{coll + (' (in place)' if coll == 'broadcast' else ''):>26}: " + ", ".join(
             f"{b} {min(ts[b]):8.1f} ({statistics.median(ts[b]):8.1f}) us "
-            f"{busbw(coll, s, min(ts[b])):5.2f} GB/s" for b in backends)
+            f"{busbw(coll, s, min(ts[b]), nranks):5.2f} GB/s" for b in backends)
         if "mpi" in backends:
             ratio, text = ratio_text(ts["mpi"], ts["shm"])
             line += f"   {text} vs mpi"

@@ -10,6 +10,7 @@ OUT_DIR/rank<k>.json.
 """
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -18,11 +19,13 @@ from launched import DIRECT_ENV, all_right, c_built as built, finish, inputs, ru
 
 HERE = os.path.abspath(__file__)
 COUNTS = [1, 7, 1000, 65537]  # elements per block: tiny, odd, several pages
+LATE = {"s": 0.0}  # rank k enters each call k times this late (mode "yielding")
 
 
 def _call(comm, coll, inp, count, in_place):
     """Run one call; returns this rank's output."""
     p, r = comm.world_size, comm.rank
+    time.sleep(LATE["s"] * r)
     if coll == "all_to_all":
         out = inp if in_place else np.empty(p * count, np.float32)
         comm.all_to_all(out, inp if not in_place else out)
@@ -109,6 +112,13 @@ def rank_main(mode, out_dir):
             x = np.ones(comm.world_size * 4096, np.float32)
             _call(comm, "all_to_all" if comm.rank == 0 else "all_gather",
                   x if comm.rank == 0 else x[:4096], 4096, False)
+        elif mode == "yielding":  # waits yield the core first (forced), peers enter late
+            tr = comm.transport
+            res["yields"] = tr._yield_s > 0
+            tr._yield_s = 0.05
+            tr._waiter.set_yield(50e6)  # C: up to its 20 ms per wait, then back to Python
+            LATE["s"] = 0.002
+            res["wrong"] = _cases(comm, ["all_to_all", "all_gather", "broadcast"])
         elif mode == "dead":  # rank 1 leaves without calling
             if comm.rank == 1:
                 os._exit(0)
@@ -138,6 +148,20 @@ def test_all_to_all_in_c_is_bitwise_numpys_on_every_rank(nranks, tmp_path):
 def test_other_copy_only_collectives_in_c(nranks, tmp_path):
     results, log, _ = run(nranks, "others", tmp_path)
     all_right(results, log, nranks)
+    for res in results:
+        assert res["c_calls"] > 0
+
+
+@built
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_waits_that_yield_the_core_stay_exact(nranks, tmp_path):
+    """Waits that yield the core before they sleep (set where ranks share their cores, two to
+    a core at most: `shm_wait.yields`; forced here), peers entering each call late: every
+    output is numpy's. Ranks are bound one per core where there are enough, else unbound."""
+    results, log, _ = run(nranks, "yielding", tmp_path)
+    all_right(results, log, nranks)
+    cores = len(os.sched_getaffinity(0))
+    assert [res["yields"] for res in results] == [cores < nranks <= 2 * cores] * nranks
     for res in results:
         assert res["c_calls"] > 0
 

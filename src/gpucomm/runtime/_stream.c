@@ -24,9 +24,12 @@
 #include <unistd.h>
 #include <errno.h>
 #include <sys/uio.h>
+#include <sched.h>
 #define HAVE_FUTEX 1
+#define yield_core() sched_yield()
 #else
 #define HAVE_FUTEX 0
+#define yield_core() ((void)0)
 #endif
 
 #if defined(__SSE2__)
@@ -556,6 +559,7 @@ typedef struct {
     Py_ssize_t peer_shm_len[LL_MAX_RANKS];
     Py_buffer views[LL_MAX_RANKS];
     int nviews;
+    double yield_ns;  /* after the spin, yield the core this long before sleeping (set_yield) */
 } WaitsObject;
 
 static void Waits_release(WaitsObject *self)
@@ -649,6 +653,7 @@ static int Waits_init(WaitsObject *self, PyObject *args, PyObject *kw)
     self->desc = desc;
     self->gen = gen;
     self->ack = ack;
+    self->yield_ns = 0;
     return 0;
 }
 
@@ -757,8 +762,9 @@ static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t
 enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH, K_REDUCE, K_SHARED_READ,
        K_SHARED_WRITE };
 /* Waits' interface: 2 = seven word indices, run_plan checks descriptors and sleeps itself;
- * 3 = eight (in_place too), `call` runs a whole call; 4 = shared transfers (rows 6, 7) */
-#define WAITS_VERSION 4
+ * 3 = eight (in_place too), `call` runs a whole call; 4 = shared transfers (rows 6, 7);
+ * 5 = `set_yield` */
+#define WAITS_VERSION 5
 /* A shared transfer's pieces done, counted by the rank that did them: its progress line's
  * next two words, seq << 32 | pieces (`shm_control.FRONT`, `BACK`) */
 #define FRONT 1
@@ -795,10 +801,12 @@ static void local_copy(char *d, const char *s, size_t n, long long stream_min)
         memmove(d, s, n);
 }
 
-/* Wait until rank q's progress counter >= need: spin `spin_ns`, then sleep on the counter's
- * futex (the peer wakes this rank when it publishes; each sleep bounded, 50 us growing to
- * 1 ms), for `wait_ns` in all. Returns 1 once it holds, 0 if it still does not (Python then
- * checks the peer's liveness and the deadline, and waits on). Called without the GIL. */
+/* Wait until rank q's progress counter >= need: spin `spin_ns`, then yield the core for
+ * `yield_ns` (set where ranks outnumber their cores: the rank that gets it is likely the
+ * peer), then sleep on the counter's futex (the peer wakes this rank when it publishes; each
+ * sleep bounded, 50 us growing to 1 ms), for `wait_ns` in all. Returns 1 once it holds, 0 if
+ * it still does not (Python then checks the peer's liveness and the deadline, and waits on).
+ * Called without the GIL. */
 static int wait_for(WaitsObject *self, int q, uint64_t need, double spin_ns, double wait_ns)
 {
     const uint64_t *w = (const uint64_t *)&self->words[q][self->prog];
@@ -809,6 +817,9 @@ static int wait_for(WaitsObject *self, int q, uint64_t need, double spin_ns, dou
         if ((++spins & 63) == 0 && now_ns() >= until)
             break;
     }
+    double yield_until = t0 + (self->yield_ns < wait_ns ? self->yield_ns : wait_ns);
+    while (load_acquire(w) < need && now_ns() < yield_until)
+        yield_core();
     int there = 0;
     while (!there && now_ns() - t0 < wait_ns) {
         struct timespec ts = {0, (long)pause};
@@ -1367,6 +1378,20 @@ static PyObject *Waits_map_peer(WaitsObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
+/* set_yield(ns): how long a wait yields the core before it sleeps (0: it does not). */
+static PyObject *Waits_set_yield(WaitsObject *self, PyObject *arg)
+{
+    double ns = PyFloat_AsDouble(arg);
+    if (ns == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(ns >= 0 && ns <= 1e9)) {
+        PyErr_SetString(PyExc_ValueError, "Waits.set_yield: 0 to 1e9 ns");
+        return NULL;
+    }
+    self->yield_ns = ns;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Waits_close(WaitsObject *self, PyObject *unused)
 {
     Waits_release(self);
@@ -1387,6 +1412,8 @@ static PyMethodDef Waits_methods[] = {
      "call of a C program: entry, rows, end checks (see the source)."},
     {"map_peer", (PyCFunction)(void (*)(void))Waits_map_peer, METH_FASTCALL,
      "map_peer(q, buffer): rank q's shared buffer, as mapped here, for rows that read it."},
+    {"set_yield", (PyCFunction)Waits_set_yield, METH_O,
+     "set_yield(ns): after its spin, a wait yields the core this long before it sleeps."},
     {"close", (PyCFunction)Waits_close, METH_NOARGS, "Release the mapped segments."},
     {NULL, NULL, 0, NULL},
 };

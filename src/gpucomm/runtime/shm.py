@@ -102,6 +102,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         for name in names:  # every rank mapped every one: a rank that died just now leaks none
             unlink_name(name)
         self._ll_connect()
+        self._yield_where_cores_are_shared()
         self._me[STATE] = RUNNING
 
     def _create_ctrl(self, name: str | None = None) -> Segment:

@@ -2,9 +2,14 @@
 counter; a wait spins briefly, then blocks in the kernel on the counter (a futex, `_stream.
 Waits`: the peer wakes it when it publishes), each sleep bounded by a growing timeout, so more
 ranks than cores still progress and a waiting rank leaves its core to whoever else runs
-there; without the C extension it yields, then sleeps. Every wait has a deadline and, between
-sleeps, checks that the peer is alive (pid), not failed and not closed. A timeout names the
-rank that makes no progress, following the chain of ranks waiting for one another.
+there; without the C extension it yields, then sleeps. Where the ranks outnumber the cores
+they may run on, two to a core at most (`yields`), a wait yields the core for `YIELD_S`
+before it sleeps: the rank the scheduler hands it to is then likely the peer it waits for,
+which runs at once instead of after a futex wake-up (MPICH's ranks poll with sched_yield
+too). Every wait has a
+deadline and, between sleeps, checks that the peer is alive (pid), not failed and not closed.
+A timeout names the rank that makes no progress, following the chain of ranks waiting for one
+another.
 """
 from __future__ import annotations
 
@@ -22,6 +27,39 @@ if TYPE_CHECKING:
     from ..schedule import Schedule
 
 
+# how long a wait yields its core before it sleeps (`yields`). 3 and 4 ranks on 2 cores,
+# no-yield time / yield time, median of paired rounds in one job: all-to-all 1 MiB 1.13 /
+# 1.16, 16 MiB 1.29 / 1.08; all-reduce 1 MiB 1.24 / 1.35 (every round faster); all-gather
+# 1 MiB (4 ranks) 1.13. 8 ranks (4 to a core), all-to-all 1, 16, 64 MiB: 0.98, 0.96, 0.99,
+# so more than two ranks to a core do not yield. Yielding up to 1 or 3 ms: 3 ranks 1.34,
+# 4 ranks 0.98; never sleeping: 0.5-1.4x on 4 ranks (notes/s13/a2a13).
+YIELD_S = 300e-6
+
+
+def cores_of(pids: Sequence[int]) -> int:
+    """How many cores these processes may run on, all together (the union of their CPU
+    affinities; a process whose affinity cannot be read counts this one's). 0: unknown (not
+    Linux)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return 0
+    cores: set[int] = set()
+    for pid in pids:
+        try:
+            cores |= os.sched_getaffinity(pid)
+        except OSError:
+            cores |= os.sched_getaffinity(0)
+    return len(cores)
+
+
+def yields(pids: Sequence[int]) -> bool:
+    """Do these ranks' waits yield the core before they sleep? Where they outnumber their
+    cores, two to a core at most: a core a waiter yields then goes to the one other rank
+    there, likely the peer it waits for. Ranks bound one per core never share one; with more
+    to a core, a yield mostly goes to another waiter."""
+    cores = cores_of(pids)
+    return 0 < cores < len(pids) <= 2 * cores
+
+
 class PeerWaits:
     """The waiting half of `ShmTransport`, which provides the attributes declared here."""
 
@@ -33,6 +71,7 @@ class PeerWaits:
     _ctrls: list[Segment]  # per rank: its control segment
     _me: memoryview  # this rank's words (_progs[rank])
     _spin_s: float
+    _yield_s = 0.0  # after the spin, yield the core this long before sleeping (YIELD_S)
     _call: tuple[str, int, float]  # the call in progress: (name, number, timeout in s)
     _waiter: Any = None  # `_stream.Waits` over every control segment (None: no extension)
     _shm_read = True  # a peer may read this rank's shared buffer in the call it last ran
@@ -61,6 +100,14 @@ class PeerWaits:
             if prog[STATE] != CLOSED:
                 raise
 
+    def _yield_where_cores_are_shared(self) -> None:
+        """Waits yield the core before they sleep where the ranks share their cores two to
+        a core at most (`yields`), here and in C; otherwise they sleep right after the
+        spin."""
+        self._yield_s = YIELD_S if yields(self.pids) else 0.0
+        if self._waiter is not None:
+            self._waiter.set_yield(self._yield_s * 1e9)
+
     def _wait_previous(self, seq: int, deadline: float) -> None:
         """Before call `seq` may rewrite this rank's shared buffer: where a peer could still
         read it in call seq-1 (its plan reads it), wait until every peer has ended that call.
@@ -88,9 +135,9 @@ class PeerWaits:
         prog = self._progs[q]
         if prog[word] >= need:
             return
-        # Spin a few microseconds (the peer is usually about to publish), then block until
-        # the peer publishes (or yield, then sleep, without the extension), checking liveness
-        # and the deadline every 20 ms.
+        # Spin a few microseconds (the peer is usually about to publish), yield the core
+        # where ranks share cores, then block until the peer publishes (yield, then sleep,
+        # without the extension), checking liveness and the deadline every 20 ms.
         t0 = time.perf_counter()
         spin_until = t0 + self._spin_s
         while time.perf_counter() < spin_until:
@@ -98,7 +145,7 @@ class PeerWaits:
                 if prog[word] >= need:
                     return
         waiter = self._waiter
-        yield_until = t0 + (0.02 if waiter is None else 0.0)
+        yield_until = t0 + (0.02 if waiter is None else self._yield_s)
         pause, next_check = 50e-6, time.monotonic() + 0.02
         self._me[WAITING] = q + 1
         try:
@@ -110,14 +157,14 @@ class PeerWaits:
                         self._unlink_peer(q)  # the job is over: q may never run again
                         raise CommTimeout(self._timeout_text(q, need, word))
                     next_check = now + 0.02
-                if waiter is not None:
-                    if waiter.wait(q, word, need, pause):
-                        return
-                elif time.perf_counter() < yield_until:
+                if time.perf_counter() < yield_until:
                     os.sched_yield()
                     for _ in range(32):
                         if prog[word] >= need:
                             return
+                elif waiter is not None:
+                    if waiter.wait(q, word, need, pause):
+                        return
                 else:
                     time.sleep(pause)
                 # the timeout bounds the latency of publishers that do not wake (the
