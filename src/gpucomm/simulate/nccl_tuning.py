@@ -124,9 +124,7 @@ def _graph(topo: Topology, channels: int, nodes: int = 1) -> dict[str, Graph]:
     else:
         total = pcie_GBps(gpu)
         hw = "pci"
-    nics = [(get_link_tech(d.model).nccl_Bps or 0) / 1e9
-            for d in topo.devices if d.kind == "nic" and d.node == 0][:max(ppn, 1)]
-    nics = [b for b in nics if b > 0]
+    nics = _node_nics_GBps(topo)
     if nodes > 1 and nics:
         path = min(max(nics), pcie_GBps(gpu))
         n, inter, tree_intra = net_graph(gpu.sm, len(nics), path, total if ppn > 1 else None)
@@ -144,25 +142,34 @@ def pcie_GBps(gpu: GPU) -> float:
     return (get_link_tech(gpu.pcie).nccl_Bps or 24e9) / 1e9
 
 
+def _node_nics_GBps(topo: Topology) -> list[float]:
+    """NCCL's rate (GB/s) of node 0's NICs, at most one per GPU, those that have one."""
+    nics = [(get_link_tech(d.model).nccl_Bps or 0) / 1e9
+            for d in topo.devices if d.kind == "nic" and d.node == 0][:max(topo.gpus_per_node, 1)]
+    return [b for b in nics if b > 0]
+
+
 def coll_channels(gpu: GPU, nic: str, nics: int) -> int:
     """The collective channels NCCL prints across nodes (`N coll channels`, `Channel xx/NN`)
-    on a node of `nics` NICs of catalog kind `nic` beside `gpu`s: net_graph's channels over
-    the GPU->NIC path (the NIC, or the GPU's PCIe if slower), doubled by connect.cc
-    ncclTopoPostset, at most MAXCHANNELS."""
-    path = min((get_link_tech(nic).nccl_Bps or 0) / 1e9, pcie_GBps(gpu))
+    on a node of `nics` NICs of catalog kind `nic` beside `gpu`s."""
+    return _coll_channels(gpu, (get_link_tech(nic).nccl_Bps or 0) / 1e9, nics)
+
+
+def _coll_channels(gpu: GPU, nic_GBps: float, nics: int) -> int:
+    """net_graph's channels over the GPU->NIC path (the NIC, or the GPU's PCIe if slower),
+    doubled by connect.cc ncclTopoPostset, at most MAXCHANNELS."""
+    path = min(nic_GBps, pcie_GBps(gpu))
     return min(2 * net_graph(gpu.sm, nics, path, None)[0], K.MAX_CHANNELS)
 
 
 def topology_coll_channels(topo: Topology) -> int | None:
-    """coll_channels of a topology's nodes (its first GPU's model, node 0's NICs, at most one
-    per GPU, as _graph reads them); None where its nodes have no NIC."""
-    gpu = get_gpu(next(d for d in topo.devices if d.kind == "gpu").model)
-    nics = [d.model for d in topo.devices if d.kind == "nic" and d.node == 0]
-    nics = [m for m in nics if (get_link_tech(m).nccl_Bps or 0) > 0][:max(topo.gpus_per_node, 1)]
+    """coll_channels of a topology's nodes (its first GPU's model, node 0's NICs as _graph
+    reads them, the fastest's rate); None where its nodes have no NIC."""
+    nics = _node_nics_GBps(topo)
     if not nics:
         return None
-    fastest = max(nics, key=lambda m: get_link_tech(m).nccl_Bps or 0)
-    return coll_channels(gpu, fastest, len(nics))
+    return _coll_channels(get_gpu(next(d for d in topo.devices if d.kind == "gpu").model),
+                          max(nics), len(nics))
 
 
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None

@@ -124,7 +124,7 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
             per_step >= K.RING_PLATEAU_MIN_BYTES:
         factor = K.RING_PLATEAU_FACTOR.get(generation, K.RING_PLATEAU_FACTOR_DEFAULT)
     chunk, slices = K.RING_CHUNK_BYTES[proto.name]
-    if collective in K.CHAIN_COLLECTIVES:  # a chain's step carries the channel's whole share
+    if chain:  # a chain's step carries the channel's whole share
         per_step = nbytes / max(ring_channels(proto.name, nbytes, nranks, channels), 1)
         chunk, slices = K.CHAIN_CHUNK_BYTES[proto.name]
     message = max(min(chunk, per_step) / slices, 1.0)  # payload of one network message
