@@ -74,7 +74,12 @@ def chain_order(nranks: int, root: int) -> np.ndarray:
     return (root + np.arange(nranks)) % nranks
 
 
-def _chain_steps(order: np.ndarray, chunks: int, channels: int,
+def chain_ranks(collective: str, nranks: int, root: int) -> np.ndarray:
+    """A chain's ranks in hop order: from the root for a broadcast, to it for a reduce."""
+    return chain_order(nranks, root if collective == "broadcast" else (root + 1) % nranks)
+
+
+def chain_steps(order: np.ndarray, chunks: int, channels: int,
                  reduce: bool) -> Iterator[Step]:
     """The steps of `channels` pipelined chains along `order`, each with its own `chunks`
     pieces (channel ch owns chunks ch*chunks ..): at step s hop h carries piece s-h."""
@@ -96,7 +101,7 @@ def _chain(collective: str, nranks: int, root: int, chunks: object, channels: ob
     reduce = collective == "reduce"
 
     def steps() -> Iterator[Step]:
-        return _chain_steps(order, chunks, c, reduce)
+        return chain_steps(order, chunks, c, reduce)
     return Schedule(collective, nranks, "ring", c * chunks, steps, root=root, channels=c,
                     params=(("chunks", chunks), ("channels", c)))
 
@@ -105,12 +110,13 @@ def _chain(collective: str, nranks: int, root: int, chunks: object, channels: ob
 def chain_broadcast(nranks: int, root: int = 0, chunks: int = 8, channels: int = 1) -> Schedule:
     """A pipelined chain from the root (NCCL's ring broadcast, device/broadcast.h): each of
     `channels` chains carries its 1/channels of the buffer in `chunks` pieces in flight."""
-    return _chain("broadcast", nranks, root, chunks, channels, chain_order(nranks, root))
+    return _chain("broadcast", nranks, root, chunks, channels,
+                  chain_ranks("broadcast", nranks, root))
 
 
 @algorithm("reduce", "ring")
 def chain_reduce(nranks: int, root: int = 0, chunks: int = 8, channels: int = 1) -> Schedule:
     """A pipelined chain ending at the root: each rank adds its part and passes it on; each
     of `channels` chains carries its 1/channels of the buffer."""
-    order = chain_order(nranks, (root + 1) % nranks)  # root+1, ..., root: the root is last
-    return _chain("reduce", nranks, root, chunks, channels, order)
+    return _chain("reduce", nranks, root, chunks, channels,  # root+1, ..., root
+                  chain_ranks("reduce", nranks, root))

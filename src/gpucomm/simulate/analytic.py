@@ -211,6 +211,17 @@ def is_ring(sched: Schedule) -> bool:
     return memo.is_ring
 
 
+def chain_of(sched: Schedule) -> tuple[Ints, int, int] | None:
+    """`sched`'s chain shape (chain.chain_shape: ranks in hop order, pieces, channels) or
+    None; remembered on the schedule (ScheduleMemo)."""
+    from .caches import UNSET
+    from .chain import chain_shape
+    memo = schedule_memo(sched)
+    if memo.chain is UNSET:
+        memo.chain = chain_shape(sched)
+    return memo.chain
+
+
 def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
               itemsize: int, maxmin: bool = False) -> list[RingOut | None]:
     """Per block size (elements): the ring's answer from its frontier, or None where the

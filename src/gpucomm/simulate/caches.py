@@ -7,7 +7,8 @@ slot per thing remembered (a misspelt slot is an AttributeError, never a silent 
 - `PathMemo`, on a PathTable (`paths.cache`): what one placement's routes give, whatever the
   size and protocol (p2p and SHM plans, NCCL's tree shape, step geometry, ring busy bytes,
   the protocols' step costers).
-- `ScheduleMemo`, on a Schedule (`schedule_memo(s)`): whether it is a ring by its steps.
+- `ScheduleMemo`, on a Schedule (`schedule_memo(s)`): whether it is a ring or a chain by
+  its steps.
 
 Each lives as long as its owner and is dropped with it; `clear()` on the owner's cache (a
 Topology's `cache.clear()`, a PathTable's `cache.clear()`) forgets it. Nothing is keyed by
@@ -89,10 +90,12 @@ class PathMemo:
 
 class ScheduleMemo:
     """The simulator's record on a Schedule."""
-    __slots__ = ("is_ring",)
+    __slots__ = ("is_ring", "chain")
 
     def __init__(self) -> None:
         self.is_ring: bool | None = None
+        # (ranks in hop order, pieces, channels) of a chain (chain.chain_shape), None: not one
+        self.chain: tuple[Ints, int, int] | None | Literal[Unset.UNSET] = UNSET
 
 
 def topology_memo(topology: Topology) -> TopologyMemo:

@@ -13,6 +13,7 @@ from ..dtypes import DTypeLike, get_dtype
 from ..errors import ConfigError
 from . import analytic, flow, symmetry
 from .caches import per_placement, topology_memo
+from .chain import chain_many
 from .paths import PathTable
 from .protocol import PROTOCOLS, Protocol, generation_of, get_protocol, with_net_sync
 from .result import LinkBusy, SimResult, TimelineRecord
@@ -51,6 +52,7 @@ FLOW_MAX_OPS = 8_000_000
 # most loaded link stays busy (bandwidth-bound; tests/test_fabric_scale.py), up to ~13% slower
 # where the steps' flows do not all overlap (latency-bound); 8,192 contended GPUs in seconds
 FLOW_RING_OPS = 200_000
+CHAIN_NOTE = "chain frontier: every hop routed once, the pipeline stepped window by window"
 SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
 
 
@@ -183,6 +185,12 @@ def _one(schedule: Schedule, topology: Topology, lay: BufferLayout, placement: I
                 busy = LinkBusy(ring.busy_s_per_byte, ring.chunk_bytes)
                 events = ops
                 note = analytic.ring_note(schedule, cst)
+        shape = analytic.chain_of(schedule) if end is None and not trace else None
+        chain = chain_many(schedule, shape, cst, bounds, itemsize) if shape else None
+        if chain is not None:
+            end, ops = float(chain.end_s[0]), chain.ops
+            busy = chain.busy_bytes[:, 0] / paths.capacity / paths.lane_scale
+            events, note = ops, CHAIN_NOTE
         if end is None:
             run = analytic.run(schedule, cst, bounds, itemsize, trace)
             end, ops, timeline = run.end_s, run.events, run.timeline
@@ -294,6 +302,14 @@ def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayo
                 outs[i] = SweepOut(end_s=out.end_s, ops=out.ops, note=note,
                                    busy=LinkBusy(out.busy_s_per_byte, out.chunk_bytes))
     rest = [i for i, o in enumerate(outs) if o is None]
+    shape = analytic.chain_of(schedule) if rest else None
+    chain = chain_many(schedule, shape, cst, np.array([schedule.chunk_bounds(
+        lays[i].block_count) for i in rest]), itemsize) if shape else None
+    if chain is not None:
+        for j, i in enumerate(rest):
+            outs[i] = SweepOut(end_s=float(chain.end_s[j]), ops=chain.ops,
+                               busy=chain.busy_bytes[:, j] / scale, note=CHAIN_NOTE)
+        rest = []
     if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
         rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
     batch = max(1, SWEEP_CELLS // max(schedule.nranks * schedule.total_chunks, 1))
