@@ -104,15 +104,16 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     plateau = None
     if len(big_multi) < MIN_ROWS:
         nic_rows, plateau = _plateau(multi)
-    if len(big_multi) >= MIN_ROWS and "nic_efficiency" in catalog:
-        params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
-                                              catalog["nic_efficiency"], nic_rows)
-    elif plateau and "nic_efficiency" in catalog:
+    if (len(big_multi) >= MIN_ROWS or plateau) and "nic_efficiency" in catalog:
         try:
             params["nic_efficiency"] = _fit_scale(multi, params, "nic_efficiency",
                                                   catalog["nic_efficiency"], nic_rows)
-        except ConfigError:  # the model's plateau there is not the NIC's (a tree's per-channel
-            plateau = None   # cap, say): the rows hold no NIC rate, and the catalog's stays
+        except ConfigError:
+            if not plateau:
+                raise
+            # the model's plateau there is not the NIC's (a tree's per-channel cap, say): the
+            # rows hold no NIC rate, and the catalog's stays
+            plateau = None
     small_multi = _rows(multi, lambda r: r["size"] <= SMALL)
     if len(small_multi) >= MIN_ROWS and "network_latency_us" in catalog:
         params["network_latency_us"] = _fit_latency(multi, params)
