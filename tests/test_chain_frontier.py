@@ -60,3 +60,4 @@ def test_a_schedule_that_only_looks_like_a_chain_goes_to_the_general_engine():
     assert chain_shape(Schedule("broadcast", 8, "ring", sched.chunks_per_block,
                                 tuple(sched.steps()), channels=2,
                                 params=sched.params)) is not None
+

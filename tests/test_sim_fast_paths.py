@@ -278,3 +278,30 @@ def test_node_groups_in_placement_order():
         for _ in range(2):
             got = node_groups(topo, placed)
             assert got == want and list(got) == list(want)
+
+
+@pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_ring_with_some_empty_chunks_is_answered_by_its_frontier_as_the_engine_times_it(coll):
+    """Chunks of 0 and 1 element on a cluster whose channels run alike: the channel of the
+    larger chunks is the slowest, so the frontier's end at the larger size is the engine's."""
+    import dataclasses
+
+    from gpucomm.simulate import analytic
+    from gpucomm.simulate.core import coster, path_table
+    from gpucomm.simulate.protocol import get_protocol
+    topo = build_topology("dgx-h100", nodes=4)
+    p, c = topo.nranks, 8
+    sched = build(coll, "ring", p, channels=c)
+    # a network message costs 1 us however small (what ring_protocol gives a tiny ring)
+    proto = dataclasses.replace(get_protocol("ll", "hopper", 4), slice_bytes=4,
+                                message_overhead_s=1e-6)
+    cst = coster(path_table(topo, np.arange(p)), proto, 1.0, c)
+    count = p + 3 if coll == "all_reduce" else 5  # a channel of larger chunks only
+    ring = analytic.ring_many(sched, cst, [count], 4)[0]
+    general = analytic.run(sched, cst, sched.chunk_bounds(count), 4)
+    zero = analytic.run(sched, cst, sched.chunk_bounds(count - count % (p * c if coll ==
+                                                                        "all_reduce" else c)), 4)
+    assert general.end_s > 1.001 * zero.end_s  # the element's message matters here
+    assert ring is not None and ring.end_s == pytest.approx(general.end_s, rel=1e-12)
+    few = analytic.ring_many(sched, cst, [3], 4)[0] if coll == "all_reduce" else None
+    assert few is None  # an all-reduce whose larger chunks fill no channel: the engine's

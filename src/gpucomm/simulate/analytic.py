@@ -225,7 +225,8 @@ def chain_of(sched: Schedule) -> tuple[Ints, int, int] | None:
 def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
               itemsize: int, maxmin: bool = False) -> list[RingOut | None]:
     """Per block size (elements): the ring's answer from its frontier, or None where the
-    general engine must answer (unequal chunks leave the end open by more than 0.1%).
+    general engine must answer (unequal chunks leave the end open by more than 0.1%, and
+    the channels differ or none moves only the larger chunks).
     `maxmin`: an op's wire rate is its max-min fair rate among all the ops of a step (the
     flow model's sharing, flow.maxmin) instead of its even share of its links.
 
@@ -239,22 +240,34 @@ def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
                         chunk_bytes=0.0) for _ in block_counts]
     cpb = sched.chunks_per_block
     wanted: list[float] = []
-    spans: list[tuple[float, float, float]] = []
+    spans: list[tuple[float, float, float, int]] = []
     for count in block_counts:  # chunks of a block: np.array_split's q+1 (extra of them), q
         q, extra = divmod(int(count), cpb)
         lo, hi = float(q * itemsize), float((q + (extra > 0)) * itemsize)
-        spans.append((lo, hi, float(count) * itemsize / cpb))
+        spans.append((lo, hi, float(count) * itemsize / cpb, extra))
         wanted += [lo, hi]
     ends = shape.curve.values(wanted)
+    one_row = len(shape.curve.rows) == 1
+
+    def whole_big(extra: int) -> bool:
+        """Whether a channel's chunks are all of the larger size: an all-reduce's channel
+        owns P consecutive chunks (the first `extra` are larger), another ring's channel the
+        chunk of its index in every block."""
+        return extra >= p if sched.collective.name == "all_reduce" else extra > 0
     out: list[RingOut | None] = []
-    for lo, hi, mean in spans:
+    for lo, hi, mean, extra in spans:
         e_lo, e_hi = ends[lo], ends[hi]
         # chunks differ by an element: every op moves between the smallest and the largest
         # chunk, and the frontier is monotone in every op's time, so the exact end lies
         # between the two; where they agree to 0.1% their middle is the answer (the
         # element is nothing next to a step's latency), else the general engine runs
-        if e_hi - e_lo > 1e-3 * max(e_lo, 1e-30):
+        if e_hi - e_lo > 1e-3 * max(e_lo, 1e-30) and not (one_row and whole_big(extra)):
             out.append(None)
+        elif e_hi - e_lo > 1e-3 * max(e_lo, 1e-30):
+            # every channel runs the same ring and one moves only the larger chunks: it is the
+            # slowest (the frontier is monotone in every op's time), so the end is e_hi's
+            out.append(RingOut(end_s=e_hi, ops=shape.ops, busy_s_per_byte=shape.busy_s_per_byte,
+                               chunk_bytes=mean))
         else:
             out.append(RingOut(end_s=e_lo if lo == hi else 0.5 * (e_lo + e_hi), ops=shape.ops,
                                busy_s_per_byte=shape.busy_s_per_byte, chunk_bytes=mean))
