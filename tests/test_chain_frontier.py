@@ -16,6 +16,7 @@ CASES = [  # system, nodes, ranks, collective, root, chunks, channels, protocol,
     ("dgx-h100", 2, 16, "reduce", 5, 3, 4, "ll", 2.0),
     ("dgx-h100", 3, 24, "broadcast", 17, 40, 2, "ll128", 1.0),  # more pieces than hops
     ("dgx-a100", 2, 12, "reduce", 0, 1, 1, "simple", 1.0),  # part of the nodes, one piece
+    ("dgx-h100", 4, 32, "broadcast", 9, 1, 8, "ll", 2.0),  # one piece on every channel
     ("dgx-v100", 1, 8, "broadcast", 3, 5, 3, "ll", 1.5),  # a hybrid cube-mesh: no switch
 ]
 

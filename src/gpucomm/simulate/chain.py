@@ -96,12 +96,54 @@ def chain_many(sched: Schedule, shape: tuple[Ints, int, int], coster: StepCoster
     nlinks = paths.nlinks
     safe = np.where(table < 0, nlinks, table)  # (ops, hops of a route), padding: sentinel
     lat, cls, _ = paths.properties(table)
-    proto, lanes, channels = coster.proto, coster.lanes, coster.channels
-    alpha = proto.alpha(lat, cls)[:, None]
+    alpha = coster.proto.alpha(lat, cls)[:, None]
     cap = np.append(paths.capacity * paths.lane_scale, np.inf)
     rows = np.atleast_2d(np.asarray(bounds))
     chunk_bytes = ((rows[:, 1:] - rows[:, :-1]) * itemsize).T  # (C*K chunks, sizes)
     nsizes = rows.shape[0]
+    if pieces == 1:
+        end = _one_piece(safe, cap, alpha, cls, chunk_bytes, coster, h, c)
+    else:
+        end = _pipelined(safe, cap, alpha, cls, chunk_bytes, coster, h, c, pieces)
+    op_bytes = chunk_bytes.reshape(c, pieces, nsizes).sum(axis=1)[chan]  # (ops, sizes)
+    flat, width = safe.reshape(-1), safe.shape[1]
+    busy: Floats = np.stack([np.bincount(flat, weights=np.repeat(op_bytes[:, j], width),
+                                         minlength=nlinks + 1)[:nlinks]
+                             for j in range(nsizes)], axis=1).astype(np.float64)
+    return ChainOut(end_s=end, busy_bytes=busy, ops=h * pieces * c)
+
+
+def _one_piece(safe: Ints, cap: Floats, alpha: Floats, cls: npt.NDArray[np.int8],
+               chunk_bytes: npt.NDArray[np.int64], coster: StepCoster, h: int, c: int
+               ) -> Floats:
+    """A chain of one piece a channel: step s is hop s alone, each op shares its links with
+    its hop's other channels only, and a hop's piece leaves when it has arrived, so each
+    channel's ends are the running sum x0, a0, x1, a1, ... (the engine's additions, in its
+    order)."""
+    nlinks = len(cap) - 1
+    hop_of = np.repeat(np.arange(h), c)
+    key = hop_of[:, None] * (nlinks + 1) + safe  # (op, link of its route)
+    uniq, mult = np.unique(key, return_counts=True)
+    per = cap[safe] / mult[np.searchsorted(uniq, key)]
+    share = per[:, 0].copy()
+    for col in per.T[1:]:
+        np.minimum(share, col, out=share)
+    rate = coster.proto.op_rate(share, cls, coster.lanes, coster.channels)[:, None]
+    nbytes = chunk_bytes[np.tile(np.arange(c), h)]  # K = 1: channel ch's chunk is ch
+    xfer = np.where(nbytes <= 0, 0.0, nbytes / rate)  # (ops, sizes), ops hop-major
+    seq = np.stack([xfer, np.broadcast_to(alpha, xfer.shape)], axis=1)  # (ops, 2, sizes)
+    seq = seq.reshape(h, c, 2, -1).transpose(1, 0, 2, 3).reshape(c, 2 * h, -1)
+    ends: Floats = np.cumsum(seq, axis=1)[:, 1::2].max(axis=(0, 1))
+    return ends
+
+
+def _pipelined(safe: Ints, cap: Floats, alpha: Floats, cls: npt.NDArray[np.int8],
+               chunk_bytes: npt.NDArray[np.int64], coster: StepCoster, h: int, c: int,
+               pieces: int) -> Floats:
+    """The recurrence stepped a window of hops at a time (the module docstring)."""
+    nlinks, nsizes = len(cap) - 1, chunk_bytes.shape[1]
+    proto, lanes, channels = coster.proto, coster.lanes, coster.channels
+    hops, chan = np.repeat(np.arange(h), c), np.tile(np.arange(c), h)
     sent = np.zeros((h * c, nsizes))  # sent(h, k-1) of every op
     fin = np.zeros((h * c, nsizes))  # fin of the op's last piece
     end = np.zeros(nsizes)
@@ -134,12 +176,7 @@ def chain_many(sched: Schedule, shape: tuple[Ints, int, int], coster: StepCoster
         sent[ops] = out
         fin[ops] = out + alpha[ops]
         np.maximum(end, fin[ops].max(axis=0), out=end)
-    op_bytes = chunk_bytes.reshape(c, pieces, nsizes).sum(axis=1)[chan]  # (ops, sizes)
-    flat, width = safe.reshape(-1), safe.shape[1]
-    busy: Floats = np.stack([np.bincount(flat, weights=np.repeat(op_bytes[:, j], width),
-                                         minlength=nlinks + 1)[:nlinks]
-                             for j in range(nsizes)], axis=1).astype(np.float64)
-    return ChainOut(end_s=end, busy_bytes=busy, ops=h * pieces * c)
+    return end
 
 
 def _hop_links(safe: Ints, hops: int, nlinks: int) -> tuple[Ints, Ints, Ints]:
