@@ -45,6 +45,12 @@ CASES = [
     ("auto-sweep-12500", AUTO + ["--nodes", "12500"], 10.0, None, False),
     ("polaris-540", ["sim", "--system", "polaris", "--nodes", "540", "-b", "4", "-e", "1G",
                      "-f", "2"], 2.0, None, False),
+    # the other collectives' sweeps at cluster scale (bars of this session, 2026-12-03: the
+    # chain frontier and the ring frontier's unequal chunks brought them from 36 s and 13 s)
+    ("broadcast-64", ["sim", "broadcast_perf", "--system", "dgx-h100", "--nodes", "64",
+                      "-b", "8", "-e", "1G"], 10.0, None, False),
+    ("all_gather-64", ["sim", "all_gather_perf", "--system", "dgx-h100", "--nodes", "64",
+                       "-b", "8", "-e", "1G"], 2.0, None, False),
 ]
 RSS_BAR_MB = 2000
 SWEEP_GRID = """command: sim
