@@ -79,6 +79,7 @@ class _Test:
     kw: dict  # build_topology arguments doctor inferred
     topo: Topology
     multi: bool
+    collective: str  # what doctor read the log as (a log need not name its test)
 
 
 def calibrate(creq: CalibrateRequest) -> Profile:
@@ -140,6 +141,7 @@ def calibrate(creq: CalibrateRequest) -> Profile:
             "bandwidth-bound rows (busbw rising under x" + f"{PLATEAU:g} a doubling): " + plateau
     fit = {"before": _errors(tests, {}), "after": _errors(tests, params)}
     sources = tuple({"log": t.req.name, "test": t.req.log.test or "unnamed",
+                     "collective": t.collective,
                      "rows": len(t.req.log.good_rows),
                      **({"gdr": t.req.log.info.gdr} if t.multi and t.req.log.info.gdr is not None
                         else {})} for t in tests)
@@ -151,7 +153,7 @@ def _test(req: DoctorRequest) -> _Test:
     d = diagnose(req)
     kw = dict(d.system)
     topo = req.topology if req.topology is not None else build_topology(**kw)
-    return _Test(req, kw, topo, kw.get("nodes", 1) > 1)
+    return _Test(req, kw, topo, kw.get("nodes", 1) > 1, d.collective)
 
 
 def _one_machine(tests: list[_Test]) -> dict:

@@ -21,11 +21,12 @@ from ..dtypes import format_size
 from ..errors import ConfigError
 from ..hardware import get_nic
 from ..simulate import nccl, predict
+from ..simulate.p2p import P2P_COLLECTIVES
 from ..simulate.versions import parse_version
 from ..topology import Topology, build_topology
 from ..limits import MAX_SWEEP_POINTS
 from .columns import infer_collective
-from .nccltests import NcclTestsLog
+from .nccltests import NcclTestsLog, collective_of_test
 from .system import PRESET_GPU, PRESET_OF_GPU, SystemGuess, infer_system, label
 
 # nccl-tests' type names -> gpucomm dtypes
@@ -120,6 +121,7 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
     if req.profile is not None:
         topo = _profiled(topo, req.profile, kw, warnings)
         warnings.extend(_gdr_differs(req.profile, log.info.gdr))
+        warnings.extend(_p2p_not_fitted(req.profile, coll.name, topo))
     if guess.nranks and topo.nranks != guess.nranks:
         warnings.append(f"the log has {guess.nranks} ranks, the modelled system {topo.nranks}")
     choice = _choice(log, coll, req, topo)
@@ -190,6 +192,38 @@ def _gdr_differs(profile, gdr) -> list:
     on = {True: "on", False: "off"}
     return [f"the profile's NIC rate was fitted on logs with GPUDirect RDMA {on[not gdr]}; "
             f"this log's network connections have it {on[gdr]}: the fitted rate need not hold"]
+
+
+def _p2p_not_fitted(profile, coll_name: str, topo) -> list:
+    """A warning when a profile fitted on no point-to-point test times all-to-all or send/recv
+    over HPE Slingshot, where the fitted NIC rate does not carry over to point-to-point.
+
+    A ring moves Simple slices of up to 1 MiB to one peer per channel; NCCL's p2p moves
+    NCCL_P2P_NET_CHUNKSIZE (128 KiB, init.cc) chunks to every remote peer at once, at most
+    NCCL_SHARED_STEPS (16) of them in flight per channel (transport/net.cc sendProxyProgress
+    maxDepth), each one fi_tsend of aws-ofi-nccl's SENDRECV protocol that the cxi provider
+    matches and fetches by rendezvous. What that costs depends on the provider's settings
+    (FI_CXI_RX_MATCH_MODE, FI_CXI_RDZV_PROTO, ...), which an all-reduce log does not show:
+    on ALCF Sirius (alcf-nccl-tests bench_opt.sh setups 3-5, one node pair) all_reduce fits
+    the same NIC rate, 0.71-0.73 of line rate, under each setting while the 1 GiB all-to-all
+    took 72-131 ms against the 59-60 ms that rate gives."""
+    if coll_name not in P2P_COLLECTIVES or "nic_efficiency" not in profile.parameters:
+        return []
+    fitted = set()
+    for source in profile.sources:
+        try:  # what calibrate read each log as; a profile written before that: its test name
+            fitted.add(source.get("collective") or collective_of_test(str(source.get("test"))))
+        except ConfigError:  # "unnamed", or a test that is no collective gpucomm models
+            continue
+    model = _nic_model(topo)
+    if fitted & set(P2P_COLLECTIVES) or not model or get_nic(model).kind != "slingshot":
+        return []
+    return [f"the profile was fitted on {', '.join(sorted(fitted)) or 'unnamed tests'}, no "
+            "point-to-point test: over Slingshot {coll_name} moves 128 KiB chunks to every "
+            "remote peer, whose cost depends on the cxi provider's matching and rendezvous "
+            "settings, not on the fitted NIC rate (ALCF Sirius: the same all_reduce fit under "
+            "three settings, all-to-all 1.2-2.1x slower than it predicts); calibrate on an "
+            "alltoall_perf or sendrecv_perf log of this cluster"]
 
 
 def _given_topology(req, guess) -> Topology:
