@@ -172,6 +172,20 @@ def topology_coll_channels(topo: Topology) -> int | None:
                           max(nics), len(nics))
 
 
+def topology_tree_graph_channels(topo: Topology) -> int | None:
+    """The channels of NCCL's tree graph across these nodes, as its tuning counts them
+    (tuning.cc busBw = graphs[a]->nChannels x bw, capped at graphs[a]->nChannels x
+    perChMaxTreeBw / perChMaxTreeLL128Bw): the search's (net_graph), half the collective
+    channels NCCL runs (topology_coll_channels), because init.cc sets graphs[TREE]->nChannels
+    before ncclTopoPostset (connect.cc) doubles comm->nChannels, the copy of channel c running
+    the mirror binary tree. None where the nodes have no NIC."""
+    nics = _node_nics_GBps(topo)
+    if not nics:
+        return None
+    gpu = get_gpu(next(d for d in topo.devices if d.kind == "gpu").model)
+    return net_graph(gpu.sm, len(nics), min(max(nics), pcie_GBps(gpu)), None)[0]
+
+
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
               ) -> tuple[int, float, float]:
     """(nChannels, the ring graph's bw per channel, the tree graph's bwIntra) of NCCL's search
