@@ -34,7 +34,8 @@ NVLSTREE_NET_LATENCY_S = 20.9 * US
 # NCCL's tree (trees.cc: a chain in the node, a double binary tree across nodes), tuning.cc
 # v2.23+: baseLatencies[Tree] and hwLatencies[hw][Tree][proto] by path class (nvlink, pcie,
 # net); perChMaxTreeBws (Simple) and perChMaxTreeLL128Bws per channel and node-count class;
-# trees run on as many channels as rings (16 on NVSwitch systems).
+# trees run on as many channels as rings (16 on NVSwitch systems). Across nodes the LL128 cap
+# counts the search's channels, half of those, as tuning.cc does (nccl.tree_graph_channels).
 TREE_BASE_LATENCY_S = {"ll": 6.8 * US, "ll128": 14.0 * US, "simple": 8.4 * US}
 TREE_HOP_LATENCY_S = {"ll": (0.6 * US, 1.0 * US, 5.0 * US),
                       "ll128": (1.25 * US, 1.9 * US, 8.5 * US),
