@@ -179,6 +179,13 @@ NET_STACK_COMPLETION_S = {"efa": 3.0 * US}
 # x 8 B ~ 600 KiB per slot.
 SLICE_BYTES = {"ll": 64 * 1024, "ll128": 600 * 1024, "simple": 512 * 1024}
 
+# What NCCL's tuning adds to an intra-node step of a ring across nodes (tuning.cc, v2.18.1-1
+# on): intraLat = max(intraLat, netOverhead), getNetOverhead 1 us on x86 Intel (2 on AMD; the
+# tables rarely say), x3 for Simple; and the factor on LL's intra-node latency across nodes,
+# which it replaced (versions.py: 1.8 from v2.7.3-1 to v2.17.1-1)
+NET_OVERHEAD_US = 1.0
+LL_MULTI_NODE_INTRA_FACTOR = 1.0
+
 # The share of the ring graph's bandwidth NCCL's tuning rates ring/LL at (tuning.cc, before
 # llMaxBws caps it): (across nodes, or an all-reduce or reduce; else). v2.21.5-1 on: busBw * .5
 # for all; versions.py has the older 1/4 and 1/3.
