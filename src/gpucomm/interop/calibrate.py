@@ -16,7 +16,9 @@ built with the candidate value (topology.profile.apply_profile):
 - nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound) that ran the
   algorithm the first of them ran: from a busbw rise larger than the rise before it on, NCCL
   switched algorithm (on 2 nodes, ring to tree: search.cc raises only a tree's bwIntra there
-  and tuning.cc rates algorithms by bwIntra), which the model may not run;
+  and tuning.cc rates algorithms by bwIntra), which the model may not run; on every row of
+  64 MiB and more where the model switches at the same size (Snellius: tree/LL128, at its
+  SMs' per-channel cap, then tree/Simple, NIC-bound);
 - network_latency_us on multi-node tests' rows of 64 KiB and less (latency bound), by
   bisection on the median predicted/measured time;
 - network_sync_us, the per-step synchronisation cost across nodes, on multi-node rows between
