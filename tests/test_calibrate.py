@@ -254,13 +254,15 @@ def test_a_call_sync_applies_once_from_its_share_on_and_round_trips():
 
 def test_the_nic_rate_is_fitted_before_an_algorithm_switch(tmp_path, capsys):
     """Snellius's 2-node all-reduce (NCCL 2.22.3) jumps from 119 to 151 GB/s busbw between 256
-    and 512 MiB, an algorithm or protocol NCCL switched to; the NIC rate is fitted on the rows
-    before that switch. Its NCCL runs 8 collective channels, i.e. 4 search channels that
-    ncclTopoDupChannels did not double: below 25 GB/s a channel (search.cc), so 4 x 200G NICs,
-    given here. Beyond a ring's 100 GB/s, the all-reduce is NCCL's 2-node tree (each byte
-    crosses the network once each way), which NCCL's model picks (on 2 nodes it rates the tree
-    by its bwIntra, raised to twice bwInter: search.cc, tuning.cc); fitted on it, the
-    all-gather log of the same nodes (rings, not fitted) is within 10% at 64 MiB and more."""
+    and 512 MiB, where NCCL switched tree/LL128 (at its SMs' per-channel cap across nodes) to
+    tree/Simple; NCCL's model, with 2.22's latencies, switches there too, so the NIC rate is
+    fitted on every row of 64 MiB and more. Its NCCL runs 8 collective channels, i.e. 4 search
+    channels that ncclTopoDupChannels did not double: below 25 GB/s a channel (search.cc), so
+    4 x 200G NICs, given here. Beyond a ring's 100 GB/s, the all-reduce is NCCL's 2-node tree
+    (each byte crosses the network once each way), which NCCL's model picks (on 2 nodes it
+    rates the tree by its bwIntra, raised to twice bwInter: search.cc, tuning.cc); fitted on it,
+    the all-gather log of the same nodes (rings, not fitted) is within 10% at 64 MiB and
+    more."""
     out = tmp_path / "snellius.yaml"
     nics = ["--nic", "ib-hdr", "--nics-per-node", "4", "--select", "nccl"]
     assert main(["calibrate", str(LOGS / "snellius-h100-2n-all_reduce.log"), *nics,
@@ -270,6 +272,7 @@ def test_the_nic_rate_is_fitted_before_an_algorithm_switch(tmp_path, capsys):
     assert 0.8 < doc["parameters"]["nic_efficiency"] < 0.95
     assert "switched algorithm" in doc["details"]["nic_efficiency"]["note"]
     assert "from 512 MiB, busbw x1.27 after x1.08" in doc["details"]["nic_efficiency"]["note"]
+    assert "where the model does too" in doc["details"]["nic_efficiency"]["note"]
     assert main(["doctor", str(LOGS / "snellius-h100-2n-all_gather.log"), "--profile",
                  str(out), *nics, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]

@@ -19,19 +19,20 @@ def a100x2():
 
 
 def test_nccl_selection_runs_nccls_pick_where_gpucomms_timing_prefers_another(a100x2):
-    # 2 x DGX-A100 all-reduce at 16 MiB: gpucomm times tree/ll128 fastest, NCCL's model
-    # (tree bandwidth .92 x capped per channel, ring's at 2 nodes the intra figure) ring/ll128
-    fastest = predict("all_reduce", 16 * MIB, a100x2)
-    nccl = predict("all_reduce", 16 * MIB, a100x2, select="nccl")
-    assert (fastest.algorithm, fastest.protocol) == ("tree", "ll128")
-    assert (nccl.algorithm, nccl.protocol) == ("ring", "ll128")
+    # 2 x DGX-A100 all-reduce at 1 GiB: gpucomm times tree/simple fastest (each byte crosses
+    # the network once each way), NCCL's model (tree bandwidth .92 x capped per search
+    # channel, ring's at 2 nodes the intra figure) ring/simple
+    fastest = predict("all_reduce", 1 << 30, a100x2)
+    nccl = predict("all_reduce", 1 << 30, a100x2, select="nccl")
+    assert (fastest.algorithm, fastest.protocol) == ("tree", "simple")
+    assert (nccl.algorithm, nccl.protocol) == ("ring", "simple")
     times = {(a, p): t for a, p, t in nccl.candidates}
-    assert nccl.time_s == pytest.approx(times["ring", "ll128"])  # timed by gpucomm's model
+    assert nccl.time_s == pytest.approx(times["ring", "simple"])  # timed by gpucomm's model
     assert fastest.time_s < nccl.time_s
-    est = nccl_tuning.estimates("all_reduce", 16 * MIB, a100x2, nccl.nccl_channels,
+    est = nccl_tuning.estimates("all_reduce", 1 << 30, a100x2, nccl.nccl_channels,
                                 protocols={p for _, p in times})
-    assert est[0][1:] == ("ring", "ll128")
-    assert est[0][0] < next(t for t, a, p in est if (a, p) == ("tree", "ll128"))
+    assert est[0][1:] == ("ring", "simple")
+    assert est[0][0] < next(t for t, a, p in est if (a, p) == ("tree", "simple"))
 
 
 def test_nccl_selection_keeps_the_candidates_it_may_choose_from(a100x2):
@@ -65,14 +66,14 @@ def test_a_bad_selection_is_one_line_naming_the_allowed(a100x2):
 
 def test_sim_doctor_and_calibrate_take_select(capsys, tmp_path):
     from gpucomm.cli import main
-    args = ["sim", "--system", "dgx-a100", "--nodes", "2", "-b", "16M", "-e", "16M",
+    args = ["sim", "--system", "dgx-a100", "--nodes", "2", "-b", "1G", "-e", "1G",
             "--format", "json"]
     picks = {}
     for select in ("fastest", "nccl"):
         assert main([*args, "--select", select]) == 0
         row = json.loads(capsys.readouterr().out)["rows"][-1]
         picks[select] = (row["algorithm"], row["protocol"])
-    assert picks == {"fastest": ("tree", "ll128"), "nccl": ("ring", "ll128")}
+    assert picks == {"fastest": ("tree", "simple"), "nccl": ("ring", "simple")}
     log = LOGS / "polaris-nccl218-2n-all_reduce.log"
     chosen = {}
     for select in ("fastest", "nccl"):

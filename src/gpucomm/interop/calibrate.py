@@ -16,7 +16,9 @@ built with the candidate value (topology.profile.apply_profile):
 - nic_efficiency on multi-node tests' rows of 64 MiB and more (network bound) that ran the
   algorithm the first of them ran: from a busbw rise larger than the rise before it on, NCCL
   switched algorithm (on 2 nodes, ring to tree: search.cc raises only a tree's bwIntra there
-  and tuning.cc rates algorithms by bwIntra), which the model may not run;
+  and tuning.cc rates algorithms by bwIntra), which the model may not run; on every row of
+  64 MiB and more where the model switches at the same size (Snellius: tree/LL128, at its
+  SMs' per-channel cap, then tree/Simple, NIC-bound);
 - network_latency_us on multi-node tests' rows of 64 KiB and less (latency bound), by
   bisection on the median predicted/measured time;
 - network_sync_us, the per-step synchronisation cost across nodes, on multi-node rows between
@@ -102,6 +104,9 @@ def calibrate(creq: CalibrateRequest) -> Profile:
                                                 params["intra_efficiency"], _big)
     big_multi = _rows(multi, lambda r: r["size"] >= BIG)
     nic_rows, switches = _before_switch(multi)
+    both = bool(switches) and _model_switches(multi, params)
+    if both:
+        nic_rows = _big
     plateau = None
     if len(big_multi) < MIN_ROWS:
         nic_rows, plateau = _plateau(multi)
@@ -133,7 +138,11 @@ def calibrate(creq: CalibrateRequest) -> Profile:
     params = {k: float(v) for k, v in params.items()}
     for name, value in params.items():
         details[name] = _detail(name, value, catalog.get(name))
-    if switches and "nic_efficiency" in details:
+    if both and "nic_efficiency" in details:
+        details["nic_efficiency"]["note"] += "; NCCL switched algorithm (" + \
+            ", ".join(switches) + ") where the model does too: fitted on every row of 64 MiB " \
+            "and more"
+    elif switches and "nic_efficiency" in details:
         details["nic_efficiency"]["note"] += "; fitted on the rows before NCCL switched " \
             "algorithm: " + ", ".join(switches)
     if plateau and "nic_efficiency" in details:
@@ -179,6 +188,35 @@ def _rows(tests, keep) -> list:
 
 def _big(row) -> bool:
     return row["size"] >= BIG
+
+
+def _model_switches(tests, params) -> bool:
+    """Whether the model, with `params`, switches algorithm or protocol where each test's log
+    does (_switch_at): then the rows past the switch are timed as NCCL ran them and hold the
+    NICs' rate as well as those before (Snellius's 2-node log, NCCL 2.22: tree/LL128 to 256 MiB,
+    which across nodes runs at its SMs' per-channel cap, nccl.tree, and tree/Simple, NIC-bound,
+    from 512 MiB, as NCCL's own model picks them)."""
+    for t in tests:
+        at = _switch_at(t)
+        if at is None:
+            continue
+        rows = _diagnose_on(t, params, lambda r, at=at: r["size"] in (at // 2, at))
+        picks = {(r.get("algorithm"), r.get("protocol")) for r in rows}
+        if len(rows) != 2 or len(picks) != 2:
+            return False
+    return True
+
+
+def _switch_at(t):
+    """The size from which test t's log switched algorithm (_before_switch's rule), or None."""
+    bw = sorted((r for r in t.req.log.good_rows if _big(r) and r.get("busbw")),
+                key=lambda r: r["size"])
+    for i in range(MIN_ROWS, len(bw)):
+        rise, before = (bw[i]["busbw"] / bw[i - 1]["busbw"],
+                        bw[i - 1]["busbw"] / bw[i - 2]["busbw"])
+        if rise >= ALGO_SWITCH and rise > before:
+            return bw[i]["size"]
+    return None
 
 
 def _before_switch(tests):

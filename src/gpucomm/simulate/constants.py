@@ -34,7 +34,8 @@ NVLSTREE_NET_LATENCY_S = 20.9 * US
 # NCCL's tree (trees.cc: a chain in the node, a double binary tree across nodes), tuning.cc
 # v2.23+: baseLatencies[Tree] and hwLatencies[hw][Tree][proto] by path class (nvlink, pcie,
 # net); perChMaxTreeBws (Simple) and perChMaxTreeLL128Bws per channel and node-count class;
-# trees run on as many channels as rings (16 on NVSwitch systems).
+# trees run on as many channels as rings (16 on NVSwitch systems). Across nodes the LL128 cap
+# counts the search's channels, half of those, as tuning.cc does (nccl.tree_graph_channels).
 TREE_BASE_LATENCY_S = {"ll": 6.8 * US, "ll128": 14.0 * US, "simple": 8.4 * US}
 TREE_HOP_LATENCY_S = {"ll": (0.6 * US, 1.0 * US, 5.0 * US),
                       "ll128": (1.25 * US, 1.9 * US, 8.5 * US),
@@ -177,6 +178,13 @@ NET_STACK_COMPLETION_S = {"efa": 3.0 * US}
 # = 64 KiB per slot (half of it payload). LL128: NCCL_LL128_ELEMS_PER_THREAD 120 x 640 threads
 # x 8 B ~ 600 KiB per slot.
 SLICE_BYTES = {"ll": 64 * 1024, "ll128": 600 * 1024, "simple": 512 * 1024}
+
+# What NCCL's tuning adds to an intra-node step of a ring across nodes (tuning.cc, v2.18.1-1
+# on): intraLat = max(intraLat, netOverhead), getNetOverhead 1 us on x86 Intel (2 on AMD; the
+# tables rarely say), x3 for Simple; and the factor on LL's intra-node latency across nodes,
+# which it replaced (versions.py: 1.8 from v2.7.3-1 to v2.17.1-1)
+NET_OVERHEAD_US = 1.0
+LL_MULTI_NODE_INTRA_FACTOR = 1.0
 
 # The share of the ring graph's bandwidth NCCL's tuning rates ring/LL at (tuning.cc, before
 # llMaxBws caps it): (across nodes, or an all-reduce or reduce; else). v2.21.5-1 on: busBw * .5

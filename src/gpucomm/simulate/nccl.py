@@ -38,6 +38,7 @@ from ..collectives import BufferLayout, Collective, layout
 from ..dtypes import DTypeLike
 from ..errors import ConfigError
 from . import constants as K
+from . import nccl_tuning
 from .caches import per_placement, topology_memo
 from .nccl_trees import positions, tree_fabric_slowdown, tree_net_factor
 from .paths import NET, PathTable
@@ -314,9 +315,23 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     gen = gen if gen in K.TREE_PER_CHANNEL_BW else K.DEFAULT_GENERATION  # NCCL's tables
     col = 0 if n <= 1 else 1 if n == 2 else 2
     nch = K.TREE_CHANNELS
-    cap = {"simple": value("TREE_PER_CHANNEL_BW")[gen][col],
-           "ll128": value("TREE_LL128_PER_CHANNEL_BW")[gen][col]}.get(proto, float("inf"))
-    cap *= K.GB * nch
+    # NCCL's per-channel caps on the tree's bus bandwidth (tuning.cc perChMaxTreeBws,
+    # perChMaxTreeLL128Bws). LL128's counts the search's channels, as tuning.cc does
+    # (tree_graph_channels): an LL128 tree moves every line through its SMs' threads, which
+    # poll each 128-byte line's flag (prims_ll128.h recvReduceSendCopy), so across nodes it runs
+    # at its SMs' pace, not the NICs': 2-node trees measure at that cap (Snellius, 4 x H100 on
+    # 4 x HDR, 4 search channels: 118.7 GB/s busbw at 256 MiB against 4 x 36.7 / 2 x 7/4 =
+    # 128.5; OCI, 8 x A100 on 8 x 200G, 8 channels: 156-165 at 128-512 MiB against
+    # 8 x 20 / 2 x 15/8 = 150), about 0.8 of the Simple tree beside them. Simple's cap counts
+    # every channel: Simple trees measure above it counted NCCL's way (Snellius 156 GB/s
+    # against 145, OCI 238 against 177), the NICs being their limit.
+    if proto == "ll128":
+        cap = value("TREE_LL128_PER_CHANNEL_BW")[gen][col] * K.GB * \
+            tree_graph_channels(topology, n)
+    elif proto == "simple":
+        cap = value("TREE_PER_CHANNEL_BW")[gen][col] * K.GB * nch
+    else:
+        cap = float("inf")
     size = float(lay.size)
     hop = value("TREE_HOP_LATENCY_S")[proto]
     t_intra, lat = 0.0, value("TREE_BASE_LATENCY_S")[proto]
@@ -347,6 +362,17 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
         count, links = shape["chain"].transfers, shape["chain"].links
         busy = _busy(links, size * count / 2, paths.capacity, t)
     return _result(coll, "tree", proto, model, lay, p, t, busy, nch)
+
+
+def tree_graph_channels(topology: Topology, nodes: int) -> int:
+    """The channels NCCL's tuning counts for a tree's per-channel caps here (tuning.cc: busBw
+    capped at graphs[TREE]->nChannels x perChMaxTreeLL128Bw): across nodes the search's
+    (nccl_tuning.topology_tree_graph_channels: 4 on 4 x HDR, 8 on 8 x NDR), which init.cc
+    sets before ncclTopoPostset (connect.cc) doubles comm->nChannels for the mirror binary tree
+    (the `8 coll channels` NCCL prints there); so each of those figures is what a pair of
+    channels, one SM in each tree, carries. On one node, or nodes without NICs: TREE_CHANNELS."""
+    searched = nccl_tuning.topology_tree_graph_channels(topology) if nodes > 1 else None
+    return searched or K.TREE_CHANNELS
 
 
 def tree_chunk_bytes(proto: str, nbytes: float, nch: int, nodes: int, ppn: int) -> float:

@@ -29,6 +29,7 @@ catalog's plugin_latency_us.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,6 @@ TREE_BW = tuple(K.TREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 NVLS_TREE_BW = tuple(K.NVLSTREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 NVLS_EFF = tuple(K.NVLS_EFFICIENCY[g] for g in GENERATIONS)
 NVLS_ALGOS = ("nvls", "nvls_tree")  # timed over the NVLS graph's channels, not the ring's
-NET_OVERHEAD_US = 1.0  # getNetOverhead: x86 Intel (2.0 on AMD CPUs; the tables rarely say)
 
 
 def _us(seconds: dict[str, float]) -> PerProto:
@@ -85,6 +85,24 @@ HW: dict[str, dict[str, PerProto]] = {
     "pci": _hw(1, "pcie", nvls=(0, 0, 0), nvls_tree=(0, 0, 0), pat=(0, 0, 4.0)),
     "net": _hw(2, "net", nvls=(0, 0, 18), pat=(0, 0, 14.0),
                nvls_tree=(0, 0, round(K.NVLSTREE_NET_LATENCY_S / K.US, 6)))}
+
+
+@lru_cache(maxsize=None)
+def _tables(version: versions.Version | None) -> tuple[dict[str, PerProto],
+                                                         dict[str, dict[str, PerProto]]]:
+    """(BASE, HW) with the ring's and tree's latencies of NCCL `version` (versions.HISTORY:
+    baseLat and hwLat changed from release to release); BASE, HW for the newest."""
+    if version is None:
+        return BASE, HW
+    base = {**BASE, "tree": _us(versions.value("TREE_BASE_LATENCY_S", version)),
+            "ring": _us(versions.value("BASE_LATENCY_S", version))}
+    hop = versions.value("HOP_LATENCY_S", version)
+    tree_hop = versions.value("TREE_HOP_LATENCY_S", version)
+    hw = {hw_class: {**HW[hw_class], "tree": _us({p: tree_hop[p][i] for p in PROTOS}),
+                     "ring": _us({p: hop[p][path] for p in PROTOS})}
+          for i, (hw_class, path) in enumerate((("nvlink", "nvlink"), ("pci", "pcie"),
+                                                ("net", "net")))}
+    return base, hw
 
 
 def net_latency_us(topo: Topology) -> float:
@@ -170,6 +188,20 @@ def topology_coll_channels(topo: Topology) -> int | None:
         return None
     return _coll_channels(get_gpu(next(d for d in topo.devices if d.kind == "gpu").model),
                           max(nics), len(nics))
+
+
+def topology_tree_graph_channels(topo: Topology) -> int | None:
+    """The channels of NCCL's tree graph across these nodes, as its tuning counts them
+    (tuning.cc busBw = graphs[a]->nChannels x bw, capped at graphs[a]->nChannels x
+    perChMaxTreeBw / perChMaxTreeLL128Bw): the search's (net_graph), half the collective
+    channels NCCL runs (topology_coll_channels), because init.cc sets graphs[TREE]->nChannels
+    before ncclTopoPostset (connect.cc) doubles comm->nChannels, the copy of channel c running
+    the mirror binary tree. None where the nodes have no NIC."""
+    nics = _node_nics_GBps(topo)
+    if not nics:
+        return None
+    gpu = get_gpu(next(d for d in topo.devices if d.kind == "gpu").model)
+    return net_graph(gpu.sm, len(nics), min(max(nics), pcie_GBps(gpu)), None)[0]
 
 
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
@@ -353,15 +385,18 @@ def _busbw(coll: str, algo: str, pi: int, nodes: int, ppn: float, nch: int, bw_i
 
 def _latency(coll: str, algo: str, pi: int, nodes: int, nranks: int, ppn: float, nsteps: int,
              intra_hw: str, net_lat: float) -> float:
-    lat = BASE[algo][pi]
-    intra = HW[intra_hw][algo][pi]
-    inter = HW["net"]["tree" if ppn == 1 else algo][pi] + net_lat
+    base, hw = _tables(versions.active())
+    lat = base[algo][pi]
+    intra = hw[intra_hw][algo][pi]
+    if nodes > 1 and pi == 0:
+        intra *= versions.value("LL_MULTI_NODE_INTRA_FACTOR")
+    inter = hw["net"]["tree" if ppn == 1 else algo][pi] + net_lat
     if pi == 2:
         inter += net_lat  # the flush
     if algo == "ring":
         if coll in ("broadcast", "reduce"):
-            return lat + HW["net" if nodes > 1 else intra_hw]["ring"][pi]
-        overhead = NET_OVERHEAD_US * (3 if pi == 2 else 1) if nodes > 1 else 0.0
+            return lat + hw["net" if nodes > 1 else intra_hw]["ring"][pi]
+        overhead = versions.value("NET_OVERHEAD_US") * (3 if pi == 2 else 1) if nodes > 1 else 0.0
         intra = max(intra, overhead)
         n_inter = 0 if nodes == 1 else 2 * (nodes - 1) if coll == "all_reduce" else nodes - 1
         return lat + (nsteps - n_inter) * intra + n_inter * inter

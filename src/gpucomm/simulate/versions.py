@@ -111,6 +111,15 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
         ((2, 8), _tree_lat((.52, 1.0, 5.0), (1.25, 1.9, 8.5), (28, 28, 28)), "v2.8.3-1"),
         ((2, 18), _tree_lat((.6, 1.0, 5.0), (1.25, 1.9, 8.5), (28, 28, 28)), "v2.18.1-1"),
         ((2, 23), K.TREE_HOP_LATENCY_S, "v2.23.4-1")],
+    # tuning.cc latencies across nodes: LL's intraLat x1.8, then getNetOverhead
+    "LL_MULTI_NODE_INTRA_FACTOR": [
+        ((2, 5), 1.0, "v2.5.6-1 (none)"),
+        ((2, 7), 1.8, "v2.7.3-1 .. v2.17.1-1 if (nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= "
+                      "1.8"),
+        ((2, 18), K.LL_MULTI_NODE_INTRA_FACTOR, "v2.18.1-1 (removed for netOverhead)")],
+    "NET_OVERHEAD_US": [
+        ((2, 5), 0.0, "v2.5.6-1 .. v2.17.1-1 (no getNetOverhead)"),
+        ((2, 18), K.NET_OVERHEAD_US, "v2.18.1-1 getNetOverhead")],
     # ring/LL's share of the ring graph's busBw: 1/4 across nodes or for all-reduce/reduce, 1/3
     # otherwise (1/4 for all in v2.5.6-1), then .5 for all
     "RING_LL_BUSBW_SHARE": [
