@@ -139,11 +139,13 @@ NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
 # a step's one-shot latency (isend, completion, GDR flush: tuning.cc adds latencyInter again for
 # Simple), which transport/net.cc's proxy overlaps over NCCL_STEPS (8, device.h) slots in flight,
 # leaving getNetOverhead x3 a step. Pacing Simple at that instead fixes sophia (64 MiB 135% ->
-# 90%; calibrate fits it) but costs the multi-node class of benchmarks/accuracy.py 9.1% -> 10.4%
-# at >= 64 MiB: xxrjun's 10 x 8 H100 all-gather / reduce-scatter are too fast at every size
-# from 32 MiB to 16 GiB (still 12% there: a data-term gap, NCCL's model's too), and the 14 us
-# pace hides part of it.
-# Kept until that gap is modelled.
+# 90%; calibrate fits NICs at 0.89 instead of 1.0) and takes benchmarks/calibration.py's
+# 1-64 MiB bar 18.8% -> 18.3%, but costs the multi-node class of benchmarks/accuracy.py 8.6% ->
+# 10.4% at >= 64 MiB (7.7% -> 11.0% with --select nccl, worse than NCCL's model's 10.6%):
+# xxrjun's 10 x 8 H100 all-gather / reduce-scatter run 65-82% of the model at 256 MiB - 1 GiB
+# and 87% from 4 GiB, i.e. ~5-6 us a step beyond a 12% bandwidth gap; sophia's rows say 3-7
+# us a step. Both lie between the overhead (3 us) and Simple's hop (14 us); no NCCL mechanism
+# found gives that middle, so the rule is kept (the ring14 branch's patch, 2026-12-03).
 RING_STEP_AT_NET_PACE = True
 # NCCL's ring channel tuning (enqueue.cc; comm.h NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD 8 / 8 /
 # 64 bytes a thread, devcomm.h NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS 512 / 640 / 512): (threads,
