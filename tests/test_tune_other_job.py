@@ -7,9 +7,9 @@ fastest, the rule changes with it.
 The cluster is fabjob8's hand case (tests/test_trees_other_job.py): DGX H100 nodes on a rail
 fabric whose leaves have one uplink, spread placement, so the job's tree connections and the
 second job's share every cable the job crosses. Alone (on the same 4-node cluster) nvls_tree
-wins at 8 MiB, by a hair; with the second job its network part, NIC-bound, is twice as slow,
-while the 2-node tree's (each node's NICs carry the buffer once each way, trees.cc) runs
-under NCCL's per-channel LL128 cap with room to spare, and the tree with LL128 wins."""
+wins at 4 MiB, by a hair; with the second job its network part, NIC-bound, slows it, while
+the 2-node tree with LL128 (each node's NICs carry the buffer once each way, trees.cc) is
+held by NCCL's per-channel LL128 cap over its search's channels, not by the cables, and wins."""
 import json
 
 import pytest
@@ -81,7 +81,7 @@ def test_each_rule_is_the_pair_fastest_with_the_second_job(shared, rules):
 
 def test_the_second_job_changes_the_choice(shared, rules):
     topo, job, second = shared
-    size = 8 << 20
+    size = 4 << 20
     alone = predict("all_reduce", size, topo, ranks=job, dtype="float32")
     assert (alone.algorithm, alone.protocol) == ("nvls_tree", "simple")
     assert _rule_at(rules, size) == ("tree", "ll128")
@@ -89,7 +89,8 @@ def test_the_second_job_changes_the_choice(shared, rules):
     nvls_tree = _beside(topo, job, second, size, "nvls_tree", "simple")
     assert nvls_tree[0].time_s < tree[0].time_s  # alone nvls_tree is faster
     assert tree[1].time_s < nvls_tree[1].time_s  # beside the second job the tree is
-    assert nvls_tree[1].time_s / nvls_tree[0].time_s > 1.05  # its network part is shared
+    assert nvls_tree[1].time_s / nvls_tree[0].time_s > 1.01  # its network part is shared
+    assert tree[1].time_s == tree[0].time_s  # the tree's LL128 cap, not the cables, holds it
 
 
 def test_cli_tune_rules_match_cli_sim_times(capsys):
@@ -105,8 +106,10 @@ def test_cli_tune_rules_match_cli_sim_times(capsys):
                      "-e", "2M", "-d", "float", "--algorithm", algorithm, "--protocol",
                      protocol, "--other-job", "2", "--format", "json"]) == 0
         (row,) = json.loads(capsys.readouterr().out)["rows"]
-        assert row["time_us"] > row["time_alone_us"]
-        times[(algorithm, protocol)] = row["time_us"]
+        assert row["time_us"] >= row["time_alone_us"]  # tree/LL128: held by its cap alone
+        times[(algorithm, protocol)] = (row["time_us"], row["time_alone_us"])
+    assert times[("nvls_tree", "simple")][0] > times[("nvls_tree", "simple")][1]
+    times = {pair: t[0] for pair, t in times.items()}
     assert _rule_at(doc["rules"], size) == min(times, key=times.__getitem__)
     assert main(["tune", *FABRIC, "--nodes", "2", "--collective", "all_reduce",
                  "--no-sub-communicators", "-e", "64M", "--other-job", "2"]) == 0
