@@ -80,16 +80,23 @@ def test_tree_fill_shows_at_mid_sizes_not_at_large_ones():
 def test_ring_across_nodes_carries_nccls_latency_refinements():
     simple = get_protocol("simple", "hopper", 2)
     r = ring_protocol(simple, "hopper", 2, "all_reduce", 16 * MIB, 16, 16)
-    # plateau effect of ring (ncclTopoGetAlgoTime): x1.4 from compute capability 8.0 on, on
-    # hops that each cost a network step (14 us for Simple)
-    assert r.hop_latency_s == pytest.approx((1.4 * 14e-6,) * 3)
+    # plateau effect of ring (ncclTopoGetAlgoTime): x1.4 from compute capability 8.0 on; a
+    # Simple step inside the node pays its own latency, at least the proxy's messages of the
+    # channels on one NIC (1 here: 3 us, RING_PACE_PER_MESSAGE), not a network step (14 us)
+    hops = tuple(max(h, K.NET_MESSAGE_OVERHEAD_S["simple"])
+                 for h in (K.HOP_LATENCY_S["simple"]["nvlink"], K.HOP_LATENCY_S["simple"]["pcie"]))
+    assert r.hop_latency_s == pytest.approx(tuple(1.4 * h for h in (*hops, 14e-6)))
+    # two channels a NIC (NCCL's across nodes on every catalog node): 2 x 3 us inside the node
+    two = ring_protocol(simple, "hopper", 2, "all_reduce", 16 * MIB, 16, 16, channels_per_nic=2)
+    assert two.hop_latency_s == pytest.approx(tuple(
+        1.4 * max(h, 2 * K.NET_MESSAGE_OVERHEAD_S["simple"]) for h in (*hops[:2], 14e-6)))
     assert r.base_latency_s == pytest.approx(1.4 * simple.base_latency_s)
     volta = ring_protocol(get_protocol("simple", "volta", 2), "volta", 2, "all_reduce",
                           16 * MIB, 16, 16)
     assert volta.base_latency_s == pytest.approx(1.9 * simple.base_latency_s)
     # no plateau for all-gather; one message per slice: 16 MiB / (16 ch x 16 ranks) / 2
     ag = ring_protocol(simple, "hopper", 2, "all_gather", 16 * MIB, 16, 16)
-    assert ag.hop_latency_s == pytest.approx((14e-6,) * 3) and ag.slice_bytes == 32 * 1024
+    assert ag.hop_latency_s == pytest.approx((*hops, 14e-6)) and ag.slice_bytes == 32 * 1024
     # every step of a ring across nodes costs at least a network step: LL's NVLink hop
     # (0.6 us) becomes the network's 2.7 us, and an EFA stack's floor raises every hop alike;
     # on one node nothing changes

@@ -132,21 +132,27 @@ NET_MESSAGE_OVERHEAD_S = {"ll": 1.0 * US, "ll128": 1.0 * US, "simple": 3.0 * US}
 # every channel's network messages in turn, so with many channels a step's messages queue
 # behind each other at the node's exit GPUs; with one there is no queue. A reading, not a
 # derivation: the mid-size tables above (several channels) are what shows the pace.
-# Known contradiction, for Simple (issue 23): sophia-a100 (2 x 8 A100 over HDR, NCCL 2.22.3,
-# held out) measures 862 / 1422 us at 64 / 128 MiB where 30 steps paced at Simple's 14 us give
-# 1165 / 1707; its rows from 64 MiB to 1 GiB fit ~10.4 us/MiB + 100-200 us, NCCL's own latency
-# (steps at NVLink's 3.4 us, 4 at 14 us). The mechanism that would explain it: Simple's 14 us is
-# a step's one-shot latency (isend, completion, GDR flush: tuning.cc adds latencyInter again for
-# Simple), which transport/net.cc's proxy overlaps over NCCL_STEPS (8, device.h) slots in flight,
-# leaving getNetOverhead x3 a step. Pacing Simple at that instead fixes sophia (64 MiB 135% ->
-# 90%; calibrate fits NICs at 0.89 instead of 1.0) and takes benchmarks/calibration.py's
-# 1-64 MiB bar 18.8% -> 18.3%, but costs the multi-node class of benchmarks/accuracy.py 8.6% ->
-# 10.4% at >= 64 MiB (7.7% -> 11.0% with --select nccl, worse than NCCL's model's 10.6%):
-# xxrjun's 10 x 8 H100 all-gather / reduce-scatter run 65-82% of the model at 256 MiB - 1 GiB
-# and 87% from 4 GiB, i.e. ~5-6 us a step beyond a 12% bandwidth gap; sophia's rows say 3-7
-# us a step. Both lie between the overhead (3 us) and Simple's hop (14 us); no NCCL mechanism
-# found gives that middle, so the rule is kept (the ring14 branch's patch, 2026-12-03).
+# Simple is paced otherwise (issue 23). Its hwLatencies[NET][Ring][Simple] = 14 us is a step's
+# one-shot latency: isend, the receiver's completion, the GDR flush (tuning.cc adds
+# graphs[a]->latencyInter again for Simple: "Also add the flush extra latency") and the tail
+# handed back to the GPU; transport/net.cc's sendProxyProgress / recvProxyProgress keep up to
+# NCCL_STEPS (8, device.h) such slices in flight per connection, so across the slices of a
+# ring that latency overlaps. What a step cannot overlap is the proxy's per-message work,
+# tuning.cc's getNetOverhead x3 for Simple ("inter-node rings still have to launch nsteps *
+# net overhead"), done by the one proxy thread of the exit GPU (proxy.cc) for each channel
+# that leaves by its NIC in turn: NCCL's collective channels across nodes over the node's
+# NICs (nccl_tuning.coll_channels_per_nic; 2 on every catalog node: connect.cc's
+# ncclTopoPostset doubles the search's one channel per NIC). Judged on the held-out logs it
+# was not chosen on: sophia-a100 (2 x 8 A100, NCCL 2.22.3) ran 862 / 1422 us at 64 / 128 MiB
+# where 30 steps at 14 us gave 1165 / 1707 (its rows fit 3-7 us a step; xxrjun's 10 x 8 H100,
+# beyond a 12% bandwidth gap, ~5-6 us). benchmarks/calibration.py --published 9.2% / 18.8% ->
+# 9.0% / 18.3% (sophia 12.8 / 8.9% -> 7.2 / 5.5%, NICs fitted at 0.9 instead of 1.0;
+# polaris-nccl2.18 1-64 MiB 59.9 -> 29.8%); uncalibrated (benchmarks/accuracy.py) the
+# multi-node class at >= 64 MiB 8.6% -> 9.2% (7.7% -> 9.5% with --select nccl; NCCL's model
+# 10.6%): xxrjun's bandwidth gap, which the 14 us pace partly hid. At NCCL's overhead alone
+# (3 us, no queue) it went to 10.4% / 11.0%, and the calibrated 1-64 MiB bar to 18.3%.
 RING_STEP_AT_NET_PACE = True
+RING_PACE_PER_MESSAGE = ("simple",)  # paced by the proxy's messages (above)
 # NCCL's ring channel tuning (enqueue.cc; comm.h NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD 8 / 8 /
 # 64 bytes a thread, devcomm.h NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS 512 / 640 / 512): (threads,
 # threshold) per protocol; tuning.cc multiplies the ring's LL threshold by nRanks.

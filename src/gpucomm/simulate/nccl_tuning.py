@@ -204,6 +204,14 @@ def topology_tree_graph_channels(topo: Topology) -> int | None:
     return net_graph(gpu.sm, len(nics), min(max(nics), pcie_GBps(gpu)), None)[0]
 
 
+def coll_channels_per_nic(topo: Topology) -> float:
+    """NCCL's collective channels across nodes (topology_coll_channels) per NIC of a node: the
+    channels whose network messages one GPU's proxy thread posts; 1 where nodes have no NIC."""
+    nics = _node_nics_GBps(topo)
+    channels = topology_coll_channels(topo)
+    return channels / len(nics) if nics and channels else 1.0
+
+
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
               ) -> tuple[int, float, float]:
     """(nChannels, the ring graph's bw per channel, the tree graph's bwIntra) of NCCL's search

@@ -448,7 +448,8 @@ def _time_on_links(coll: Collective, name: str, nbytes: int, topology: Topology,
         size = float(layout(coll, nbytes, dtype, p).size)
         timing = with_net_sync(
             ring_protocol(get_protocol(proto, gen, nodes), gen, nodes, coll.name, size, p,
-                          nccl_channels, *nccl.net_hop_floors(topology, placement, proto, paths)),
+                          nccl_channels, *nccl.net_hop_floors(topology, placement, proto, paths),
+                          channels_per_nic=nccl_tuning.coll_channels_per_nic(topology)),
             topology, size / p)
     res = simulate(sched, topology, nbytes, dtype=dtype, model=model, protocol=timing,
                    ranks=ranks, lanes=lanes, redop=redop, sweep=sweep)

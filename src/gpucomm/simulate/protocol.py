@@ -92,7 +92,8 @@ def get_protocol(name: str = "simple", generation: str = K.DEFAULT_GENERATION,
 
 def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
                   nbytes: float, nranks: int, channels: int, net_floor_s: float = 0.0,
-                  net_latency_s: float | None = None) -> Protocol:
+                  net_latency_s: float | None = None, channels_per_nic: float = 1.0
+                  ) -> Protocol:
     """The protocol of an NCCL ring across nodes, with the latency refinements of NCCL's own
     model (constants.py) and one of ours: where NCCL runs the ring on more than one channel
     (ring_channels), every step, NVLink ones included, costs at least a network step
@@ -105,7 +106,9 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
     many channels. `net_floor_s`: the least software latency of a network step on
     these NICs (net_stack_floor_s less the link's); `net_latency_s`: the same without the NIC's
     measured stack floor (net_stack_floor_s(measured=False)), what a crossing of a one-channel
-    ring pays (constants.RING_STEP_AT_NET_PACE); None: net_floor_s."""
+    ring pays (constants.RING_STEP_AT_NET_PACE); None: net_floor_s. `channels_per_nic`: NCCL's
+    channels across nodes that leave by one NIC, whose messages its GPU's proxy posts in turn
+    (a Simple ring's pace, constants.RING_PACE_PER_MESSAGE)."""
     if nodes <= 1 or proto.name not in K.NET_MESSAGE_OVERHEAD_S:
         return proto
     net = CLASS_NAMES.index("net")
@@ -115,7 +118,10 @@ def ring_protocol(proto: Protocol, generation: str, nodes: int, collective: str,
     if not paced and net_latency_s is not None:
         net_floor_s = net_latency_s
     step = max(proto.hop_latency_s[net], net_floor_s)  # one network step's software latency
-    floor = step if paced else 0.0 if chain else K.NET_MESSAGE_OVERHEAD_S[proto.name]
+    pace = step  # what a paced step costs: a network step, or its proxy's messages
+    if proto.name in K.RING_PACE_PER_MESSAGE:
+        pace = max(max(channels_per_nic, 1.0) * K.NET_MESSAGE_OVERHEAD_S[proto.name], net_floor_s)
+    floor = pace if paced else 0.0 if chain else K.NET_MESSAGE_OVERHEAD_S[proto.name]
     hop = tuple(step if c == "net" else max(h, floor)
                 for h, c in zip(proto.hop_latency_s, CLASS_NAMES))
     factor = 1.0
