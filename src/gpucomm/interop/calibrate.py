@@ -208,14 +208,21 @@ def _model_switches(tests, params) -> bool:
 
 
 def _switch_at(t):
-    """The size from which test t's log switched algorithm (_before_switch's rule), or None."""
+    """The size from which test t's log switched algorithm (_switch), or None."""
+    found = _switch(t)
+    return None if found is None else found[0][found[1]]["size"]
+
+
+def _switch(t):
+    """(t's rows of 64 MiB and more by size, the index of the first that NCCL ran with another
+    algorithm, its busbw rise, the rise before it) by _before_switch's rule, or None."""
     bw = sorted((r for r in t.req.log.good_rows if _big(r) and r.get("busbw")),
                 key=lambda r: r["size"])
     for i in range(MIN_ROWS, len(bw)):
         rise, before = (bw[i]["busbw"] / bw[i - 1]["busbw"],
                         bw[i - 1]["busbw"] / bw[i - 2]["busbw"])
         if rise >= ALGO_SWITCH and rise > before:
-            return bw[i]["size"]
+            return bw, i, rise, before
     return None
 
 
@@ -228,17 +235,13 @@ def _before_switch(tests):
     past: set[int] = set()
     switches = []
     for t in tests:
-        bw = sorted((r for r in t.req.log.good_rows if _big(r) and r.get("busbw")),
-                    key=lambda r: r["size"])
-        for i in range(MIN_ROWS, len(bw)):
-            rise, before = (bw[i]["busbw"] / bw[i - 1]["busbw"],
-                            bw[i - 1]["busbw"] / bw[i - 2]["busbw"])
-            if rise >= ALGO_SWITCH and rise > before:
-                past.update(id(r) for r in bw[i:])
-                switches.append(f"{t.req.name} ({t.req.log.test or 'unnamed'}) from "
-                                f"{bw[i]['size'] >> 20} MiB, busbw x{rise:.2f} after "
-                                f"x{before:.2f}")
-                break
+        found = _switch(t)
+        if found is None:
+            continue
+        bw, i, rise, before = found
+        past.update(id(r) for r in bw[i:])
+        switches.append(f"{t.req.name} ({t.req.log.test or 'unnamed'}) from "
+                        f"{bw[i]['size'] >> 20} MiB, busbw x{rise:.2f} after x{before:.2f}")
     return (lambda r: _big(r) and id(r) not in past), switches
 
 
