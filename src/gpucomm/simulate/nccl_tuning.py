@@ -174,20 +174,20 @@ def coll_channels(gpu: GPU, nic: str, nics: int) -> int:
 
 
 def _coll_channels(gpu: GPU, nic_GBps: float, nics: int) -> int:
-    """net_graph's channels over the GPU->NIC path (the NIC, or the GPU's PCIe if slower),
-    doubled by connect.cc ncclTopoPostset, at most MAXCHANNELS."""
-    path = min(nic_GBps, pcie_GBps(gpu))
-    return min(2 * net_graph(gpu.sm, nics, path, None)[0], K.MAX_CHANNELS)
+    """_searched_channels doubled by connect.cc ncclTopoPostset, at most MAXCHANNELS."""
+    return min(2 * _searched_channels(gpu, nic_GBps, nics), K.MAX_CHANNELS)
+
+
+def _searched_channels(gpu: GPU, nic_GBps: float, nics: int) -> int:
+    """net_graph's channels over the GPU->NIC path (the NIC, or the GPU's PCIe if slower)."""
+    return net_graph(gpu.sm, nics, min(nic_GBps, pcie_GBps(gpu)), None)[0]
 
 
 def topology_coll_channels(topo: Topology) -> int | None:
     """coll_channels of a topology's nodes (its first GPU's model, node 0's NICs as _graph
     reads them, the fastest's rate); None where its nodes have no NIC."""
     nics = _node_nics_GBps(topo)
-    if not nics:
-        return None
-    return _coll_channels(get_gpu(next(d for d in topo.devices if d.kind == "gpu").model),
-                          max(nics), len(nics))
+    return _coll_channels(_first_gpu(topo), max(nics), len(nics)) if nics else None
 
 
 def topology_tree_graph_channels(topo: Topology) -> int | None:
@@ -198,10 +198,11 @@ def topology_tree_graph_channels(topo: Topology) -> int | None:
     before ncclTopoPostset (connect.cc) doubles comm->nChannels, the copy of channel c running
     the mirror binary tree. None where the nodes have no NIC."""
     nics = _node_nics_GBps(topo)
-    if not nics:
-        return None
-    gpu = get_gpu(next(d for d in topo.devices if d.kind == "gpu").model)
-    return net_graph(gpu.sm, len(nics), min(max(nics), pcie_GBps(gpu)), None)[0]
+    return _searched_channels(_first_gpu(topo), max(nics), len(nics)) if nics else None
+
+
+def _first_gpu(topo: Topology) -> GPU:
+    return get_gpu(next(d for d in topo.devices if d.kind == "gpu").model)
 
 
 def coll_channels_per_nic(topo: Topology) -> float:
