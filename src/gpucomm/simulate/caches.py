@@ -47,14 +47,16 @@ UNSET: Final = Unset.UNSET
 
 class TopologyMemo:
     """The simulator's record on a Topology (see the module docstring)."""
-    __slots__ = ("link_props", "nic_index", "nic_model", "generation", "node_shift", "rails",
-                 "paths", "nodes", "groups", "ll128", "candidates", "orders")
+    __slots__ = ("link_props", "nic_index", "nic_model", "node_nics", "generation",
+                 "node_shift", "rails", "paths", "nodes", "groups", "ll128", "candidates",
+                 "orders")
 
     def __init__(self) -> None:
         # (payload capacity, latency, path class) per link
         self.link_props: tuple[Floats, Floats, npt.NDArray[np.int8]] | None = None
         self.nic_index: Ints | None = None  # device index of each rank's NIC (-1: none)
         self.nic_model: str | None = None
+        self.node_nics: list[float] | None = None  # NCCL's GB/s of node 0's NICs (nccl_tuning)
         self.generation: str | None = None
         self.node_shift: NodeShift | None | Literal[Unset.UNSET] = UNSET
         # per placement (its bytes; rails: its distinct GPUs' bytes)

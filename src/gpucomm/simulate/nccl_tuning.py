@@ -37,6 +37,7 @@ from ..collectives import get_collective
 from ..hardware import get_gpu, get_link_tech, get_nic
 from . import constants as K
 from . import versions
+from .caches import topology_memo
 from .constants import TREE_CORRECTION
 
 if TYPE_CHECKING:
@@ -161,10 +162,15 @@ def pcie_GBps(gpu: GPU) -> float:
 
 
 def _node_nics_GBps(topo: Topology) -> list[float]:
-    """NCCL's rate (GB/s) of node 0's NICs, at most one per GPU, those that have one."""
-    nics = [(get_link_tech(d.model).nccl_Bps or 0) / 1e9
-            for d in topo.devices if d.kind == "nic" and d.node == 0][:max(topo.gpus_per_node, 1)]
-    return [b for b in nics if b > 0]
+    """NCCL's rate (GB/s) of node 0's NICs, at most one per GPU, those that have one;
+    remembered on the topology (TopologyMemo.node_nics): a scan of every device, asked for
+    each multi-node ring and chain predict times."""
+    memo = topology_memo(topo)
+    if memo.node_nics is None:
+        nics = [(get_link_tech(d.model).nccl_Bps or 0) / 1e9 for d in topo.devices
+                if d.kind == "nic" and d.node == 0][:max(topo.gpus_per_node, 1)]
+        memo.node_nics = [b for b in nics if b > 0]
+    return memo.node_nics
 
 
 def coll_channels(gpu: GPU, nic: str, nics: int) -> int:
@@ -209,8 +215,7 @@ def coll_channels_per_nic(topo: Topology) -> float:
     """NCCL's collective channels across nodes (topology_coll_channels) per NIC of a node: the
     channels whose network messages one GPU's proxy thread posts; 1 where nodes have no NIC."""
     nics = _node_nics_GBps(topo)
-    channels = topology_coll_channels(topo)
-    return channels / len(nics) if nics and channels else 1.0
+    return _coll_channels(_first_gpu(topo), max(nics), len(nics)) / len(nics) if nics else 1.0
 
 
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
