@@ -261,16 +261,16 @@ def ring_many(sched: Schedule, coster: StepCoster, block_counts: Sequence[int],
         # chunk, and the frontier is monotone in every op's time, so the exact end lies
         # between the two; where they agree to 0.1% their middle is the answer (the
         # element is nothing next to a step's latency), else the general engine runs
-        if e_hi - e_lo > 1e-3 * max(e_lo, 1e-30) and not (one_row and whole_big(extra)):
-            out.append(None)
-        elif e_hi - e_lo > 1e-3 * max(e_lo, 1e-30):
+        if e_hi - e_lo <= 1e-3 * max(e_lo, 1e-30):
+            end: float | None = e_lo if lo == hi else 0.5 * (e_lo + e_hi)
+        elif one_row and whole_big(extra):
             # every channel runs the same ring and one moves only the larger chunks: it is the
             # slowest (the frontier is monotone in every op's time), so the end is e_hi's
-            out.append(RingOut(end_s=e_hi, ops=shape.ops, busy_s_per_byte=shape.busy_s_per_byte,
-                               chunk_bytes=mean))
+            end = e_hi
         else:
-            out.append(RingOut(end_s=e_lo if lo == hi else 0.5 * (e_lo + e_hi), ops=shape.ops,
-                               busy_s_per_byte=shape.busy_s_per_byte, chunk_bytes=mean))
+            end = None
+        out.append(None if end is None else RingOut(
+            end_s=end, ops=shape.ops, busy_s_per_byte=shape.busy_s_per_byte, chunk_bytes=mean))
     return out
 
 

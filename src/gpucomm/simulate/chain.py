@@ -16,7 +16,7 @@ step's window [h+k-K+1 .. h+k], every channel. The engine routes every distinct 
 step's link counts follow from the window's ends, one hop in and one out a step. The
 recurrence then runs step by step over a window at once with the engine's own arithmetic
 (the same divisions, sums and maxima in the same order), so the ends equal analytic.run's
-to the last bit; tests/test_simulate.py compares them.
+to the last bit; tests/test_chain_frontier.py compares them.
 
 Where routes depend on more than (hop, channel) (a fabric policy: ECMP hashing, PFC pauses,
 lanes), or a trace is asked for, the general engine answers.
@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..algorithms.ring import chain_ranks, chain_steps
+from . import constants as K
 
 if TYPE_CHECKING:
     from ..schedule import Schedule, Step
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
-CHAIN_COLLECTIVES = ("broadcast", "reduce")
 CHECK_STEPS = 4  # of a generated schedule: the first hops of every channel, pieces 0..3
 
 
@@ -58,7 +58,7 @@ def chain_shape(sched: Schedule) -> tuple[Ints, int, int] | None:
     coll, p = sched.collective.name, sched.nranks
     params = dict(sched.params)
     k, c = params.get("chunks"), params.get("channels")
-    if coll not in CHAIN_COLLECTIVES or p < 2 or sched.scratch_blocks \
+    if coll not in K.CHAIN_COLLECTIVES or p < 2 or sched.scratch_blocks \
             or not isinstance(k, int) or not isinstance(c, int) or k < 1 or c < 1 \
             or c != int(sched.channels) or sched.total_chunks != c * k:
         return None
@@ -120,14 +120,9 @@ def _one_piece(safe: Ints, cap: Floats, alpha: Floats, cls: npt.NDArray[np.int8]
     its hop's other channels only, and a hop's piece leaves when it has arrived, so each
     channel's ends are the running sum x0, a0, x1, a1, ... (the engine's additions, in its
     order)."""
-    nlinks = len(cap) - 1
-    hop_of = np.repeat(np.arange(h), c)
-    key = hop_of[:, None] * (nlinks + 1) + safe  # (op, link of its route)
+    key = _hop_keys(safe, h, len(cap) - 1)
     uniq, mult = np.unique(key, return_counts=True)
-    per = cap[safe] / mult[np.searchsorted(uniq, key)]
-    share = per[:, 0].copy()
-    for col in per.T[1:]:
-        np.minimum(share, col, out=share)
+    share = (cap[safe] / mult[np.searchsorted(uniq, key)]).min(axis=1)
     rate = coster.proto.op_rate(share, cls, coster.lanes, coster.channels)[:, None]
     nbytes = chunk_bytes[np.tile(np.arange(c), h)]  # K = 1: channel ch's chunk is ch
     xfer = np.where(nbytes <= 0, 0.0, nbytes / rate)  # (ops, sizes), ops hop-major
@@ -159,10 +154,7 @@ def _pipelined(safe: Ints, cap: Floats, alpha: Floats, cls: npt.NDArray[np.int8]
         lo, hi = new_lo, new_hi
         ops = slice(lo * c, hi * c)
         win = safe[ops]
-        per = cap[win] / np.maximum(counts[win], 1)
-        share = per[:, 0].copy()
-        for col in per.T[1:]:
-            np.minimum(share, col, out=share)
+        share = (cap[win] / np.maximum(counts[win], 1)).min(axis=1)
         rate = proto.op_rate(share, cls[ops], lanes, channels)[:, None]
         piece = s - hops[ops]  # each op's piece
         nbytes = chunk_bytes[chan[ops] * pieces + piece]
@@ -182,9 +174,12 @@ def _pipelined(safe: Ints, cap: Floats, alpha: Floats, cls: npt.NDArray[np.int8]
 def _hop_links(safe: Ints, hops: int, nlinks: int) -> tuple[Ints, Ints, Ints]:
     """Per hop, its channels' distinct links and how many of its ops cross each: (links,
     multiplicity, offsets), hop j's in [offsets[j], offsets[j+1])."""
-    c = len(safe) // hops
-    key = np.repeat(np.arange(hops), c * safe.shape[1]) * (nlinks + 1) + safe.reshape(-1)
-    uniq, mult = np.unique(key, return_counts=True)
+    uniq, mult = np.unique(_hop_keys(safe, hops, nlinks), return_counts=True)
     hop, links = np.divmod(uniq, nlinks + 1)
     at = np.searchsorted(hop, np.arange(hops + 1))
     return links, mult, at
+
+
+def _hop_keys(safe: Ints, hops: int, nlinks: int) -> Ints:
+    """(hop, link) of every entry of the ops' routes (ops hop-major) as one integer."""
+    return np.repeat(np.arange(hops), len(safe) // hops)[:, None] * (nlinks + 1) + safe
