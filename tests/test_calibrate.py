@@ -361,7 +361,8 @@ def test_a_profile_fitted_on_no_p2p_test_warns_on_slingshot_all_to_all(tmp_path,
                  "2.21", "--output", str(out)]) == 0
     assert yaml.safe_load(out.read_text())["sources"][0]["collective"] == "all_reduce"
     capsys.readouterr()
-    warn = "the profile was fitted on all_reduce, no point-to-point test: over Slingshot"
+    warn = ("the profile was fitted on all_reduce, no point-to-point test: over Slingshot "
+            "all_to_all moves 128 KiB chunks")
     assert main(["doctor", str(LOGS / "sirius-nccl221-2n-alltoall.log"), "--profile",
                  str(out)]) == 0
     assert warn in capsys.readouterr().out

@@ -219,7 +219,7 @@ def _p2p_not_fitted(profile, coll_name: str, topo) -> list:
     if fitted & set(P2P_COLLECTIVES) or not model or get_nic(model).kind != "slingshot":
         return []
     return [f"the profile was fitted on {', '.join(sorted(fitted)) or 'unnamed tests'}, no "
-            "point-to-point test: over Slingshot {coll_name} moves 128 KiB chunks to every "
+            f"point-to-point test: over Slingshot {coll_name} moves 128 KiB chunks to every "
             "remote peer, whose cost depends on the cxi provider's matching and rendezvous "
             "settings, not on the fitted NIC rate (ALCF Sirius: the same all_reduce fit under "
             "three settings, all-to-all 1.2-2.1x slower than it predicts); calibrate on an "
