@@ -123,3 +123,26 @@ def test_nccls_model_rates_ll128_on_volta_as_nccl_enables_it_there():
             assert first[1] == "ll128"
             res = predict("all_reduce", MIB, v100x2, select="nccl")
             assert (res.algorithm, res.protocol) == first
+
+
+@pytest.mark.parametrize("version, gpus_per_node, want_busbw", [
+    # one GPU a node: its ring graph is the one NDR NIC's 48 GB/s split over 2 channels
+    # (search.cc ncclTopoDupChannels), 2 x 24 GB/s; tuning.cc discounts it to 0.7 while ppn < 2
+    # (v2.7.3-1 .. v2.22.3-1), to 0.92 from v2.23.4-1; perChMaxRingLL128Bws (2 x 36.7) above
+    ("2.22", 1, 2 * 24.0 * 0.7), ("2.23", 1, 2 * 24.0 * 0.92), ("2.28", 1, 2 * 24.0 * 0.92),
+    # eight GPUs a node, 8 x NDR: 8 channels at 48 GB/s, capped at 8 per-channel LL128 caps:
+    # ll128MaxBwPerCh 20 before 2.19 (v2.18.6-1), Hopper's perChMaxRingLL128Bws 36.7 from 2.19
+    ("2.18", 8, 8 * 20.0), ("2.22", 8, 8 * 36.7), ("2.28", 8, 8 * 36.7)])
+def test_nccls_ring_ll128_busbw_follows_the_version(version, gpus_per_node, want_busbw):
+    """tuning.cc: busBw = min(nChannels x bw x (ppn < 2 ? 0.7 : 0.92), nChannels x
+    perChMaxRingLL128Bw) (v2.22.3-1 tuning.cc:179; v2.23.4-1:188 and v2.29.7-1:306 drop the
+    ppn < 2 discount), read back from two sizes' estimates as NCCL's model times them."""
+    from gpucomm.simulate import versions
+    topo = build_topology("dgx-h100", nodes=2, gpus_per_node=gpus_per_node)
+    nranks = 2 * gpus_per_node
+    on = {"algorithms": {"ring"}, "protocols": {"ll128"}}
+    with versions.use(version):
+        t1, t2 = (nccl_tuning.estimates("all_reduce", s, topo, 16, **on)[0][0]
+                  for s in (64 * MIB, 128 * MIB))
+    algbw = 64 * MIB / (1000 * (t2 - t1))  # GB/s: estimates are in us
+    assert algbw * 2 * (nranks - 1) / nranks == pytest.approx(want_busbw, rel=1e-9)

@@ -220,6 +220,10 @@ LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
 # we look at GPU type; for multi-node, we look at CPU type", tuning.cc): row 0 (Intel, and any
 # CPU not AMD) or row 1 (AMD). The catalog does not say the CPU vendor, so NCCL's default row.
 LL_MAX_BW_MULTI_NODE = LL_MAX_BW["volta"]
+# The share of the ring graph's bandwidth NCCL's tuning rates ring/LL128 at, before
+# perChMaxRingLL128Bws caps it: (one GPU a node, else). v2.23.4-1 on (tuning.cc: busBw * 0.92);
+# versions.py has the 0.7 at ppn < 2 of v2.7.3-1 .. v2.22.3-1.
+RING_LL128_BUSBW_SHARE = (0.92, 0.92)
 LL128_PER_CHANNEL_BW = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
                         "hopper": (36.7, 36.7, 36.7), "blackwell": (40.0, 40.0, 40.0)}
 

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 Estimate = tuple[float, str, str]  # (time in us, algorithm, protocol)
 PerProto = tuple[float, float, float]  # us, by protocol (LL, LL128, Simple)
+Triple = tuple[float, float, float]  # GB/s per channel, by node-count class (N1, N2, N4)
 
 # tuning.cc's tables are gpucomm's own (constants.py), indexed as tuning.cc indexes them:
 # by compute-capability class and protocol
@@ -53,10 +54,6 @@ GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 ARCH = {"sm70": 0, "sm80": 1, "sm86": 1, "sm89": 1, "sm90": 2, "sm100": 3}
 PROTOS = ("ll", "ll128", "simple")
 MODELLED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-LL_MAX = tuple(K.LL_MAX_BW[g] for g in GENERATIONS)
-RING_LL128 = tuple(K.LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
-TREE_LL128 = tuple(K.TREE_LL128_PER_CHANNEL_BW[g] for g in GENERATIONS)
-TREE_BW = tuple(K.TREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 # tuning.cc perChMaxNVLSTreeBws[arch][nodes class]
 NVLS_TREE_BW = tuple(K.NVLSTREE_PER_CHANNEL_BW[g] for g in GENERATIONS)
 NVLS_EFF = tuple(K.NVLS_EFFICIENCY[g] for g in GENERATIONS)
@@ -281,7 +278,7 @@ def estimates(coll_name: str, nbytes: int, topo: Topology, channels: int, *,
               "nvls": _graph(topo, channels if nvls_channels is None else nvls_channels)["ring"]}
     arch, intra_hw = graphs["ring"][:2]
     i2 = min(nodes, 3) - 1
-    ll_max = LL_MAX[arch if nodes == 1 else 0][i2]
+    ll_max = _per_arch("LL_MAX_BW")[arch if nodes == 1 else 0][i2]
     nsteps = 2 * (nranks - 1) if coll.name == "all_reduce" else \
         nranks - 1 if coll.name in ("all_gather", "reduce_scatter") else nranks
     nvswitch_full = bool(topo.in_switch_reduction) and NVLS_EFF[arch] > 0
@@ -383,18 +380,27 @@ def _busbw(coll: str, algo: str, pi: int, nodes: int, ppn: float, nch: int, bw_i
         share = versions.value("RING_LL_BUSBW_SHARE")
         bus = min(ll_max, bus * share[0 if nodes > 1 or coll in ("all_reduce", "reduce") else 1])
     if algo == "ring" and pi == 1:
-        bus = min(bus * .92, nch * RING_LL128[arch][i2])
+        share = versions.value("RING_LL128_BUSBW_SHARE")[0 if ppn < 2 else 1]
+        bus = min(bus * share, nch * _per_arch("LL128_PER_CHANNEL_BW")[arch][i2])
     if algo == "tree" and coll == "all_reduce":
-        bus = min(bus * .92, nch * TREE_BW[arch][i2])
+        bus = min(bus * .92, nch * _per_arch("TREE_PER_CHANNEL_BW")[arch][i2])
     if algo == "tree" and pi == 0:
         bus = min(bus / 3.8, ll_max)
     if algo == "tree" and pi == 1:
-        bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), nch * TREE_LL128[arch][i2])
+        bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128),
+                  nch * _per_arch("TREE_LL128_PER_CHANNEL_BW")[arch][i2])
     if algo == "tree" and ppn == 1:  # search.cc: one GPU a node searches the TREE pattern
         bus *= .85
     if algo == "pat":
         bus *= .75
     return bus
+
+
+def _per_arch(name: str) -> tuple[Triple, ...]:
+    """A per-channel table of tuning.cc (llMaxBws, perChMaxRingLL128Bws, perChMaxTreeBws,
+    perChMaxTreeLL128Bws) as the active NCCL version had it (versions.py), by ARCH index."""
+    table = versions.value(name)
+    return tuple(table[g] for g in GENERATIONS)
 
 
 def _latency(coll: str, algo: str, pi: int, nodes: int, nranks: int, ppn: float, nsteps: int,

@@ -146,6 +146,14 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
     "LL128_PER_CHANNEL_BW": [
         *_LL128_PER_CH_BEFORE_2_19,
         ((2, 19), K.LL128_PER_CHANNEL_BW, "v2.19.1-1 perChMaxRingLL128Bws")],
+    # tuning.cc's ring/LL128 factor on busBw (one GPU a node, else): 120/128 for all in 2.5-2.6;
+    # from v2.7.3-1 `ppn < 2 ? 0.7 : 0.92` ("if ppn < 2, then we are sending/receiving at the
+    # same GPU through the NIC, apply some bw discount"; v2.22.3-1 tuning.cc:179); v2.23.4-1
+    # dropped the discount (tuning.cc:188 `busBw * (0.92 /*120.0/128.0*/)`, as in v2.29.7-1:306)
+    "RING_LL128_BUSBW_SHARE": [
+        ((2, 5), (120 / 128, 120 / 128), "v2.5.6-1 busBw*120.0/128.0"),
+        ((2, 7), (0.7, 0.92), "v2.7.3-1 .. v2.22.3-1 ppn < 2 ? 0.7 : 0.92"),
+        ((2, 23), K.RING_LL128_BUSBW_SHARE, "v2.23.4-1 0.92")],
     # perChMaxTreeBws (none before 2.8); Hopper row from 2.17, changed in 2.19
     "TREE_PER_CHANNEL_BW": [
         ((2, 5), _gens(_INF3, _INF3, _INF3, _INF3), "v2.5.6-1 (no perChMaxTreeBws)"),
