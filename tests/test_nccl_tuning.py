@@ -131,8 +131,9 @@ def test_nccls_model_rates_ll128_on_volta_as_nccl_enables_it_there():
     # (v2.7.3-1 .. v2.22.3-1), to 0.92 from v2.23.4-1; perChMaxRingLL128Bws (2 x 36.7) above
     ("2.22", 1, 2 * 24.0 * 0.7), ("2.23", 1, 2 * 24.0 * 0.92), ("2.28", 1, 2 * 24.0 * 0.92),
     # eight GPUs a node, 8 x NDR: 8 channels at 48 GB/s, capped at 8 per-channel LL128 caps:
-    # ll128MaxBwPerCh 20 before 2.19 (v2.18.6-1), Hopper's perChMaxRingLL128Bws 36.7 from 2.19
-    ("2.18", 8, 8 * 20.0), ("2.22", 8, 8 * 36.7), ("2.28", 8, 8 * 36.7)])
+    # ll128MaxBwPerCh 20 for all (v2.16.2-1), Hopper's 36.7 from v2.17.1-1 (ll128MaxBwPerCh
+    # [compCapIndex]) and in perChMaxRingLL128Bws (v2.18.3-1 on)
+    ("2.16", 8, 8 * 20.0), ("2.17", 8, 8 * 36.7), ("2.22", 8, 8 * 36.7), ("2.28", 8, 8 * 36.7)])
 def test_nccls_ring_ll128_busbw_follows_the_version(version, gpus_per_node, want_busbw):
     """tuning.cc: busBw = min(nChannels x bw x (ppn < 2 ? 0.7 : 0.92), nChannels x
     perChMaxRingLL128Bw) (v2.22.3-1 tuning.cc:179; v2.23.4-1:188 and v2.29.7-1:306 drop the

@@ -166,3 +166,24 @@ def test_point_to_point_keeps_todays_costs():
     for coll in ("sendrecv", "all_to_all"):
         old = predict(coll, 1024, t, nccl_version="2.7")
         assert old.time_s == predict(coll, 1024, t).time_s
+
+
+def test_ll128_per_channel_caps_follow_the_tags():
+    """tuning.cc's LL128 caps per channel (GB/s; N1, N2, N4) as each tag has them: Hopper's
+    36.7 from v2.17.1-1 (ll128MaxBwPerCh[compCapIndex]), the tree's own N4 29.0 from v2.18.3-1
+    (perChMaxTreeLL128Bws), Blackwell on Hopper's row until its own in v2.25.1-1 (2 x 36.7),
+    then v2.28.9-1's N2 34.6 and v2.29.7-1's 40.0."""
+    ring = {v: value("LL128_PER_CHANNEL_BW", v) for v in ((2, 16), (2, 17), (2, 18), (2, 24),
+                                                          (2, 25), (2, 28), (2, 29))}
+    assert ring[(2, 16)]["hopper"] == (20.0,) * 3
+    assert ring[(2, 17)]["hopper"] == ring[(2, 24)]["blackwell"] == (36.7,) * 3
+    assert ring[(2, 25)]["blackwell"] == (2 * 36.7,) * 3
+    assert ring[(2, 28)]["blackwell"] == (2 * 36.7, 34.6, 2 * 36.7)
+    assert ring[(2, 29)]["blackwell"] == (40.0,) * 3
+    tree = {v: value("TREE_LL128_PER_CHANNEL_BW", v) for v in ((2, 17), (2, 18), (2, 25),
+                                                              (2, 28))}
+    assert tree[(2, 17)]["hopper"] == (36.7,) * 3  # the ring's, shared
+    assert tree[(2, 18)]["hopper"] == tree[(2, 18)]["blackwell"] == (36.7, 36.7, 29.0)
+    assert tree[(2, 25)]["blackwell"] == (2 * 36.7, 2 * 36.7, 2 * 29.0)
+    assert tree[(2, 28)]["blackwell"] == (55.6, 31.67, 20.0)
+    assert value("TREE_PER_CHANNEL_BW", (2, 24))["blackwell"] == (38.7, 41.4, 36.0)

@@ -73,12 +73,15 @@ _TC_28 = {"ll": K.TREE_CORRECTION["ll"][:23],
                     .8, .9, .9, .92, .92),
           "simple": K.TREE_CORRECTION["simple"][:23]}
 _NO_TC = {p: (1.0,) for p in ("ll", "ll128", "simple")}
-# ll128MaxBwPerCh before perChMaxRingLL128Bws / perChMaxTreeLL128Bws (2.19): one cap that
-# rings and trees shared
-_LL128_PER_CH_BEFORE_2_19: list[tuple[Version, Any, str]] = [
+# ll128MaxBwPerCh before perChMaxRingLL128Bws / perChMaxTreeLL128Bws (v2.18.3-1): one cap that
+# rings and trees shared; by compute capability from v2.17.1-1 ({20.0, 20.0, 36.7}: Hopper's
+# 36.7). Blackwell reads Hopper's row until its own (v2.25.1-1 compCapIndex)
+_L20, _H367 = (20.0,) * 3, (36.7,) * 3
+_LL128_PER_CH_BEFORE_2_18: list[tuple[Version, Any, str]] = [
     ((2, 5), _gens(*[(16.7,) * 3] * 4), "v2.7.3-1 ll128MaxBwPerCh[AllReduce]"),
     ((2, 8), _gens(*[(16.9,) * 3] * 4), "v2.8.3-1 ll128MaxBwPerCh[AllReduce]"),
-    ((2, 10), _gens(*[(20.0,) * 3] * 4), "v2.10.3-1 ll128MaxBwPerCh")]
+    ((2, 10), _gens(*[_L20] * 4), "v2.10.3-1 ll128MaxBwPerCh"),
+    ((2, 17), _gens(_L20, _L20, _H367, _H367), "v2.17.1-1 ll128MaxBwPerCh[compCapIndex]")]
 
 # name -> [(first version, value, where it is read)], oldest first; the last entry of each is
 # today's (constants.py), which tests/test_nccl_versions.py checks.
@@ -140,12 +143,17 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
         ((2, 5), _INF3, "v2.5.6-1 (no llMaxBws)"),
         ((2, 8), K.LL_MAX_BW_MULTI_NODE, "v2.8.3-1")],
     # ll128MaxBwPerCh (2.7-2.9: per collective, the model takes the all-reduce one, index
-    # ncclFuncAllReduce = 4 of devcomm.h; 2.10: 20 for all); perChMaxRingLL128Bws with a Hopper
-    # row from 2.19. Before 2.7 LL128 had a total cap (ll128MaxBw, 100 GB/s for all-reduce),
-    # taken as the 2.7 per-channel one.
+    # ncclFuncAllReduce = 4 of devcomm.h; 2.10: 20 for all; 2.17: by compute capability);
+    # perChMaxRingLL128Bws from v2.18.3-1. Before 2.7 LL128 had a total cap (ll128MaxBw,
+    # 100 GB/s for all-reduce), taken as the 2.7 per-channel one. Blackwell's row: 2 x 36.7
+    # (v2.25.1-1), its N2 34.6 (v2.28.7-1; v2.28.3-1 had 2 x 36.7), 40.0 (v2.29.7-1; v2.29.2-1
+    # and v2.29.3-1 had 34.5, 34.6, 34.5). A minor release reads its last patch's.
     "LL128_PER_CHANNEL_BW": [
-        *_LL128_PER_CH_BEFORE_2_19,
-        ((2, 19), K.LL128_PER_CHANNEL_BW, "v2.19.1-1 perChMaxRingLL128Bws")],
+        *_LL128_PER_CH_BEFORE_2_18,
+        ((2, 18), _gens(_L20, _L20, _H367, _H367), "v2.18.3-1 perChMaxRingLL128Bws"),
+        ((2, 25), _gens(_L20, _L20, _H367, (2 * 36.7,) * 3), "v2.25.1-1"),
+        ((2, 28), _gens(_L20, _L20, _H367, (2 * 36.7, 34.6, 2 * 36.7)), "v2.28.9-1"),
+        ((2, 29), K.LL128_PER_CHANNEL_BW, "v2.29.7-1")],
     # tuning.cc's ring/LL128 factor on busBw (one GPU a node, else): 120/128 for all in 2.5-2.6;
     # from v2.7.3-1 `ppn < 2 ? 0.7 : 0.92` ("if ppn < 2, then we are sending/receiving at the
     # same GPU through the NIC, apply some bw discount"; v2.22.3-1 tuning.cc:179); v2.23.4-1
@@ -163,11 +171,20 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
                         (24.0, 23.6, 17.8)), "v2.10.3-1"),
         ((2, 17), _gens((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 33.0),
                         (38.7, 41.4, 33.0)), "v2.17.1-1"),
-        ((2, 19), K.TREE_PER_CHANNEL_BW, "v2.19.1-1")],
-    # a tree's LL128 cap was the ring's per-channel one until perChMaxTreeLL128Bws (2.19)
+        ((2, 18), _gens((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0),
+                        (38.7, 41.4, 36.0)), "v2.18.3-1 (v2.18.1-1: v2.17.1-1's)"),
+        ((2, 25), _gens((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0),
+                        (2 * 38.7, 2 * 41.4, 2 * 36.0)), "v2.25.1-1 Blackwell's row"),
+        ((2, 28), K.TREE_PER_CHANNEL_BW, "v2.28.3-1")],
+    # a tree's LL128 cap was the ring's per-channel one until perChMaxTreeLL128Bws (v2.18.3-1);
+    # Blackwell's row 2 x (36.7, 36.7, 29.0) from v2.25.1-1, today's from v2.28.3-1
     "TREE_LL128_PER_CHANNEL_BW": [
-        *_LL128_PER_CH_BEFORE_2_19,
-        ((2, 19), K.TREE_LL128_PER_CHANNEL_BW, "v2.19.1-1 perChMaxTreeLL128Bws")],
+        *_LL128_PER_CH_BEFORE_2_18,
+        ((2, 18), _gens(_L20, _L20, (36.7, 36.7, 29.0), (36.7, 36.7, 29.0)),
+         "v2.18.3-1 perChMaxTreeLL128Bws"),
+        ((2, 25), _gens(_L20, _L20, (36.7, 36.7, 29.0), (2 * 36.7, 2 * 36.7, 2 * 29.0)),
+         "v2.25.1-1"),
+        ((2, 28), K.TREE_LL128_PER_CHANNEL_BW, "v2.28.3-1")],
     # treeCorrectionFactor: none before 2.6
     "TREE_CORRECTION": [
         ((2, 5), _NO_TC, "v2.5.6-1 (no treeCorrectionFactor)"),
