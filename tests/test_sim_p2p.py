@@ -201,3 +201,38 @@ def test_fill_is_a_mid_size_effect():
     topo = build_topology("dgx-h100", nodes=10, nic="ib-ndr")
     small, big = (predict("all_to_all", s, topo, protocol="simple") for s in (32 << 20, 8 << 30))
     assert big.busbw_GBps > 1.1 * small.busbw_GBps
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_small_all_to_all_across_nodes_is_paced_by_the_proxy(nodes):
+    """Sophia-like (DGX A100 x nodes, NCCL 2.22): every rank off the node is a send and a receive
+    the one proxy thread takes in turn, 0 bytes included (constants.P2P_PROXY_OP_S); the last
+    one's own LL chain (base + network hop) follows the others."""
+    topo = build_topology("dgx-a100", nodes=nodes)
+    res = predict("all_to_all", 0, topo, nccl_version="2.22")
+    ops = 2 * 8 * (nodes - 1)  # one channel part per operation at this size
+    want = K.BASE_LATENCY_S["ll"] + K.HOP_LATENCY_S["ll"]["net"] + (ops - 1) * K.P2P_PROXY_OP_S
+    assert res.protocol == "ll"
+    assert res.time_s == pytest.approx(want, rel=1e-9)
+    assert f"{ops} network operations" in res.note
+    assert res.timed is not None and res.timed.time_s == pytest.approx(want, rel=1e-9)
+
+
+def test_proxy_bound_leaves_one_node_and_large_all_to_all_alone(monkeypatch):
+    one = build_topology("dgx-a100")
+    two = build_topology("dgx-a100", nodes=2)
+    cases = [(one, 64 << 10), (two, 64 << 20)]
+    with_proxy = [predict("all_to_all", s, t).time_s for t, s in cases]
+    monkeypatch.setattr(p2p, "proxy_ops", lambda *a: 0)
+    assert [predict("all_to_all", s, t).time_s for t, s in cases] == with_proxy
+
+
+def test_proxy_ops_of_sendrecv_count_network_neighbours():
+    """sendrecv: rank r sends to r+1 and receives from r-1; with one GPU a node both cross the
+    network, with 8 a node only the node's edge ranks have one network operation."""
+    for gpn, want in ((1, 2), (8, 1)):
+        topo = build_topology("dgx-h100", nodes=4, gpus_per_node=gpn)
+        placement = np.arange(topo.nranks)
+        paths = path_table(topo, placement)
+        assert p2p.proxy_ops("sendrecv", topo, placement, paths, 1) == want
+        assert p2p.proxy_ops("all_to_all", topo, placement, paths, 2) == 2 * 2 * 3 * gpn

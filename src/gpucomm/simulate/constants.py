@@ -313,3 +313,16 @@ P2P_SCHEDULE_GROUP_SIZE = 8
 # the channel's rate (P2P_NET_CHANNEL_GBPS, P2P_NVLINK_CHANNEL_GBPS) plus one hop latency of
 # the path (HOP_LATENCY_S simple); the busiest channel pays the fill of each of its batches.
 P2P_FILL_STAGES = {"net": 2, "nvlink": 1, "pcie": 1}
+# The proxy's cost of one network p2p operation. Every send or receive to a peer across nodes
+# is a proxy operation, even one of 0 bytes (enqueue.cc v2.22.3 taskAppend keeps empty p2p
+# tasks; addP2pToPlan, enqueue.cc:948, gives a 0-byte part nsteps = 1), one per channel part,
+# and one proxy thread per GPU (proxy.cc:632 progressOps) takes them in turn: ProxyAppend
+# (proxy.cc:404) groups a batch's operations as the subs of one args and net.cc
+# sendProxyProgress/recvProxyProgress (net.cc:1043, 1197) post one ncclNet isend/irecv per sub,
+# each to its own peer's comm, so none is grouped with another. On the GPU the operations of a
+# batch run side by side (sendrecv.h splits the block's warps over them), so with one batch of
+# network peers per channel (2 nodes) the device does not serialise them; the proxy does.
+# Chosen on ALCF Sophia's all-to-all at 0 B (2 x 8 A100, NCCL 2.22.3: 50 us over 16 network
+# operations a GPU, ~2.7 us each after the first operation's own base + hop of 9.3 us); equal to
+# tuning.cc hwLat[NET][Ring][LL] = 2.7 us (2.18 through 2.28), NCCL's cost of one LL network step.
+P2P_PROXY_OP_S = 2.7 * US

@@ -25,6 +25,12 @@ below the links when those channels are few. The rules, all NCCL's own (constant
   each paying k chunks through those copies and a hop. Chunks over the network shrink for
   small operations (a half below 8 chunks, a quarter below one).
 
+- the proxy (constants.py P2P_PROXY_OP_S): every send and receive to a peer on another node,
+  one per channel part and even of 0 bytes, is a network operation of the GPU's one proxy
+  thread, which takes them in turn; the last one's own chain (base, its data, the network hop)
+  starts after the others. This paces small all-to-alls across nodes (Sophia's 2 x 8 A100:
+  16 operations a GPU, 50 us at 0 B) and leaves large ones to the bandwidth.
+
 `limit` applies the cap to a simulated send/recv or all-to-all: the collective takes at least
 as long as its slowest peer pair needs on its channels, plus the fill. Protocols as
 addP2pToPlan picks them: LL while an operation is at most channels x NCCL_P2P_LL_THRESHOLD
@@ -278,6 +284,21 @@ def fill_s(per_op: float, n: int, info: P2PPlan, paths: PathTable,
     return worst
 
 
+def proxy_ops(coll_name: str, topology: Topology, placement: npt.NDArray[np.int64],
+              paths: PathTable, n: int) -> int:
+    """The network operations the busiest GPU's proxy takes in turn (constants.py
+    P2P_PROXY_OP_S): a send and a receive per network peer, `n` channel parts each."""
+    p = len(placement)
+    if coll_name == "sendrecv":  # rank r sends pair r and receives pair r - 1
+        src, dst = pairs(coll_name, p)
+        _, cls, _ = paths.properties(paths.routes(src, dst, 0))
+        net = (np.asarray(cls) == NET).astype(np.int64)
+        return int((net + np.roll(net, 1)).max()) * n
+    node = np.asarray(topology.router.rank_node)[placement]
+    local = np.unique(node, return_counts=True)[1]
+    return 2 * (p - int(local.min())) * n  # all-to-all: every rank off the node, both ways
+
+
 def channel_Bps(cls: npt.ArrayLike, p: P2PPlan) -> npt.NDArray[np.float64]:
     """Payload rate one p2p channel reaches on a path of class `cls` (inf: the links bound)."""
     c = np.asarray(cls)
@@ -318,9 +339,16 @@ def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
         else:
             node = np.asarray(topology.router.rank_node)[placement]
             fill, first = fill_s(per_pair, n, info, paths, node)
-    if t <= res.time_s and fill == 0.0:
+    ops = proxy_ops(coll.name, topology, placement, paths, n)
+    # the last operation's own chain (base, its data, its network hop) starts after the proxy
+    # has taken the ones before it
+    t_proxy = 0.0 if ops == 0 else t + K.HOP_LATENCY_S[proto]["net"] + (ops - 1) * K.P2P_PROXY_OP_S
+    if t <= res.time_s and fill == 0.0 and t_proxy <= res.time_s:
         return res
     note = f"p2p: {n} channel(s) per peer" if t > res.time_s else res.note
     t = max(t + fill, res.time_s + fill - first)
+    if t_proxy > t:
+        note = f"p2p: the proxy takes {ops} network operations in turn"
+        t = t_proxy
     algbw, busbw = layout(coll, nbytes, dtype, p).busbw(t)
     return dataclasses.replace(res, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw, note=note)
