@@ -187,3 +187,19 @@ def test_ll128_per_channel_caps_follow_the_tags():
     assert tree[(2, 25)]["blackwell"] == (2 * 36.7, 2 * 36.7, 2 * 29.0)
     assert tree[(2, 28)]["blackwell"] == (55.6, 31.67, 20.0)
     assert value("TREE_PER_CHANNEL_BW", (2, 24))["blackwell"] == (38.7, 41.4, 36.0)
+
+
+def test_ll128_across_nodes_over_c2c_arrives_in_2_27():
+    """A GH200 reaches its NIC through its Grace (C2C, then the Grace's PCIe): NCCL typed that
+    path PHB and kept LL128 off across nodes (tuning.cc typeInter <= PATH_PXB, or PXN on
+    Hopper, v2.23.4-1) until v2.27.3-1's NCCL_LL128_C2C admitted PATH_P2C. One topology asked
+    under both versions (its memo keeps them apart); one node keeps LL128 on NVLink."""
+    t = build_topology("cray-ex254n", nodes=32)
+    protos = {}
+    for version in ("2.23", "2.27", "2.23"):
+        res = predict("all_reduce", 256 << 20, t, nccl_version=version)
+        protos[version] = {p for _, p, _ in res.candidates}
+    assert "ll128" not in protos["2.23"] and "ll128" in protos["2.27"]
+    assert value("LL128_C2C", (2, 26)) is False and value("LL128_C2C", (2, 27)) is True
+    one = predict("all_reduce", 1 << 20, build_topology("cray-ex254n"), nccl_version="2.23")
+    assert "ll128" in {p for _, p, _ in one.candidates}

@@ -64,7 +64,7 @@ class TopologyMemo:
         self.paths: dict[bytes, PathTable] = {}
         self.nodes: dict[bytes, int] = {}
         self.groups: dict[bytes, dict[int, list[int]]] = {}
-        self.ll128: dict[bytes, bool] = {}
+        self.ll128: dict[bool, dict[bytes, bool]] = {}  # by versions.py LL128_C2C
         self.candidates: dict[tuple[str, bytes], list[str]] = {}  # (collective, placement)
         self.orders: dict[bytes, Ints | None] = {}
 

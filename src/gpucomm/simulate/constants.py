@@ -230,6 +230,11 @@ LL128_PER_CHANNEL_BW = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0
 # LL128 is enabled by default only where NCCL trusts the ordering of 128-byte stores: NVLink
 # (and on Hopper/Blackwell up to PXN paths). Over PCIe-through-host and on pre-Volta it is off.
 LL128_GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+# Across nodes LL128 also needs the GPU near its NIC (tuning.cc: typeInter <= PATH_PXB, or
+# <= PATH_PXN on Hopper and newer). From v2.27.3-1 NCCL_LL128_C2C (default 1) admits PATH_P2C
+# too, a GPU reaching its NIC over its C2C link to a Grace (GH200, GB200); before, such a path
+# was PHB and LL128 stayed off there (versions.py).
+LL128_C2C = True
 
 # Channels NCCL runs for a collective: enough that the per-channel caps do not bind, at least
 # one per NIC rail (search.cc: rings are searched per NIC; nccl's defaults reach 16-32 channels on

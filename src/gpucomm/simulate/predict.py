@@ -286,8 +286,10 @@ def _version_text() -> str:
 
 
 def _ll128_allowed_memo(topology: Topology, placement: Ranks) -> bool:
-    """_ll128_allowed, once per (topology, placement): a sweep asks it for every size."""
-    return per_placement(topology_memo(topology).ll128, topology, placement, _ll128_allowed)
+    """_ll128_allowed, once per (topology, placement, whether the active NCCL admits C2C
+    paths): a sweep asks it for every size."""
+    memo = topology_memo(topology).ll128.setdefault(bool(versions.value("LL128_C2C")), {})
+    return per_placement(memo, topology, placement, _ll128_allowed)
 
 
 def _nccl_candidates(coll: Collective, topology: Topology, placement: Ranks) -> list[str]:
@@ -326,10 +328,12 @@ def _nic_behind_host(topology: Topology, rank: int) -> bool:
     """Whether a GPU reaches every NIC of its node only through the host's PCIe root complex
     (NCCL's path type PHB or worse), as on nodes whose NICs sit on CPU root ports. NCCL then
     keeps LL128 off across nodes: tuning.cc enables it only for typeInter <= PATH_PXB (GPU and
-    NIC under one PCIe switch), or <= PATH_PXN on Hopper and newer (NCCL_LL128_C2C, which
-    also admits a GPU reaching the NIC over its C2C link to the CPU, PATH_P2C)."""
+    NIC under one PCIe switch), or <= PATH_PXN on Hopper and newer; from v2.27.3-1
+    NCCL_LL128_C2C also admits a GPU reaching the NIC over its C2C link to the CPU, PATH_P2C
+    (versions.py LL128_C2C: before, NCCL typed that path PHB)."""
     gpu = topology.rank_device(int(rank))
-    hopper_on = generation_of(topology) not in ("volta", "ampere")
+    hopper_on = generation_of(topology) not in ("volta", "ampere") and \
+        versions.value("LL128_C2C")
     src, dst = topology.link_ends()
     nodes, codes = topology.device_nodes(), topology.device_kind_codes()
     out: dict[int, list[int]] = {}  # the links leaving each device of the GPU's node

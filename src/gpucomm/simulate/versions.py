@@ -204,6 +204,11 @@ HISTORY: dict[str, list[tuple[Version, Any, str]]] = {
         ((2, 7), ("volta", "ampere"), "v2.7.3-1"),
         ((2, 15), ("volta", "ampere", "hopper"), "v2.15.1-1"),
         ((2, 25), K.LL128_GENERATIONS, "v2.25.1-1")],
+    # LL128 across nodes where a GPU reaches its NIC over C2C (constants.LL128_C2C)
+    "LL128_C2C": [
+        ((2, 5), False, "v2.5.6-1 .. v2.26 tuning.cc typeInter <= PATH_PXB (PXN on Hopper); "
+                        "topo.h has no PATH_P2C"),
+        ((2, 27), K.LL128_C2C, "v2.27.3-1 NCCL_LL128_C2C: typeInter <= PATH_P2C")],
 }
 
 # The first release whose tuner has each algorithm (NCCL_ALGORITHMS in nccl.py)
