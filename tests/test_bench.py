@@ -324,3 +324,43 @@ def test_nccl_tests_flags_and_output_are_read_back_by_doctor(host_yaml, tmp_path
     assert runs == [("float32", "sum", r) for r in range(3)]
     bad = _cli("bench", "--nranks", "3", "-g", "2", "-e", "8")
     assert bad.returncode == 2 and "disagrees with -t 1 × -g 2" in bad.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_a_segment_still_mapped_by_exiting_ranks_is_removed_once_they_are_gone():
+    """A killed MPICH job's ranks can outlive mpiexec by a moment, still mapping their segment:
+    remove_stale_mpich waits for them (grace_s) instead of skipping it for good; one mapped past
+    the grace belongs to a live job and stays."""
+    import time
+
+    from gpucomm.bench.backends import mapped_shm, remove_stale_mpich, shm_names
+    holder = ("import mmap, sys, time\n"
+              "f = open(sys.argv[1], 'r+b')\n"
+              "m = mmap.mmap(f.fileno(), 4096)\n"
+              "print('mapped', flush=True)\n"
+              "time.sleep(float(sys.argv[2]))\n")
+    before = shm_names()
+    names = [f"mpich_shm_gpucommtest_{os.getpid()}_{k}" for k in (0, 1)]
+    procs = []
+    try:
+        for name, hold in zip(names, (0.4, 30.0)):
+            with open(f"/dev/shm/{name}", "wb") as f:
+                f.truncate(4096)
+            procs.append(subprocess.Popen([sys.executable, "-c", holder, f"/dev/shm/{name}",
+                                           str(hold)], stdout=subprocess.PIPE, text=True))
+            assert procs[-1].stdout.readline().strip() == "mapped"
+        assert set(names) <= mapped_shm()
+        t0 = time.monotonic()
+        removed = remove_stale_mpich(before, grace_s=3.0)
+        assert removed == names[:1]  # let go after 0.4 s, within the grace
+        assert time.monotonic() - t0 >= 2.9  # the live one was waited for, then left
+        assert names[1] in shm_names()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for name in names:
+            try:
+                os.unlink(f"/dev/shm/{name}")
+            except FileNotFoundError:
+                pass

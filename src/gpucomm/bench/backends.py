@@ -10,6 +10,7 @@ share their memory), so the timed work is the collective, not a conversion.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -268,18 +269,26 @@ def mapped_shm(prefix: str = MPICH_PREFIX) -> set:
     return found
 
 
-def remove_stale_mpich(before: set) -> list:
+def remove_stale_mpich(before: set, grace_s: float = 2.0) -> list:
     """Remove the mpich_shm_* segments created since `before` (a shm_names() snapshot taken
-    before starting mpiexec) that no live process maps; returns the names removed."""
-    new = shm_names() - set(before)
-    if not new:
-        return []
-    busy = mapped_shm()
-    gone = []
-    for name in sorted(new - busy):
-        try:
-            os.unlink(os.path.join(SHM_DIR, name))
-            gone.append(name)
-        except FileNotFoundError:
-            pass
-    return gone
+    before starting mpiexec) that no live process maps; returns the names removed. A new
+    segment still mapped gets up to `grace_s` to be let go: the ranks of a job whose mpiexec
+    has returned may still be exiting (killed ranks outlive it by a moment), and a segment
+    skipped as busy then would stay behind once they are gone. One still mapped after that
+    belongs to a live job and is left to it."""
+    deadline = time.monotonic() + grace_s
+    gone: list = []
+    while True:
+        new = shm_names() - set(before)
+        if not new:
+            return gone
+        busy = mapped_shm()
+        for name in sorted(new - busy):
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+                gone.append(name)
+            except FileNotFoundError:
+                pass
+        if not new & busy or time.monotonic() >= deadline:
+            return gone
+        time.sleep(0.05)
