@@ -181,8 +181,10 @@ def _replace_version(text, version):
 def test_nccl_version_flag_models_the_release_the_log_ran(capsys):
     """Polaris's NCCL 2.18 log prints no version; --nccl-version 2.18 models that release, whose
     Tree/Simple halves its chunk by the tree's depth (enqueue.cc, removed in 2.20): smaller
-    chunks fill the 4 MiB tree's pipeline sooner (one chunk per channel is stored and forwarded
-    at every hop), so 2.18's tree is faster there. The tree is asked for: NCCL's model ranks
+    chunks fill the 4 MiB tree's pipeline sooner, so 2.18's tree is faster there; by a few
+    percent, since the tree runs on Polaris's 4 collective channels (2 NICs a node;
+    nccl.tree_run_channels), where the newest release's 512 KiB chunks already pipeline two
+    to a channel. The tree is asked for: NCCL's model ranks
     the ring first on these A100 nodes (its tree held to 23.6 GB/s per search channel,
     tuning.cc perChMaxTreeBws)."""
     log = Path(__file__).resolve().parents[1] / "data/logs/polaris-nccl218-2n-all_reduce.log"
@@ -193,7 +195,7 @@ def test_nccl_version_flag_models_the_release_the_log_ran(capsys):
         row = next(r for r in diagnose(req).rows if r["size"] == 4 << 20)
         assert (row["algorithm"], row["protocol"]) == ("tree", "simple")
         rows[version] = row["predicted_busbw"]
-    assert rows["2.18"] > 1.2 * rows[None]
+    assert rows["2.18"] > 1.02 * rows[None]
     with pytest.raises(SystemExit):
         main(["doctor", str(log), "--nccl-version", "3.1"])
     assert "nccl version '3.1' not understood" in capsys.readouterr().err

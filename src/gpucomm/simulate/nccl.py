@@ -355,8 +355,8 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     table = value("TREE_CORRECTION")[proto]
     k = int(np.log2(max(size, 64) / 64))
     correction = table[k] if k < min(len(table), 23) else 1.0
-    t = lat + max(t_intra, t_net) / correction + _tree_fill(shape, proto, size, nch, t_intra,
-                                                            t_net)
+    t = lat + max(t_intra, t_net) / correction + _tree_fill(
+        shape, proto, size, tree_run_channels(topology, n), t_intra, t_net)
     busy: Mapping[int, float] = {}
     if shape["chain"] is not None:
         count, links = shape["chain"].transfers, shape["chain"].links
@@ -372,6 +372,20 @@ def tree_graph_channels(topology: Topology, nodes: int) -> int:
     (the `8 coll channels` NCCL prints there); so each of those figures is what a pair of
     channels, one SM in each tree, carries. On one node, or nodes without NICs: TREE_CHANNELS."""
     searched = nccl_tuning.topology_tree_graph_channels(topology) if nodes > 1 else None
+    return searched or K.TREE_CHANNELS
+
+
+def tree_run_channels(topology: Topology, nodes: int) -> int:
+    """The channels NCCL splits a tree all-reduce's buffer over, each pipelining its share in
+    chunks (the fill's unit): comm->nChannels (v2.23.4-1 src/enqueue.cc:1859 topoGetAlgoInfo
+    starts nc at comm->nChannels, trims it only below nc x nThreads x threadThreshold bytes
+    (:1878) and sets task->nMaxChannels to it (:1899); scheduleCollTasksToPlan spreads the
+    bytes over those channels, at most comm->nChannels (:721, :736-:737), a 512 KiB Simple
+    chunk at a time (calcCollChunking: stepSize = 4 MiB / NCCL_STEPS, no tree rule, :2009)). Across
+    nodes that is the search's channels doubled by ncclTopoPostset (nccl_tuning
+    .topology_coll_channels: 8 on 4 x 200G NICs, 16 on 8 x NDR), not TREE_CHANNELS; on one
+    node, or nodes without NICs, TREE_CHANNELS."""
+    searched = nccl_tuning.topology_coll_channels(topology) if nodes > 1 else None
     return searched or K.TREE_CHANNELS
 
 

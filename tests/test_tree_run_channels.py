@@ -1,0 +1,47 @@
+"""The channels a tree all-reduce's pipeline fill counts across nodes (simulate/nccl.py
+tree_run_channels): NCCL runs the tree on comm->nChannels (v2.23.4-1 src/enqueue.cc:1859,
+:1899), the search's channels doubled (nccl_tuning.topology_coll_channels), so on nodes of 4 x
+200G NICs each of 8 channels, not 16, pipelines its share in 512 KiB Simple chunks."""
+import pytest
+
+from gpucomm.simulate import constants as K
+from gpucomm.simulate import nccl, nccl_tuning, predict
+from gpucomm.topology import build_topology
+
+MIB = 1 << 20
+
+
+def alps(nodes: int):
+    return build_topology("cray-ex254n", nodes=nodes, gpus_per_node=4, nic="slingshot-200g")
+
+
+def test_the_tree_runs_on_nccls_collective_channels_across_nodes():
+    two = alps(2)
+    assert nccl.tree_run_channels(two, 2) == nccl_tuning.topology_coll_channels(two) == 8
+    assert nccl.tree_run_channels(alps(1), 1) == K.TREE_CHANNELS
+    dgx = build_topology("dgx-h100", nodes=2)
+    assert nccl.tree_run_channels(dgx, 2) == nccl_tuning.topology_coll_channels(dgx) == 16
+
+
+def test_the_fill_stops_growing_once_each_of_the_8_channels_holds_a_chunk(monkeypatch):
+    """From 8 x 512 KiB = 4 MiB the fill is constant: 8 MiB pays half the fill 16 channels
+    would (one chunk per channel there, two here); below 4 MiB nothing changes."""
+    topo = alps(2)
+
+    def t(size, channels=None):
+        if channels is not None:
+            monkeypatch.setattr(nccl, "tree_run_channels", lambda *_: channels)
+        out = predict("all_reduce", size, topo, algorithm="tree", protocol="simple",
+                      nccl_version="2.23.4").time_s
+        monkeypatch.undo()
+        return out
+
+    assert t(2 * MIB) == pytest.approx(t(2 * MIB, 16), rel=1e-12)
+    assert t(8 * MIB) == pytest.approx(t(8 * MIB, 8), rel=1e-12)
+    # at 8 MiB a channel's share is 512 KiB x 16 / channels: the fill F on 16 channels (one
+    # chunk each, store and forward), F/2 on 8, F/4 on 4
+    assert t(8 * MIB, 16) - t(8 * MIB) == pytest.approx(2 * (t(8 * MIB) - t(8 * MIB, 4)),
+                                                         rel=1e-6)
+    # the Alps 2-node log (data/logs/alps-gh200-2n-all_reduce.log) ran 8 MiB in 300 us; the
+    # 16-channel fill predicted 676 us
+    assert t(8 * MIB) * 1e6 < 450
