@@ -234,5 +234,6 @@ def test_proxy_ops_of_sendrecv_count_network_neighbours():
         topo = build_topology("dgx-h100", nodes=4, gpus_per_node=gpn)
         placement = np.arange(topo.nranks)
         paths = path_table(topo, placement)
-        assert p2p.proxy_ops("sendrecv", topo, placement, paths, 1) == want
-        assert p2p.proxy_ops("all_to_all", topo, placement, paths, 2) == 2 * 2 * 3 * gpn
+        _, cls, _ = paths.properties(paths.routes(*p2p.pairs("sendrecv", topo.nranks), 0))
+        assert p2p.proxy_ops("sendrecv", topo, placement, cls, 1) == want
+        assert p2p.proxy_ops("all_to_all", topo, placement, cls, 2) == 2 * 2 * 3 * gpn

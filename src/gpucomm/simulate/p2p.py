@@ -285,13 +285,12 @@ def fill_s(per_op: float, n: int, info: P2PPlan, paths: PathTable,
 
 
 def proxy_ops(coll_name: str, topology: Topology, placement: npt.NDArray[np.int64],
-              paths: PathTable, n: int) -> int:
+              cls: npt.ArrayLike, n: int) -> int:
     """The network operations the busiest GPU's proxy takes in turn (constants.py
-    P2P_PROXY_OP_S): a send and a receive per network peer, `n` channel parts each."""
+    P2P_PROXY_OP_S): a send and a receive per network peer, `n` channel parts each. `cls`:
+    for sendrecv, the path class of each of its pairs (`pairs`), which `limit` has read."""
     p = len(placement)
     if coll_name == "sendrecv":  # rank r sends pair r and receives pair r - 1
-        src, dst = pairs(coll_name, p)
-        _, cls, _ = paths.properties(paths.routes(src, dst, 0))
         net = (np.asarray(cls) == NET).astype(np.int64)
         return int((net + np.roll(net, 1)).max()) * n
     node = np.asarray(topology.router.rank_node)[placement]
@@ -339,7 +338,7 @@ def limit(res: SimResult, coll: Collective, nbytes: int, topology: Topology,
         else:
             node = np.asarray(topology.router.rank_node)[placement]
             fill, first = fill_s(per_pair, n, info, paths, node)
-    ops = proxy_ops(coll.name, topology, placement, paths, n)
+    ops = proxy_ops(coll.name, topology, placement, cls, n)
     # the last operation's own chain (base, its data, its network hop) starts after the proxy
     # has taken the ones before it
     t_proxy = 0.0 if ops == 0 else t + K.HOP_LATENCY_S[proto]["net"] + (ops - 1) * K.P2P_PROXY_OP_S
