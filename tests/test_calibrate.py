@@ -193,25 +193,33 @@ def test_a_step_sync_is_fitted_without_a_jump_and_predicts_another_nccl(tmp_path
     calibrate fits a per-step sync from the share where the slowdown rises most, and the same
     cluster's NCCL 2.22.3 run (with AWS's tuner, not looked at by the fit) is then predicted
     within 20% at 1-64 MiB, median (31.6% with the NIC rate and latency alone)."""
-    out = tmp_path / "p5.yaml"
-    assert main(["calibrate", str(LOGS / "aws-p5-2n-nccl2.20.3-efa.log"), "--output",
-                 str(out)]) == 0
-    capsys.readouterr()
-    p = yaml.safe_load(out.read_text())["parameters"]
+    out, doc = _calibrate(tmp_path, capsys, "aws-p5-2n-nccl2.20.3-efa.log")
+    p = doc["parameters"]
     assert 1 < p["network_sync_us"] < 100 and p["network_sync_from_bytes"] < 64 << 10
-    assert main(["doctor", str(LOGS / "aws-p5-2n-nccl2.22.3-tuner-efa.log"), "--profile",
-                 str(out), "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    rows = json.loads(_doctor(capsys, "aws-p5-2n-nccl2.22.3-tuner-efa.log", out, "--format",
+                              "json"))["rows"]
     errs = sorted(abs(1 / r["ratio"] - 1) for r in rows
                   if r.get("ratio") and 1 << 20 <= r["size"] < 64 << 20)
     assert len(errs) == 6 and errs[len(errs) // 2] < 0.2
 
 
+def _calibrate(tmp_path, capsys, log, *flags) -> tuple[Path, dict]:
+    """calibrate a log of data/logs: the profile's path and its YAML (output swallowed)."""
+    out = tmp_path / f"{Path(log).stem}.yaml"
+    assert main(["calibrate", str(LOGS / log), *flags, "--output", str(out)]) == 0
+    capsys.readouterr()
+    return out, yaml.safe_load(out.read_text())
+
+
+def _doctor(capsys, log, profile, *flags) -> str:
+    """What doctor --profile prints on a log of data/logs."""
+    assert main(["doctor", str(LOGS / log), "--profile", str(profile), *flags]) == 0
+    return capsys.readouterr().out
+
+
 def _mid_errors(capsys, log, profile) -> list:
     """doctor --profile on a log: sorted |busbw error| of its 1-64 MiB rows."""
-    assert main(["doctor", str(LOGS / log), "--profile", str(profile), "--format",
-                 "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    rows = json.loads(_doctor(capsys, log, profile, "--format", "json"))["rows"]
     return sorted(abs(1 / r["ratio"] - 1) for r in rows
                   if r.get("ratio") and 1 << 20 <= r["size"] < 64 << 20)
 
@@ -221,11 +229,7 @@ def test_a_call_sync_is_fitted_on_one_collective_and_predicts_the_others(tmp_pat
     ~30-50 us more than the model, whatever its bytes or steps (all five take 72-77 us at
     1 MiB). Fitted on the all-reduce log as one cost per call, the all-gather and
     reduce-scatter logs (not fitted) are within 20% at 1-64 MiB, median (85-91% without)."""
-    out = tmp_path / "a100.yaml"
-    assert main(["calibrate", str(LOGS / "superbench-a100-nccl_allreduce.log"), "--output",
-                 str(out)]) == 0
-    capsys.readouterr()
-    doc = yaml.safe_load(out.read_text())
+    out, doc = _calibrate(tmp_path, capsys, "superbench-a100-nccl_allreduce.log")
     p, d = doc["parameters"], doc["details"]
     assert 20 < p["call_sync_us"] < 80 and p["call_sync_from_bytes"] == 64 << 10
     assert d["call_sync_us"]["catalog"] == 0.0 and "baseLat" in d["call_sync_us"]["meaning"]
@@ -263,19 +267,14 @@ def test_the_nic_rate_is_fitted_before_an_algorithm_switch(tmp_path, capsys):
     rates the tree by its bwIntra, raised to twice bwInter: search.cc, tuning.cc); fitted on it,
     the all-gather log of the same nodes (rings, not fitted) is within 10% at 64 MiB and
     more."""
-    out = tmp_path / "snellius.yaml"
     nics = ["--nic", "ib-hdr", "--nics-per-node", "4", "--select", "nccl"]
-    assert main(["calibrate", str(LOGS / "snellius-h100-2n-all_reduce.log"), *nics,
-                 "--output", str(out)]) == 0
-    capsys.readouterr()
-    doc = yaml.safe_load(out.read_text())
+    out, doc = _calibrate(tmp_path, capsys, "snellius-h100-2n-all_reduce.log", *nics)
     assert 0.8 < doc["parameters"]["nic_efficiency"] < 0.95
     assert "switched algorithm" in doc["details"]["nic_efficiency"]["note"]
     assert "from 512 MiB, busbw x1.27 after x1.08" in doc["details"]["nic_efficiency"]["note"]
     assert "where the model does too" in doc["details"]["nic_efficiency"]["note"]
-    assert main(["doctor", str(LOGS / "snellius-h100-2n-all_gather.log"), "--profile",
-                 str(out), *nics, "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    rows = json.loads(_doctor(capsys, "snellius-h100-2n-all_gather.log", out, *nics,
+                              "--format", "json"))["rows"]
     errs = sorted(abs(1 / r["ratio"] - 1) for r in rows if r.get("ratio") and
                   r["size"] >= 64 << 20)
     assert len(errs) >= 6 and errs[len(errs) // 2] < 0.1
@@ -297,18 +296,11 @@ def test_a_profile_fitted_without_gdr_warns_on_a_log_that_uses_it(tmp_path, caps
     # MOC H100 RoCE: the 1-GPU runs stage through host memory ("GDR 0"); the 4-GPU run's
     # receives use GPUDirect RDMA, which NCCL enabled through a PXN peer's distance to the NIC
     # (paths.cc ncclTopoCheckGdr), at 5.8 against 15 GB/s: the fitted rate does not carry over
-    out = tmp_path / "moc.yaml"
-    assert main(["calibrate", str(LOGS / "moc-h100-2n-1g-all_reduce-roce.log"),
-                 "--output", str(out)]) == 0
-    assert yaml.safe_load(out.read_text())["sources"][0]["gdr"] is False
-    capsys.readouterr()
+    out, doc = _calibrate(tmp_path, capsys, "moc-h100-2n-1g-all_reduce-roce.log")
+    assert doc["sources"][0]["gdr"] is False
     warn = "fitted on logs with GPUDirect RDMA off; this log's network connections have it on"
-    assert main(["doctor", str(LOGS / "moc-h100-2n-4g-sendrecv-roce.log"), "--profile",
-                 str(out)]) == 0
-    assert warn in capsys.readouterr().out
-    assert main(["doctor", str(LOGS / "moc-h100-2n-1g-sendrecv-roce.log"), "--profile",
-                 str(out)]) == 0
-    assert "GPUDirect RDMA off;" not in capsys.readouterr().out
+    assert warn in _doctor(capsys, "moc-h100-2n-4g-sendrecv-roce.log", out)
+    assert "GPUDirect RDMA off;" not in _doctor(capsys, "moc-h100-2n-1g-sendrecv-roce.log", out)
 
 
 def test_a_log_that_stops_below_64_mib_gives_its_nic_rate_from_its_plateau(tmp_path, capsys):
@@ -316,17 +308,12 @@ def test_a_log_that_stops_below_64_mib_gives_its_nic_rate_from_its_plateau(tmp_p
     busbw rises x1.08, x1.04, x1.09 from 8 to 32 MiB (x1.37 at 4 MiB), bandwidth-bound rows
     the NIC rate is fitted on. Fitted there, its 8-node all-reduce is within 25% from 1 MiB up
     (the catalog's 8 x HDR: 3-8x too fast)."""
-    out = tmp_path / "abci.yaml"
     v = ["--nccl-version", "2.8.4", "--select", "nccl"]
-    assert main(["calibrate", str(LOGS / "abci-a100-2n-all_reduce.log"), *v,
-                 "--output", str(out)]) == 0
-    capsys.readouterr()
-    doc = yaml.safe_load(out.read_text())
+    out, doc = _calibrate(tmp_path, capsys, "abci-a100-2n-all_reduce.log", *v)
     assert 0.1 < doc["parameters"]["nic_efficiency"] < 0.25
     assert "abci-a100-2n-all_reduce.log 8-32 MiB" in doc["details"]["nic_efficiency"]["note"]
-    assert main(["doctor", str(LOGS / "abci-a100-8n-all_reduce.log"), "--profile", str(out),
-                 *v, "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    rows = json.loads(_doctor(capsys, "abci-a100-8n-all_reduce.log", out, *v, "--format",
+                              "json"))["rows"]
     errs = [abs(1 / r["ratio"] - 1) for r in rows if r["size"] >= 1 << 20]
     assert len(errs) == 6 and statistics.median(errs) < 0.25
 
@@ -356,16 +343,11 @@ def test_a_profile_fitted_on_no_p2p_test_warns_on_slingshot_all_to_all(tmp_path,
     # remote peer pay the provider's matching and rendezvous (alcf-nccl-tests setups 3-5: the
     # same all_reduce fit, all-to-all 72-131 ms at 1 GiB); the unnamed logs are read as the
     # collectives doctor infers, and the profile says which
-    out = tmp_path / "sirius.yaml"
-    assert main(["calibrate", str(LOGS / "sirius-nccl221-2n-all_reduce.log"), "--nccl-version",
-                 "2.21", "--output", str(out)]) == 0
-    assert yaml.safe_load(out.read_text())["sources"][0]["collective"] == "all_reduce"
-    capsys.readouterr()
+    out, doc = _calibrate(tmp_path, capsys, "sirius-nccl221-2n-all_reduce.log",
+                          "--nccl-version", "2.21")
+    assert doc["sources"][0]["collective"] == "all_reduce"
     warn = ("the profile was fitted on all_reduce, no point-to-point test: over Slingshot "
             "all_to_all moves 128 KiB chunks")
-    assert main(["doctor", str(LOGS / "sirius-nccl221-2n-alltoall.log"), "--profile",
-                 str(out)]) == 0
-    assert warn in capsys.readouterr().out
-    assert main(["doctor", str(LOGS / "sirius-nccl221-2n-all_gather.log"), "--profile",
-                 str(out)]) == 0
-    assert "no point-to-point test" not in capsys.readouterr().out
+    assert warn in _doctor(capsys, "sirius-nccl221-2n-alltoall.log", out)
+    assert "no point-to-point test" not in _doctor(capsys, "sirius-nccl221-2n-all_gather.log",
+                                                   out)
