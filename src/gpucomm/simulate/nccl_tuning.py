@@ -211,8 +211,8 @@ def _first_gpu(topo: Topology) -> GPU:
 def coll_channels_per_nic(topo: Topology) -> float:
     """NCCL's collective channels across nodes (topology_coll_channels) per NIC of a node: the
     channels whose network messages one GPU's proxy thread posts; 1 where nodes have no NIC."""
-    nics = _node_nics_GBps(topo)
-    return _coll_channels(_first_gpu(topo), max(nics), len(nics)) / len(nics) if nics else 1.0
+    channels, nics = topology_coll_channels(topo), _node_nics_GBps(topo)
+    return channels / len(nics) if channels is not None else 1.0
 
 
 def net_graph(sm: str, nics: int, path_GBps: float, nvlink_GBps: float | None
