@@ -1,5 +1,6 @@
 """NCCL version as a model input (simulate/versions.py), and the tree's chain on shared links."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,3 +204,32 @@ def test_ll128_across_nodes_over_c2c_arrives_in_2_27():
     assert value("LL128_C2C", (2, 26)) is False and value("LL128_C2C", (2, 27)) is True
     one = predict("all_reduce", 1 << 20, build_topology("cray-ex254n"), nccl_version="2.23")
     assert "ll128" in {p for _, p, _ in one.candidates}
+
+
+def test_empty_collective_moves_nothing_and_launches_nothing_from_2_20():
+    """nccl-tests prints 0-byte rows where a size is below one element per rank. From v2.20.3-1
+    NCCL returns before enqueueing a 0-element collective (enqueue.cc:1865); v2.18 still
+    launched its kernel, with no proxy operation (enqueue.cc:336). Measured in the corpus:
+    0.23-0.26 us on NCCL 2.21 and 2.22, 8.4-8.8 us on 2.18, where 511 ring steps were once
+    predicted as 1.25 ms. A 0-byte all-to-all is point-to-point, still a proxy operation per
+    peer, and still timed."""
+    t = build_topology("polaris", nodes=128)
+    new = predict("all_gather", 0, t)
+    old = predict("all_gather", 0, t, nccl_version="2.18")
+    assert new.time_s == 0 and new.algorithm == "none" and new.reason == "none (0 bytes)"
+    assert old.time_s == get_protocol("ll", "ampere", 128).base_latency_s
+    assert 5e-6 <= old.time_s <= 9e-6 and "enqueue.cc" in old.note and "2.20" in new.note
+    assert predict("all_gather", 512 * 4, t, nccl_version="2.18").time_s > 1e-3  # steps again
+    assert predict("all_to_all", 0, build_topology("dgx-a100", nodes=2)).time_s > 20e-6
+
+
+def test_doctor_predicts_a_logs_empty_rows_as_their_nccl_ran_them(capsys):
+    """Polaris' 128-node all_gather on NCCL 2.18 and its 2-node one on 2.21 (data/logs, raw)."""
+    logs = Path(__file__).resolve().parents[1] / "data" / "logs"
+    for name, version, lo, hi in (("polaris-nccl218-128n-all_gather.log", "2.18", 5, 9),
+                                  ("polaris-nccl221-2n-all_gather.log", "2.21", 0, 0)):
+        assert main(["doctor", str(logs / name), "--nccl-version", version,
+                     "--format", "json"]) == 0
+        rows = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["size"] == 0]
+        assert rows and all(lo <= r["predicted_time_us"] <= hi and 0 < r["time_us"] < 9
+                            for r in rows)

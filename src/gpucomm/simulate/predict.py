@@ -109,6 +109,8 @@ def _predict(collective: Collective | str, nbytes: int | str, topology: Topology
     host_s = host_issue_s(gpus_per_thread, cuda_graph)
     p = len(list(ranks)) if ranks is not None else topology.nranks
     placement: Ranks = _placement(p, topology, ranks)
+    if size == 0 and p > 1 and coll.name not in P2P_COLLECTIVES:
+        return _empty(coll, topology, placement, dtype, model, redop, host_s)
     names = _candidates(coll, algorithm, topology, placement, exclude)
     if algorithm == "auto":
         for extra in also:
@@ -230,6 +232,33 @@ def _host_bound(res: SimResult, host_s: float, coll: Collective, dtype: DTypeLik
     if res.nranks < 2 or res.time_s >= host_s:
         return res
     return _retimed(res, host_s, coll, dtype, f"host: {host_s * 1e6:.1f} us to issue the launches")
+
+
+def _empty(coll: Collective, topology: Topology, placement: Ranks, dtype: DTypeLike,
+           model: str, redop: str, host_s: float) -> SimResult:
+    """A collective of 0 bytes (nccl-tests prints such rows where the size is below one element
+    per rank): no step moves anything, so no algorithm is timed. From NCCL 2.20 nothing is
+    launched (versions.RULE_SINCE "empty_collective_discarded"); before, the kernel still
+    launched with no proxy operation, so the call costs LL's fixed latency (the least of any
+    protocol), no less than the host's launches."""
+    lay = layout(coll, 0, dtype, len(placement))
+    gen, nodes = generation_of(topology), _nodes(topology, placement)
+    ll = get_protocol("ll", gen, nodes)
+    if versions.has_rule("empty_collective_discarded"):
+        time_s, why = 0.0, ("0 bytes: NCCL discards an empty collective before launching "
+                            "anything (" + versions.RULE_SINCE["empty_collective_discarded"][1]
+                            + ")")
+    else:
+        time_s = max(ll.base_latency_s, host_s)
+        why = ("0 bytes: this NCCL launches the kernel of an empty collective with no proxy "
+               "operation (v2.18.3-1 enqueue.cc:336): the launch's fixed latency only")
+    timed = Timed(algorithm="none", schedule=None, closed_form="empty", topology=topology,
+                  placement=placement, protocol=ll, channels=0, lanes=1.0, nics=1, fabric=None,
+                  model=model, nbytes=0, dtype=lay.dtype.name, redop=redop, simulated_s=time_s)
+    return SimResult(collective=coll.name, algorithm="none", protocol="none", model=model,
+                     nranks=len(placement), size=0, count=0, dtype=lay.dtype.name,
+                     time_s=time_s, algbw_GBps=0.0, busbw_GBps=0.0, redop=redop, note=why,
+                     timed=timed)
 
 
 def _call_sync(res: SimResult, topology: Topology, coll: Collective,

@@ -162,7 +162,10 @@ class SimResult:
     @property
     def reason(self) -> str:
         """What was chosen, as NCCL_DEBUG=INFO would name it, and by how much it beat the
-        runner-up among the candidates: 'nvls_tree/simple 16ch (ring/simple +31%)'."""
+        runner-up among the candidates: 'nvls_tree/simple 16ch (ring/simple +31%)'; 'none'
+        for a collective of 0 bytes, which moves nothing (predict._empty)."""
+        if self.algorithm == "none":
+            return "none (0 bytes)"
         text = f"{self.algorithm}/{self.protocol} {self.nccl_channels or self.channels}ch"
         others = [(t, a, p) for a, p, t in self.candidates
                   if (a, p) != (self.algorithm, self.protocol)]

@@ -229,7 +229,11 @@ RULE_SINCE: dict[str, tuple[Version, str]] = {
     # a network peer gets max(NICs, ceil(NIC GB/s / NCCL_P2P_PER_CHANNEL_NET_BW)) channels, and
     # ncclTopoComputeP2pChannels halves p2pnChannelsPerPeer across nodes while perPeer x
     # ceil(nRanks / NCCL_MAX_DEV_WORK_P2P_PER_BATCH) > p2pnChannels (absent in v2.28.9-1)
-    "p2p_channels_fit_one_round": ((2, 29), "v2.29.2-1 paths.cc ncclTopoComputeP2pChannels")}
+    "p2p_channels_fit_one_round": ((2, 29), "v2.29.2-1 paths.cc ncclTopoComputeP2pChannels"),
+    # a collective of 0 elements returns before anything is enqueued (no kernel, no proxy);
+    # before, it still launched its kernel, with no proxy operation (v2.18.3-1 enqueue.cc:336
+    # "Empty collectives do not make it to the proxy thread")
+    "empty_collective_discarded": ((2, 20), "v2.20.3-1 enqueue.cc:1865 taskAppend")}
 
 _ACTIVE: contextvars.ContextVar[Version | None] = contextvars.ContextVar("gpucomm_nccl_version",
                                                                          default=None)
