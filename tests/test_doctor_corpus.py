@@ -33,6 +33,8 @@ def test_doctor_infers_what_the_source_states(entry):
         assert d.ratio is not None and d.ratio > 0
         if "nic" in entry:
             assert d.system.get("nic") == entry["nic"]
+        if "nics_per_node" in entry:  # where the source states it and the log shows it
+            assert d.system.get("nics_per_node") == entry["nics_per_node"]
 
 
 def test_doctor_command_runs_on_several_logs_at_once(capsys):

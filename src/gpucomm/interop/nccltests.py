@@ -42,7 +42,7 @@ _NCCL_VERSION = re.compile(r"^R?CCL version\s*:?\s*(\S+)")
 _XTRACE_ENV = re.compile(r"^\++ (?:export )?'?((?:NCCL|FI)_[A-Z0-9_]+)=(.*?)'?$")
 _INFO = re.compile(r"^(\S+?):(\d+):(\d+)\s+\[(\d+)\]\s+NCCL\s+(INFO|WARN)\s+(.*)$")
 # A net plugin's name may hold spaces: "via NET/AWS Libfabric/7/GDRDMA" (aws-ofi-nccl on cxi).
-_VIA = re.compile(r"Channel\s+\d+/\d+\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?"
+_VIA = re.compile(r"Channel\s+\d+(?:/\d+)?\s*:\s*(\d+)\[[^\]]*\]\s*->\s*(\d+)\[[^\]]*\].*?"
                   r"via\s+(NET/[^/]+/\S+|\S+)")
 
 TEST_COLLECTIVE = {"alltoall": "all_to_all"}
@@ -93,7 +93,8 @@ class NcclInfo:
 
     @property
     def present(self) -> bool:
-        return bool(self.version or self.transports or self.nranks or self.env)
+        """Whether any INFO line was read (a field differs from an empty NcclInfo)."""
+        return self != NcclInfo()
 
 
 @dataclass

@@ -203,15 +203,15 @@ def _nic(log: NcclTestsLog, gpu, per_host, ev):
     nic, nics, note = None, len(info.nics) or None, None
     if info.provider == "cxi" or "cxi" in names or any(k.startswith("FI_CXI_") for k in info.env):
         nic = "slingshot-200g"  # libfabric's cxi provider (its FI_CXI_* settings): Slingshot
-        if not nics and info.net_devices:  # libfabric lists no NICs: count what channels use
-            nics = len(info.net_devices)
-            ev.append(f"channels use NET devices {sorted(info.net_devices)}: {nics} NIC(s)")
     elif info.provider == "efa" or "efa" in names or "efa" in net or "rdmap" in names:
         nic = _EFA.get(gpu, "efa-100g")
     elif net.startswith("socket"):
         nic = "tcp-100g"
     elif info.nics:
         nic, nics, note = _ib_or_roce(info, gpu, per_host, ev)
+    if nic and not nics and info.net_devices:  # a net plugin lists no NICs (aws-ofi-nccl on
+        nics = len(info.net_devices)  # cxi or EFA): count the ones the channels use
+        ev.append(f"channels use NET devices {sorted(info.net_devices)}: {nics} NIC(s)")
     if info.net or info.provider:
         ev.append(f"network: {info.net or info.provider}"
                   + (f", {nics} NIC(s) ({', '.join(info.nics[:4])})" if nics else "")
