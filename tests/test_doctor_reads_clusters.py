@@ -309,3 +309,21 @@ def test_busbw_that_is_ring_s_where_the_model_ran_nvls_says_nvls_was_likely_off(
     assert told.ratio > 0.9 and not any("ring gives" in c for c in told.causes)
     nvls = parse_logs((LOGS / "together-h100-2x1n-all_reduce-nvls.log").read_text())[0]
     assert not any("ring gives" in c for c in diagnose(DoctorRequest(nvls, name="log")).causes)
+
+
+def test_old_channel_lines_and_a_plugins_nics_are_read():
+    """NCCL 2.9.9 prints `Channel 00 : 1[101d0] -> 8[101c0] [send] via NET/AWS Libfabric/1/GDRDMA`
+    (no /nChannels) and aws-ofi-nccl lists no NICs: the channels' NET devices say 4 EFA NICs a
+    p4d node, as its source states. Its INFO lines are there, so doctor does not ask for them,
+    and its 8 collective channels are what NCCL's search gives 4 NICs (2 a NIC), no cause; told
+    8 NICs, 8 channels are fewer than the 16 those would get."""
+    log = parse_log((LOGS / "aws-p4d-eks-2n-nccl2.9.9-efa.log").read_text())
+    assert log.info.transports.get("NET") and log.info.net_devices == {0, 1, 2, 3}
+    assert log.info.gdr is True
+    d = diagnose(DoctorRequest(log, name="p4d"))
+    assert d.system["nics_per_node"] == 4 and d.system["nic"] == "efa-100g"
+    assert not any("NCCL_DEBUG=INFO" in x for x in d.notes + d.causes)
+    assert not any("fewer channels" in c for c in d.causes)
+    told = diagnose(DoctorRequest(log, name="p4d", nics_per_node=8))
+    assert any("fewer channels than expected: NCCL ran 8, 8 NIC(s) a node give 16" in c
+               for c in told.causes)

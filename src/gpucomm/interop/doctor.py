@@ -20,7 +20,7 @@ from ..collectives import get_collective
 from ..dtypes import format_size
 from ..errors import ConfigError
 from ..hardware import get_nic
-from ..simulate import nccl, predict
+from ..simulate import nccl, nccl_tuning, predict
 from ..simulate.p2p import P2P_COLLECTIVES
 from ..simulate.versions import parse_version
 from ..topology import Topology, build_topology
@@ -509,11 +509,16 @@ def _causes(log, coll, kw, topo, rows, nics, ratio, version=None, extra=()):
                       "not use it (NCCL_NVLS_ENABLE=0, no multicast support: driver, fabric "
                       "manager or IMEX)")
     big = max(rows, key=lambda r: r["size"])
-    want = NVSWITCH_CHANNELS if full_node else None
+    # across nodes NCCL's search sizes the channels to the NICs (2 per NIC on a 4-NIC DGX
+    # A100, aws-p4d's `8 coll channels`): expect what the model runs there
+    want = (nccl_tuning.topology_coll_channels(topo) if multi else NVSWITCH_CHANNELS) \
+        if full_node else None
     if info.coll_channels and want and info.coll_channels < want:
-        causes.append(f"fewer channels than expected: NCCL ran {info.coll_channels}, NVSwitch "
-                      f"systems get {want} or more (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, "
-                      "NCCL_MIN_CTAS, NCCL_NCHANNELS_PER_NET_PEER)")
+        where = f"{nics} NIC(s) a node give {want}" if multi else \
+            f"NVSwitch systems get {want} or more"
+        causes.append(f"fewer channels than expected: NCCL ran {info.coll_channels}, {where} "
+                      "(NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, NCCL_MIN_CTAS, "
+                      "NCCL_NCHANNELS_PER_NET_PEER)")
     notes += _setting_notes(info)
     for w in info.warnings[:3]:
         causes.append(f"NCCL warned: {w}")
@@ -531,7 +536,8 @@ def _causes(log, coll, kw, topo, rows, nics, ratio, version=None, extra=()):
                          "link, but in-node hops (NVLink) and in-network reduction carry part "
                          "of the traffic, so it can exceed a NIC's speed")
     if ratio is not None and ratio < LOW and not causes:
-        causes.append("nothing in the log explains it; rerun with NCCL_DEBUG=INFO "
-                      "NCCL_DEBUG_SUBSYS=INIT,GRAPH,NET and check link health (ibstat, "
+        rerun = "" if info.present else \
+            "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,NET and "
+        causes.append(f"nothing in the log explains it; {rerun}check link health (ibstat, "
                       "nvidia-smi nvlink -s) and clocks")
     return causes, notes
