@@ -90,3 +90,22 @@ def test_the_simple_cap_counts_the_channels_the_tree_runs(monkeypatch):
     assert t() == pytest.approx(t(4), rel=1e-12)
     assert t() > t(16) * 1.01
 
+
+def test_the_trees_connections_are_those_of_the_channels_it_runs():
+    """Each channel opens its own connection to its tree peers (connect.cc connectTrees: channel
+    c runs tree 0, c + nChannels tree 1): on Snellius's 4 x HDR's 8 channels one connection of
+    each tree per rail, per edge and direction, as on 8 x NDR's 16 (nccl_trees.tree_routes)."""
+    import numpy as np
+
+    from gpucomm.simulate import nccl_trees
+    from gpucomm.simulate.core import path_table
+    from gpucomm.topology.fabric import Network
+    for gpus, nics, nic in ((4, 4, "ib-hdr"), (8, 8, "ib-ndr")):
+        topo = build_topology("dgx-h100", nodes=4, gpus_per_node=gpus, nics_per_node=nics,
+                              nic=nic, fabric="rail-2tier", leaf_ports=2,
+                              network=Network(routing="ecmp"))
+        pl = np.arange(topo.nranks)
+        table, _ = nccl_trees.tree_routes(path_table(topo, pl), pl, nccl.node_groups(topo, pl))
+        edges = sum(int((p >= 0).sum()) for p in nccl_trees.dtree_parents(4))  # both trees
+        assert nccl.tree_run_channels(topo, 4) == 2 * nics
+        assert len(table) == 2 * edges * nics  # up and down, one connection per rail
