@@ -71,8 +71,9 @@ def test_the_tree_is_timed_and_reported_on_the_channels_it_runs():
 
 def test_the_simple_cap_counts_the_channels_the_tree_runs(monkeypatch):
     """Polaris at 4 nodes (A100, NCCL's N4 column): 4 channels x perChMaxTreeBw 17.8 GB/s
-    bound the chain inside the node, which 16 channels did not: the tree is slower on 4, its
-    fill (on 4 channels both times) aside."""
+    bound the chain inside the node, which 16 channels did not. The NICs still set the
+    bandwidth term; the chain's rate shows in the fill's chain hops (a chunk at the chain's
+    rate each), so with the fill's chunks held at 4 channels the tree is slower on 4."""
     topo = build_topology("polaris", nodes=4)
     fill = nccl._tree_fill
 
