@@ -314,7 +314,9 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     pr = get_protocol(proto, gen, n)
     gen = gen if gen in K.TREE_PER_CHANNEL_BW else K.DEFAULT_GENERATION  # NCCL's tables
     col = 0 if n <= 1 else 1 if n == 2 else 2
-    nch = K.TREE_CHANNELS
+    # the channels NCCL runs the tree on (tree_run_channels: comm->nChannels), one timed count
+    # for its per-channel rates, its Simple cap, its fill and the channels it reports
+    nch = tree_run_channels(topology, n)
     # NCCL's per-channel caps on the tree's bus bandwidth (tuning.cc perChMaxTreeBws,
     # perChMaxTreeLL128Bws). LL128's counts the search's channels, as tuning.cc does
     # (tree_graph_channels): an LL128 tree moves every line through its SMs' threads, which
@@ -323,8 +325,9 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     # 4 x HDR, 4 search channels: 118.7 GB/s busbw at 256 MiB against 4 x 36.7 / 2 x 7/4 =
     # 128.5; OCI, 8 x A100 on 8 x 200G, 8 channels: 156-165 at 128-512 MiB against
     # 8 x 20 / 2 x 15/8 = 150), about 0.8 of the Simple tree beside them. Simple's cap counts
-    # every channel: Simple trees measure above it counted NCCL's way (Snellius 156 GB/s
-    # against 145, OCI 238 against 177), the NICs being their limit.
+    # every channel the tree runs on (nch: 8 on Snellius, 16 on OCI, each its own SM): Simple
+    # trees measure above it counted NCCL's way (Snellius 156 GB/s against 145, OCI 238 against
+    # 177), the NICs being their limit.
     if proto == "ll128":
         cap = value("TREE_LL128_PER_CHANNEL_BW")[gen][col] * K.GB * \
             tree_graph_channels(topology, n)
@@ -355,8 +358,8 @@ def tree(coll: Collective, nbytes: int, topology: Topology, placement: npt.NDArr
     table = value("TREE_CORRECTION")[proto]
     k = int(np.log2(max(size, 64) / 64))
     correction = table[k] if k < min(len(table), 23) else 1.0
-    t = lat + max(t_intra, t_net) / correction + _tree_fill(
-        shape, proto, size, tree_run_channels(topology, n), t_intra, t_net)
+    t = lat + max(t_intra, t_net) / correction + _tree_fill(shape, proto, size, nch, t_intra,
+                                                            t_net)
     busy: Mapping[int, float] = {}
     if shape["chain"] is not None:
         count, links = shape["chain"].transfers, shape["chain"].links
@@ -376,8 +379,9 @@ def tree_graph_channels(topology: Topology, nodes: int) -> int:
 
 
 def tree_run_channels(topology: Topology, nodes: int) -> int:
-    """The channels NCCL splits a tree all-reduce's buffer over, each pipelining its share in
-    chunks (the fill's unit): comm->nChannels (v2.23.4-1 src/enqueue.cc:1859 topoGetAlgoInfo
+    """The channels NCCL splits a tree all-reduce's buffer over, each its own SM pipelining its
+    share in chunks: what `tree` times (per-channel rates, Simple's cap, the fill) and reports.
+    comm->nChannels (v2.23.4-1 src/enqueue.cc:1859 topoGetAlgoInfo
     starts nc at comm->nChannels, trims it only below nc x nThreads x threadThreshold bytes
     (:1878) and sets task->nMaxChannels to it (:1899); scheduleCollTasksToPlan spreads the
     bytes over those channels, at most comm->nChannels (:721, :736-:737), a 512 KiB Simple

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import constants as K
+from . import nccl_tuning
 from .paths import PathTable, Routes
 
 if TYPE_CHECKING:
@@ -98,8 +99,9 @@ def tree_routes(paths: PathTable, placement: npt.ArrayLike, nodes: dict[int, lis
     i.e. for send/recv), and the channels fall on the rails as NCCL lays them out:
     - tree: the search's channels (one per NIC) are duplicated, the first half running tree
       0 and the copies tree 1 (connect.cc connectTrees, channel c and c + nChannels), so a
-      rail carries TREE_CHANNELS / 2 / rails connections of each tree (1 on 8 NICs); channel c
-      leaves by rail c (mod the rails);
+      rail carries the tree's channels (comm->nChannels, nccl_tuning.topology_coll_channels,
+      as nccl.tree_run_channels) / 2 / rails connections of each tree (1 on 8 x NDR's 16
+      channels and on 4 x 200G's 8); channel c leaves by rail c (mod the rails);
     - nvls_tree: every NVLS channel (NCCL_NVLS_NCHANNELS, 16) of a head rank talks to its
       tree peers, tree 0 on even channels and tree 1 on odd ones (connect.cc connectNvls,
       treeUp[c%2]), the head being the rank next to its rail's NIC: NVLS_CHANNELS / 2
@@ -112,8 +114,8 @@ def tree_routes(paths: PathTable, placement: npt.ArrayLike, nodes: dict[int, lis
         return None
     heads = positions(placement, [v[0] for v in nodes.values()])
     rails = paths.rails_per_node
-    per = fab.net.connections or max((K.NVLS_CHANNELS if nvls else K.TREE_CHANNELS // rails)
-                                     // 2, 1)
+    run = nccl_tuning.topology_coll_channels(paths.topo) or K.TREE_CHANNELS
+    per = fab.net.connections or max((K.NVLS_CHANNELS if nvls else run // rails) // 2, 1)
     src_parts, dst_parts, ch_parts = [], [], []
     for t, parent in enumerate(dtree_parents(n)):
         child = np.flatnonzero(parent >= 0)
