@@ -327,3 +327,17 @@ def test_old_channel_lines_and_a_plugins_nics_are_read():
     told = diagnose(DoctorRequest(log, name="p4d", nics_per_node=8))
     assert any("fewer channels than expected: NCCL ran 8, 8 NIC(s) a node give 16" in c
                for c in told.causes)
+
+
+def test_a_corrupt_run_is_called_corrupt_before_its_speed():
+    """Olivia's 4-node GH200 all_reduce without HPE's settings (data/logs, as the site shows it):
+    LL128 over GPUDirect corrupts 2-64 MiB (NVIDIA/nccl#2001) while 128 MiB runs at full speed
+    with no wrong value. The verdict on 128 MiB's speed alone would read 'normal'."""
+    d = diagnose(DoctorRequest(parse_log((LOGS / "olivia-gh200-4n-all_reduce-no-env.log")
+                                         .read_text()), name="olivia"))
+    assert d.verdict.startswith("results corrupt: 6 size(s) returned wrong values (#wrong, "
+                                "2 MiB to 64 MiB); speed: 128 MiB at")
+    assert any("wrong values (#wrong): the results are corrupt" in c for c in d.causes)
+    clean = diagnose(DoctorRequest(parse_log((LOGS / "olivia-gh200-2n-all_reduce.log")
+                                             .read_text()), name="olivia"))
+    assert not clean.verdict.startswith("results corrupt") and clean.ratio > 0.5

@@ -157,8 +157,15 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
         warnings.append(f"{len(flagged)} row(s) not judged: " + "; ".join(
             f"{r['size']} B: {r['flag']}" for r in flagged[:3]) + (" …" if len(flagged) > 3
                                                                     else ""))
-    verdict, ratio = _verdict([r for r in rows if not r.get("flag")], lab)
     good = [r for r in rows if not r.get("flag")]
+    verdict, ratio = _verdict(good, lab)
+    corrupt = [r["size"] for r in good if any(isinstance(r.get(k), int) and r[k] > 0
+                                              for k in ("wrong", "ip_wrong"))]
+    if corrupt:  # a speed says nothing of results that are wrong: the verdict says so first
+        sizes = _size(corrupt[0]) if len(corrupt) == 1 else \
+            f"{_size(min(corrupt))} to {_size(max(corrupt))}"
+        verdict = (f"results corrupt: {len(corrupt)} size(s) returned wrong values (#wrong, "
+                   f"{sizes}); speed: {verdict}")
     ring = _ring_not_nvls(log, coll, topo, good, ratio, req, _frozen({**launch, **choice}))
     causes, notes = (_causes(log, coll, kw, topo, good, nics, ratio, req.nccl_version, ring)
                      if good else ([], []))
