@@ -351,3 +351,15 @@ def test_a_profile_fitted_on_no_p2p_test_warns_on_slingshot_all_to_all(tmp_path,
     assert warn in _doctor(capsys, "sirius-nccl221-2n-alltoall.log", out)
     assert "no point-to-point test" not in _doctor(capsys, "sirius-nccl221-2n-all_gather.log",
                                                    out)
+
+
+def test_a_log_whose_name_and_header_do_not_name_its_test_calibrates(tmp_path, capsys):
+    # ABCI's 2-node all_reduce log has no test line: doctor reads all_reduce from its columns,
+    # and calibrate refits on a few rows of it (or none), which alone do not tell; it said
+    # "the log does not name its test ... (none readable)" for the same file named out.log
+    log = tmp_path / "out.log"
+    log.write_text((LOGS / "abci-a100-2n-all_reduce.log").read_text())
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(log), "--output", str(out)]) == 0, capsys.readouterr().err
+    doc = yaml.safe_load(out.read_text())
+    assert doc["sources"][0]["collective"] == "all_reduce" and doc["parameters"]

@@ -274,7 +274,10 @@ def _diagnose_on(t: _Test, params: dict, keep):
     """doctor's rows of test t (only those `keep` selects) predicted with `params` applied."""
     log = dataclasses.replace(t.req.log, rows=[r for r in t.req.log.good_rows if keep(r)])
     topo = apply_profile(t.topo, params) if params else t.topo
-    return diagnose(dataclasses.replace(t.req, log=log, topology=topo)).rows
+    # the collective read from the whole log: a log without a test name is read from its
+    # columns, and a few of its rows (or none) may not tell it (a log named out.log)
+    return diagnose(dataclasses.replace(t.req, log=log, topology=topo,
+                                        collective=t.collective)).rows
 
 
 def _ratios(tests, params, keep) -> list:
