@@ -100,6 +100,19 @@ def test_bad_profiles_are_refused(tmp_path):
         load_profile(str(bad))
 
 
+def test_a_profiles_machine_of_wrong_types_is_refused_not_read_as_absent(tmp_path, capsys):
+    # nodes: 0 read as "not given": sim ran the preset's one node without a word
+    bad = tmp_path / "bad.yaml"
+    for machine, says in (("{system: dgx-a100, nodes: 0}", "nodes = 0 must be an integer >= 1"),
+                          ("{system: dgx-a100, gpus_per_node: true}", "gpus_per_node = True"),
+                          ("{system: null, nodes: 2}", "system = None must be a non-empty name"),
+                          ("{system: [dgx-a100]}", "system = ['dgx-a100'] must be")):
+        bad.write_text(f"profile: 1\nmachine: {machine}\nparameters: {{}}\n")
+        assert main(["sim", "--profile", str(bad), "-b", "1M", "-e", "1M"]) == 2
+        err = capsys.readouterr().err
+        assert f"{bad}: profile machine: " in err and says in err, err
+
+
 def test_plan_takes_the_profile(polaris_profile, capsys):
     base = ["plan", "--model", "llama3-8b", "--system", "polaris", "--nodes", "8", "--tp", "4",
             "--format", "json"]

@@ -63,6 +63,8 @@ class Profile:
         if unknown:
             raise ConfigError(f"profile machine: unknown key(s) {', '.join(sorted(unknown))}; "
                               f"allowed: {', '.join(MACHINE_KEYS)}")
+        for key, value in self.machine.items():
+            check_machine(key, value)
 
     def to_yaml(self) -> str:
         head = ("# gpucomm calibration profile: physical parameters of one cluster fitted from "
@@ -86,6 +88,16 @@ def check_parameter(name: str, value: object) -> float:
             or not math.isfinite(value) or not low <= value <= high:
         raise ConfigError(f"profile: {name} = {value!r} must be a number in [{low}, {high}]")
     return float(value)
+
+
+def check_machine(key: str, value: object) -> None:
+    """A machine entry of a profile: a name (system, nic, gpu) or a count >= 1; a count of 0
+    would otherwise read as not given, and the command fall back to its default unsaid."""
+    if key in ("system", "nic", "gpu"):
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"profile machine: {key} = {value!r} must be a non-empty name")
+    elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"profile machine: {key} = {value!r} must be an integer >= 1")
 
 
 def _round(v: float) -> float:
