@@ -123,3 +123,17 @@ def test_parse_csv_names_the_problem(line, needle):
 def test_tune_refuses_a_collective_nccl_cannot_tune(capsys):
     assert main(["tune", "--system", "dgx-h100", "--collective", "all_to_all"]) == 2
     assert "allowed are" in capsys.readouterr().err
+
+
+def test_tune_drops_each_placements_simulator_state_before_the_next():
+    # each sub-communicator is a placement of its own; what the simulator kept for them all
+    # (a path table each) held 15 GB on 2,048 nodes, and 16,384 nodes ran out of memory
+    from gpucomm.interop.tuner import TuneRequest, tune
+    from gpucomm.simulate.caches import topology_memo
+    from gpucomm.topology import build_topology
+    topo = build_topology(system="dgx-h100", nodes=4)
+    rules = tune(TuneRequest(topology=topo, collectives=("all_reduce",), min_bytes=1,
+                             max_bytes=1 << 20, dtype="float32", model="analytic",
+                             sub_communicators=True))
+    assert {r["nRanks"] for r in rules} >= {2, 8, 32}
+    assert not topology_memo(topo).paths
