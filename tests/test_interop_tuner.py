@@ -137,3 +137,15 @@ def test_tune_drops_each_placements_simulator_state_before_the_next():
                              sub_communicators=True))
     assert {r["nRanks"] for r in rules} >= {2, 8, 32}
     assert not topology_memo(topo).paths
+
+
+def test_tune_output_is_checked_before_the_work_and_not_ignored_with_json(tmp_path, capsys):
+    # --output to a missing folder or a folder failed only after the rules were computed
+    # (seconds; minutes on a large cluster); with --format json it was ignored unsaid
+    for out, says in ((tmp_path / "no" / "x.conf", "--output: cannot write"),
+                      (tmp_path, "is a directory: give a file name in it")):
+        assert main(["tune", "--nodes", "2048", "--output", str(out)]) == 2
+        assert says in capsys.readouterr().err
+    assert main(["tune", "--output", str(tmp_path / "x.conf"), "--format", "json"]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    assert not (tmp_path / "x.conf").exists()

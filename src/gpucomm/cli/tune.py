@@ -9,7 +9,8 @@ import argparse
 
 from ..errors import ConfigError
 from ._nccltests import retire
-from .common import add_format, name_arg, positive_int, print_json, size_arg, write_text
+from .common import (add_format, name_arg, output_file, positive_int, print_json, size_arg,
+                     write_text)
 from .topo import add_topology_args, topology_from_args
 
 
@@ -45,6 +46,11 @@ def cmd_tune(args) -> int:
     if dup:
         raise ConfigError(f"--collective {dup[0]} is given more than once: name each "
                           "collective once")
+    if args.output:  # before the minutes a large cluster's rules take, not after
+        if args.format == "json":
+            raise ConfigError("--output writes the tuner's CSV file; --format json prints to "
+                              "standard output: give one of them")
+        output_file(args.output, "--output", ("",))
     if args.other_job:
         from .sim import second_job_cluster
         topo, job, _ = second_job_cluster(args)
