@@ -221,3 +221,20 @@ def test_a_malformed_nccl_version_is_refused_not_replaced_by_the_logs(capsys):
         assert len(err.splitlines()) == 1
         errs.append(err.split(": error: ", 1)[1].rsplit(" (see ", 1)[0])
     assert errs[0] == errs[1] and errs[0].startswith("argument --nccl-version: nccl version 'bad'")
+
+
+def test_a_gzipped_log_is_read_and_a_broken_or_huge_one_refused(tmp_path, capsys):
+    # a saved all_reduce_perf.log.gz was "not UTF-8 text (byte 1: b'\x8b'; a binary file?)"
+    import gzip
+    text = (Path(__file__).resolve().parents[1] / "data" / "logs"
+            / "abci-a100-2n-all_reduce.log").read_bytes()
+    log = tmp_path / "run.log.gz"
+    log.write_bytes(gzip.compress(text))
+    assert main(["doctor", str(log), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["collective"] == "all_reduce"
+    log.write_bytes(gzip.compress(text)[:300])
+    assert main(["doctor", str(log)]) == 2
+    assert "is gzip-compressed but cannot be unpacked" in capsys.readouterr().err
+    log.write_bytes(gzip.compress(b"0" * ((64 << 20) + 1)))
+    assert main(["doctor", str(log)]) == 2
+    assert "unpacks to more than the limit of 64 MiB" in capsys.readouterr().err

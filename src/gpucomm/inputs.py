@@ -100,11 +100,28 @@ def _mib(n: int) -> str:
 def read_text(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> str:
     """A regular file's text (UTF-8, at most `limit` bytes), or a one-line ConfigError."""
     data = read_bytes(path, what, limit)
+    if data[:2] == b"\x1f\x8b":  # gzip (a saved log.gz): read, never past `limit` unpacked
+        data = _gunzip(data, str(path), what, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {e.start}: "
                           f"{data[e.start:e.start + 1]!r}; a binary file?)") from None
+
+
+def _gunzip(data: bytes, name: str, what: str, limit: int) -> bytes:
+    import gzip
+    import io
+    import zlib
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            out = f.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as e:
+        raise ConfigError(f"{what} {name!r} is gzip-compressed but cannot be unpacked ({e}): "
+                          "gunzip it and give the text") from None
+    if len(out) > limit:
+        raise ConfigError(f"{what} {name!r} unpacks to more than the limit of {_mib(limit)}")
+    return out
 
 
 # ---- YAML ---------------------------------------------------------------------------------
