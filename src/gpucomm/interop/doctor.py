@@ -159,8 +159,7 @@ def diagnose(req: DoctorRequest) -> Diagnosis:
                                                                     else ""))
     good = [r for r in rows if not r.get("flag")]
     verdict, ratio = _verdict(good, lab)
-    corrupt = [r["size"] for r in good if any(isinstance(r.get(k), int) and r[k] > 0
-                                              for k in ("wrong", "ip_wrong"))]
+    corrupt = [r["size"] for r in good if _wrong(r)]
     if corrupt:  # a speed says nothing of results that are wrong: the verdict says so first
         sizes = _size(corrupt[0]) if len(corrupt) == 1 else \
             f"{_size(min(corrupt))} to {_size(max(corrupt))}"
@@ -498,10 +497,14 @@ def _ring_not_nvls(log, coll, topo, rows, ratio, req, options) -> tuple:
             "NCCL_DEBUG=INFO says which",)
 
 
+def _wrong(row) -> int:
+    """The row's #wrong values, both halves (a half without a count, "N/A", adds none)."""
+    return sum(v for k in ("wrong", "ip_wrong") if isinstance(v := row.get(k), int))
+
+
 def _causes(log, coll, kw, topo, rows, nics, ratio, version=None, extra=()):
     info, causes, notes = log.info, list(extra), []
-    wrong = sum(r.get(k) or 0 for r in rows for k in ("wrong", "ip_wrong")
-                if isinstance(r.get(k), int))
+    wrong = sum(_wrong(r) for r in rows)
     if wrong or (log.wrong_total or 0) > 0:
         causes.append(f"{wrong or log.wrong_total} wrong values (#wrong): the results are "
                       "corrupt; check the GPUs and links before the speed")

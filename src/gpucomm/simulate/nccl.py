@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from . import constants as K
 from . import nccl_tuning
 from .caches import per_placement, topology_memo
-from .nccl_trees import positions, tree_fabric_slowdown, tree_net_factor
+from .nccl_trees import positions, tree_fabric_slowdown, tree_net_factor, tree_run_channels
 from .paths import NET, PathTable
 from .protocol import (Protocol, generation_of, get_protocol, net_stack_floor_s,
                        net_sync_s)
@@ -375,21 +375,6 @@ def tree_graph_channels(topology: Topology, nodes: int) -> int:
     (the `8 coll channels` NCCL prints there); so each of those figures is what a pair of
     channels, one SM in each tree, carries. On one node, or nodes without NICs: TREE_CHANNELS."""
     searched = nccl_tuning.topology_tree_graph_channels(topology) if nodes > 1 else None
-    return searched or K.TREE_CHANNELS
-
-
-def tree_run_channels(topology: Topology, nodes: int) -> int:
-    """The channels NCCL splits a tree all-reduce's buffer over, each its own SM pipelining its
-    share in chunks: what `tree` times (per-channel rates, Simple's cap, the fill) and reports.
-    comm->nChannels (v2.23.4-1 src/enqueue.cc:1859 topoGetAlgoInfo
-    starts nc at comm->nChannels, trims it only below nc x nThreads x threadThreshold bytes
-    (:1878) and sets task->nMaxChannels to it (:1899); scheduleCollTasksToPlan spreads the
-    bytes over those channels, at most comm->nChannels (:721, :736-:737), a 512 KiB Simple
-    chunk at a time (calcCollChunking: stepSize = 4 MiB / NCCL_STEPS, no tree rule, :2009)). Across
-    nodes that is the search's channels doubled by ncclTopoPostset (nccl_tuning
-    .topology_coll_channels: 8 on 4 x 200G NICs, 16 on 8 x NDR), not TREE_CHANNELS; on one
-    node, or nodes without NICs, TREE_CHANNELS."""
-    searched = nccl_tuning.topology_coll_channels(topology) if nodes > 1 else None
     return searched or K.TREE_CHANNELS
 
 

@@ -13,6 +13,7 @@ from . import nccl_tuning
 from .paths import PathTable, Routes
 
 if TYPE_CHECKING:
+    from ..topology import Topology
     from .fabric import FabricPolicy
 
 
@@ -85,6 +86,21 @@ def tree_fabric_slowdown(paths: PathTable, placement: npt.ArrayLike,
     return one.pipeline_slowdown(table, paths.capacity)
 
 
+def tree_run_channels(topology: Topology, nodes: int) -> int:
+    """The channels NCCL splits a tree all-reduce's buffer over, each its own SM pipelining its
+    share in chunks: what `tree` times (per-channel rates, Simple's cap, the fill) and reports.
+    comm->nChannels (v2.23.4-1 src/enqueue.cc:1859 topoGetAlgoInfo
+    starts nc at comm->nChannels, trims it only below nc x nThreads x threadThreshold bytes
+    (:1878) and sets task->nMaxChannels to it (:1899); scheduleCollTasksToPlan spreads the
+    bytes over those channels, at most comm->nChannels (:721, :736-:737), a 512 KiB Simple
+    chunk at a time (calcCollChunking: stepSize = 4 MiB / NCCL_STEPS, no tree rule, :2009)). Across
+    nodes that is the search's channels doubled by ncclTopoPostset (nccl_tuning
+    .topology_coll_channels: 8 on 4 x 200G NICs, 16 on 8 x NDR), not TREE_CHANNELS; on one
+    node, or nodes without NICs, TREE_CHANNELS."""
+    searched = nccl_tuning.topology_coll_channels(topology) if nodes > 1 else None
+    return searched or K.TREE_CHANNELS
+
+
 def tree_routes(paths: PathTable, placement: npt.ArrayLike, nodes: dict[int, list[int]],
                 nvls: bool = False) -> tuple[Routes, FabricPolicy] | None:
     """The route rows of the connections NCCL opens for a tree's network part (tree, or
@@ -99,8 +115,8 @@ def tree_routes(paths: PathTable, placement: npt.ArrayLike, nodes: dict[int, lis
     i.e. for send/recv), and the channels fall on the rails as NCCL lays them out:
     - tree: the search's channels (one per NIC) are duplicated, the first half running tree
       0 and the copies tree 1 (connect.cc connectTrees, channel c and c + nChannels), so a
-      rail carries the tree's channels (comm->nChannels, nccl_tuning.topology_coll_channels,
-      as nccl.tree_run_channels) / 2 / rails connections of each tree (1 on 8 x NDR's 16
+      rail carries the tree's channels (tree_run_channels: comm->nChannels) / 2 / rails
+      connections of each tree (1 on 8 x NDR's 16
       channels and on 4 x 200G's 8); channel c leaves by rail c (mod the rails);
     - nvls_tree: every NVLS channel (NCCL_NVLS_NCHANNELS, 16) of a head rank talks to its
       tree peers, tree 0 on even channels and tree 1 on odd ones (connect.cc connectNvls,
@@ -114,7 +130,7 @@ def tree_routes(paths: PathTable, placement: npt.ArrayLike, nodes: dict[int, lis
         return None
     heads = positions(placement, [v[0] for v in nodes.values()])
     rails = paths.rails_per_node
-    run = nccl_tuning.topology_coll_channels(paths.topo) or K.TREE_CHANNELS
+    run = tree_run_channels(paths.topo, n)
     per = fab.net.connections or max((K.NVLS_CHANNELS if nvls else run // rails) // 2, 1)
     src_parts, dst_parts, ch_parts = [], [], []
     for t, parent in enumerate(dtree_parents(n)):
