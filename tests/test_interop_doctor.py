@@ -238,3 +238,41 @@ def test_a_gzipped_log_is_read_and_a_broken_or_huge_one_refused(tmp_path, capsys
     log.write_bytes(gzip.compress(b"0" * ((64 << 20) + 1)))
     assert main(["doctor", str(log)]) == 2
     assert "unpacks to more than the limit of 64 MiB" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bom, codec, newline", [
+    (b"\xff\xfe", "utf-16-le", "\r\n"),   # PowerShell's `> run.log` / Out-File on Windows
+    (b"\xfe\xff", "utf-16-be", "\n"),
+])
+def test_a_utf16_log_gets_the_verdict_of_its_utf8_original(tmp_path, capsys, bom, codec,
+                                                            newline):
+    # was "not UTF-8 text (byte 0: b'\xff'; a binary file?)"
+    import gzip
+    original = Path(__file__).resolve().parents[1] / "data" / "logs" / \
+        "abci-a100-2n-all_reduce.log"
+    assert main(["doctor", str(original), "--format", "json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    wide = bom + original.read_text().replace("\n", newline).encode(codec)
+    for name, data in (("run.log", wide), ("run.log.gz", gzip.compress(wide))):
+        log = tmp_path / name
+        log.write_bytes(data)
+        assert main(["doctor", str(log), "--format", "json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert got == {**want, "log": str(log)}
+    log.write_bytes(wide + b"x")   # an odd byte count: the last character is cut in half
+    assert main(["doctor", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "starts with UTF-16's byte-order mark" in err and "not UTF-16 text" in err
+
+
+def test_the_text_limit_counts_characters_so_utf16_may_take_twice_the_bytes(tmp_path):
+    from gpucomm.inputs import read_text
+    f = tmp_path / "t.yaml"
+    f.write_bytes(b"\xff\xfe" + ("a: 1\n" * 30).encode("utf-16-le"))   # 302 B, 150 characters
+    assert read_text(f, "model config", limit=200) == "a: 1\n" * 30
+    with pytest.raises(ConfigError, match=r"302 B, larger than the limit of 150 B "
+                                          r"\(300 B in UTF-16\)"):
+        read_text(f, "model config", limit=150)
+    f.write_bytes(("a: 1\n" * 50).encode())   # UTF-8 of 250 B: not allowed the UTF-16 room
+    with pytest.raises(ConfigError, match=r"250 B, larger than the limit of 200 B for"):
+        read_text(f, "model config", limit=200)

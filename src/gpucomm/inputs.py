@@ -3,7 +3,9 @@
 Every reader checks the cheap things before it does any work sized by the input:
 
 - a file is a regular file within MAX_TEXT_FILE_BYTES, checked with stat before it is opened
-  (and opened non-blocking, so a FIFO swapped in between cannot block), then read as UTF-8;
+  (and opened non-blocking, so a FIFO swapped in between cannot block), then read as UTF-8, or
+  as UTF-16 where it starts with UTF-16's byte-order mark (twice the bytes allowed: the limit
+  counts the text, and UTF-16 spends two bytes on each character a log or YAML holds);
 - YAML is composed by a loader that refuses duplicate keys, more than MAX_YAML_ALIASES aliases,
   nesting deeper than MAX_YAML_DEPTH and more than MAX_YAML_NODES nodes counting what the
   aliases expand to (a "billion laughs" file is refused after a few hundred nodes, not
@@ -25,6 +27,7 @@ allowed.
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import math
 import os
@@ -50,21 +53,34 @@ MAX_YAML_DEPTH = 64
 MAX_JSON_DEPTH = 64
 
 
-def read_bytes(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes, or a one-line ConfigError."""
+# A file saved on Windows by PowerShell (`> run.log`, Out-File) is UTF-16 (little-endian) and
+# starts with this byte-order mark; big-endian has the other.
+UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def read_bytes(path, what: str, limit: int = MAX_TEXT_FILE_BYTES,
+               utf16_limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (`utf16_limit`, where given, if it
+    starts with a UTF-16 byte-order mark), or a one-line ConfigError."""
     name = str(path)
     try:
         st = os.stat(name)
     except OSError as e:
         raise ConfigError(f"cannot read {what} {name!r}: {e.strerror}") from None
-    _check_stat(st, name, what, limit)
+    _check_stat(st, name, what, limit, utf16_limit)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ConfigError(f"cannot read {what} {name!r}: {e.strerror}") from None
     try:
-        _check_stat(os.fstat(fd), name, what, limit)  # the file opened is the file checked
-        chunks, got = [], 0
+        st = os.fstat(fd)
+        _check_stat(st, name, what, limit, utf16_limit)  # the file opened is the file checked
+        head = os.read(fd, 2)
+        if utf16_limit is not None and head in UTF16_BOMS:
+            limit = utf16_limit
+        else:
+            _check_stat(st, name, what, limit)  # only UTF-16 may be larger than `limit`
+        chunks, got = [head], len(head)
         while got <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - got))
             if not chunk:
@@ -80,7 +96,8 @@ def read_bytes(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def _check_stat(st: os.stat_result, name: str, what: str, limit: int) -> None:
+def _check_stat(st: os.stat_result, name: str, what: str, limit: int,
+                utf16_limit: int | None = None) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{what} {name!r} is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
@@ -88,34 +105,53 @@ def _check_stat(st: os.stat_result, name: str, what: str, limit: int) -> None:
             "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
             "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
         raise ConfigError(f"{what} {name!r} is {kind}: give a regular file")
-    if st.st_size > limit:
+    if st.st_size > max(limit, utf16_limit or 0):
         raise ConfigError(f"{what} {name!r} is {st.st_size} B, larger than the limit of "
-                          f"{_mib(limit)} for a text input")
+                          f"{_limits(limit, utf16_limit)} for a text input")
 
 
 def _mib(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} B"
 
 
+def _limits(limit: int, utf16_limit: int | None) -> str:
+    return _mib(limit) + (f" ({_mib(utf16_limit)} in UTF-16)" if utf16_limit else "")
+
+
 def read_text(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> str:
-    """A regular file's text (UTF-8, at most `limit` bytes), or a one-line ConfigError."""
-    data = read_bytes(path, what, limit)
-    if data[:2] == b"\x1f\x8b":  # gzip (a saved log.gz): read, never past `limit` unpacked
-        data = _gunzip(data, str(path), what, limit)
+    """A regular file's text, or a one-line ConfigError: UTF-8 of at most `limit` bytes, or
+    UTF-16 with its byte-order mark (as Windows saves it) of at most twice that; either may be
+    gzip-compressed."""
+    name = str(path)
+    data = read_bytes(path, what, limit, utf16_limit=2 * limit)
+    if data[:2] == b"\x1f\x8b":  # gzip (a saved log.gz): read, never past the limit unpacked
+        data = _gunzip(data, name, what, limit)
+    if data[:2] in UTF16_BOMS:
+        try:
+            return data.decode("utf-16")  # the mark says which byte order, and is dropped
+        except UnicodeDecodeError as e:
+            order = "little" if data[:2] == codecs.BOM_UTF16_LE else "big"
+            raise ConfigError(f"{what} {name!r} starts with UTF-16's byte-order mark "
+                              f"({order}-endian) but is not UTF-16 text (byte {e.start}: "
+                              f"{e.reason}): save it again as UTF-8") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {e.start}: "
+        raise ConfigError(f"{what} {name!r} is not UTF-8 text (byte {e.start}: "
                           f"{data[e.start:e.start + 1]!r}; a binary file?)") from None
 
 
 def _gunzip(data: bytes, name: str, what: str, limit: int) -> bytes:
+    """`data` unpacked: at most `limit` bytes, twice that for UTF-16 (read_text's rule)."""
     import gzip
     import io
     import zlib
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
             out = f.read(limit + 1)
+            if len(out) > limit and out[:2] in UTF16_BOMS:
+                limit *= 2
+                out += f.read(limit + 1 - len(out))
     except (OSError, EOFError, zlib.error) as e:
         raise ConfigError(f"{what} {name!r} is gzip-compressed but cannot be unpacked ({e}): "
                           "gunzip it and give the text") from None
