@@ -113,6 +113,24 @@ def test_a_profiles_machine_of_wrong_types_is_refused_not_read_as_absent(tmp_pat
         assert f"{bad}: profile machine: " in err and says in err, err
 
 
+@pytest.mark.parametrize("machine, says", [
+    ("{system: nope, nodes: 2}", "system: unknown system preset 'nope'; allowed: cray-ex254n, "),
+    ("{system: dgx-a100, nic: nope}", "nic: unknown NIC 'nope'; allowed: ib-edr, "),
+    ("{system: dgx-a100, gpu: nope}", "gpu: unknown GPU 'nope'; allowed: v100, "),
+])
+@pytest.mark.parametrize("command", [["sim", "-b", "1M", "-e", "1M"], ["tune"],
+                                     ["doctor", str(POLARIS_2N)]])
+def test_a_profiles_unknown_names_are_refused_naming_the_profile(tmp_path, capsys, machine,
+                                                                 says, command):
+    # was "unknown system preset 'nope'; allowed: ..." with no word of the profile (and doctor
+    # went on with the profile's parameters)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"profile: 1\nmachine: {machine}\nparameters: {{}}\n")
+    assert main([*command, "--profile", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"{bad}: profile machine: {says}" in err, err
+
+
 def test_plan_takes_the_profile(polaris_profile, capsys):
     base = ["plan", "--model", "llama3-8b", "--system", "polaris", "--nodes", "8", "--tp", "4",
             "--format", "json"]

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 import yaml
 
 from ..errors import ConfigError
-from ..hardware import get_link_tech
+from ..hardware import get_gpu, get_link_tech, get_nic
+from .build import preset_names
 from .model import Topology
 
 NETWORK_KINDS = ("ib", "roce", "efa", "ethernet", "slingshot")
@@ -91,11 +92,22 @@ def check_parameter(name: str, value: object) -> float:
 
 
 def check_machine(key: str, value: object) -> None:
-    """A machine entry of a profile: a name (system, nic, gpu) or a count >= 1; a count of 0
-    would otherwise read as not given, and the command fall back to its default unsaid."""
+    """A machine entry of a profile: a name (system, nic, gpu) the presets or the catalog hold,
+    or a count >= 1; a count of 0 would otherwise read as not given, and the command fall back
+    to its default unsaid."""
     if key in ("system", "nic", "gpu"):
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"profile machine: {key} = {value!r} must be a non-empty name")
+        try:  # refused here, the error names the profile; later it would name no file
+            if key == "nic":
+                get_nic(value)
+            elif key == "gpu":
+                get_gpu(value)
+            elif value not in preset_names():
+                raise ConfigError(f"unknown system preset {value!r}; allowed: "
+                                  f"{', '.join(preset_names())}")
+        except ConfigError as e:
+            raise ConfigError(f"profile machine: {key}: {e}") from None
     elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"profile machine: {key} = {value!r} must be an integer >= 1")
 
