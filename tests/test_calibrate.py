@@ -1,6 +1,8 @@
 """`gpucomm calibrate`: a cluster's parameters from its own logs, a profile that builds a new
 Topology, and `--profile` on sim / doctor / tune (issue 23)."""
 import json
+import os
+import stat
 import statistics
 from pathlib import Path
 
@@ -85,6 +87,27 @@ def test_too_few_rows_two_machines_and_unphysical_fits_are_one_line_errors(tmp_p
     assert main(["calibrate", str(POLARIS_2N), "--nic", "tcp-10g", "--output", str(out)]) == 2
     assert "unphysical fit" in capsys.readouterr().err
     assert not out.exists() and not list(tmp_path.glob(".gpucomm-*"))
+
+
+def test_the_profile_gets_the_mode_a_plain_write_gives_not_0600(tmp_path, capsys):
+    # was 0600 (tempfile.mkstemp), whatever the umask: the cluster's other users could not read
+    # the profile
+    out, old = tmp_path / "p.yaml", os.umask(0o022)
+    try:
+        for umask, before, after in ((0o022, None, 0o644), (0o022, 0o640, 0o640),
+                                     (0o077, None, 0o600)):
+            os.umask(umask)
+            out.unlink(missing_ok=True)
+            if before is not None:  # an existing file keeps its mode, as open(path, "w") does
+                out.write_text("old")
+                out.chmod(before)
+            assert main(["calibrate", str(POLARIS_2N), "--output", str(out)]) == 0
+            assert stat.S_IMODE(out.stat().st_mode) == after
+            assert out.read_text().startswith("# gpucomm calibration profile")
+            assert [f.name for f in tmp_path.iterdir()] == ["p.yaml"]
+    finally:
+        os.umask(old)
+    capsys.readouterr()
 
 
 def test_bad_profiles_are_refused(tmp_path):

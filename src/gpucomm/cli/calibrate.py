@@ -10,8 +10,10 @@ logs they came from as a YAML profile that sim, doctor and tune take with --prof
 """
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
+import secrets
+import stat
 
 from ._nccltests import retire
 from .common import add_format, add_select, output_file, print_json
@@ -57,14 +59,40 @@ def cmd_calibrate(args) -> int:
 
 
 def _write_whole(path: str, text: str) -> None:
-    """Write `path` all at once (a temporary file renamed over it): never half a profile."""
+    """Write `path` all at once (a temporary file renamed over it): never half a profile. The
+    file gets the mode a plain open(path, "w") gives: 0666 less the umask, or the old file's."""
     from ..errors import ConfigError
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".gpucomm-", suffix=".yaml", dir=folder)
+    target = os.path.realpath(path)  # a symbolic link's file is replaced, the link kept
+    try:
+        old = os.stat(target)
+    except OSError:
+        old = None
+    try:
+        fd, tmp = _create_beside(target)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "w") as f:
+            if old is not None:
+                os.fchmod(f.fileno(), stat.S_IMODE(old.st_mode))
             f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp) if os.path.exists(tmp) else None
-        raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None
+        os.replace(tmp, target)
+    except BaseException as e:  # an interrupt too: no temporary file is left behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None
+        raise
+
+
+def _create_beside(target: str) -> tuple[int, str]:
+    """A new file in `target`'s folder, created as open(..., "w") creates one (mode 0666 less
+    the umask; tempfile.mkstemp would give 0600, unreadable by the cluster's other users)."""
+    folder = os.path.dirname(target)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = os.path.join(folder, f".gpucomm-{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
