@@ -1,6 +1,7 @@
 """Regression tests for the hostile inputs of issue 11 (CLI half): each one a clean one-line
 error and a non-zero exit (or, where the input is fine, a right answer) — never a traceback,
 a hang or a silently wrong number."""
+import errno
 import json
 import os
 import time
@@ -83,6 +84,24 @@ def test_probing_an_output_path_leaves_no_file_when_the_command_fails(capsys, tm
     out = tmp_path / "never.png"
     code, _, _ = run(capsys, "sim", "-e", "1K", "--plot", out, "--collective", "nope")
     assert code == 2 and not out.exists()
+
+
+def test_an_output_file_is_written_whole_with_no_temporary_file_left(tmp_path, monkeypatch):
+    from gpucomm.cli.common import write_text
+    real, link = tmp_path / "real.csv", tmp_path / "link.csv"
+    link.symlink_to(real)
+    write_text(str(link), "a\n")  # through the link, as open(path, "w") writes: the link kept
+    assert link.is_symlink() and real.read_text() == "a\n"
+    write_text("/dev/null", "x")  # a device is written in place, never renamed over
+    with pytest.raises(UnicodeEncodeError):  # any error: the old file stays, whole
+        write_text(str(real), "b\ud800")
+
+    def full_disk(src, dst):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(ConfigError, match="cannot write .*real.csv': No space left on device"):
+        write_text(str(real), "c\n")
+    assert real.read_text() == "a\n" and sorted(os.listdir(tmp_path)) == ["link.csv", "real.csv"]
 
 
 # --- binary and oversized inputs -----------------------------------------------------------

@@ -1,4 +1,7 @@
 """`gpucomm tune`: NCCL's example tuner CSV, read back: contiguous ranges, NCCL's names."""
+import errno
+import os
+
 import pytest
 
 from gpucomm.cli import main
@@ -149,3 +152,24 @@ def test_tune_output_is_checked_before_the_work_and_not_ignored_with_json(tmp_pa
     assert main(["tune", "--output", str(tmp_path / "x.conf"), "--format", "json"]) == 2
     assert "give one of them" in capsys.readouterr().err
     assert not (tmp_path / "x.conf").exists()
+
+
+def test_tune_output_is_the_rules_it_prints_written_all_at_once(tmp_path, capsys, monkeypatch):
+    # --output was written with a plain open('w'): a write that failed part-way (a full disk)
+    # left half a rules file where the old one was
+    argv = ["tune", "--system", "dgx-a100", "--gpus-per-node", "4", "--collective", "all_reduce"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    out = tmp_path / "nccl_tuner.conf"
+    out.write_text("the old rules\n")
+    assert main([*argv, "--output", str(out)]) == 0
+    assert out.read_text() == printed and os.listdir(tmp_path) == ["nccl_tuner.conf"]
+    out.write_text("the old rules\n")
+
+    def full_disk(src, dst):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "replace", full_disk)
+    assert main([*argv, "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {str(out)!r}: No space left on device" in err
+    assert out.read_text() == "the old rules\n" and os.listdir(tmp_path) == ["nccl_tuner.conf"]

@@ -421,8 +421,7 @@ def cmd_import(args) -> int:
                       time_us=round(res.time_us, 3), busbw=round(res.busbw_GBps, 3),
                       matches_reference=ran is None, run_error=ran)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(sched.to_json())
+        write_text(args.output, sched.to_json())
     if args.format == "json":
         print_json(result)
     else:

@@ -18,7 +18,7 @@ from ..topology.build import PORT_LEVEL, preset_node
 from ._nccltests import retire
 from .common import (PLOT_SUFFIXES, add_format, fail_links_arg, int_arg,
                      leaf_ports_arg, name_arg, nics_arg, output_file, oversubscription_arg,
-                     positive_int, print_json, probability_arg, seed_arg)
+                     positive_int, print_json, probability_arg, seed_arg, write_text)
 
 
 def add_topology_args(p, default_system: str = "dgx-h100", nccl_tests: bool = False) -> None:
@@ -357,8 +357,7 @@ def cmd_export(args) -> int:
     topo = topology_from_args(args)
     text = topo.to_yaml()
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_text(args.output, text)
         print(f"wrote {topo} to {args.output}")
     else:
         print(text, end="")
