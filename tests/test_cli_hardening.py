@@ -87,7 +87,7 @@ def test_probing_an_output_path_leaves_no_file_when_the_command_fails(capsys, tm
 
 
 def test_an_output_file_is_written_whole_with_no_temporary_file_left(tmp_path, monkeypatch):
-    from gpucomm.cli.common import write_text
+    from gpucomm.outputs import write_text
     real, link = tmp_path / "real.csv", tmp_path / "link.csv"
     link.symlink_to(real)
     write_text(str(link), "a\n")  # through the link, as open(path, "w") writes: the link kept
@@ -102,6 +102,31 @@ def test_an_output_file_is_written_whole_with_no_temporary_file_left(tmp_path, m
     with pytest.raises(ConfigError, match="cannot write .*real.csv': No space left on device"):
         write_text(str(real), "c\n")
     assert real.read_text() == "a\n" and sorted(os.listdir(tmp_path)) == ["link.csv", "real.csv"]
+
+
+def test_the_librarys_files_are_written_whole_too(tmp_path, monkeypatch):
+    # a saved topology, a trace and an emulated cluster's topology go through outputs.write_text
+    # as the commands' files do: a write that fails leaves the old file and no temporary one
+    from gpucomm.algorithms import build
+    from gpucomm.report.trace import write_trace
+    from gpucomm.simulate import simulate
+    from gpucomm.topology import build_topology
+    topo = build_topology("dgx-h100", nodes=1)
+    res = simulate(build("all_reduce", "ring", 8), topo, 1 << 20, trace=True)
+    saved, trace = tmp_path / "t.yaml", tmp_path / "t.json"
+    topo.save(saved)
+    write_trace(res, trace, topo)
+    before = saved.read_text(), trace.read_text()
+
+    def full_disk(src, dst):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(ConfigError, match="cannot write topology .*t.yaml': No space left"):
+        topo.save(saved)
+    with pytest.raises(ConfigError, match="cannot write trace .*t.json': No space left"):
+        write_trace(res, trace, topo)
+    assert (saved.read_text(), trace.read_text()) == before
+    assert sorted(os.listdir(tmp_path)) == ["t.json", "t.yaml"]
 
 
 # --- binary and oversized inputs -----------------------------------------------------------

@@ -15,9 +15,10 @@ from ..errors import ConfigError, ScheduleError
 from ..limits import (MAX_EXECUTE_BYTES, MAX_SCHEDULE_RANKS, MAX_VERIFY_RANKS, check_host_memory,
                       check_ranks)
 from ..verify import prove_builder, verify
+from ..outputs import write_text
 from ._nccltests import retire
 from .common import (add_format, int_arg, name_arg, param_pairs, positive_int, print_json,
-                     size_arg, write_text)
+                     size_arg)
 from .topo import add_topology_args, topology_from_args
 
 

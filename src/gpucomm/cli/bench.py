@@ -7,9 +7,10 @@ import sys
 from ..dtypes import DTYPES, PREMULSUM, REDUCE_OPS
 from ..errors import ConfigError
 from ..bench.table import TIME_STRING_FORMAT
+from ..outputs import write_text
 from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve
 from .common import PLOT_SUFFIXES, add_format, html_arg, output_file, positive_int, print_json, \
-    sweep_sizes, write_text
+    sweep_sizes
 
 
 # nccl-tests flags that change what CPU ranks do or print (the others: accepted, with a note)

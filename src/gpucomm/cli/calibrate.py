@@ -10,8 +10,9 @@ logs they came from as a YAML profile that sim, doctor and tune take with --prof
 """
 from __future__ import annotations
 
+from ..outputs import write_text
 from ._nccltests import retire
-from .common import add_format, add_select, output_file, print_json, write_text
+from .common import add_format, add_select, output_file, print_json
 from .doctor import add_log_args
 
 

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import re
-import secrets
-import stat
 import sys
 
 from ..dtypes import parse_size
@@ -104,61 +101,6 @@ def output_file(path: str, flag: str, suffixes: tuple[str, ...]) -> str:
     if not existed:
         os.unlink(path)  # only probed: the command writes it when it has the result
     return path
-
-
-def write_text(path: str, text: str) -> None:
-    """Write a command's text output (UTF-8) to `path` all at once: a temporary file beside it,
-    renamed over it, so no reader sees half a file and a failure leaves what was there. The
-    file gets the mode open(path, "w") gives: 0666 less the umask, or the old file's; a
-    symbolic link's file is replaced, not the link. A device or pipe (/dev/stdout), or a file
-    in a folder where no new file may be made, is written in place. ConfigError (one line) if
-    that fails."""
-    try:
-        old = os.stat(path)
-    except OSError:
-        old = None
-    if old is not None and not stat.S_ISREG(old.st_mode):
-        return _write_in_place(path, text)  # nothing to rename over a device
-    target = os.path.realpath(path)
-    try:
-        fd, tmp = _create_beside(target)
-    except OSError as e:
-        if isinstance(e, PermissionError) and old is not None:
-            return _write_in_place(path, text)  # a writable file in a folder that is not
-        raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if old is not None:
-                os.fchmod(f.fileno(), stat.S_IMODE(old.st_mode))
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException as e:  # an interrupt too: no temporary file is left behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None
-        raise
-
-
-def _write_in_place(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise ConfigError(f"cannot write {path!r}: {e.strerror}") from None
-
-
-def _create_beside(target: str) -> tuple[int, str]:
-    """A new file in `target`'s folder, created as open(..., "w") creates one (mode 0666 less
-    the umask; tempfile.mkstemp would give 0600, unreadable by the cluster's other users)."""
-    folder = os.path.dirname(target)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        tmp = os.path.join(folder, f".gpucomm-{secrets.token_hex(6)}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:
-            continue
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")

@@ -17,11 +17,11 @@ from ..dtypes import PREMULSUM, REDUCE_OPS, check_op, get_dtype
 from ..bench.table import NCCL_TYPE
 from ..errors import ConfigError
 from ..report.data import beside_second_job
+from ..outputs import write_text
 from .topo import add_topology_args, topology_from_args
 from ._nccltests import add_nccl_tests_args, nccl_tests_sizes, resolve, retire
 from .common import (PLOT_SUFFIXES, add_format, add_select, html_arg, nccl_version_arg,
-                     output_file, param_pairs, positive_int, print_json, seeds_arg, sweep_sizes,
-                     write_text)
+                     output_file, param_pairs, positive_int, print_json, seeds_arg, sweep_sizes)
 from .progress import Progress
 
 # the nccl-tests flags a prediction depends on (the others are accepted with a note)

@@ -15,10 +15,11 @@ from ..topology import (FABRICS, Topology, build_topology, preset_names)
 from ..topology.analysis import bisection_bandwidth, gpu_bandwidths, summary
 from ..topology.fabric import HASH_FIELDS, PLACEMENTS, ROUTINGS, Network, fabric_summary
 from ..topology.build import PORT_LEVEL, preset_node
+from ..outputs import write_text
 from ._nccltests import retire
 from .common import (PLOT_SUFFIXES, add_format, fail_links_arg, int_arg,
                      leaf_ports_arg, name_arg, nics_arg, output_file, oversubscription_arg,
-                     positive_int, print_json, probability_arg, seed_arg, write_text)
+                     positive_int, print_json, probability_arg, seed_arg)
 
 
 def add_topology_args(p, default_system: str = "dgx-h100", nccl_tests: bool = False) -> None:

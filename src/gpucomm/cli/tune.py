@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
+from ..outputs import write_text
 from ._nccltests import retire
-from .common import (add_format, name_arg, output_file, positive_int, print_json, size_arg,
-                     write_text)
+from .common import (add_format, name_arg, output_file, positive_int, print_json, size_arg)
 from .topo import add_topology_args, topology_from_args
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CommTimeout, ConfigError, TransportError
+from ..outputs import write_text
 from . import netns
 
 SUBNET = "198.18.0"  # RFC 2544 benchmarking range; only ever assigned inside our namespaces
@@ -233,7 +234,7 @@ class EmulatedCluster:
     def write_topology(self, path, measured: Measured) -> str:
         from .topology import emulated_topology_yaml
         text = emulated_topology_yaml(self.spec, measured, self.qdiscs)
-        Path(path).write_text(text)
+        write_text(path, text, "topology")
         return text
 
 

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..outputs import write_text
 from . import figures
 from .data import args_inputs, bench_rows, entry, topology_drawing, trace_data, version
 
@@ -52,10 +53,7 @@ def write_html(path, result=None, *, entries=None, kind=None, title=None, args=N
                          extras=extras)]
     check_plotly()
     doc = render(report_doc(entries, argv))
-    try:
-        Path(path).write_text(doc, encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot write report {str(path)!r}: {e.strerror}") from None
+    write_text(path, doc, "report")
     return str(path)
 
 

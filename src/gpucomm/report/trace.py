@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
-from ..errors import ConfigError
+from ..outputs import write_text
 from .links import NVLS_ALGORITHMS, link_usage
 
 LINKS_PID = 1_000_000  # the process that holds the link counter tracks
@@ -166,7 +165,4 @@ def write_trace(result, path, topology=None, schedule=None) -> None:
     """Write `result.timeline` (simulate(..., trace=True), or simulate.timed.traced of a
     prediction) as Chrome-trace JSON; `schedule` (what was simulated; a prediction's
     `timed.schedule` by default) makes a flow-model run's link counters exact (links.py)."""
-    try:
-        Path(path).write_text(json.dumps(trace_doc(result, topology, schedule)))
-    except OSError as e:
-        raise ConfigError(f"cannot write trace {str(path)!r}: {e.strerror}") from None
+    write_text(path, json.dumps(trace_doc(result, topology, schedule)), "trace")

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import GpucommError, TopologyError
 from ..inputs import load_yaml, read_text
+from ..outputs import write_text
 from ..memo import Memo
 from .elements import DEVICE_KINDS, TRANSIT_KINDS, Device, Link
 from .routing import Router
@@ -321,7 +322,7 @@ class Topology:
                               width=160)
 
     def save(self, path) -> None:
-        Path(path).write_text(self.to_yaml())
+        write_text(path, self.to_yaml(), "topology")
 
     @classmethod
     def from_dict(cls, data, where: str = "topology") -> "Topology":
