@@ -33,22 +33,22 @@ def dtree_parents(n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
         >>> [p.tolist() for p in dtree_parents(4)]
         [[-1, 2, 0, 2], [1, 3, 1, -1]]
     """
-    def btree_parent(r: int) -> int:
-        if r == 0:
-            return -1
-        bit = 1
-        while bit < n and not bit & r:
-            bit <<= 1
+    def btree_parent(r: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        # ncclGetBtree, every rank at once: r's lowest set bit is below n (r < n), so the
+        # search for it ends there; its parent clears that bit and sets the next, or (past
+        # the last rank) only clears it; rank 0 is the root
+        bit = r & -r
         up = (r ^ bit) | (bit << 1)
-        return up if up < n else r ^ bit
+        return np.where(r == 0, -1, np.where(up < n, up, r ^ bit))
 
-    t0 = np.array([btree_parent(r) for r in range(n)], dtype=np.int64)
+    r = np.arange(n, dtype=np.int64)
+    t0 = btree_parent(r)
     if n % 2:  # shifted: rank r plays (r - 1) mod n
-        t1 = np.array([-1 if (u := btree_parent((r - 1) % n)) < 0 else (u + 1) % n
-                       for r in range(n)], dtype=np.int64)
+        u = btree_parent((r - 1) % n)
+        t1 = np.where(u < 0, -1, (u + 1) % n)
     else:  # mirrored: rank r plays n - 1 - r
-        t1 = np.array([-1 if (u := btree_parent(n - 1 - r)) < 0 else n - 1 - u
-                       for r in range(n)], dtype=np.int64)
+        u = btree_parent(n - 1 - r)
+        t1 = np.where(u < 0, -1, n - 1 - u)
     return t0, t1
 
 
