@@ -297,16 +297,17 @@ def _ring_curve(sched: Schedule, coster: StepCoster, maxmin: bool = False) -> Ri
         return known
     from .frontier import RingCurve
     x0, a, nsteps, pat = ring_rows(sched, coster, maxmin)
-    # the protocols' costers share it
+    # the protocols' costers share it (a sweep of a ring across nodes makes a coster per
+    # protocol and size, and the links of a large cluster are a million)
     paths = coster.paths
-    unit = paths.cache.ring_busy.get(key)
-    if unit is None:
+    per_byte = paths.cache.ring_busy.get(key)
+    if per_byte is None:
         unit = np.zeros(paths.nlinks)
         _account(unit, pat, np.full(len(pat.alpha), float(nsteps)))
-        paths.cache.ring_busy[key] = unit
+        per_byte = paths.cache.ring_busy[key] = unit / paths.capacity / paths.lane_scale
     made = coster.rings[(*key, maxmin)] = RingShape(curve=RingCurve(zip(x0, a), nsteps),
-                                         busy_s_per_byte=unit / paths.capacity / paths.lane_scale,
-                                         ops=nsteps * len(pat.alpha))
+                                                    busy_s_per_byte=per_byte,
+                                                    ops=nsteps * len(pat.alpha))
     return made
 
 

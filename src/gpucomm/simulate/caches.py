@@ -85,7 +85,7 @@ class PathMemo:
         self.nccl_shape: Any = None  # nccl._Shape
         # (src, dst, channel bytes) -> what a step's routes give, whatever the protocol
         self.geometry: dict[tuple[bytes, bytes, bytes], Geometry] = {}
-        # (collective, ranks, channels) -> a ring's busy bytes per link per chunk byte
+        # (collective, ranks, channels) -> a ring's busy seconds per link per chunk byte
         self.ring_busy: dict[tuple[str, int, int], Floats] = {}
         self.costers: dict[tuple[Any, float, int], StepCoster] = {}  # (protocol, lanes, ch)
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,17 +27,8 @@ Ints = npt.NDArray[np.int64]
 # schedule rank -> topology rank, or one such row per channel (a 2-D table)
 Ranks = Iterable[int] | Iterable[Iterable[int]]
 # (id(schedule), id(topology), placement, protocol, lanes, dtype, redop): the answers of a
-# SizeSweep, each kept with its schedule and topology (so an id stays theirs)
+# SizeSweep (SweepPass), each kept with its schedule and topology (so an id stays theirs)
 SweepKey = tuple[int, int, bytes, Protocol, float, str, str]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SweepOut:
-    """The analytic answer for one size of a sweep."""
-    end_s: float
-    ops: int
-    busy: LinkBusy | Floats  # seconds per link
-    note: str
 
 
 MODELS = ("analytic", "flow")
@@ -53,7 +43,6 @@ FLOW_MAX_OPS = 8_000_000
 # where the steps' flows do not all overlap (latency-bound); 8,192 contended GPUs in seconds
 FLOW_RING_OPS = 200_000
 CHAIN_NOTE = "chain frontier: every hop routed once, the pipeline stepped window by window"
-SWEEP_CELLS = 16_000_000  # (rank, chunk) cells x sizes one vectorised analytic pass may hold
 
 
 class SizeSweep:
@@ -73,7 +62,7 @@ class SizeSweep:
 
     def __init__(self, sizes: Iterable[int]) -> None:
         self.sizes = frozenset(int(x) for x in sizes)
-        self.answers: dict[SweepKey, tuple[Schedule, Topology, dict[int, SimResult]]] = {}
+        self.answers: dict[SweepKey, SweepPass] = {}
 
     def clear(self) -> None:
         self.answers = {}
@@ -268,61 +257,92 @@ def _from_sweep(sweep: SizeSweep, schedule: Schedule, topology: Topology, dtype:
     key: SweepKey = (id(schedule), id(topology), placement.tobytes(), proto, float(lanes),
                      str(dtype), redop)
     hit = sweep.answers.get(key)
-    if hit is None or hit[0] is not schedule or hit[1] is not topology:
+    if hit is None or hit.schedule is not schedule or hit.topology is not topology:
         lays = []
         for size in sorted(sweep.sizes):
             try:
                 lays.append(layout(schedule.collective, size, dtype, schedule.nranks))
             except ConfigError:  # a size this dtype cannot hold: asked for alone, if ever
                 continue
-        results = _analytic_many(schedule, topology, lays, placement, proto, lanes, redop)
-        hit = sweep.answers[key] = (schedule, topology, {r.size: r for r in results})
-    res = hit[2].get(lay.size)
+        hit = sweep.answers[key] = _sweep_pass(schedule, topology, lays, placement, proto,
+                                               lanes, redop)
+    res = hit.result(lay.size)
     if res is None:
         res = _one(schedule, topology, lay, placement, proto, "analytic", False, lanes, redop)
     return res
 
 
-def _analytic_many(schedule: Schedule, topology: Topology, lays: list[BufferLayout],
-                   placement: Ints, proto: Protocol, lanes: float,
-                   redop: str) -> list[SimResult]:
-    """Results of the sizes the pass can answer (a size whose unequal chunks need the general
-    engine beyond its cell limit is left out: asked for alone, it raises as it would alone)."""
+class SweepPass:
+    """One schedule's pass over a sweep's sizes (one key of SizeSweep.answers): the ring's
+    frontier (`ring`: each size's RingOut) or a chain's pipeline (`chain`) answers every size
+    at once; a size they leave to the general engine runs when it is asked (each size is a
+    column of its own there, so alone it gets the same numbers); a result is made for the
+    sizes asked only (a sweep of a ring across nodes asks most keys one size: the ring's
+    network messages follow the size, so below the largest sizes each size times its own
+    protocol)."""
+
+    def __init__(self, *, schedule: Schedule, topology: Topology, lays: list[BufferLayout],
+                 paths: PathTable, cst: StepCoster, redop: str,
+                 ring: dict[int, analytic.RingOut], chain: dict[int, tuple[float, int, Floats]]
+                 ) -> None:
+        self.schedule, self.topology, self.redop = schedule, topology, redop
+        self.paths, self.coster = paths, cst
+        self.lays = {lay.size: lay for lay in lays}
+        self.ring = ring
+        self.chain = chain  # size -> (end, ops, bytes per link)
+        self.results: dict[int, SimResult] = {}
+
+    def result(self, size: int) -> SimResult | None:
+        """The answer for `size`, None where the pass has none (not a size of the sweep, or
+        one the general engine refuses: alone, it raises as it would alone)."""
+        res = self.results.get(size)
+        if res is not None or size not in self.lays:
+            return res
+        lay, sched = self.lays[size], self.schedule
+        busy: LinkBusy | Floats
+        if size in self.ring:
+            ring = self.ring[size]
+            end, ops, note = ring.end_s, ring.ops, analytic.ring_note(sched, self.coster)
+            busy = LinkBusy(ring.busy_s_per_byte, ring.chunk_bytes)
+        elif size in self.chain:
+            end, ops, carried = self.chain[size]
+            busy, note = carried / self._scale(), CHAIN_NOTE
+        elif sched.nranks * sched.total_chunks > analytic.DENSE_LIMIT:
+            return None  # the general engine refuses: _from_sweep asks _one, which says why
+        else:
+            row = np.array([sched.chunk_bounds(lay.block_count)])
+            run = analytic.run(sched, self.coster, row, get_dtype(lay.dtype).itemsize)
+            end, ops, note = float(run.end_s[0]), run.events, ""
+            busy = run.busy_bytes[:, 0] / self._scale()
+        res = self.results[size] = _result(sched, lay, self.coster.proto, "analytic", end, ops,
+                                           ops, busy, (), self.redop, note)
+        return res
+
+    def _scale(self) -> Floats:
+        scale: Floats = self.paths.capacity * self.paths.lane_scale  # lanes carry m/L of a link
+        return scale
+
+
+def _sweep_pass(schedule: Schedule, topology: Topology, lays: list[BufferLayout],
+                placement: Ints, proto: Protocol, lanes: float, redop: str) -> SweepPass:
+    """The ring's frontier, else a chain's pipeline, over every size of `lays`."""
     paths = path_table(topology, placement)
     cst = coster(paths, proto, lanes, schedule.channels)
     itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
-    scale = paths.capacity * paths.lane_scale  # busy seconds; lanes carry m/L of a link
-    outs: list[SweepOut | None] = [None] * len(lays)
-    note = ""
+    ring: dict[int, analytic.RingOut] = {}
     if analytic.is_ring(schedule):
-        note = analytic.ring_note(schedule, cst)
-        counts = [lay.block_count for lay in lays]
-        for i, out in enumerate(analytic.ring_many(schedule, cst, counts, itemsize)):
-            if out is not None:
-                outs[i] = SweepOut(end_s=out.end_s, ops=out.ops, note=note,
-                                   busy=LinkBusy(out.busy_s_per_byte, out.chunk_bytes))
-    rest = [i for i, o in enumerate(outs) if o is None]
+        outs = analytic.ring_many(schedule, cst, [lay.block_count for lay in lays], itemsize)
+        ring = {lay.size: out for lay, out in zip(lays, outs) if out is not None}
+    rest = [lay for lay in lays if lay.size not in ring]
     shape = analytic.chain_of(schedule) if rest else None
-    chain = chain_many(schedule, shape, cst, np.array([schedule.chunk_bounds(
-        lays[i].block_count) for i in rest]), itemsize) if shape else None
-    if chain is not None:
-        for j, i in enumerate(rest):
-            outs[i] = SweepOut(end_s=float(chain.end_s[j]), ops=chain.ops,
-                               busy=chain.busy_bytes[:, j] / scale, note=CHAIN_NOTE)
-        rest = []
-    if rest and schedule.nranks * schedule.total_chunks > analytic.DENSE_LIMIT:
-        rest = []  # the general engine refuses these: _from_sweep asks _one, which says why
-    batch = max(1, SWEEP_CELLS // max(schedule.nranks * schedule.total_chunks, 1))
-    for at in range(0, len(rest), batch):
-        part = rest[at:at + batch]
-        rows = np.array([schedule.chunk_bounds(lays[i].block_count) for i in part])
-        run = analytic.run(schedule, cst, rows, itemsize)
-        for j, i in enumerate(part):
-            outs[i] = SweepOut(end_s=float(run.end_s[j]), ops=run.events,
-                               busy=run.busy_bytes[:, j] / scale, note="")
-    return [_result(schedule, lay, proto, "analytic", out.end_s, out.ops, out.ops, out.busy, (),
-                    redop, out.note)
-            for lay, out in zip(lays, outs) if out is not None]
+    chain = chain_many(schedule, shape, cst, np.array([schedule.chunk_bounds(lay.block_count)
+                                                       for lay in rest]), itemsize) \
+        if shape else None
+    chained = {} if chain is None else {
+        lay.size: (float(chain.end_s[j]), chain.ops, chain.busy_bytes[:, j])
+        for j, lay in enumerate(rest)}
+    return SweepPass(schedule=schedule, topology=topology, lays=lays, paths=paths, cst=cst,
+                     redop=redop, ring=ring, chain=chained)
 
 
 def _ring_trace(schedule: Schedule, cst: StepCoster, bounds: Ints,

@@ -16,6 +16,7 @@ Timing semantics shared by the engines (schedule.py gives the data flow):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,8 +50,14 @@ class StepCoster:
         # ranks, channels, whether max-min fair)
         self.patterns: dict[tuple[bytes, bytes, bytes], Pattern] = {}
         self.rings: dict[tuple[str, int, int, bool], RingShape] = {}
-        # payload B/s per link; x lanes where a connection is split over paths (fabric.py)
-        self.link_cap = paths.capacity * protocol.wire_efficiency * paths.lane_scale
+
+    @cached_property
+    def link_cap(self) -> np.ndarray:
+        """Payload B/s per link; x lanes where a connection is split over paths (fabric.py).
+        Made when asked (the flow model): a million links on a large cluster, and a sweep
+        makes a coster per protocol and size."""
+        cap: np.ndarray = self.paths.capacity * self.proto.wire_efficiency * self.paths.lane_scale
+        return cap
 
     def pattern(self, step: Step) -> Pattern:
         key = (step.src.tobytes(), step.dst.tobytes(), step.channel.tobytes())
