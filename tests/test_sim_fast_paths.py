@@ -305,3 +305,50 @@ def test_ring_with_some_empty_chunks_is_answered_by_its_frontier_as_the_engine_t
     assert ring is not None and ring.end_s == pytest.approx(general.end_s, rel=1e-12)
     few = analytic.ring_many(sched, cst, [3], 4)[0] if coll == "all_reduce" else None
     assert few is None  # an all-reduce whose larger chunks fill no channel: the engine's
+
+
+@pytest.mark.parametrize("coll,name,nodes", [
+    ("broadcast", "ring", 2),  # a chain (chain.chain_many)
+    ("all_reduce", "double_binary_tree", 2),  # the general engine
+    ("all_reduce", "ring", 3)])  # a ring: the uneven sizes go to the general engine
+def test_a_sweep_runs_the_sizes_asked_one_row_each_with_the_batchs_numbers(
+        coll, name, nodes, monkeypatch):
+    """A SizeSweep answers a chain's and the general engine's sizes when asked, one row each
+    (most keys of a sweep across nodes are asked one size): bit for bit the column the batch
+    over every size of the sweep gives it."""
+    from gpucomm.collectives import layout
+    from gpucomm.simulate import analytic, chain, core
+    from gpucomm.simulate.core import coster, path_table
+    from gpucomm.simulate.protocol import get_protocol
+    topo = build_topology("dgx-h100", nodes=nodes)
+    sched = build(coll, name, topo.nranks, **({"chunks": 4} if coll == "broadcast" else {}))
+    sizes = [8, 4096 + 8, 3 << 17, (1 << 24) + 24]
+    proto = get_protocol("simple", "hopper", nodes)
+    rows = [0]
+    run, chain_many = analytic.run, chain.chain_many
+
+    def counted_run(s, cst, bounds, *args, **kw):
+        rows[0] += len(np.atleast_2d(bounds))
+        return run(s, cst, bounds, *args, **kw)
+
+    def counted_chain(s, shape, cst, bounds, *args):
+        rows[0] += len(np.atleast_2d(bounds))
+        return chain_many(s, shape, cst, bounds, *args)
+    monkeypatch.setattr(analytic, "run", counted_run)
+    monkeypatch.setattr(core, "chain_many", counted_chain)
+    sweep = SizeSweep(sizes)
+    swept = [simulate(sched, topo, s, protocol=proto, sweep=sweep) for s in sizes[:2]]
+    assert rows[0] <= 2  # the two sizes asked, no more
+    monkeypatch.undo()
+    cst = coster(path_table(topo, np.arange(topo.nranks)), proto, 1.0, sched.channels)
+    bounds = np.array([sched.chunk_bounds(layout(sched.collective, s, "float32",
+                                                 sched.nranks).block_count) for s in sizes])
+    shape = analytic.chain_of(sched)
+    batch = chain.chain_many(sched, shape, cst, bounds, 4) if shape else \
+        analytic.run(sched, cst, bounds, 4)
+    ring = analytic.ring_many(sched, cst, [layout(sched.collective, s, "float32", sched.nranks)
+                                           .block_count for s in sizes], 4) \
+        if analytic.is_ring(sched) else [None] * len(sizes)
+    for j, res in enumerate(swept):
+        end = ring[j].end_s if ring[j] is not None else float(batch.end_s[j])
+        assert res.time_s == end + proto.base_latency_s

@@ -60,3 +60,26 @@ def test_nvls_tree_takes_the_same_count_three_nodes_one_and_a_half():
         algorithm="nvls_tree").time_s for n in (2, 3, 4)]
     assert times[1] / times[2] == pytest.approx(0.75, rel=0.01)
     assert times[0] / times[2] == pytest.approx(0.5, rel=0.01)
+
+
+def _btree_parent(r, n):
+    """trees.cc ncclGetBtree's parent of rank r, its loop as NCCL writes it."""
+    if r == 0:
+        return -1
+    bit = 1
+    while bit < n and not bit & r:
+        bit <<= 1
+    up = (r ^ bit) | (bit << 1)
+    return up if up < n else r ^ bit
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6, 7, 33, 100, 255, 256, 257, 1000, 1023, 2049, 16384])
+def test_dtree_parents_at_once_are_trees_cc_rank_by_rank(n):
+    # nccl_trees computes every rank's parent at once (a tune of a 16,384-node cluster asks
+    # it per timing); rank by rank, trees.cc's loop: tree 1 mirrored (n even) or shifted
+    t0 = [_btree_parent(r, n) for r in range(n)]
+    if n % 2:
+        t1 = [-1 if (u := _btree_parent((r - 1) % n, n)) < 0 else (u + 1) % n for r in range(n)]
+    else:
+        t1 = [-1 if (u := _btree_parent(n - 1 - r, n)) < 0 else n - 1 - u for r in range(n)]
+    assert [p.tolist() for p in nccl_trees.dtree_parents(n)] == [t0, t1]

@@ -257,16 +257,10 @@ def _from_sweep(sweep: SizeSweep, schedule: Schedule, topology: Topology, dtype:
     key: SweepKey = (id(schedule), id(topology), placement.tobytes(), proto, float(lanes),
                      str(dtype), redop)
     hit = sweep.answers.get(key)
-    if hit is None or hit.schedule is not schedule or hit.topology is not topology:
-        lays = []
-        for size in sorted(sweep.sizes):
-            try:
-                lays.append(layout(schedule.collective, size, dtype, schedule.nranks))
-            except ConfigError:  # a size this dtype cannot hold: asked for alone, if ever
-                continue
-        hit = sweep.answers[key] = _sweep_pass(schedule, topology, lays, placement, proto,
-                                               lanes, redop)
-    res = hit.result(lay.size)
+    if hit is None or hit.schedule is not schedule or hit.paths.topo is not topology:
+        hit = sweep.answers[key] = _sweep_pass(schedule, topology, sweep.sizes, dtype,
+                                               placement, proto, lanes, redop)
+    res = hit.result(lay)
     if res is None:
         res = _one(schedule, topology, lay, placement, proto, "analytic", False, lanes, redop)
     return res
@@ -274,75 +268,71 @@ def _from_sweep(sweep: SizeSweep, schedule: Schedule, topology: Topology, dtype:
 
 class SweepPass:
     """One schedule's pass over a sweep's sizes (one key of SizeSweep.answers): the ring's
-    frontier (`ring`: each size's RingOut) or a chain's pipeline (`chain`) answers every size
-    at once; a size they leave to the general engine runs when it is asked (each size is a
-    column of its own there, so alone it gets the same numbers); a result is made for the
-    sizes asked only (a sweep of a ring across nodes asks most keys one size: the ring's
-    network messages follow the size, so below the largest sizes each size times its own
-    protocol)."""
+    frontier answers every size at once (`ring`: each size's RingOut; its curve solves only
+    the points the sizes' pieces need). Other sizes, a chain's or the general engine's, run
+    when asked, one size a row: each size is a column of its own there, so alone it gets the
+    numbers a batch gives it. A sweep of a ring across nodes asks most keys one size (the
+    ring's network messages follow the size, so below the largest sizes each size times its
+    own protocol): a result, and its link busy seconds, is made for the sizes asked only."""
 
-    def __init__(self, *, schedule: Schedule, topology: Topology, lays: list[BufferLayout],
-                 paths: PathTable, cst: StepCoster, redop: str,
-                 ring: dict[int, analytic.RingOut], chain: dict[int, tuple[float, int, Floats]]
-                 ) -> None:
-        self.schedule, self.topology, self.redop = schedule, topology, redop
-        self.paths, self.coster = paths, cst
-        self.lays = {lay.size: lay for lay in lays}
-        self.ring = ring
-        self.chain = chain  # size -> (end, ops, bytes per link)
-        self.results: dict[int, SimResult] = {}
+    def __init__(self, *, schedule: Schedule, sizes: frozenset[int], paths: PathTable,
+                 proto: Protocol, lanes: float, redop: str,
+                 ring: dict[int, analytic.RingOut], note: str) -> None:
+        self.schedule, self.paths, self.proto, self.lanes = schedule, paths, proto, lanes
+        self.sizes, self.redop, self.ring, self.note = sizes, redop, ring, note
 
-    def result(self, size: int) -> SimResult | None:
-        """The answer for `size`, None where the pass has none (not a size of the sweep, or
+    def result(self, lay: BufferLayout) -> SimResult | None:
+        """The answer for `lay`, None where the pass has none (not a size of the sweep, or
         one the general engine refuses: alone, it raises as it would alone)."""
-        res = self.results.get(size)
-        if res is not None or size not in self.lays:
-            return res
-        lay, sched = self.lays[size], self.schedule
+        size, sched = lay.size, self.schedule
+        if size not in self.sizes:
+            return None
         busy: LinkBusy | Floats
         if size in self.ring:
             ring = self.ring[size]
-            end, ops, note = ring.end_s, ring.ops, analytic.ring_note(sched, self.coster)
+            end, ops, note = ring.end_s, ring.ops, self.note
             busy = LinkBusy(ring.busy_s_per_byte, ring.chunk_bytes)
-        elif size in self.chain:
-            end, ops, carried = self.chain[size]
-            busy, note = carried / self._scale(), CHAIN_NOTE
-        elif sched.nranks * sched.total_chunks > analytic.DENSE_LIMIT:
-            return None  # the general engine refuses: _from_sweep asks _one, which says why
         else:
+            cst = coster(self.paths, self.proto, self.lanes, sched.channels)
             row = np.array([sched.chunk_bounds(lay.block_count)])
-            run = analytic.run(sched, self.coster, row, get_dtype(lay.dtype).itemsize)
-            end, ops, note = float(run.end_s[0]), run.events, ""
-            busy = run.busy_bytes[:, 0] / self._scale()
-        res = self.results[size] = _result(sched, lay, self.coster.proto, "analytic", end, ops,
-                                           ops, busy, (), self.redop, note)
-        return res
+            itemsize = get_dtype(lay.dtype).itemsize
+            shape = analytic.chain_of(sched)
+            chain = chain_many(sched, shape, cst, row, itemsize) if shape else None
+            scale = self.paths.capacity * self.paths.lane_scale  # lanes carry m/L of a link
+            if chain is not None:
+                end, ops, note = float(chain.end_s[0]), chain.ops, CHAIN_NOTE
+                busy = chain.busy_bytes[:, 0] / scale
+            elif sched.nranks * sched.total_chunks > analytic.DENSE_LIMIT:
+                return None  # the general engine refuses: _from_sweep asks _one, which says why
+            else:
+                run = analytic.run(sched, cst, row, itemsize)
+                end, ops, note = float(run.end_s[0]), run.events, ""
+                busy = run.busy_bytes[:, 0] / scale
+        return _result(sched, lay, self.proto, "analytic", end, ops, ops, busy, (), self.redop,
+                       note)
 
-    def _scale(self) -> Floats:
-        scale: Floats = self.paths.capacity * self.paths.lane_scale  # lanes carry m/L of a link
-        return scale
 
-
-def _sweep_pass(schedule: Schedule, topology: Topology, lays: list[BufferLayout],
-                placement: Ints, proto: Protocol, lanes: float, redop: str) -> SweepPass:
-    """The ring's frontier, else a chain's pipeline, over every size of `lays`."""
+def _sweep_pass(schedule: Schedule, topology: Topology, sizes: frozenset[int],
+                dtype: DTypeLike, placement: Ints, proto: Protocol, lanes: float,
+                redop: str) -> SweepPass:
+    """A ring's frontier over every size of `sizes` (nothing yet for other schedules)."""
     paths = path_table(topology, placement)
-    cst = coster(paths, proto, lanes, schedule.channels)
-    itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
     ring: dict[int, analytic.RingOut] = {}
+    note = ""
     if analytic.is_ring(schedule):
+        lays = []
+        for size in sorted(sizes):
+            try:
+                lays.append(layout(schedule.collective, size, dtype, schedule.nranks))
+            except ConfigError:  # a size this dtype cannot hold: asked for alone, if ever
+                continue
+        cst = coster(paths, proto, lanes, schedule.channels)
+        note = analytic.ring_note(schedule, cst)
+        itemsize = get_dtype(lays[0].dtype).itemsize if lays else 1
         outs = analytic.ring_many(schedule, cst, [lay.block_count for lay in lays], itemsize)
         ring = {lay.size: out for lay, out in zip(lays, outs) if out is not None}
-    rest = [lay for lay in lays if lay.size not in ring]
-    shape = analytic.chain_of(schedule) if rest else None
-    chain = chain_many(schedule, shape, cst, np.array([schedule.chunk_bounds(lay.block_count)
-                                                       for lay in rest]), itemsize) \
-        if shape else None
-    chained = {} if chain is None else {
-        lay.size: (float(chain.end_s[j]), chain.ops, chain.busy_bytes[:, j])
-        for j, lay in enumerate(rest)}
-    return SweepPass(schedule=schedule, topology=topology, lays=lays, paths=paths, cst=cst,
-                     redop=redop, ring=ring, chain=chained)
+    return SweepPass(schedule=schedule, sizes=sizes, paths=paths, proto=proto, lanes=lanes,
+                     redop=redop, ring=ring, note=note)
 
 
 def _ring_trace(schedule: Schedule, cst: StepCoster, bounds: Ints,
