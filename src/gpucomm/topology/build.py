@@ -53,12 +53,17 @@ def preset_names() -> tuple[str, ...]:
 PRESETS = preset_names()
 
 
+def check_preset(system: str, hint: str = "") -> None:
+    """ConfigError unless `system` names a preset; the error lists them, then `hint`."""
+    if system not in preset_names():
+        raise ConfigError(f"unknown system preset {system!r}; allowed: "
+                          f"{', '.join(preset_names())}{hint}")
+
+
 @lru_cache(maxsize=None)
 def preset_node(system: str) -> Topology:
     """The one-node topology of a preset."""
-    if system not in preset_names():
-        raise ConfigError(f"unknown system preset {system!r}; allowed: "
-                          f"{', '.join(preset_names())} (or --topology FILE)")
+    check_preset(system, " (or --topology FILE)")
     return topology_from_dict(load_packaged_yaml(f"data/presets/{system}.yaml"),
                               f"preset {system}")
 

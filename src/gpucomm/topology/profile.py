@@ -35,7 +35,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..hardware import get_gpu, get_link_tech, get_nic
-from .build import preset_names
+from .build import check_preset
 from .model import Topology
 
 NETWORK_KINDS = ("ib", "roce", "efa", "ethernet", "slingshot")
@@ -103,9 +103,8 @@ def check_machine(key: str, value: object) -> None:
                 get_nic(value)
             elif key == "gpu":
                 get_gpu(value)
-            elif value not in preset_names():
-                raise ConfigError(f"unknown system preset {value!r}; allowed: "
-                                  f"{', '.join(preset_names())}")
+            else:
+                check_preset(value)
         except ConfigError as e:
             raise ConfigError(f"profile machine: {key}: {e}") from None
     elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
