@@ -122,10 +122,10 @@ def read_text(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> str:
     """A regular file's text, or a one-line ConfigError: UTF-8 of at most `limit` bytes, or
     UTF-16 with its byte-order mark (as Windows saves it) of at most twice that; either may be
     gzip-compressed."""
-    name = str(path)
-    data = read_bytes(path, what, limit, utf16_limit=2 * limit)
+    name, utf16_limit = str(path), 2 * limit
+    data = read_bytes(path, what, limit, utf16_limit)
     if data[:2] == b"\x1f\x8b":  # gzip (a saved log.gz): read, never past the limit unpacked
-        data = _gunzip(data, name, what, limit)
+        data = _gunzip(data, name, what, limit, utf16_limit)
     if data[:2] in UTF16_BOMS:
         try:
             return data.decode("utf-16")  # the mark says which byte order, and is dropped
@@ -141,8 +141,8 @@ def read_text(path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> str:
                           f"{data[e.start:e.start + 1]!r}; a binary file?)") from None
 
 
-def _gunzip(data: bytes, name: str, what: str, limit: int) -> bytes:
-    """`data` unpacked: at most `limit` bytes, twice that for UTF-16 (read_text's rule)."""
+def _gunzip(data: bytes, name: str, what: str, limit: int, utf16_limit: int) -> bytes:
+    """`data` unpacked: at most `limit` bytes, `utf16_limit` for UTF-16."""
     import gzip
     import io
     import zlib
@@ -150,7 +150,7 @@ def _gunzip(data: bytes, name: str, what: str, limit: int) -> bytes:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
             out = f.read(limit + 1)
             if len(out) > limit and out[:2] in UTF16_BOMS:
-                limit *= 2
+                limit = utf16_limit
                 out += f.read(limit + 1 - len(out))
     except (OSError, EOFError, zlib.error) as e:
         raise ConfigError(f"{what} {name!r} is gzip-compressed but cannot be unpacked ({e}): "
