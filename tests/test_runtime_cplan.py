@@ -83,6 +83,59 @@ def _alternating(comm, rounds=12):
     return wrong
 
 
+REDUCE_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
+
+
+def _reductions(comm, cplan):
+    """Every reducing collective whose plan reduces what cross-memory attach reads, for every
+    dtype and op C reduces, in place and out of place: run in C, then the same call with the
+    plan interpreted in Python (numpy), and the two outputs must match bit for bit. Returns
+    (the mismatches, a digest of this rank's all-reduce outputs: the same on every rank)."""
+    import hashlib
+    import zlib
+
+    from gpucomm import dtypes as dt
+    p, r, wrong, digest = comm.world_size, comm.rank, [], hashlib.sha256()
+    real_get = cplan.CPlans.get
+    for dtype in REDUCE_DTYPES:
+        d = dt.get_dtype(dtype)
+        for op in ("sum", "prod", "min", "max", "avg"):
+            if op == "avg" and not d.is_float:
+                continue
+            for count in (7, 65537):
+                rng = np.random.default_rng([zlib.crc32(f"{dtype} {op}".encode()), count, r])
+                x = dt.random_array(rng, p * count, d, op)
+                for coll in ("all_reduce", "reduce_scatter", "reduce"):
+                    for in_place in (False, True):
+                        got = []
+                        for python in (False, True):
+                            cplan.CPlans.get = (lambda self, plan, rank, isz: None) if python \
+                                else real_get
+                            inp = x.copy()
+                            if coll == "all_reduce":
+                                out = inp if in_place else np.empty_like(inp)
+                                if in_place:
+                                    comm.all_reduce(out, op, dtype=dtype)
+                                else:
+                                    comm.transport.execute(
+                                        comm.schedule(coll, inp.nbytes), inp, out, op, d, 60)
+                            elif coll == "reduce_scatter":
+                                out = inp[r * count:(r + 1) * count] if in_place \
+                                    else np.empty(count, inp.dtype)
+                                comm.reduce_scatter(out, inp, op, dtype=dtype)
+                            else:
+                                out = inp
+                                comm.reduce(out, 0, op, dtype=dtype)
+                            got.append(out.tobytes())
+                        cplan.CPlans.get = real_get
+                        if got[0] != got[1]:
+                            wrong.append(f"{coll} {dtype} {op} count={count} "
+                                         f"in_place={in_place}")
+                        if coll == "all_reduce":
+                            digest.update(got[0])
+    return wrong, digest.hexdigest()
+
+
 def rank_main(mode, out_dir):
     import gpucomm.runtime as rt
     from gpucomm.runtime import cplan, shm_fast
@@ -108,6 +161,8 @@ def rank_main(mode, out_dir):
             res["wrong"] = _cases(comm, ["all_gather", "broadcast", "gather", "scatter"])
         elif mode == "alternating":
             res["wrong"] = _alternating(comm)
+        elif mode == "reductions":
+            res["wrong"], res["digest"] = _reductions(comm, cplan)
         elif mode == "mismatch":  # both direct plans in C: all-to-all against all-gather
             x = np.ones(comm.world_size * 4096, np.float32)
             _call(comm, "all_to_all" if comm.rank == 0 else "all_gather",
@@ -182,6 +237,20 @@ def test_direct_calls_between_staged_ones_stay_exact(nranks, tmp_path):
     all_right(results, log, nranks)
     for res in results:
         assert res["c_calls"] >= 24
+
+
+@built
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_reductions_of_what_cma_reads_run_in_c_bit_for_bit(nranks, tmp_path):
+    """Direct plans reduce a peer's data read by cross-memory attach, piece by piece (on 2
+    ranks each reduced piece written into the peer as it is made): in C, for every dtype and
+    op C reduces, the outputs are the Python interpreter's (numpy's) bit for bit, and an
+    all-reduce's are the same on every rank."""
+    results, log, _ = run(nranks, "reductions", tmp_path, timeout=600)
+    all_right(results, log, nranks)
+    assert len({res["digest"] for res in results}) == 1
+    for res in results:
+        assert res["c_calls"] > 0
 
 
 @built

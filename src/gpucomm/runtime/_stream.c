@@ -560,6 +560,8 @@ typedef struct {
     Py_buffer views[LL_MAX_RANKS];
     int nviews;
     double yield_ns;  /* after the spin, yield the core this long before sleeping (set_yield) */
+    char *piece_buf;  /* what a reduction read by cross-memory attach lands in (K_REDUCE_PEER) */
+    size_t piece_len;
 } WaitsObject;
 
 static void Waits_release(WaitsObject *self)
@@ -574,6 +576,7 @@ static void Waits_release(WaitsObject *self)
 static void Waits_dealloc(WaitsObject *self)
 {
     Waits_release(self);
+    free(self->piece_buf);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -760,11 +763,11 @@ static PyObject *Waits_wait(WaitsObject *self, PyObject *const *args, Py_ssize_t
  * waits, reports, and calls again from that row: one C call per plan in the usual case.
  * --------------------------------------------------------------------------------------- */
 enum { K_NOTHING, K_COPY, K_READ, K_WRITE, K_COPY_PUSH, K_REDUCE, K_SHARED_READ,
-       K_SHARED_WRITE };
+       K_SHARED_WRITE, K_REDUCE_PEER, K_REDUCE_PEER_PUSH };
 /* Waits' interface: 2 = seven word indices, run_plan checks descriptors and sleeps itself;
  * 3 = eight (in_place too), `call` runs a whole call; 4 = shared transfers (rows 6, 7);
- * 5 = `set_yield` */
-#define WAITS_VERSION 5
+ * 5 = `set_yield`; 6 = reductions of what cross-memory attach reads (rows 8, 9) */
+#define WAITS_VERSION 6
 /* A shared transfer's pieces done, counted by the rank that did them: its progress line's
  * next two words, seq << 32 | pieces (`shm_control.FRONT`, `BACK`) */
 #define FRONT 1
@@ -904,13 +907,15 @@ static int row_shape(WaitsObject *self, const int64_t *r, Py_ssize_t ndeps)
     int local_src = r[2] >= 0 && r[2] <= 2, local_dst = r[4] >= 0 && r[4] <= 2;
     int shm_src = local_src || r[2] == 3;  /* a local copy or reduction may read a peer's */
     int peer_src = r[2] == 4 || r[2] == 5, peer_dst = r[4] == 5;
-    int red_ok = kind == K_REDUCE && (r[10] & 0xF) <= 2 && (r[10] >> 8 & 0xF) < T_NTYPES &&
+    int reduces = kind == K_REDUCE || kind == K_REDUCE_PEER || kind == K_REDUCE_PEER_PUSH;
+    int red_ok = reduces && (r[10] & 0xF) <= 2 && (r[10] >> 8 & 0xF) < T_NTYPES &&
                  (r[10] >> 4 & 0xF) < OP_NOPS && r[10] >= 0;
     int shape = kind == K_NOTHING || (kind == K_COPY && shm_src && local_dst) ||
                 ((kind == K_READ || kind == K_SHARED_READ) && peer_src && local_dst) ||
                 ((kind == K_WRITE || kind == K_SHARED_WRITE) && local_src && peer_dst) ||
                 (kind == K_COPY_PUSH && local_src && local_dst) ||
-                (red_ok && shm_src && local_dst);
+                (red_ok && kind == K_REDUCE && shm_src && local_dst) ||
+                (red_ok && kind != K_REDUCE && peer_src && local_dst);
     int needs_peer = !(kind == K_NOTHING || ((kind == K_COPY || kind == K_REDUCE) && local_src));
     int shared = kind == K_SHARED_READ || kind == K_SHARED_WRITE;
     if (!shape || r[6] < 0 || r[7] < 0 || r[7] + r[8] > ndeps || (shared && r[10] < 1) ||
@@ -1044,10 +1049,28 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
             *detail = late;
             return 1;
         }
+        /* a reduction fused with the next row, the push of what it reduces (`push_results`):
+         * that row's dependencies too, before the first piece */
+        const int64_t *r2 = kind == K_REDUCE_PEER_PUSH && i + 1 < pr->nrows ? r + ROW : NULL;
+        if (kind == K_REDUCE_PEER_PUSH) {
+            if (r2 == NULL || r2[0] != K_WRITE || row_shape(self, r2, pr->ndeps) < 0 ||
+                r2[6] != r[6]) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "run_plan: a fused reduction without "
+                                    "its push");
+                return -1;
+            }
+            if (row_deps(self, pr->dp, r2[7], r2[8], pr->seq, pr->ok, pr->spin_ns,
+                         pr->wait_ns, &late)) {
+                *detail = late;
+                return 1;
+            }
+        }
         char *src = NULL, *dst = NULL, *cur = NULL;
-        uint64_t remote = 0;
+        uint64_t remote = 0, remote2 = 0;
         size_t n = kind == K_NOTHING ? 0 : (size_t)r[6];
-        int reads = kind == K_READ || kind == K_SHARED_READ;
+        int peer_reduce = kind == K_REDUCE_PEER || kind == K_REDUCE_PEER_PUSH;
+        int reads = kind == K_READ || kind == K_SHARED_READ || peer_reduce;
         int writes = kind == K_WRITE || kind == K_SHARED_WRITE;
         if (reads)
             remote = (uint64_t)self->words[peer][r[2] == 4 ? self->in_addr : self->out_addr]
@@ -1058,18 +1081,29 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
             remote = (uint64_t)self->words[peer][self->out_addr] + (uint64_t)r[5];
         else if (kind != K_NOTHING)
             dst = operand(self, pr, r[4], r[5], peer, n);
-        if (kind == K_REDUCE)
+        if (kind == K_REDUCE || peer_reduce)
             cur = operand(self, pr, r[10] & 0xF, r[10] >> 12, peer, n);
+        if (r2 != NULL)
+            remote2 = (uint64_t)self->words[r2[1]][self->out_addr] + (uint64_t)r2[5];
+        size_t piece = (size_t)pr->piece;
+        if (peer_reduce && self->piece_len < piece) {
+            free(self->piece_buf);
+            self->piece_len = 0;
+            if ((self->piece_buf = malloc(piece)) == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            self->piece_len = piece;
+        }
         if (kind != K_NOTHING && ((!reads && src == NULL) ||
                                   (!writes && dst == NULL) ||
-                                  (kind == K_REDUCE && cur == NULL))) {
+                                  ((kind == K_REDUCE || peer_reduce) && cur == NULL))) {
             PyErr_Format(PyExc_ValueError, "run_plan: row %zd reads past rank %d's shared "
                          "buffer, or one not mapped", i, (int)peer);
             return -1;
         }
         int err = 0;
         long long stream_min = pr->stream_min;
-        size_t piece = (size_t)pr->piece;
         Py_BEGIN_ALLOW_THREADS
         switch (kind) {
         case K_COPY:
@@ -1102,11 +1136,30 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
         case K_SHARED_WRITE:
             err = shared_write(self, pr->seq, (int)peer, src, remote, n, (size_t)r[10]);
             break;
+        case K_REDUCE_PEER:
+        case K_REDUCE_PEER_PUSH:
+            /* piece by piece through a cache-sized buffer: the peer's piece read into it,
+             * reduced with the current value into dst (numpy's ufunc(cur, piece) order), and,
+             * fused, written into the peer's output while it is still in cache */
+            for (size_t j = 0; j < n && !err; j += piece) {
+                size_t m = n - j < piece ? n - j : piece;
+                err = vm_copy(self->pids[peer], self->piece_buf, remote + j, m, 0);
+                if (!err)
+                    err = reduce_row(dst + j, cur + j, self->piece_buf, m,
+                                     (int)(r[10] >> 8 & 0xF), (int)(r[10] >> 4 & 0xF));
+                if (!err && r2 != NULL)
+                    err = vm_copy(self->pids[r2[1]], dst + j, remote2 + j, m, 1);
+            }
+            break;
         }
         Py_END_ALLOW_THREADS
         if (err) {
             *detail = peer << 16 | (err & 0xffff);
             return 2;
+        }
+        if (r2 != NULL) {  /* the push ran with the reduction: both are done */
+            r = r2;
+            *row = ++i;
         }
         publish(self, (int64_t)(pr->seq << 32 | (uint64_t)r[9]));
     }

@@ -1,20 +1,22 @@
-"""Plans that only move bytes and reduce locally run in the C extension: a rank's local copies,
+"""Plans that only move bytes and reduce run in the C extension: a rank's local copies,
 cross-memory reads of peers' buffers, writes into peers' outputs (and the fused
 copy-and-push of `push.push_copies`), both sides of a shared transfer (`push.share_transfers`: C
 counts the pieces each side has done), copies out of and reductions with a peer's shared
-buffer (as this process maps it: staged plans), and pure waits go to
-`_stream.Waits.run_plan` as one small int64 program per (plan, rank), so a large all-to-all,
-all-gather, broadcast, gather or scatter, or a staged all-reduce, is one C call instead of
-one Python call per action, the GIL released while it copies and reduces (numpy's ufunc
-semantics, bit for bit).
+buffer (as this process maps it: staged plans), reductions of what cross-memory attach reads
+from a peer's own buffer, piece by piece through a cache-sized buffer (direct plans; with
+`push.push_results`, each piece written into the peer's output as it is reduced), and pure
+waits go to `_stream.Waits.run_plan` as one small int64 program per (plan, rank), so a large
+all-to-all, all-gather, broadcast, gather or scatter, or an all-reduce, is one C call instead
+of one Python call per action (or per piece), the GIL released while it copies and reduces
+(numpy's ufunc semantics, bit for bit).
 
 The program numbers the same actions and publishes the same counters as the Python
 interpreter (`interpret`), so ranks running either mix freely. C waits for late peers itself
 (a spin, then sleeps on the peer's counter) and checks each peer's call descriptor against
 this rank's; it returns to Python only where a peer stays late beyond `WAIT_NS`, or its
 descriptor differs (or its shared buffer grew): the transport's `_await` then waits (with
-liveness and deadline checks), checks or maps, and the program resumes at that row. Plans
-that reduce what cross-memory attach reads, and dtypes C does not reduce, stay in Python.
+liveness and deadline checks), checks or maps, and the program resumes at that row. Dtypes
+and ops C does not reduce stay in Python.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ import numpy as np
 
 from ..errors import TransportError
 from . import memcopy
-from .actions import IN, OUT, PEER, PEER_IN, PEER_OUT, SHM, Action, Loc, fused_push
+from .actions import (IN, OUT, PEER, PEER_IN, PEER_OUT, SHM, Action, Loc, fused_push,
+                      fused_result_push)
 from .shm_control import PROG
 from .shm_ll import LL_DTYPES
 
@@ -34,7 +37,8 @@ if TYPE_CHECKING:
     from .plan import ActionPlan
 
 # row kinds, as `_stream.c` has them
-NOTHING, COPY, READ, WRITE, COPY_PUSH, REDUCE, SHARED_READ, SHARED_WRITE = range(8)
+(NOTHING, COPY, READ, WRITE, COPY_PUSH, REDUCE, SHARED_READ, SHARED_WRITE, REDUCE_PEER,
+ REDUCE_PEER_PUSH) = range(10)
 # what C reduces: dtypes as `_stream.c` numbers them (the small-message path's), and ops
 C_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}  # avg: a sum, divided after
 ROW = 11  # int64 fields per row (see `_stream.c`)
@@ -60,8 +64,10 @@ def compile_row(actions: tuple[Action, ...], isz: int, reduce: int = -1) -> Prog
         if kind is None:
             return None
         dep, peer, push_off = list(a.deps), a.peer, 0
-        if kind == REDUCE:  # the current value's location and offset, C's dtype and op
+        if kind in (REDUCE, REDUCE_PEER):  # the current value's place, C's dtype and op
             push_off = a.cur_off * isz << 12 | reduce | int(a.cur)
+        if kind == REDUCE_PEER and fused_result_push(a, nxt):
+            kind = REDUCE_PEER_PUSH  # C writes each piece into the peer (the next row) too
         if a.share and kind in (READ, WRITE):  # one side of a shared transfer: piece bytes
             kind, push_off = (SHARED_READ if kind == READ else SHARED_WRITE), a.share * isz
         if kind == COPY and fused_push(a, nxt) and nxt is not None:
@@ -81,8 +87,11 @@ def _kind(a: Action, reduces: bool) -> int | None:
     if a.n == 0:
         return NOTHING
     if a.reduce:
-        ok = reduces and a.src in _SHMS and a.dst in _LOCAL and a.cur in _LOCAL
-        return REDUCE if ok else None
+        if not (reduces and a.dst in _LOCAL and a.cur in _LOCAL):
+            return None
+        if a.src in (PEER_IN, PEER_OUT):  # read by cross-memory attach, piece by piece
+            return REDUCE_PEER
+        return REDUCE if a.src in _SHMS else None
     if a.src in _SHMS and a.dst in _LOCAL:
         return COPY
     if a.src in (PEER_IN, PEER_OUT) and a.dst in _LOCAL:
@@ -140,13 +149,16 @@ def run(it: Interpreter, prog: Program, row: int = 0,
             return
         if status == 2:
             _failed(it, detail >> 16, detail & 0xFFFF, int(rows[row][0]))
-        first, n = int(rows[row][7]), int(rows[row][8])
-        it._await([(q, k) for q, k in deps[first:first + n].tolist()])
+        # the row C stopped at waits for these (a fused reduction: its push's too)
+        last = row + 1 if int(rows[row][0]) == REDUCE_PEER_PUSH else row
+        first, end = int(rows[row][7]), int(rows[last][7] + rows[last][8])
+        it._await([(q, k) for q, k in deps[first:end].tolist()])
 
 
 def _failed(it: Interpreter, q: int, err: int, kind: int) -> None:
     """A cross-memory copy failed: name the rank if it died, else say what failed."""
     it.tr._check_alive(q, 1 << 62, PROG)
-    what = "writing" if kind in (WRITE, COPY_PUSH, SHARED_WRITE) else "reading"
+    what, verb = ("writing", "write") if kind in (WRITE, COPY_PUSH, SHARED_WRITE) else \
+        ("reading or writing", "read or write") if kind == REDUCE_PEER_PUSH else ("reading", "read")
     raise TransportError(f"rank {it.tr.rank}: {what} rank {q}'s buffer: cross-memory "
-                         f"{what[:-3]} failed: {os.strerror(err)}")
+                         f"{verb} failed: {os.strerror(err)}")

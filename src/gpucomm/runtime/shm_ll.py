@@ -32,7 +32,7 @@ try:
     LLRunner: Any = getattr(_stream, "LL", None)  # None: an extension built before the path
     # None too for an extension built from an older `_stream.c` (other arguments)
     WaitsRunner: Any = getattr(_stream, "Waits", None) \
-        if getattr(_stream, "WAITS_VERSION", 0) == 5 else None
+        if getattr(_stream, "WAITS_VERSION", 0) == 6 else None
     _INELIGIBLE = getattr(_stream, "LL_INELIGIBLE", -1000)
 except ImportError:  # built without a compiler
     LLRunner, WaitsRunner, _INELIGIBLE = None, None, -1000
