@@ -21,6 +21,8 @@ Prints the ratios and whether each bar is met (on the best-of ratio):
 `--old-src DIR` (another checkout's `src`, e.g. before a refactoring) adds its shm runtime as
 one more engine, `shm-old`, interleaved in the same rounds: each table shows its times next to
 this tree's, and a last section prints old time / new time per row (1.0 = unchanged).
+The runtime runs with this host's tuned options where `gpucomm bench --tune` saved them (the
+first lines say which); `--tune` runs that tuning first, as a user would.
 `--only` runs the named collectives' rows and bars alone (all_reduce, all_to_all, ...; no
 4-rank section): more rounds of one comparison in the same time. `--nranks N` runs every row
 on N ranks instead of 2 (the bars then hold at N ranks; ranks beyond the cores share them).
@@ -36,11 +38,13 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "src"))
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+sys.path.insert(0, SRC)
 
 from gpucomm.bench import run_bench  # noqa: E402
 from gpucomm.collectives import get_collective, layout  # noqa: E402
+from gpucomm.runtime import tuned  # noqa: E402
+from gpucomm.runtime.options import current  # noqa: E402
 
 MiB = 1 << 20
 AR_SIZES = [8, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]
@@ -237,6 +241,9 @@ def parse_args():
                          + ", ".join(OTHERS) + ")")
     ap.add_argument("--nranks", type=int, default=2,
                     help="ranks of every row (default 2; the 4-rank section runs with 2 only)")
+    ap.add_argument("--tune", action="store_true",
+                    help="run `gpucomm bench --tune` first (this host's runtime options, saved "
+                         "for every later run here), as a user would")
     ap.add_argument("--no-peers", action="store_true",
                     help="gpucomm's runtime only (with --old-src: old against new, more rounds "
                          "in the same time)")
@@ -262,6 +269,16 @@ def main() -> int:
         print(f"note: {', '.join(sorted(missing))} not run (not installed, or --no-peers); "
               f"their bars are skipped")
     verdicts = []
+    if args.tune:
+        done = subprocess.run([sys.executable, "-m", "gpucomm", "bench", "--tune"], text=True,
+                              capture_output=True, env=dict(os.environ, PYTHONPATH=SRC))
+        if done.returncode:
+            sys.exit(f"gpucomm bench --tune failed: {done.stderr.strip()[-500:]}")
+        print("== gpucomm bench --tune\n" + done.stdout.rstrip())
+    found = tuned.read()
+    print(f"== gpucomm runtime options: {current().describe()}"
+          + (f"\n   ({found.note})" if found else "\n   (the defaults: no `gpucomm bench --tune` "
+             "file for this host; --tune makes one first)"))
     sizes, a2a_sizes = sweep_sizes(args.quick)
     before = cross_core_handoff()
     plan = [("all_reduce", sizes)] + [(c, a2a_sizes if c == "all_to_all" else [16 * MiB])

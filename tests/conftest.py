@@ -1,6 +1,11 @@
 import os
 import time
 
+# A developer's tuned runtime options (`gpucomm bench --tune`) must not change what the suite
+# runs: the tests (and the ranks they start, which inherit this) use the defaults; the tests
+# of tuning set their own file.
+os.environ["GPUCOMM_RUNTIME_YAML"] = "off"
+
 import numpy as np
 import pytest
 
@@ -45,6 +50,7 @@ SLOW_TESTS = frozenset({
     "test_an_unreachable_cluster_is_one_error",
     "test_points_run_on_a_local_dask_cluster_of_two_workers",
     "test_tuner_file_parses_back_contiguous_with_nccl_names",
+    "test_bench_tune_saves_what_later_runs_use",
 })
 
 

@@ -45,6 +45,11 @@ def register(sub) -> None:
     p.add_argument("--calibrate", action="store_true",
                    help="measure this host's memory bandwidth and latency for the prediction, "
                    "save it, and exit")
+    p.add_argument("--tune", nargs="?", const="full", choices=("full", "quick"),
+                   help="time the runtime's cache-dependent options (reduction piece, direct "
+                   "threshold) on 2 ranks here, save the fastest for every later run on this "
+                   "host (~/.cache/gpucomm/runtime.yaml, GPUCOMM_RUNTIME_YAML), and exit; "
+                   "full: about 30 s, quick: 4 MiB only")
     add_format(p)
     p.set_defaults(func=cmd_bench)
 
@@ -60,6 +65,11 @@ def cmd_bench(args) -> int:
         path, host = calibrate()
         print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
               f"cores busy, latency {host['latency_s'] * 1e6:.2f} us per call")
+        return 0
+    if args.tune:
+        from ..bench import tune_runtime
+        print(tune_runtime.report(*tune_runtime.tune(quick=args.tune == "quick",
+                                                     log=tune_runtime.progress)))
         return 0
     if args.plot:
         output_file(args.plot, "--plot", PLOT_SUFFIXES)
@@ -225,8 +235,11 @@ def _settings(args) -> tuple:
     """The runtime options the ranks run with (shm: they read the same environment)."""
     if args.backend != "shm":
         return ()
+    from ..runtime import tuned
     from ..runtime.options import current
-    return (f"gpucomm runtime options: {current().describe()}",)
+    found = tuned.read()
+    return (f"gpucomm runtime options: {current().describe()}",) + \
+        ((f"gpucomm runtime options {found.note}",) if found else ())
 
 
 class _progress:

@@ -3,7 +3,8 @@ given to `gpucomm.init(options=...)`), handed to the shm transport and to bench'
 so both compile the same plan. Every `GPUCOMM_*` variable of the runtime is read here;
 docs/runtime.md ("Runtime options") lists them, and the package's few others.
 
-A leaf module: it imports nothing from gpucomm but the errors.
+A leaf module: it imports nothing from gpucomm but the errors and `tuned` (this host's
+tuned values, which the variables override).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from ..errors import ConfigError
+from . import tuned
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,13 @@ class RuntimeOptions:
                               f"(the small-message area), got {self.ll_max_bytes}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "RuntimeOptions":
-        """The defaults, overridden by the `GPUCOMM_*` variables that are set."""
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 tuned: Mapping[str, int] | None = None) -> "RuntimeOptions":
+        """The defaults, overridden by this host's `tuned` values (`runtime.tuned`), then by
+        the `GPUCOMM_*` variables that are set."""
         env = os.environ if env is None else env
-        given: dict[str, Any] = {}  # field name -> its value: a bool or an int, per field
+        # field name -> its value: a bool or an int, per field
+        given: dict[str, Any] = dict(tuned or {})
         for f in fields(cls):
             name = ENV_NAMES[f.name]
             text = env.get(name)
@@ -138,11 +143,12 @@ _active: RuntimeOptions | None = None
 
 
 def current() -> RuntimeOptions:
-    """The options in force: those given to `use` (`gpucomm.init(options=...)`), else the
-    environment's, read on first use."""
+    """The options in force: those given to `use` (`gpucomm.init(options=...)`), else this
+    host's tuned values under the environment's, read on first use."""
     global _active
     if _active is None:
-        _active = RuntimeOptions.from_env()
+        found = tuned.read()
+        _active = RuntimeOptions.from_env(tuned=found.values if found else None)
     return _active
 
 
