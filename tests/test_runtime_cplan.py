@@ -136,6 +136,23 @@ def _reductions(comm, cplan):
     return wrong, digest.hexdigest()
 
 
+def _late_reductions(comm, calls=3):
+    """Direct all-reduces (2 ranks: each reduced piece pushed into the peer) whose peer enters
+    50 ms late, beyond C's 20 ms wait: C gives the call back to Python, which waits for the
+    reduction's and its fused push's dependencies, and C resumes at that row."""
+    from gpucomm.collectives import reference
+    p, r, wrong = comm.world_size, comm.rank, []
+    for i in range(calls):
+        ins = [np.round(a * 64) + np.float32(0) for a in inputs("all_reduce", p, 65537, 50 + i)]
+        want = reference("all_reduce", ins, root=0)[r]
+        x = ins[r].copy()
+        time.sleep(0.05 * r)
+        comm.all_reduce(x)
+        if x.tobytes() != want.tobytes():
+            wrong.append(f"call {i}")
+    return wrong
+
+
 def rank_main(mode, out_dir):
     import gpucomm.runtime as rt
     from gpucomm.runtime import cplan, shm_fast
@@ -161,6 +178,8 @@ def rank_main(mode, out_dir):
             res["wrong"] = _cases(comm, ["all_gather", "broadcast", "gather", "scatter"])
         elif mode == "alternating":
             res["wrong"] = _alternating(comm)
+        elif mode == "late_reductions":
+            res["wrong"] = _late_reductions(comm)
         elif mode == "reductions":
             res["wrong"], res["digest"] = _reductions(comm, cplan)
         elif mode == "mismatch":  # both direct plans in C: all-to-all against all-gather
@@ -249,6 +268,14 @@ def test_reductions_of_what_cma_reads_run_in_c_bit_for_bit(nranks, tmp_path):
     results, log, _ = run(nranks, "reductions", tmp_path, timeout=600)
     all_right(results, log, nranks)
     assert len({res["digest"] for res in results}) == 1
+    for res in results:
+        assert res["c_calls"] > 0
+
+
+@built
+def test_a_late_peer_in_a_fused_reduction_and_push_resumes_exact(tmp_path):
+    results, log, _ = run(2, "late_reductions", tmp_path)
+    all_right(results, log, 2)
     for res in results:
         assert res["c_calls"] > 0
 
