@@ -82,8 +82,9 @@ def block_count(schedule: Schedule, rank: int, inp, out) -> int:
     return counts[0][1] if counts else 0
 
 
-def unalias(schedule, rank, bc, inp, out):
-    """In-place calls must map each logical chunk to one address; other overlaps get a copy."""
+def unalias(schedule, rank, bc, inp, out, copy=np.copy):
+    """In-place calls must map each logical chunk to one address; other overlaps get a copy
+    of the input (`copy(inp)`: the transport's reused scratch)."""
     coll = schedule.collective
     irng = coll.inputs(rank, schedule.nranks, schedule.root)
     orng = coll.outputs(rank, schedule.nranks, schedule.root)
@@ -98,7 +99,7 @@ def unalias(schedule, rank, bc, inp, out):
     a_out = out.__array_interface__["data"][0]
     if a_in - a_out == (irng[0] - orng[0]) * bc * inp.itemsize:
         return inp, out
-    return inp.copy(), out
+    return copy(inp), out
 
 
 def describe_call(desc, schedule=None) -> str:
