@@ -82,9 +82,26 @@ def block_count(schedule: Schedule, rank: int, inp, out) -> int:
     return counts[0][1] if counts else 0
 
 
+class InputCopy:
+    """Copies of a call's input into one scratch buffer the transport keeps (`unalias`). Fresh
+    arrays cost a 2-rank 16 MiB all-to-all in place 3.6 ms against 1.25 ms out of place: their
+    pages were zeroed and faulted in on every call. Peers' reads of a call's input end within
+    the call, so the next call may overwrite the copy."""
+
+    def __init__(self) -> None:
+        self._buf = np.empty(0, np.uint8)
+
+    def __call__(self, inp: np.ndarray) -> np.ndarray:
+        if self._buf.nbytes < inp.nbytes:
+            self._buf = np.empty(inp.nbytes, np.uint8)
+        copy = self._buf[:inp.nbytes].view(inp.dtype)
+        np.copyto(copy, inp.reshape(-1))
+        return copy
+
+
 def unalias(schedule, rank, bc, inp, out, copy=np.copy):
     """In-place calls must map each logical chunk to one address; other overlaps get a copy
-    of the input (`copy(inp)`: the transport's reused scratch)."""
+    of the input (`copy(inp)`: the transport's `InputCopy`)."""
     coll = schedule.collective
     irng = coll.inputs(rank, schedule.nranks, schedule.root)
     orng = coll.outputs(rank, schedule.nranks, schedule.root)
