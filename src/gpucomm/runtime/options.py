@@ -1,7 +1,8 @@
 """The runtime's settings in one value: `RuntimeOptions`, read once from the environment (or
 given to `gpucomm.init(options=...)`), handed to the shm transport and to bench's predictor,
-so both compile the same plan. Every `GPUCOMM_*` variable of the runtime is read here;
-docs/runtime.md ("Runtime options") lists them, and the package's few others.
+so both compile the same plan. Every `GPUCOMM_*` variable of the runtime is read here (but
+`GPUCOMM_RUNTIME_YAML`, where `tuned` finds this host's tuned values); docs/runtime.md
+("Runtime options") lists them, and the package's few others.
 
 A leaf module: it imports nothing from gpucomm but the errors and `tuned` (this host's
 tuned values, which the variables override).
