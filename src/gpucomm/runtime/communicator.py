@@ -138,6 +138,11 @@ class Communicator:
                 not self._closed and threading.get_ident() == self._owner and \
                 os.getpid() == self._pid and self._ll(buf, buf, op, bf16):
             return None
+        d = _NATIVE.get(buf.dtype) if dtype is None and self._plain(buf, algorithm, async_op) \
+            else None
+        if d is not None:
+            return self.transport.execute(self.schedule("all_reduce", buf.nbytes), buf, buf, op,
+                                          d, self.timeout)
         a, d = _array(buf, "buf", dtype)
         return self._call("all_reduce", a, a, op, d, algorithm, 0, async_op)
 
@@ -168,6 +173,12 @@ class Communicator:
 
     def all_to_all(self, out, inp, *, algorithm="auto", async_op=False, dtype=None):
         """Block j of rank i's `inp` becomes block i of rank j's `out`."""
+        d = _NATIVE.get(out.dtype) if dtype is None and self._plain(out, algorithm, async_op) \
+            and inp.__class__ is np.ndarray and inp.ndim == 1 and inp.flags.c_contiguous \
+            and inp.dtype == out.dtype else None
+        if d is not None:
+            return self.transport.execute(self.schedule("all_to_all", inp.nbytes), inp, out,
+                                          "sum", d, self.timeout)
         o, d = _array(out, "out", dtype)
         i, _ = _array(inp, "inp", d)
         return self._call("all_to_all", i, o, "sum", d, algorithm, 0, async_op)
@@ -213,6 +224,15 @@ class Communicator:
                 if algorithm == "auto" else algorithm
             sched = self._schedules[key] = _schedule(coll, name, self.world_size, root)
         return sched
+
+    def _plain(self, buf, algorithm, async_op) -> bool:
+        """A blocking `auto` call on a flat, contiguous, writable numpy array from the owner
+        thread, nothing queued, goes to the transport at once, as `_call` would send it (2
+        ranks, 1 MiB all-reduce: 85 -> 72-74 us a call, the transport's own 67-70)."""
+        return buf.__class__ is np.ndarray and algorithm == "auto" and not async_op and \
+            not self.any_thread and not self._pending and not self._closed and \
+            buf.ndim == 1 and buf.flags.c_contiguous and buf.flags.writeable and \
+            threading.get_ident() == self._owner and os.getpid() == self._pid
 
     def _call(self, coll, inp, out, op, dtype, algorithm, root, async_op):
         root = self._check_root(root)
@@ -317,6 +337,9 @@ _DTYPE_OF: dict[Any, dt.DType] = {d.storage: d for d in dt.DTYPES.values()
                                   if d.name != "bfloat16" and d.name not in dt.FP8}
 _DTYPE_OF.update({d: d for d in dt.DTYPES.values()})
 _DTYPE_OF.update({name: d for name, d in dt.DTYPES.items()})
+# an array's own dtype -> its DType (uint16, fp8: only where the call names the dtype)
+_NATIVE: dict[Any, dt.DType] = {d.storage: d for d in dt.DTYPES.values()
+                                if d.name != "bfloat16" and d.name not in dt.FP8}
 
 
 def _array(buf, what: str, dtype=None):
