@@ -208,6 +208,15 @@ def run(nranks, mode, tmp_path, timeout=300):
     return run_ranks(HERE, nranks, mode, tmp_path, DIRECT_ENV, timeout)
 
 
+def ran_in_c(nranks, mode, tmp_path, timeout=300) -> list:
+    """The ranks' results of `mode`: every output numpy's, and some calls run in C."""
+    results, log, _ = run(nranks, mode, tmp_path, timeout)
+    all_right(results, log, nranks)
+    for res in results:
+        assert res["c_calls"] > 0, "no call ran in C"
+    return results
+
+
 @built
 @pytest.mark.parametrize("nranks", [2, 3, 5, 8])
 def test_all_to_all_in_c_is_bitwise_numpys_on_every_rank(nranks, tmp_path):
@@ -220,10 +229,7 @@ def test_all_to_all_in_c_is_bitwise_numpys_on_every_rank(nranks, tmp_path):
 @built
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_other_copy_only_collectives_in_c(nranks, tmp_path):
-    results, log, _ = run(nranks, "others", tmp_path)
-    all_right(results, log, nranks)
-    for res in results:
-        assert res["c_calls"] > 0
+    ran_in_c(nranks, "others", tmp_path)
 
 
 @built
@@ -232,12 +238,9 @@ def test_waits_that_yield_the_core_stay_exact(nranks, tmp_path):
     """Waits that yield the core before they sleep (set where ranks share their cores, two to
     a core at most: `shm_wait.yields`; forced here), peers entering each call late: every
     output is numpy's. Ranks are bound one per core where there are enough, else unbound."""
-    results, log, _ = run(nranks, "yielding", tmp_path)
-    all_right(results, log, nranks)
+    results = ran_in_c(nranks, "yielding", tmp_path)
     cores = len(os.sched_getaffinity(0))
     assert [res["yields"] for res in results] == [cores < nranks <= 2 * cores] * nranks
-    for res in results:
-        assert res["c_calls"] > 0
 
 
 @built
@@ -265,19 +268,13 @@ def test_reductions_of_what_cma_reads_run_in_c_bit_for_bit(nranks, tmp_path):
     ranks each reduced piece written into the peer as it is made): in C, for every dtype and
     op C reduces, the outputs are the Python interpreter's (numpy's) bit for bit, and an
     all-reduce's are the same on every rank."""
-    results, log, _ = run(nranks, "reductions", tmp_path, timeout=600)
-    all_right(results, log, nranks)
+    results = ran_in_c(nranks, "reductions", tmp_path, timeout=600)
     assert len({res["digest"] for res in results}) == 1
-    for res in results:
-        assert res["c_calls"] > 0
 
 
 @built
 def test_a_late_peer_in_a_fused_reduction_and_push_resumes_exact(tmp_path):
-    results, log, _ = run(2, "late_reductions", tmp_path)
-    all_right(results, log, 2)
-    for res in results:
-        assert res["c_calls"] > 0
+    ran_in_c(2, "late_reductions", tmp_path)
 
 
 @built
