@@ -135,12 +135,86 @@ def _mixed(comm):
     return wrong
 
 
+def _threads(comm):
+    """`any_thread` (the torch backend's communicator): small calls from two threads taking
+    turns, blocking and async, and async small calls queued behind a large one; every result
+    must be the rank-order reduction, and nothing may take the general path except the large
+    calls."""
+    import threading
+    p, r, wrong, works = comm.world_size, comm.rank, [], []
+    turn = [threading.Event(), threading.Event()]
+    general, calls = comm._call, []
+    comm._call = lambda *a: calls.append(a[0]) or general(*a)  # what reaches the general path
+
+    def worker(k):
+        for i in range(k, 40, 2):
+            turn[k].wait(60)
+            turn[k].clear()
+            x = data(i + r, 5, "float32", "sum")
+            w = comm.all_reduce(x, async_op=bool(i % 4))
+            if w is not None and not w.is_completed():
+                wrong.append(f"call {i}: an async small call with nothing queued is not done")
+            if x.tobytes() != reference(p, 5, "float32", "sum", i).tobytes():
+                wrong.append(f"call {i} from thread {k}")
+            turn[1 - k].set()
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    turn[0].set()
+    for t in threads:
+        t.join(120)
+    general_before = comm.transport._data is not None or bool(calls)
+    for i in range(20):  # a large async call, then small ones queued behind it
+        big = np.full(20000, r + 1, np.float32)
+        works.append((comm.all_reduce(big, async_op=True), big, None))
+        x = data(100 + i + r, 5, "float32", "sum")
+        works.append((comm.all_reduce(x, async_op=True), x, 100 + i))
+    for w, x, seed in works:
+        w.wait()
+        want = np.full(20000, p * (p + 1) / 2, np.float32) if seed is None else \
+            reference(p, 5, "float32", "sum", seed)
+        if x.tobytes() != want.tobytes():
+            wrong.append(f"queued call (seed {seed})")
+    return wrong, general_before
+
+
+def _failing(comm, mode, res):
+    """The modes where a call must fail: mismatched calls, a dead or stuck peer."""
+    if mode == "mismatch":  # rank 0 reduces 2 elements, the others 3
+        comm.all_reduce(np.ones(2 if comm.rank == 0 else 3, np.float32))
+    elif mode == "mismatch_general":  # 8 bytes (the path) against 80 KB (general)
+        comm.all_reduce(np.ones(2 if comm.rank == 0 else 20000, np.float32))
+    elif mode == "mismatch_dtype":  # float16 against bfloat16: both on the path
+        x = np.ones(2, np.float16 if comm.rank == 0 else np.uint16)
+        comm.all_reduce(x, dtype=None if comm.rank == 0 else "bfloat16")
+    elif mode == "mismatch_settings":  # the path off on rank 1 only: one_shot, general
+        if comm.rank == 1:
+            comm.transport._ll_close()
+        comm.all_reduce(np.ones(2, np.float32))
+    elif mode in ("dead", "dead_async"):  # rank 1 leaves without calling
+        if comm.rank == 1:
+            os._exit(0)
+        w = comm.all_reduce(np.ones(2, np.float32), async_op=mode == "dead_async")
+        res["returned"] = True  # dead_async: the error comes from Work.wait
+        if w is not None:
+            w.wait()
+    elif mode == "stuck":  # rank 1 lives on but never calls
+        if comm.rank == 1:
+            time.sleep(8)
+            os._exit(0)
+        comm.all_reduce(np.ones(2, np.float32))
+
+
 def rank_main(mode, out_dir):
     import gpucomm.runtime as rt
     if mode == "noext":  # as if built without a compiler
         import gpucomm.runtime.shm_ll as shm_ll
         shm_ll.LLRunner = None
     comm = rt.init()
+    if mode in ("threads", "dead_async"):  # as the torch backend builds it
+        comm = rt.Communicator(comm.rank, comm.world_size, comm.transport, comm.timeout,
+                               any_thread=True)
     res = {"rank": comm.rank}
     try:
         if mode in ("cases", "off", "noext"):
@@ -148,26 +222,10 @@ def rank_main(mode, out_dir):
             res["general_used"] = comm.transport._data is not None
         elif mode == "mixed":
             res["wrong"] = _mixed(comm)
-        elif mode == "mismatch":  # rank 0 reduces 2 elements, the others 3
-            comm.all_reduce(np.ones(2 if comm.rank == 0 else 3, np.float32))
-        elif mode == "mismatch_general":  # 8 bytes (the path) against 80 KB (general)
-            comm.all_reduce(np.ones(2 if comm.rank == 0 else 20000, np.float32))
-        elif mode == "mismatch_dtype":  # float16 against bfloat16: both on the path
-            x = np.ones(2, np.float16 if comm.rank == 0 else np.uint16)
-            comm.all_reduce(x, dtype=None if comm.rank == 0 else "bfloat16")
-        elif mode == "mismatch_settings":  # the path off on rank 1 only: one_shot, general
-            if comm.rank == 1:
-                comm.transport._ll_close()
-            comm.all_reduce(np.ones(2, np.float32))
-        elif mode == "dead":  # rank 1 leaves without calling
-            if comm.rank == 1:
-                os._exit(0)
-            comm.all_reduce(np.ones(2, np.float32))
-        elif mode == "stuck":  # rank 1 lives on but never calls
-            if comm.rank == 1:
-                time.sleep(8)
-                os._exit(0)
-            comm.all_reduce(np.ones(2, np.float32))
+        elif mode == "threads":
+            res["wrong"], res["general_used"] = _threads(comm)
+        else:
+            _failing(comm, mode, res)
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
         res["trace"] = traceback.format_exc()
@@ -213,6 +271,25 @@ def test_mismatched_small_calls_fail_on_every_rank(mode, tmp_path):
     for res in results:
         assert "collective mismatch" in res.get("error", ""), res
     assert elapsed < 50  # found at once, not at the 60 s timeout
+
+
+@ll_built
+def test_calls_from_any_thread_take_the_path_in_one_order(tmp_path):
+    """The torch backend's communicator (`any_thread`): small calls run on the calling thread
+    when nothing is queued, behind the queue otherwise."""
+    results, log, _ = run(2, "threads", tmp_path)
+    all_right(results, log, 2)
+    for res in results:
+        assert not res["general_used"], "a small call took the general path"
+
+
+@ll_built
+def test_an_async_call_on_any_thread_reports_a_dead_peer_on_wait(tmp_path):
+    results, log, elapsed = run(2, "dead_async", tmp_path, {"GPUCOMM_TIMEOUT": "20"})
+    err = results[0].get("error", "")
+    assert results[0].get("returned"), results[0]  # the call returned a Work ...
+    assert "rank 1" in err and ("died" in err or "shut down" in err), results[0]  # ... wait
+    assert elapsed < 15
 
 
 @ll_built

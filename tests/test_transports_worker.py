@@ -13,6 +13,7 @@ it: then RANK leaves silently, the others run all-reduces and print how they fai
 (`FAILED rank R after S s: ...`). `backend` mode: torch.distributed on backend "gpucomm".
 `comm torch|mpi` mode: the Communicator of `gpucomm.runtime.init(transport=...)`.
 """
+import math
 import os
 import sys
 import time
@@ -172,6 +173,19 @@ def backend() -> int:
         w.wait()
         check(f"all_reduce {dtype}", x, sum(torch.arange(6, dtype=dtype) + r for r in range(p)))
         check(f"all_reduce future {dtype}", w.get_future().wait()[0], x)
+    # one tensor numpy views (the backend's unstaged path): 2-D, float64 product, and a
+    # small async call queued behind a large one, their futures asked for after both calls
+    m = torch.full((3, 5), float(me + 1), dtype=torch.float64)
+    dist.all_reduce(m, op=dist.ReduceOp.PRODUCT)
+    check("all_reduce 2-D product", m, torch.full((3, 5), float(math.factorial(p)),
+                                                   dtype=torch.float64))
+    big, small = torch.full((300_000,), float(me)), torch.arange(5, dtype=torch.int32) * me
+    works = [dist.all_reduce(big, async_op=True), dist.all_reduce(small, async_op=True)]
+    futs = torch.futures.collect_all([w.get_future() for w in works]).wait()
+    check("all_reduce queued large", futs[0].value()[0], torch.full((300_000,),
+                                                                    float(sum(range(p)))))
+    check("all_reduce queued small", futs[1].value()[0],
+          torch.arange(5, dtype=torch.int32) * sum(range(p)))
     x = torch.full((4,), float(me + 1))
     dist.all_reduce(x, op=dist.ReduceOp.MAX)
     check("all_reduce max", x, torch.full((4,), float(p)))

@@ -22,6 +22,7 @@ from ..algorithms import REGISTRY, build
 from ..collectives import get_collective
 from ..errors import CommTimeout, ConfigError, GpucommError, TransportError
 from ..schedule import Schedule
+from .arrays import DTYPE_OF, as_flat, is_flat
 from .contracts import Transport
 
 # "auto": what works best on shared memory, where a rank reads any peer directly. Few large
@@ -85,6 +86,11 @@ class Work:
         return True
 
 
+_done: Future[Any] = Future()
+_done.set_result(None)
+_DONE = Work(_done)  # the Work of every call that finished before returning (it holds no state)
+
+
 class Communicator:
     """Collectives among the ranks of one job. Build it with `gpucomm.init()`.
 
@@ -115,8 +121,12 @@ class Communicator:
         self._lock = threading.Lock()
         # the transport's small-message all-reduce (shm): tried first by a blocking `auto`
         # all_reduce of a numpy array from the owner thread; it declines what it cannot take
-        self._ll = None if any_thread else getattr(transport, "ll_all_reduce", None)
-        self._inline_bytes = getattr(transport, "small_message_bytes", 0)
+        self._ll = getattr(transport, "ll_all_reduce", None)
+        # calls up to this size run on the calling thread when nothing is queued (`_submit`):
+        # on shm the one-shot sizes, where handing a call to the worker costs more than the
+        # call (torch backend, DDP on 2 ranks, 16.6 KiB buckets: 1.61-1.65 ms a step handed
+        # over, 1.23-1.27 run inline; such a call takes 10 us alone)
+        self._inline_bytes = SMALL_BYTES if hasattr(transport, "small_message_bytes") else 0
         self._last: Future[Any] | None = None  # the worker's last call (FIFO: done = all done)
         atexit.register(self.close)
 
@@ -136,60 +146,70 @@ class Communicator:
         if now and self._ll is not None and (dtype is None or bf16 and buf.dtype == np.uint16) \
                 and self._ll(buf, buf, op, bf16):
             return None
-        d = _DTYPE_OF.get(buf.dtype) if now and dtype is None and _flat(buf) else None
-        if d is not None:
+        d = DTYPE_OF.get(buf.dtype) if dtype is None and buf.__class__ is np.ndarray and \
+            algorithm == "auto" and is_flat(buf) else None
+        if d is not None and now:
             return self.transport.execute(self.schedule("all_reduce", buf.nbytes), buf, buf, op,
                                           d, self.timeout)
-        a, d = _array(buf, "buf", dtype)
+        if d is not None and self.any_thread and buf.nbytes <= self._inline_bytes:
+            # the torch backend's small calls: here when nothing is queued (256 B through
+            # dist.all_reduce: 20.4 us through _call, 8 us so)
+            ll, sched = self._ll, self.schedule("all_reduce", buf.nbytes)
+
+            def run(d: dt.DType = d) -> None:
+                if ll is None or not ll(buf, buf, op, False):
+                    self.transport.execute(sched, buf, buf, op, d, self.timeout)
+            return self._submit(run, async_op, inline=True)
+        a, d = as_flat(buf, "buf", dtype)
         return self._call("all_reduce", a, a, op, d, algorithm, 0, async_op)
 
     def reduce_scatter(self, out, inp, op="sum", *, algorithm="auto", async_op=False,
                        dtype=None):
         """Rank r ends with block r (of P equal blocks) of the reduction of every `inp`."""
-        o, d = _array(out, "out", dtype)
-        i, _ = _array(inp, "inp", d)
+        o, d = as_flat(out, "out", dtype)
+        i, _ = as_flat(inp, "inp", d)
         return self._call("reduce_scatter", i, o, op, d, algorithm, 0, async_op)
 
     def all_gather(self, out, inp, *, algorithm="auto", async_op=False, dtype=None):
         """`out` = every rank's `inp`, concatenated in rank order."""
-        o, d = _array(out, "out", dtype)
-        i, _ = _array(inp, "inp", d)
+        o, d = as_flat(out, "out", dtype)
+        i, _ = as_flat(inp, "inp", d)
         return self._call("all_gather", i, o, "sum", d, algorithm, 0, async_op)
 
     def broadcast(self, buf, root=0, *, algorithm="auto", async_op=False, dtype=None):
         """Every rank's `buf` becomes the root's."""
-        a, d = _array(buf, "buf", dtype)
+        a, d = as_flat(buf, "buf", dtype)
         return self._call("broadcast", a if self.rank == root else None, a, "sum", d,
                           algorithm, root, async_op)
 
     def reduce(self, buf, root=0, op="sum", *, algorithm="auto", async_op=False, dtype=None):
         """The root's `buf` becomes the reduction of every rank's; the others' are unchanged."""
-        a, d = _array(buf, "buf", dtype)
+        a, d = as_flat(buf, "buf", dtype)
         return self._call("reduce", a, a if self.rank == root else None, op, d, algorithm,
                           root, async_op)
 
     def all_to_all(self, out, inp, *, algorithm="auto", async_op=False, dtype=None):
         """Block j of rank i's `inp` becomes block i of rank j's `out`."""
-        d = _DTYPE_OF.get(out.dtype) if dtype is None and self._now(out, algorithm, async_op) \
-            and _flat(out) and inp.__class__ is np.ndarray and inp.ndim == 1 \
+        d = DTYPE_OF.get(out.dtype) if dtype is None and self._now(out, algorithm, async_op) \
+            and is_flat(out) and inp.__class__ is np.ndarray and inp.ndim == 1 \
             and inp.flags.c_contiguous and inp.dtype == out.dtype else None
         if d is not None:
             return self.transport.execute(self.schedule("all_to_all", inp.nbytes), inp, out,
                                           "sum", d, self.timeout)
-        o, d = _array(out, "out", dtype)
-        i, _ = _array(inp, "inp", d)
+        o, d = as_flat(out, "out", dtype)
+        i, _ = as_flat(inp, "inp", d)
         return self._call("all_to_all", i, o, "sum", d, algorithm, 0, async_op)
 
     def gather(self, out, inp, root=0, *, algorithm="auto", async_op=False, dtype=None):
         """The root's `out` = every rank's `inp` in rank order (`out` may be None elsewhere)."""
-        i, d = _array(inp, "inp", dtype)
-        o = _array(out, "out", d)[0] if self.rank == root else None
+        i, d = as_flat(inp, "inp", dtype)
+        o = as_flat(out, "out", d)[0] if self.rank == root else None
         return self._call("gather", i, o, "sum", d, algorithm, root, async_op)
 
     def scatter(self, out, inp=None, root=0, *, algorithm="auto", async_op=False, dtype=None):
         """Rank r's `out` = block r of the root's `inp` (`inp` may be None elsewhere)."""
-        o, d = _array(out, "out", dtype)
-        i = _array(inp, "inp", d)[0] if self.rank == root else None
+        o, d = as_flat(out, "out", dtype)
+        i = as_flat(inp, "inp", d)[0] if self.rank == root else None
         return self._call("scatter", i, o, "sum", d, algorithm, root, async_op)
 
     def barrier(self, *, async_op=False):
@@ -198,13 +218,13 @@ class Communicator:
 
     def send(self, buf, peer: int, *, dtype=None, async_op=False):
         """Send `buf` to `peer`, which must `recv` a buffer of the same size and dtype."""
-        a, d = _array(buf, "buf", dtype)
+        a, d = as_flat(buf, "buf", dtype)
         self._check_peer(peer)
         return self._submit(lambda: self.transport.send(a, peer, d), async_op)
 
     def recv(self, buf, peer: int, *, dtype=None, async_op=False):
         """Receive into `buf` what `peer` sends."""
-        a, d = _array(buf, "buf", dtype)
+        a, d = as_flat(buf, "buf", dtype)
         self._check_peer(peer)
         return self._submit(lambda: self.transport.recv(a, peer, d), async_op)
 
@@ -224,7 +244,7 @@ class Communicator:
 
     def _now(self, buf, algorithm, async_op) -> bool:
         """A blocking `auto` call on a numpy array from the owner thread, nothing queued: on
-        a flat one (`_flat`) it goes to the transport at once, as `_call` would send it (2
+        a flat one (`arrays.is_flat`) it goes to the transport at once, as `_call` would send it (2
         ranks, 1 MiB all-reduce: 85 -> 72-74 us a call, the transport's own 67-70)."""
         return buf.__class__ is np.ndarray and algorithm == "auto" and not async_op and \
             not self.any_thread and not self._pending and not self._closed and \
@@ -242,9 +262,10 @@ class Communicator:
                             nbytes <= self._inline_bytes)
 
     def _submit(self, fn, async_op, inline=False):
-        """Run `fn` now (blocking, owner thread) or on the worker. `inline`: a call so small
-        that handing it to the worker costs more than running it (the small-message path):
-        with nothing queued, it runs here, under the lock, and its Work is already done."""
+        """Run `fn` (which returns nothing) now (blocking, owner thread) or on the worker.
+        `inline`: a call so small that handing it to the worker costs more than running it
+        (`_inline_bytes`): with nothing queued, it runs here, under the lock, and its Work is
+        already done."""
         self._check_usable()
         if not async_op and not self.any_thread:
             self._drain()
@@ -252,12 +273,15 @@ class Communicator:
             return None
         with self._lock:  # any_thread: every call runs on the one worker, in arrival order
             if inline and (self._last is None or self._last.done()):
-                done: Future[Any] = Future()
                 try:
-                    done.set_result(fn())
-                except BaseException as e:  # delivered by wait(), as from the worker
-                    done.set_exception(e)
-                return Work(done) if async_op else done.result()
+                    fn()
+                except BaseException as e:
+                    if not async_op:
+                        raise
+                    failed: Future[Any] = Future()  # delivered by wait(), as from the worker
+                    failed.set_exception(e)
+                    return Work(failed)
+                return _DONE if async_op else None
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucomm")
             fut = self._last = self._pool.submit(fn)
@@ -327,72 +351,6 @@ class Communicator:
 
     def __repr__(self) -> str:
         return f"Communicator(rank={self.rank}, world_size={self.world_size})"
-
-
-_DTYPE_OF: dict[Any, dt.DType] = {d.storage: d for d in dt.DTYPES.values()
-                                  if d.name != "bfloat16" and d.name not in dt.FP8}
-_DTYPE_OF.update({d: d for d in dt.DTYPES.values()})
-_DTYPE_OF.update({name: d for name, d in dt.DTYPES.items()})
-
-
-def _flat(buf: np.ndarray) -> bool:
-    """A 1-D, contiguous, writable array: one the transport takes as it is."""
-    return buf.ndim == 1 and buf.flags.c_contiguous and buf.flags.writeable
-
-
-def _array(buf, what: str, dtype=None):
-    """(flat numpy view of `buf`, DType) without copying; ConfigError when impossible.
-
-    Buffers named `inp` are only read, so they may be read-only."""
-    if buf is None:
-        raise ConfigError(f"{what} is None: this call needs a buffer here")
-    arr, native = _as_numpy(buf)
-    if not arr.flags.c_contiguous:
-        raise ConfigError(f"{what} must be C-contiguous (got strides {arr.strides}); "
-                          f"pass a contiguous copy")
-    if not arr.flags.writeable and what != "inp":
-        raise ConfigError(f"{what} is read-only; collectives write into their buffers")
-    if dtype is None:
-        dtype = native if native is not None else arr.dtype
-        if native is None and arr.dtype == np.uint16:
-            raise ConfigError(f"{what} is uint16: pass dtype='bfloat16' to reduce it as "
-                              f"bfloat16 (uint16 is not a reduction type)")
-    dtype = _DTYPE_OF.get(dtype) or dt.get_dtype(dtype)
-    if arr.dtype != dtype.storage and not isinstance(buf, np.ndarray) and arr.dtype == np.uint8:
-        if arr.nbytes % dtype.itemsize:
-            raise ConfigError(f"{what} has {arr.nbytes} bytes, not a whole number of "
-                              f"{dtype.name} elements ({dtype.itemsize} B)")
-        arr = arr.reshape(-1).view(dtype.storage)  # raw bytes read as the given dtype
-    if arr.dtype != dtype.storage:
-        raise ConfigError(f"{what} holds {arr.dtype}, but the call is for {dtype.name} "
-                          f"(stored as {dtype.storage}); every buffer must have one dtype")
-    return arr.reshape(-1), dtype
-
-
-def _as_numpy(buf):
-    if isinstance(buf, np.ndarray):
-        return buf, None
-    mod = type(buf).__module__
-    if mod.startswith("torch"):
-        import torch
-        if buf.device.type != "cpu":
-            raise ConfigError(f"torch tensor on {buf.device}: the shm transport needs CPU "
-                              f"tensors")
-        t = buf.detach()
-        if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(np.uint16), "bfloat16"
-        return t.numpy(), None
-    if hasattr(buf, "__dlpack__"):
-        try:
-            return np.from_dlpack(buf), None
-        except (TypeError, RuntimeError, BufferError) as e:
-            raise ConfigError(f"cannot read buffer via DLPack: {e}") from None
-    try:
-        return np.asarray(memoryview(buf)), None
-    except TypeError:
-        raise ConfigError(f"{type(buf).__name__} is not a buffer: pass a numpy array, a CPU "
-                          f"torch tensor or an object with the buffer protocol or DLPack") \
-            from None
 
 
 __all__ = ["Communicator", "Work", "choose_algorithm"]

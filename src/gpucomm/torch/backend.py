@@ -5,8 +5,9 @@
     model = DistributedDataParallel(model)     # DDP's all-reduces now run gpucomm schedules
 
 Every call turns into a gpucomm collective on `gpucomm.runtime`'s communicator (the shm
-transport: ranks of one host), run on its worker thread; the `Work` it returns completes when
-the collective does, and its future carries the output tensors (what DDP's reducer waits on).
+transport: ranks of one host), run on its worker thread, or on the calling thread for small
+calls with nothing queued; the `Work` it returns completes when the collective does, and its
+future carries the output tensors (what DDP's reducer waits on).
 Buffers are CPU tensors, contiguous; reductions as `gpucomm.dtypes` defines them.
 """
 from __future__ import annotations
@@ -30,14 +31,20 @@ class GpucommWork(dist.Work):
     def __init__(self, work, result):
         super().__init__()
         self._work, self._result = work, result
-        self._future: torch.futures.Future = torch.futures.Future()
-        if work is None:
-            self._future.set_result(result)
-        else:
-            work._future.add_done_callback(self._finish)
+        self._future: torch.futures.Future | None = None  # made when asked for (0.7 us)
+
+    def _future_now(self) -> torch.futures.Future:
+        if self._future is None:
+            self._future = torch.futures.Future()
+            if self._work is None:
+                self._future.set_result(self._result)
+            else:  # runs now if the call is done, else on the worker when it is
+                self._work._future.add_done_callback(self._finish)
+        return self._future
 
     def _finish(self, fut) -> None:
         err = fut.exception()
+        assert self._future is not None
         if err is not None:
             self._future.set_exception(err)
         else:
@@ -63,9 +70,12 @@ class GpucommWork(dist.Work):
         return self._result
 
     def get_future(self):
-        return self._future
+        return self._future_now()
 
 
+# what `Tensor.numpy()` views as the same dtype (bfloat16 and bool are staged)
+_NUMPY_VIEWED = {torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8,
+                 torch.int32, torch.int64, torch.uint32, torch.uint64}
 _BITWISE = {dist.ReduceOp.BAND: "bitwise_and", dist.ReduceOp.BOR: "bitwise_or",
             dist.ReduceOp.BXOR: "bitwise_xor"}
 # bool tensors travel as uint8; a sum of booleans is "any" (torch's and gloo's bool + bool),
@@ -163,6 +173,12 @@ class GpucommProcessGroup(dist.ProcessGroup):
     # --- collectives ----------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         self._count("allreduce")
+        t = tensors[0] if len(tensors) == 1 else None
+        if t is not None and t.dtype in _NUMPY_VIEWED and t.is_cpu and t.is_contiguous() \
+                and not t.requires_grad:  # one tensor numpy views as it is: no staging
+            op = _op(opts, t.dtype)
+            if not op.startswith("bitwise"):
+                return GpucommWork(self.comm.all_reduce(t.numpy(), op, async_op=True), tensors)
         return self._reduce_each(tensors, opts, None)
 
     def _reduce_each(self, tensors, opts, root: int | None):
