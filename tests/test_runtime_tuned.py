@@ -68,7 +68,8 @@ def test_a_file_from_another_host_is_not_used(tmp_path, monkeypatch, fresh_optio
     ("format: 1\noptions: [1, 2\n", "not a readable tuned-options file"),
     ("format: 7\noptions: {}\n", "format 1"),
     ("just text\n", "format 1"),
-    ("format: 1\noptions: {slice_bytes: 4096}\n", "piece_bytes, direct_min_bytes"),
+    ("format: 1\noptions: {slice_bytes: 4096}\n", "piece_bytes, direct_min_bytes, ll_max_bytes"),
+    ("format: 1\noptions: {ll_max_bytes: -1}\n", "options.ll_max_bytes must be an integer >= 0"),
     ("format: 1\noptions: {piece_bytes: 0}\n", "options.piece_bytes must be an integer >= 1"),
     ("format: 1\noptions: {piece_bytes: '1M'}\n", "got '1M'"),
 ])
@@ -91,6 +92,26 @@ def test_the_score_is_the_median_per_round_ratio_and_a_winner_must_gain_3_percen
     cands = [{"piece_bytes": 1}, {"piece_bytes": 2}, {"piece_bytes": 3}]
     assert tune_runtime.choose(cands, scores) == 1
     assert tune_runtime.choose(cands, [1.0, 1.5, 0.98]) == 0  # 2% is noise: the defaults stay
+
+
+def test_the_small_message_path_keeps_the_sizes_up_to_the_first_it_does_not_win():
+    on = {(256, "t"): [1.0, 1.0, 1.0], (256, "ip"): [1.0, 1.0, 1.0],
+          (1024, "t"): [1.0, 3.0, 1.0], (1024, "ip"): [1.0, 1.0, 1.0],
+          (4096, "t"): [2.0, 2.0, 2.0], (4096, "ip"): [2.0, 2.0, 2.0],
+          (8192, "t"): [1.0, 1.0, 1.0], (8192, "ip"): [1.0, 1.0, 1.0]}
+    off = {k: [2.0, 2.0, 2.0] for k in on}
+    reach, ratios = tune_runtime.ll_crossover({0: on, 1: off})
+    # 1 KiB: one slow round does not move the median; 4 KiB ties (1.0): the path stops there,
+    # though it wins again at 8 KiB
+    assert ratios == pytest.approx({256: 0.5, 1024: 0.5, 4096: 1.0, 8192: 0.5})
+    assert reach == 1024
+    assert tune_runtime.ll_crossover({0: off, 1: on})[0] == 0  # it never wins: off
+
+
+def test_a_tuned_small_message_reach_of_0_turns_the_path_off(tmp_path, monkeypatch,
+                                                             fresh_options):
+    monkeypatch.setenv(tuned.VAR, _write(tmp_path / "rt.yaml", {"ll_max_bytes": 0}))
+    assert _reread().ll_max_bytes == 0
 
 
 def test_the_candidates_start_with_the_defaults_and_hold_each_pair_once():
@@ -127,6 +148,11 @@ def test_bench_tune_saves_what_later_runs_use(tmp_path):
     assert len(doc["candidates"]) == len(tune_runtime.candidates())
     assert all(c["median_us"]["4MiB"] > 0 and c["median_us"]["4MiB in place"] > 0
                for c in doc["candidates"])
+    small = doc["small_messages"]
+    assert set(small["time_vs_general"]) == set(tune_runtime.LL_SIZES)
+    assert small["ll_max_bytes"] in (0, *tune_runtime.LL_SIZES)
+    assert doc["options"].get("ll_max_bytes", RuntimeOptions().ll_max_bytes) == \
+        small["ll_max_bytes"]
     want = RuntimeOptions.from_env({}, tuned=doc["options"])
     p = _cli("bench", "-b", "1M", "-e", "1M", "-n", "2", "-w", "1", env=env)
     assert p.returncode == 0, p.stderr

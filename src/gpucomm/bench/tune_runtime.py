@@ -8,6 +8,13 @@ interleaved rounds (the order rotating), so a burst of load on the shared cores 
 alike. A candidate's score is the geometric mean, over the six timings, of the median of its
 per-round time against the defaults' in the same round (below 1: faster). The lowest wins
 if it beats the defaults by at least `MIN_GAIN`; otherwise the file keeps the defaults.
+
+Then the small-message path's reach (`ll_max_bytes`): the all-reduce at 256 B-32 KiB with the
+path (up to 32 KiB) and without, in interleaved rounds; it keeps the sizes up to the first
+where the path's median per-round time (both columns' geometric mean) is not below the
+general path's (`ll_crossover`). The default, 16 KiB, was that size on the AMD host; on the
+Intel one the path lost from 8 KiB (`benchmarks/allreduce_breakdown.py --crossover`: 5.7
+against 5.3 us at 8 KiB, 10.9 against 7.7 at 16 KiB).
 """
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ DIRECT_MINS = (512 << 10, 3 * MiB)
 SIZES = (1 * MiB, 4 * MiB, 16 * MiB)
 COLUMNS = ("time_us", "ip_time_us")  # out of place, in place
 MIN_GAIN = 0.03  # a winner must be at least 3% faster than the defaults (noise otherwise)
+LL_SIZES = (256, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10)
+LL_ON_OFF = ({"ll_max_bytes": LL_SIZES[-1]}, {"ll_max_bytes": 0})
 
 
 def candidates() -> list[dict]:
@@ -58,6 +67,24 @@ def choose(cands: list[dict], scores: list[float], default: int = 0) -> int:
     """The candidate to save: the best, unless it gains less than MIN_GAIN on the default."""
     best = min(range(len(cands)), key=lambda c: (scores[c], c))
     return best if scores[best] <= (1 - MIN_GAIN) * scores[default] else default
+
+
+def ll_crossover(times: dict) -> tuple[int, dict]:
+    """(the largest size up to which the small-message path was faster at every size, 0
+    where it lost at the smallest; {size: its time against the general path's}) from
+    `measure`'s times of LL_ON_OFF: per size, the geometric mean over the columns of the
+    median per-round ratio."""
+    ratios: dict = {}
+    for (size, col), on in sorted(times[0].items()):
+        r = statistics.median(a / b for a, b in zip(on, times[1][(size, col)]))
+        ratios.setdefault(size, []).append(math.log(r))
+    ratios = {size: math.exp(sum(v) / len(v)) for size, v in ratios.items()}
+    reach = 0
+    for size, r in sorted(ratios.items()):
+        if r >= 1:
+            break
+        reach = size
+    return reach, ratios
 
 
 @contextmanager
@@ -114,14 +141,22 @@ def tune(path: str | None = None, quick: bool = False, log=None) -> tuple[str, d
     times = measure(cands, rounds, sizes, log=log)
     scores = score(times)
     win = choose(cands, scores)
+    reach, ratios = ll_crossover(measure(list(LL_ON_OFF), rounds, LL_SIZES, iters=200, log=log))
+    options = {} if win == 0 else dict(cands[win])
+    if reach != RuntimeOptions().ll_max_bytes:
+        options["ll_max_bytes"] = reach
     doc = {"format": tuned.FORMAT, "host": tuned.fingerprint(),
            "tuned": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_1min": load,
-           "options": {} if win == 0 else dict(cands[win]),
+           "options": options,
            "method": (f"{'quick' if quick else 'full'}: 2-rank all_reduce float32 sum at "
                       f"{', '.join(f'{s >> 20} MiB' for s in sizes)}, out of place and in "
                       f"place, {rounds} interleaved rounds of every candidate; score: geometric "
                       f"mean of the median per-round time against the defaults "
-                      f"(a winner must gain {MIN_GAIN:.0%})"),
+                      f"(a winner must gain {MIN_GAIN:.0%}); then the small-message path "
+                      f"against the general one at 256 B-32 KiB, {rounds} interleaved rounds: "
+                      f"it keeps the sizes up to the first where it is not faster"),
+           "small_messages": {"ll_max_bytes": reach, "time_vs_general": {
+               size: round(r, 3) for size, r in ratios.items()}},
            "candidates": [{**cands[c], "score": round(scores[c], 3),
                            "median_us": {f"{s >> 20}MiB{'' if col == 'time_us' else ' in place'}":
                                          round(statistics.median(v) * 1e6, 1)
@@ -138,6 +173,10 @@ def report(path: str, doc: dict) -> str:
     for c in doc["candidates"]:
         lines.append(f"{c['piece_bytes'] >> 10:>5} KiB {c['direct_min_bytes'] >> 10:>8} KiB "
                      f"{c['score']:>6.3f}")
+    small = doc["small_messages"]
+    lines.append("small-message path / general path: " + ", ".join(
+        f"{size} B {r:.2f}" for size, r in small["time_vs_general"].items())
+        + f" -> up to {small['ll_max_bytes']} B")
     chosen = doc["options"]
     lines.append(f"saved {path}: " + (", ".join(f"{k} {v}" for k, v in chosen.items())
                                       if chosen else "the defaults (no candidate gained "

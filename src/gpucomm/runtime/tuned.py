@@ -5,10 +5,12 @@ peer's buffer by cross-memory attach beats staging through shared memory, depend
 host's caches: the defaults were measured on an AMD EPYC VM (1 MiB L2, 32 MiB L3); on an
 Intel Xeon VM (2 MiB L2) 256 KiB pieces, direct from 512 KiB, ran 2-rank all-reduces of 1-16
 MiB 1.35-1.5x faster out of place and 1.4-2.3x faster in place (docs/runtime.md has the
-numbers). Only a measurement on the host can tell, so `gpucomm bench --tune` times the
-candidates and saves the fastest in ~/.cache/gpucomm/runtime.yaml (`GPUCOMM_RUNTIME_YAML`;
-`off`: no file). Every later `RuntimeOptions` of this host starts from those values (the
-`GPUCOMM_*` variables still override them), and bench's header says so. A file written on
+numbers). Likewise the size up to which the small-message path beats the general one
+(`ll_max_bytes`): 16 KiB on the AMD host, 2-4 KiB on the Intel one. Only a measurement on
+the host can tell, so `gpucomm bench --tune` times the candidates and saves the fastest in
+~/.cache/gpucomm/runtime.yaml (`GPUCOMM_RUNTIME_YAML`; `off`: no file). Every later
+`RuntimeOptions` of this host starts from those values (the `GPUCOMM_*` variables still
+override them), and bench's header says so. A file written on
 another host (a home directory shared across machines) is not used: its CPU model and core
 count must match this host's.
 
@@ -24,7 +26,8 @@ from ..errors import ConfigError
 VAR = "GPUCOMM_RUNTIME_YAML"
 DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "gpucomm", "runtime.yaml")
 FORMAT = 1
-FIELDS = ("piece_bytes", "direct_min_bytes")  # the RuntimeOptions fields `--tune` chooses
+# the RuntimeOptions fields `--tune` chooses (ll_max_bytes may be 0: the path off)
+FIELDS = ("piece_bytes", "direct_min_bytes", "ll_max_bytes")
 
 
 def path() -> str | None:
@@ -75,8 +78,9 @@ def read(where: str | None = None) -> Tuned | None:
     if not isinstance(values, dict) or not set(values) <= set(FIELDS):
         raise bad(f"'options' must map some of {', '.join(FIELDS)} to byte counts")
     for k, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise bad(f"options.{k} must be an integer >= 1 (bytes), got {v!r}")
+        least = 0 if k == "ll_max_bytes" else 1
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise bad(f"options.{k} must be an integer >= {least} (bytes), got {v!r}")
     host = doc.get("host")
     if host != fingerprint():
         return Tuned(where, {}, f"not tuned: {where} was measured on another host "
