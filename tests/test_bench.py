@@ -195,6 +195,33 @@ def test_predictions_charge_copies_and_reductions_by_memory_traffic(tmp_path, mo
     assert staged[0]["predicted_time_us"] * 1e-6 > S / red
 
 
+def test_a_calibrated_curve_prices_ops_by_the_bytes_a_rank_touches(tmp_path, monkeypatch):
+    """With a curve (a process's bytes -> copy and reduce rates), the rates between its points
+    are interpolated (time per byte, in log bytes) and clamped beyond them; a 16 MiB direct
+    all-gather on 2 ranks (each rank touches its 8 MiB input and 16 MiB output) is priced at
+    the rates of 24 MiB, 3/4 of the way (in log bytes) from the 3 to the 48 MiB point."""
+    from gpucomm.bench.plancost import _on_curve
+    curve = [[3 << 18, 40e9, 20e9], [3 << 20, 20e9, 10e9], [48 << 20, 10e9, 5e9]]
+    assert _on_curve(curve, 1024) == (40e9, 20e9) and _on_curve(curve, 1 << 30) == (10e9, 5e9)
+    copy, red = _on_curve(curve, 24 << 20)
+    assert (copy, red) == (pytest.approx(1 / (0.25 / 20e9 + 0.75 / 10e9)),
+                           pytest.approx(1 / (0.25 / 10e9 + 0.75 / 5e9)))
+    path = tmp_path / "host.yaml"
+    path.write_text(V2_HOST.replace("      stream_Bps: 16.0e9}", "      stream_Bps: 16.0e9, curve: "
+                                    "[[3145728, 20.0e9, 10.0e9], [786432, 40.0e9, 20.0e9], "
+                                    "[50331648, 10.0e9, 5.0e9]]}"))
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    S, a = 16 << 20, 1e-5
+    rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+    add_predictions(rows, "all_gather", 2)  # as in the test above, at the curve's copy rate
+    assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(a + S / 2 / 16e9 + 0.5 * (
+        S / 2) / copy, rel=1e-6)
+    path.write_text(V2_HOST.replace("stream_Bps: 16.0e9}",
+                                    "stream_Bps: 16.0e9, curve: [[1, 0, 2]]}"))
+    with pytest.raises(ConfigError, match="malformed `rates` table"):
+        load_host(str(path))
+
+
 def test_a_calibration_taken_under_load_warns_once_per_use(tmp_path, monkeypatch, capsys):
     path = tmp_path / "host.yaml"
     monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
@@ -226,6 +253,9 @@ def test_without_calibration_a_quick_one_runs_and_is_saved(tmp_path, monkeypatch
     assert host["load_1min"] >= 0 and host["usable_cores"] >= 1  # what load_warning reads
     r = host["rates"][1]
     assert 1e8 < r["copy_Bps"] <= r["copy_cache_Bps"] and 1e8 < r["reduce_Bps"]
+    # the curve: the quick sizes, then the memory-sized buffers (3 of 32 MiB a process)
+    assert [f for f, _, _ in r["curve"]] == [3 * (256 << 10), 3 * (4 << 20), 3 * (32 << 20)]
+    assert r["curve"][-1][1:] == [r["copy_Bps"], r["reduce_Bps"]]
     small, big = (row["predicted_time_us"] for row in rows)
     assert 0 < small < big
     assert " -" in format_table([dict(rows[0], predicted_time_us=None, time_us=1.0, algbw=0.0,

@@ -34,6 +34,7 @@ charges them. It is exact when each rank's work is spread evenly over the bytes 
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -97,13 +98,22 @@ def load_host(path=None) -> dict | None:
         data["ll_latency_s"] = data["ll_Bps"] = None
     if data.get("format") == FORMAT:
         try:
-            data["rates"] = {int(p): {k: float(v) for k, v in r.items()}
+            data["rates"] = {int(p): {k: _curve(v) if k == "curve" else float(v)
+                                      for k, v in r.items()}
                              for p, r in data["rates"].items()}
             data["cache_bytes"] = float(data.get("cache_bytes") or 0)
         except (AttributeError, KeyError, TypeError, ValueError):
             raise ConfigError(f"{path}: malformed `rates` table (run `gpucomm bench "
                               f"--calibrate` again)") from None
     return data
+
+
+def _curve(points) -> list:
+    """A saved curve as sorted [bytes, copy, reduce] points, every number > 0."""
+    curve = sorted([float(f), float(c), float(r)] for f, c, r in points)
+    if not curve or min(min(p) for p in curve) <= 0:
+        raise ValueError("a curve needs points of numbers > 0")
+    return curve
 
 
 # --- measuring -------------------------------------------------------------------------
@@ -140,6 +150,17 @@ def cma_allowed() -> bool:
         return True
 
 
+TIMED_BYTES = 16 << 20  # a timing repeats an op until it has moved this much (one op of
+# 256 KiB takes 5 us, too short to time alone: copies in cache read 10 GB/s timed singly and
+# 45 GB/s timed 64 at a time)
+
+
+# buffer sizes the calibration times copies and reductions of, below the memory-sized one:
+# a process's three buffers in L2, spilling from it, in the last-level cache, beyond it
+CURVE = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+QUICK_CURVE = (256 << 10, 4 << 20)
+
+
 def _rates_worker(nbytes, repeats, barrier, queue):
     import numpy as np
 
@@ -149,14 +170,16 @@ def _rates_worker(nbytes, repeats, barrier, queue):
     a, b, c = (np.ones(n, np.float32) for _ in range(3))
     c[:] = 0
     ca, aa = c.__array_interface__["data"][0], a.__array_interface__["data"][0]
+    times = max(1, TIMED_BYTES // nbytes)
     best = [float("inf")] * 3
     for _ in range(repeats):
         for k, work in enumerate((lambda: np.copyto(c, a), lambda: np.add(a, b, out=c),
                                   lambda: stream_copy(ca, aa, nbytes))):
             barrier.wait()  # everyone works at once: the memory system is shared
             t0 = time.perf_counter()
-            work()
-            best[k] = min(best[k], time.perf_counter() - t0)
+            for _ in range(times):
+                work()
+            best[k] = min(best[k], (time.perf_counter() - t0) / times)
     queue.put(tuple(nbytes / t for t in best))
 
 
@@ -191,15 +214,17 @@ def measure_latency(iters: int = 2000) -> float:
 
 def measure_ll(iters: int = 2000) -> tuple[float, float] | None:
     """(seconds of an 8-byte all-reduce on the small-message path between 2 shm ranks,
-    bytes per second it moves beyond that, from a 4 KiB one), or None without the path."""
+    bytes per second it moves beyond that, from a 4 KiB one, or the path's largest where
+    `ll_max_bytes` is below: a tuned host's), or None without the path."""
     from ..runtime.shm_ll import LLRunner
     from . import run_bench
-    if LLRunner is None or current().ll_max_bytes < 4096:
+    top = min(4096, current().ll_max_bytes)
+    if LLRunner is None or top < 64:
         return None
-    rows = run_bench("shm", 2, "all_reduce", [8, 4096], iters=iters,
+    rows = run_bench("shm", 2, "all_reduce", [8, top], iters=iters,
                      warmup=max(10, iters // 10), check=0)
-    t8, t4k = rows[0]["time_us"] * 1e-6, rows[1]["time_us"] * 1e-6
-    return t8, (4096 - 8) / max(t4k - t8, 1e-9)
+    t8, t_top = rows[0]["time_us"] * 1e-6, rows[1]["time_us"] * 1e-6
+    return t8, (top - 8) / max(t_top - t8, 1e-9)
 
 
 def ll_time(host: dict, nbytes: int, nranks: int) -> float:
@@ -220,12 +245,13 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
     big = 32 << 20 if quick else 64 << 20
     rates = {}
     for p in range(1, cores + 1):
-        # cache rates: the three buffers of every process fit in the cache together
-        small = max(64 << 10, (llc // (4 * p)) // 4096 * 4096) if llc else 1 << 20
         copy, red, stream = measure_rates(p, big, repeats)
-        copy_c, red_c, _ = measure_rates(p, small, repeats * 3)
-        rates[p] = {"copy_Bps": copy, "reduce_Bps": red, "copy_cache_Bps": max(copy, copy_c),
-                    "reduce_cache_Bps": max(red, red_c), "stream_Bps": stream}
+        curve = [[3 * nb, *measure_rates(p, nb, repeats)[:2]]
+                 for nb in (QUICK_CURVE if quick else CURVE)] + [[3 * big, copy, red]]
+        rates[p] = {"copy_Bps": copy, "reduce_Bps": red,
+                    "copy_cache_Bps": max(c for _, c, _ in curve),
+                    "reduce_cache_Bps": max(r for _, _, r in curve), "stream_Bps": stream,
+                    "curve": curve}
     lat = measure_latency(200 if quick else 2000)
     ll = measure_ll(200 if quick else 2000)
     host = {"format": FORMAT, "cma": cma_allowed(),
@@ -236,9 +262,10 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
             "load_1min": load, "usable_cores": usable,
             "method": (f"{'quick' if quick else 'full'}: P = 1..{cores} processes at once, "
                        f"np.copyto, np.add(out=) and the streaming copy of {big >> 20} MiB "
-                       f"buffers (memory), the first two also of "
-                       f"cache-sized buffers, best of {repeats}, slowest process; latency: "
-                       f"8-byte 1-op broadcast between 2 shm ranks")}
+                       f"buffers (memory), the first two also of smaller ones (curve: "
+                       f"bytes of a process's three buffers, copy and reduce bytes/s), each "
+                       f"timing {TIMED_BYTES >> 20} MiB of ops, best of {repeats}, slowest "
+                       f"process; latency: 8-byte 1-op broadcast between 2 shm ranks")}
     path = path or host_path()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
@@ -267,6 +294,9 @@ def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, floa
     cores = max(rates)
     r = rates[min(nranks, cores)]
     share = min(1.0, cores / nranks)  # oversubscribed: a core's time is split
+    if r.get("curve"):
+        copy, red = _on_curve(r["curve"], working_set / max(nranks, 1))
+        return share * copy, share * red, share * r.get("stream_Bps", r["copy_Bps"])
     llc = host.get("cache_bytes") or 0
     # Streaming through more than the cache evicts what the next pass needs, so the cached
     # fraction falls fast: all of it up to the cache size, nothing from twice the size on.
@@ -277,6 +307,19 @@ def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, floa
     return (blend(r["copy_Bps"], r["copy_cache_Bps"]),
             blend(r["reduce_Bps"], r["reduce_cache_Bps"]),
             share * r.get("stream_Bps", r["copy_Bps"]))
+
+
+def _on_curve(curve: list, footprint: float) -> tuple[float, float]:
+    """(copy, reduce) bytes/s of a process touching `footprint` bytes, from the calibrated
+    curve (points: a process's bytes, copy and reduce bytes/s): time per byte interpolated
+    in log(bytes) between the neighbouring points, the end points' rates beyond them."""
+    if footprint <= curve[0][0]:
+        return curve[0][1], curve[0][2]
+    for (f0, c0, r0), (f1, c1, r1) in zip(curve, curve[1:]):
+        if footprint <= f1:
+            w = math.log(footprint / f0) / math.log(f1 / f0)
+            return 1 / ((1 - w) / c0 + w / c1), 1 / ((1 - w) / r0 + w / r1)
+    return curve[-1][1], curve[-1][2]
 
 
 def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
