@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from ..schedule import Schedule
 from . import memcopy
-from .actions import PEER, Action, lower
+from .actions import IN, OUT, PEER, Action, lower
 from .options import RuntimeOptions
 from .passes import (SliceMap, Tracker, copy_ins, drop_empty, fill_outputs, lower_steps,
                      tail_waits, versions)
@@ -159,4 +159,15 @@ def stream_min_bytes(schedule: Schedule, block_bytes: int, options: RuntimeOptio
     return least
 
 
-__all__ = ["Action", "ActionPlan", "compile_plan", "is_direct", "plan_call", "schedule_key"]
+def own_block_in_place(plan: ActionPlan, rank: int) -> ActionPlan:
+    """`plan` for a rank whose output already holds its own block of the input (an all-to-all
+    called in place, the input's other blocks copied aside: `shm_control.unalias`): its
+    copies from input to output at equal offsets (its own block's) become pure waits, with
+    the same dependencies, so the action counts its peers wait on stay."""
+    acts = tuple(a._replace(n=0) if a.src == IN and a.dst == OUT and not a.reduce
+                 and a.src_off == a.dst_off else a for a in plan.actions[rank])
+    return replace(plan, actions=plan.actions[:rank] + (acts,) + plan.actions[rank + 1:])
+
+
+__all__ = ["Action", "ActionPlan", "compile_plan", "is_direct", "own_block_in_place",
+           "plan_call", "schedule_key"]

@@ -3,23 +3,21 @@
 Each rank owns a *control* segment (counters it alone writes, read by everyone) and a *data*
 segment holding its logical buffer (see `collectives`). A rank executes the ops whose
 destination it is (`plan.compile_plan`), reading the source straight from the peer's mapped
-buffer and reducing with numpy ufuncs (`out=`): no pickling, no intermediate copies. Chunks of
-3 MiB and more skip the staging altogether where Linux allows cross-memory attach (`cma`): the
-reader copies them out of the peer's own input or output array, one copy instead of two; and
-where that balances the work or saves a pass over memory, a rank writes into a peer's output
-instead (an idle broadcast root takes a share; on 2 ranks a reduced half goes to the peer
-straight from cache, and so does an all-gather's own block) — see `push.push_split`,
-`push.push_results` and `push.push_copies`. Large local copies in those plans use streaming
-stores (`memcopy`), so an output nobody reads soon costs no read-for-ownership and does not
-evict the input the rank is about to send on.
+buffer and reducing with numpy ufuncs (`out=`). Chunks from `direct_min_bytes` on skip the
+staging where Linux allows cross-memory attach (`cma`): the reader copies them out of the
+peer's own input or output array, one copy instead of two; and where that balances the work
+or saves a pass over memory, a rank writes into a peer's output instead (an idle broadcast
+root takes a share; on 2 ranks a reduced half goes to the peer straight from cache, and so
+does an all-gather's own block) — see `push.push_split`, `push.push_results` and
+`push.push_copies`. Large local copies in those plans use streaming stores (`memcopy`), so an
+output nobody reads soon costs no read-for-ownership and does not evict the input the rank is
+about to send on.
 
 Synchronisation is one 64-bit counter per rank, `seq << 32 | actions done`: a dependency
-"peer q has done k actions of call seq" is one load. Waits spin, yield, then sleep with a growing
-interval (more ranks than cores still progress); every wait has a deadline and, while sleeping,
-checks that the peer is alive (pid), not failed and not closed.
-
-Memory ordering: a counter is stored after the data it announces and read before that data;
-x86-64 keeps stores and loads in program order (TSO). Small all-reduces: `shm_ll`."""
+"peer q has done k actions of call seq" is one load. Waits spin, yield, then sleep (more ranks
+than cores still progress), with a deadline, checking that the peer lives and has not failed.
+A counter is stored after the data it announces and read before that data; x86-64 keeps
+stores and loads in program order (TSO). Small all-reduces: `shm_ll`."""
 from __future__ import annotations
 
 import os
@@ -36,7 +34,7 @@ from .actions import OUT
 from .contracts import Gatherer
 from .interpret import Call, Interpreter
 from .options import RuntimeOptions, current
-from .plan import ActionPlan, is_direct, plan_call
+from .plan import ActionPlan, is_direct, own_block_in_place, plan_call
 from .segment import Segment, new_name, unlink_name
 from .shm_control import (ACK, CAP, CLOSED, COLL_IDS, CTRL_BYTES, DESC, DONE, DTYPE_IDS, FAILED,
                           GEN, IN_ADDR, IN_PLACE, MAX_RANKS, MSG_OFF, NAME_OFF, OP_IDS, OUT_ADDR,
@@ -69,8 +67,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         # a rank that shares its core with the peer it waits for hands the core over at once.
         self._spin_s = 50e-6
         self.broken: str | None = None  # the error that broke this communicator
-        # (id(schedule), block count, itemsize, in-place root) -> (schedule, plan, plan hash)
-        self._plans: dict[tuple[int, int, int, bool], tuple[Schedule, ActionPlan, int]] = {}
+        self._plans: dict[tuple, tuple[Schedule, ActionPlan, int]] = {}  # see `plan`
         self._interps: dict[tuple[str, str, bool], Interpreter] = {}  # (dtype, op, reduces)
         self._barrier: Schedule | None = None  # see `barrier`
         self._fast = {}  # see `shm_fast`
@@ -231,11 +228,12 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
 
     # --- executing a schedule ---------------------------------------------------------
     def plan(self, schedule: Schedule, block_count: int, itemsize: int,
-             in_place_root: bool = False) -> tuple[ActionPlan, int]:
+             in_place_root: bool = False, own: bool = False) -> tuple[ActionPlan, int]:
         """The compiled plan (`plan.plan_call`, as bench's predictor compiles it) and its
-        hash for the call descriptor (cached). `in_place_root`: the schedule's root calls in
-        place (every rank must agree)."""
-        key = (id(schedule), block_count, itemsize, in_place_root)
+        hash for the call descriptor, cached by the arguments. `in_place_root`: the schedule's
+        root calls in place (every rank must agree); `own`: this rank's own block is in place
+        (`unalias`)."""
+        key = (id(schedule), block_count, itemsize, in_place_root, own)
         hit = self._plans.get(key)
         if hit is None or hit[0] is not schedule:
             if len(self._plans) > 256:
@@ -244,7 +242,8 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
                              in_place_root)
             # the whole plan goes into the call descriptor's hash: ranks whose settings
             # (slice sizes, push, streaming) would compile different plans fail the check
-            hit = (schedule, plan, zlib.crc32(repr((plan.schedule_key, plan.actions)).encode()))
+            hit = (schedule, own_block_in_place(plan, self.rank) if own else plan,
+                   zlib.crc32(repr((plan.schedule_key, plan.actions)).encode()))
             self._plans[key] = hit
         return hit[1], hit[2]
 
@@ -273,21 +272,22 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         if coll.reduces and (op not in _UFUNC_OK or not dtype.is_float and op == "avg"):
             dt.check_op(op, dtype)
         bc = block_count(schedule, self.rank, inp, out)
-        args = (inp, out)
+        args, own = (inp, out), False
         if inp is not None and out is not None:
-            inp, out = unalias(schedule, self.rank, bc, inp, out, self._input_copy)
+            inp, out, own = unalias(schedule, self.rank, bc, inp, out, self._input_copy)
         timeout = self.timeout if timeout is None else timeout
         try:
-            call = self._run(schedule, bc, inp, out, op, dtype, timeout)
+            call = self._run(schedule, bc, inp, out, op, dtype, timeout, own)
         except BaseException as e:
             self._fail(e)
             raise
         self._fast_store(call, *args)
 
     def _run(self, schedule: Schedule, bc: int, inp: np.ndarray | None,
-             out: np.ndarray | None, op: str, dtype: dt.DType, timeout: float) -> Call | None:
+             out: np.ndarray | None, op: str, dtype: dt.DType, timeout: float,
+             own: bool = False) -> Call | None:
         """Run the call; return it where a later one like it may run in C (`shm_fast`)."""
-        plan, algo_hash = self.plan(schedule, bc, dtype.itemsize)
+        plan, algo_hash = self.plan(schedule, bc, dtype.itemsize, own=own)
         call = self._enter(schedule, plan, algo_hash, bc, inp, out, op, dtype, timeout)
         split = self._splits(schedule, bc, dtype)
         if split:

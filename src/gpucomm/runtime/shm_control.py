@@ -92,31 +92,45 @@ class InputCopy:
         self._buf = np.empty(0, np.uint8)
 
     def __call__(self, inp: np.ndarray) -> np.ndarray:
+        return self.others(inp, -1, 0)
+
+    def others(self, inp: np.ndarray, rank: int, bc: int) -> np.ndarray:
+        """A copy of `inp` but for block `rank` (of `bc` elements; -1: all of it), which the
+        copy leaves unwritten."""
         if self._buf.nbytes < inp.nbytes:
             self._buf = np.empty(inp.nbytes, np.uint8)
-        copy = self._buf[:inp.nbytes].view(inp.dtype)
-        np.copyto(copy, inp.reshape(-1))
+        copy, flat = self._buf[:inp.nbytes].view(inp.dtype), inp.reshape(-1)
+        lo, hi = (rank * bc, (rank + 1) * bc) if rank >= 0 else (0, 0)
+        np.copyto(copy[:lo], flat[:lo])
+        np.copyto(copy[hi:], flat[hi:])
         return copy
 
 
 def unalias(schedule, rank, bc, inp, out, copy=np.copy):
-    """In-place calls must map each logical chunk to one address; other overlaps get a copy
-    of the input (`copy(inp)`: the transport's `InputCopy`)."""
+    """(input, output, own): in-place calls must map each logical chunk to one address; other
+    overlaps get a copy of the input (`copy(inp)`: the transport's `InputCopy`). An
+    all-to-all in place needs only the blocks peers read copied: its own block is already
+    where the output wants it (`own` True: the plan's copy of it is dropped,
+    `plan.own_block_in_place`; 2 ranks, 16 MiB: 2.9 ms with the whole input copied, against
+    MPICH's 1.44 in place)."""
     coll = schedule.collective
     irng = coll.inputs(rank, schedule.nranks, schedule.root)
     orng = coll.outputs(rank, schedule.nranks, schedule.root)
     if irng is None or orng is None:  # the rank has no such buffer: ignore the other one
-        return (inp if irng else None), (out if orng else None)
+        return (inp if irng else None), (out if orng else None), False
     if inp is out:
         if irng[0] == orng[0]:
-            return inp, out
+            return inp, out, False
     elif not np.may_share_memory(inp, out):
-        return inp, out
+        return inp, out, False
     a_in = inp.__array_interface__["data"][0]
     a_out = out.__array_interface__["data"][0]
     if a_in - a_out == (irng[0] - orng[0]) * bc * inp.itemsize:
-        return inp, out
-    return copy(inp), out
+        return inp, out, False
+    if coll.name == "all_to_all" and a_in == a_out and inp.nbytes == out.nbytes \
+            and isinstance(copy, InputCopy):
+        return copy.others(inp, rank, bc), out, True
+    return copy(inp), out, False
 
 
 def describe_call(desc, schedule=None) -> str:
