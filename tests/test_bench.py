@@ -222,6 +222,30 @@ def test_a_calibrated_curve_prices_ops_by_the_bytes_a_rank_touches(tmp_path, mon
         load_host(str(path))
 
 
+def test_cross_memory_attach_is_priced_at_its_calibrated_rate(tmp_path, monkeypatch):
+    """With a `cma_curve`, what a direct plan moves by cross-memory attach costs that rate at
+    the bytes each rank touches, and leaves the copies: a 16 MiB all-gather on 2 ranks streams
+    its own 8 MiB block and writes it into the peer (8 MiB by cross-memory attach, at the
+    24 MiB point's 6 GB/s, not half a copy); a 2-rank two_shot all-reduce reads the peer's
+    half (cross-memory attach), reduces it with its own (a copy) and writes the sum back."""
+    path = tmp_path / "host.yaml"
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    path.write_text(V2_HOST + "cma_curve: [[1048576, 12.0e9], [25165824, 6.0e9]]\n")
+    S, a, copy = 16 << 20, 1e-5, 10e9
+    rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+    add_predictions(rows, "all_gather", 2)
+    assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(a + S / 2 / 16e9 + S / 2 / 6e9,
+                                                                rel=1e-6)
+    S = 64 << 20  # each rank touches 128 MiB: beyond the curve, at its last rate
+    rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+    add_predictions(rows, "all_reduce", 2)
+    assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(
+        2 * a + (S / 2) / copy + 2 * (S / 2) / 6e9, rel=1e-6)
+    path.write_text(V2_HOST + "cma_curve: [[1048576, 12.0e9, 3]]\n")
+    with pytest.raises(ConfigError, match="cma_curve"):
+        load_host(str(path))
+
+
 def test_a_calibration_taken_under_load_warns_once_per_use(tmp_path, monkeypatch, capsys):
     path = tmp_path / "host.yaml"
     monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
@@ -256,6 +280,10 @@ def test_without_calibration_a_quick_one_runs_and_is_saved(tmp_path, monkeypatch
     # the curve: the quick sizes, then the memory-sized buffers (3 of 32 MiB a process)
     assert [f for f, _, _ in r["curve"]] == [3 * (256 << 10), 3 * (4 << 20), 3 * (32 << 20)]
     assert r["curve"][-1][1:] == [r["copy_Bps"], r["reduce_Bps"]]
+    from gpucomm.bench.plancost import QUICK_CMA_CURVE, cma_allowed
+    if cma_allowed():  # two processes reading each other, at the quick sizes
+        assert [f for f, _ in host["cma_curve"]] == [2 * n for n in QUICK_CMA_CURVE]
+        assert all(b > 1e8 for _, b in host["cma_curve"])
     small, big = (row["predicted_time_us"] for row in rows)
     assert 0 < small < big
     assert " -" in format_table([dict(rows[0], predicted_time_us=None, time_us=1.0, algbw=0.0,

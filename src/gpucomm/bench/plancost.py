@@ -102,16 +102,18 @@ def load_host(path=None) -> dict | None:
                                       for k, v in r.items()}
                              for p, r in data["rates"].items()}
             data["cache_bytes"] = float(data.get("cache_bytes") or 0)
+            if data.get("cma_curve") is not None:
+                data["cma_curve"] = _curve(data["cma_curve"], 2)
         except (AttributeError, KeyError, TypeError, ValueError):
-            raise ConfigError(f"{path}: malformed `rates` table (run `gpucomm bench "
-                              f"--calibrate` again)") from None
+            raise ConfigError(f"{path}: malformed `rates` table or `cma_curve` (run `gpucomm "
+                              f"bench --calibrate` again)") from None
     return data
 
 
-def _curve(points) -> list:
-    """A saved curve as sorted [bytes, copy, reduce] points, every number > 0."""
-    curve = sorted([float(f), float(c), float(r)] for f, c, r in points)
-    if not curve or min(min(p) for p in curve) <= 0:
+def _curve(points, width: int = 3) -> list:
+    """A saved curve as sorted [bytes, rate, ...] points of `width` numbers, every one > 0."""
+    curve = sorted([float(x) for x in p] for p in points)
+    if not curve or any(len(p) != width for p in curve) or min(min(p) for p in curve) <= 0:
         raise ValueError("a curve needs points of numbers > 0")
     return curve
 
@@ -204,6 +206,49 @@ def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, fl
     return tuple(min(g[k] for g in got) for k in range(3))
 
 
+# transfer sizes the calibration times cross-memory attach at (a process's buffers: twice)
+CMA_CURVE = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
+QUICK_CMA_CURVE = (1 << 20, 16 << 20)
+
+
+def _cma_worker(k, nbytes, repeats, barrier, queues, results):
+    import numpy as np
+
+    from ..runtime import cma
+    src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    queues[1 - k].put((os.getpid(), src.ctypes.data))
+    pid, addr = queues[k].get(timeout=60)
+    times, best = max(1, TIMED_BYTES // nbytes), float("inf")
+    for _ in range(repeats):
+        barrier.wait()  # both read each other at once, as an all-to-all does
+        t0 = time.perf_counter()
+        for _ in range(times):
+            cma.read(pid, addr, dst.ctypes.data, nbytes)
+        best = min(best, (time.perf_counter() - t0) / times)
+        barrier.wait()  # the peer's buffer stays until both are done
+    results.put(nbytes / best)
+    barrier.wait()
+
+
+def measure_cma(nbytes: int, repeats: int = 5) -> float:
+    """Bytes/s one process reads from another by cross-memory attach while that one reads
+    it back (the slower of the two, best repeat)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    barrier, queues, results = ctx.Barrier(2), (ctx.Queue(), ctx.Queue()), ctx.Queue()
+    procs = [ctx.Process(target=_cma_worker, args=(k, nbytes, repeats, barrier, queues,
+                                                   results)) for k in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        return min(results.get(timeout=60) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
 def measure_latency(iters: int = 2000) -> float:
     """Seconds of one runtime call: an 8-byte 1-op broadcast between 2 shm ranks."""
     from . import run_bench
@@ -254,9 +299,13 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
                     "curve": curve}
     lat = measure_latency(200 if quick else 2000)
     ll = measure_ll(200 if quick else 2000)
-    host = {"format": FORMAT, "cma": cma_allowed(),
+    cma_ok = cma_allowed()
+    cma_curve = [[2 * nb, measure_cma(nb, repeats)]
+                 for nb in (QUICK_CMA_CURVE if quick else CMA_CURVE)] if cma_ok else None
+    host = {"format": FORMAT, "cma": cma_ok,
             "bandwidth_Bps": rates[cores]["copy_Bps"], "latency_s": float(lat),
             "cores": cores, "cache_bytes": llc, "rates": rates,
+            **({"cma_curve": cma_curve} if cma_curve else {}),
             **({"ll_latency_s": ll[0], "ll_Bps": ll[1]} if ll else {}),
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load_1min": load, "usable_cores": usable,
@@ -265,7 +314,9 @@ def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
                        f"buffers (memory), the first two also of smaller ones (curve: "
                        f"bytes of a process's three buffers, copy and reduce bytes/s), each "
                        f"timing {TIMED_BYTES >> 20} MiB of ops, best of {repeats}, slowest "
-                       f"process; latency: 8-byte 1-op broadcast between 2 shm ranks")}
+                       f"process; cma_curve: 2 processes reading each other by cross-memory "
+                       f"attach (bytes of a process's two buffers, bytes/s); latency: 8-byte "
+                       f"1-op broadcast between 2 shm ranks")}
     path = path or host_path()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
@@ -295,7 +346,7 @@ def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, floa
     r = rates[min(nranks, cores)]
     share = min(1.0, cores / nranks)  # oversubscribed: a core's time is split
     if r.get("curve"):
-        copy, red = _on_curve(r["curve"], working_set / max(nranks, 1))
+        copy, red = _on_curve(r["curve"], working_set / nranks)
         return share * copy, share * red, share * r.get("stream_Bps", r["copy_Bps"])
     llc = host.get("cache_bytes") or 0
     # Streaming through more than the cache evicts what the next pass needs, so the cached
@@ -309,22 +360,25 @@ def rank_rates(host: dict, nranks: int, working_set: float) -> tuple[float, floa
             share * r.get("stream_Bps", r["copy_Bps"]))
 
 
-def _on_curve(curve: list, footprint: float) -> tuple[float, float]:
-    """(copy, reduce) bytes/s of a process touching `footprint` bytes, from the calibrated
-    curve (points: a process's bytes, copy and reduce bytes/s): time per byte interpolated
-    in log(bytes) between the neighbouring points, the end points' rates beyond them."""
+def _on_curve(curve: list, footprint: float) -> tuple:
+    """The rates (bytes/s: copy and reduce, or cross-memory attach's) of a process touching
+    `footprint` bytes, from a calibrated curve (points: a process's bytes, then its rates):
+    time per byte interpolated in log(bytes) between the neighbouring points, the end
+    points' rates beyond them."""
     if footprint <= curve[0][0]:
-        return curve[0][1], curve[0][2]
-    for (f0, c0, r0), (f1, c1, r1) in zip(curve, curve[1:]):
-        if footprint <= f1:
-            w = math.log(footprint / f0) / math.log(f1 / f0)
-            return 1 / ((1 - w) / c0 + w / c1), 1 / ((1 - w) / r0 + w / r1)
-    return curve[-1][1], curve[-1][2]
+        return tuple(curve[0][1:])
+    for lo, hi in zip(curve, curve[1:]):
+        if footprint <= hi[0]:
+            w = math.log(footprint / lo[0]) / math.log(hi[0] / lo[0])
+            return tuple(1 / ((1 - w) / a + w / b) for a, b in zip(lo[1:], hi[1:]))
+    return tuple(curve[-1][1:])
 
 
-def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
+def plan_work(plan, itemsize: int, cma: bool = False) -> list[tuple]:
     """(copy-equivalent bytes, reduced bytes, streamed bytes) each rank executes in a
-    compiled plan.
+    compiled plan; with `cma`, a fourth: the bytes it moves by cross-memory attach, which
+    then leave the copy-equivalents (a reduction of what it reads so keeps one copy for its
+    own operand and the store).
 
     Costs follow memory traffic, a copy moving each byte twice (load, store): a reduction
     with both operands in memory is a calibrated reduction; one whose peer operand is first
@@ -339,25 +393,31 @@ def plan_work(plan, itemsize: int) -> list[tuple[float, float, float]]:
     stream_min = plan.stream_min_bytes if plan.stream_min_bytes >= 0 else None
     work = []
     for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
-        copied = reduced = streamed = 0.0
+        copied = reduced = streamed = crossed = 0.0
         prev = None
         for a in acts:
             nb = a.n * itemsize
             if a.share and a.dst == PEER_OUT:
                 continue  # a shared transfer is costed as its reader's (the same bytes)
             if a.reduce and a.src.is_private:
-                copied += 1.5 * nb
+                copied, crossed = (copied + nb, crossed + nb) if cma else (copied + 1.5 * nb,
+                                                                           crossed)
             elif a.reduce:
                 reduced += nb
             elif prev is not None and (fused_push(prev, a) or fused_result_push(prev, a)):
-                copied += 0.5 * nb  # the write of what is still in cache
+                if cma:
+                    crossed += nb
+                else:
+                    copied += 0.5 * nb  # the write of what is still in cache
             elif plan.direct and not a.src.is_private and a.dst != PEER_OUT \
                     and stream_min is not None and nb >= stream_min:
                 streamed += nb
+            elif cma and (a.src.is_private or a.dst == PEER_OUT):
+                crossed += nb
             else:
                 copied += nb
             prev = a
-        work.append((copied, reduced, streamed))
+        work.append((copied, reduced, streamed) + ((crossed,) if cma else ()))
     return work
 
 
@@ -395,8 +455,11 @@ def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
             ws += rng[1] * block_count * itemsize if rng else 0
     ws += p * plan.shm_elems * itemsize * (not plan.direct)
     copy_Bps, reduce_Bps, stream_Bps = rank_rates(host, p, ws)
-    work = [c / copy_Bps + r / reduce_Bps + st / stream_Bps
-            for c, r, st in plan_work(plan, itemsize)]
+    # cross-memory attach at its own calibrated rate where the calibration has one
+    cma_Bps = _on_curve(host["cma_curve"], ws / p)[0] * min(1.0, max(host["rates"]) / p) \
+        if plan.direct and host.get("cma_curve") else None
+    work = [c / copy_Bps + r / reduce_Bps + st / stream_Bps + sum(x) / (cma_Bps or 1)
+            for c, r, st, *x in plan_work(plan, itemsize, cma=cma_Bps is not None)]
     got = received_bytes(schedule, block_count, itemsize)
     busiest = max(range(p), key=lambda r: work[r])
     if work[busiest] <= 0:
