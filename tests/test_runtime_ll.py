@@ -165,6 +165,8 @@ def _threads(comm):
     for t in threads:
         t.join(120)
     general_before = comm.transport._data is not None or bool(calls)
+    if not comm.barrier(async_op=True).is_completed():  # a barrier is as small: inline too
+        wrong.append("an async barrier with nothing queued is not done")
     for i in range(20):  # a large async call, then small ones queued behind it
         big = np.full(20000, r + 1, np.float32)
         works.append((comm.all_reduce(big, async_op=True), big, None))

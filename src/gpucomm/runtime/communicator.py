@@ -210,7 +210,7 @@ class Communicator:
 
     def barrier(self, *, async_op=False):
         """No rank returns before every rank has called it."""
-        return self._submit(lambda: self.transport.barrier(), async_op)
+        return self._submit(self.transport.barrier, async_op, inline=True)
 
     def send(self, buf, peer: int, *, dtype=None, async_op=False):
         """Send `buf` to `peer`, which must `recv` a buffer of the same size and dtype."""
