@@ -246,6 +246,28 @@ def test_cross_memory_attach_is_priced_at_its_calibrated_rate(tmp_path, monkeypa
         load_host(str(path))
 
 
+def test_copies_out_of_what_a_peer_staged_are_priced_at_their_calibrated_rate(tmp_path,
+                                                                             monkeypatch):
+    """With a `shared_curve`, a staged plan's copies out of a peer's shared buffer (lines the
+    peer's core just wrote) cost that rate: a 64 KiB all-gather on 2 ranks stages its 32 KiB
+    block (a copy, in cache here at 40 GB/s), copies it to its output (a copy) and copies the
+    peer's staged block out (32 KiB at the curve's 8 GB/s)."""
+    path = tmp_path / "host.yaml"
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    S, a = 64 << 10, 1e-5
+    rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+    path.write_text(V2_HOST)
+    add_predictions(rows, "all_gather", 2)
+    assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(a + 3 * (S / 2) / 40e9)
+    path.write_text(V2_HOST + "shared_curve: [[262144, 8.0e9]]\n")
+    add_predictions(rows, "all_gather", 2)
+    assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(a + 2 * (S / 2) / 40e9
+                                                                + (S / 2) / 8e9)
+    path.write_text(V2_HOST + "shared_curve: [[262144, -1]]\n")
+    with pytest.raises(ConfigError, match="shared_curve"):
+        load_host(str(path))
+
+
 def test_a_calibration_taken_under_load_warns_once_per_use(tmp_path, monkeypatch, capsys):
     path = tmp_path / "host.yaml"
     monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
@@ -280,7 +302,8 @@ def test_without_calibration_a_quick_one_runs_and_is_saved(tmp_path, monkeypatch
     # the curve: the quick sizes, then the memory-sized buffers (3 of 32 MiB a process)
     assert [f for f, _, _ in r["curve"]] == [3 * (256 << 10), 3 * (4 << 20), 3 * (32 << 20)]
     assert r["curve"][-1][1:] == [r["copy_Bps"], r["reduce_Bps"]]
-    from gpucomm.bench.plancost import QUICK_CMA_CURVE, cma_allowed
+    from gpucomm.bench.hostcal import QUICK_CMA_CURVE, QUICK_SHARED_CURVE, cma_allowed
+    assert [f for f, _ in host["shared_curve"]] == [4 * n for n in QUICK_SHARED_CURVE]
     if cma_allowed():  # two processes reading each other, at the quick sizes
         assert [f for f, _ in host["cma_curve"]] == [2 * n for n in QUICK_CMA_CURVE]
         assert all(b > 1e8 for _, b in host["cma_curve"])

@@ -2,30 +2,24 @@
 
 What the shm runtime spends its time on is memory traffic: every byte a rank receives is
 copied by that rank's core (a load from the peer's buffer, a store into its own), a reduction
-loads two operands and stores one, and ranks copy their own input to their output too. All
-cores share the memory system, so a rate measured on one idle core overstates what each of P
-busy ranks gets.
-
-`gpucomm bench --calibrate` (or, when nothing is saved yet, a quick automatic run) measures
-on this host, with P processes working at once for P = 1 .. cores:
-- `copy_Bps`: bytes per second each process copies (`np.copyto`), and
-- `reduce_Bps`: output bytes per second each process reduces (`np.add(a, b, out=c)`),
-both for buffers far larger than the last-level cache (memory) and for buffers that fit in
-it (`*_cache_Bps`), and the latency of one runtime call (an 8-byte broadcast between 2 ranks).
-It saves them in ~/.cache/gpucomm/host.yaml.
+loads two operands and stores one, and ranks copy their own input to their output too.
+`hostcal` measures the rates of those on this host with every core busy (`gpucomm bench
+--calibrate`, or a quick run the first time) and saves them in ~/.cache/gpucomm/host.yaml.
 
 The host becomes a topology of P ranks around one CPU: rank -> cpu -> rank, where the link
 into a rank is that rank's core (the reader does the copy in a pull transport) and the link
 out of a rank is not a limit. Its bandwidth is *effective*: the runtime's compiled plan for
 this call (`runtime.plan.plan_call`, which the shm transport calls too, with the same
-`RuntimeOptions`) says exactly which copies and reductions each rank executes,
-staging copies and local copies included; their cost at the calibrated rates, on the busiest
-rank, divided into the bytes that rank receives in the schedule, is the link bandwidth. The
+`RuntimeOptions`) says exactly which copies and reductions each rank executes, staging
+copies and local copies included; their cost at the calibrated rates, on the busiest rank,
+divided into the bytes that rank receives in the schedule, is the link bandwidth. The
 simulator then times the schedule (latency per op, dependencies, overlap) on that topology
-with the pure alpha-beta protocol. Which rates apply depends on the call's working set
-(every rank's input, output and staging buffer) against the last-level cache: the cached
-fraction moves at the cache rates, the rest at the memory rates (all of it is cached up to
-the cache's size, none from twice that on: streaming evicts what the next pass needs).
+with the pure alpha-beta protocol. Which rates apply depends on the bytes each rank touches
+in the call (its input, output and staging buffer): copies and reductions at the calibrated
+curve's rates for that many bytes; what a direct plan moves by cross-memory attach at that
+curve (`cma_curve`), and copies out of what a peer staged at theirs (`shared_curve`).
+Calibrations from before the curves price by the cached fraction of the working set against
+the last-level cache, as they did.
 
 The simulator itself has no notion of a local copy or of a reduction's cost (local ops are
 free, every op costs bytes / link bandwidth); the effective bandwidth is how this module
@@ -37,7 +31,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
 
 import yaml
 
@@ -102,11 +95,12 @@ def load_host(path=None) -> dict | None:
                                       for k, v in r.items()}
                              for p, r in data["rates"].items()}
             data["cache_bytes"] = float(data.get("cache_bytes") or 0)
-            if data.get("cma_curve") is not None:
-                data["cma_curve"] = _curve(data["cma_curve"], 2)
+            for key in ("cma_curve", "shared_curve"):
+                if data.get(key) is not None:
+                    data[key] = _curve(data[key], 2)
         except (AttributeError, KeyError, TypeError, ValueError):
-            raise ConfigError(f"{path}: malformed `rates` table or `cma_curve` (run `gpucomm "
-                              f"bench --calibrate` again)") from None
+            raise ConfigError(f"{path}: malformed `rates` table, `cma_curve` or "
+                              f"`shared_curve` (run `gpucomm bench --calibrate` again)") from None
     return data
 
 
@@ -118,210 +112,10 @@ def _curve(points, width: int = 3) -> list:
     return curve
 
 
-# --- measuring -------------------------------------------------------------------------
-def cache_bytes() -> int:
-    """Size of the last-level cache (0 if the system does not say)."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    best = 0
-    try:
-        for idx in os.listdir(base):
-            try:
-                with open(os.path.join(base, idx, "size")) as f:
-                    text = f.read().strip()
-            except OSError:
-                continue
-            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            num = text[:-1] if text[-1:] in "KMG" else text
-            if num.isdigit():
-                best = max(best, int(num) * mult)
-    except OSError:
-        pass
-    return best
-
-
-def cma_allowed() -> bool:
-    """Whether the runtime's ranks (sibling processes) may read each other's memory, so large
-    chunks go by cross-memory attach (Yama ptrace_scope 0, or no Yama). Whether the options
-    let them is `RuntimeOptions.cma`, applied where the plan is compiled (`plan_call`)."""
-    if not hasattr(os, "sched_getaffinity"):
-        return False
-    try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
-            return f.read().strip() == "0"
-    except OSError:
-        return True
-
-
-TIMED_BYTES = 16 << 20  # a timing repeats an op until it has moved this much (one op of
-# 256 KiB takes 5 us, too short to time alone: copies in cache read 10 GB/s timed singly and
-# 45 GB/s timed 64 at a time)
-
-
-# buffer sizes the calibration times copies and reductions of, below the memory-sized one:
-# a process's three buffers in L2, spilling from it, in the last-level cache, beyond it
-CURVE = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
-QUICK_CURVE = (256 << 10, 4 << 20)
-
-
-def _rates_worker(nbytes, repeats, barrier, queue):
-    import numpy as np
-
-    from ..runtime import memcopy
-    stream_copy = memcopy.copier(current())
-    n = nbytes // 4
-    a, b, c = (np.ones(n, np.float32) for _ in range(3))
-    c[:] = 0
-    ca, aa = c.__array_interface__["data"][0], a.__array_interface__["data"][0]
-    times = max(1, TIMED_BYTES // nbytes)
-    best = [float("inf")] * 3
-    for _ in range(repeats):
-        for k, work in enumerate((lambda: np.copyto(c, a), lambda: np.add(a, b, out=c),
-                                  lambda: stream_copy(ca, aa, nbytes))):
-            barrier.wait()  # everyone works at once: the memory system is shared
-            t0 = time.perf_counter()
-            for _ in range(times):
-                work()
-            best[k] = min(best[k], (time.perf_counter() - t0) / times)
-    queue.put(tuple(nbytes / t for t in best))
-
-
-def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, float, float]:
-    """(copy, reduce, streaming copy) bytes/s per process while `nprocs` processes work at
-    once; the slowest process's best repeat (a collective waits for its slowest rank). The
-    streaming copy is the runtime's `memcopy.copy` (a plain copy where it is not built)."""
-    import multiprocessing as mp
-    ctx = mp.get_context("fork")
-    barrier, queue = ctx.Barrier(nprocs), ctx.Queue()
-    procs = [ctx.Process(target=_rates_worker, args=(nbytes, repeats, barrier, queue))
-             for _ in range(nprocs)]
-    for p in procs:
-        p.start()
-    try:
-        got = [queue.get(timeout=60) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    return tuple(min(g[k] for g in got) for k in range(3))
-
-
-# transfer sizes the calibration times cross-memory attach at (a process's buffers: twice)
-CMA_CURVE = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
-QUICK_CMA_CURVE = (1 << 20, 16 << 20)
-
-
-def _cma_worker(k, nbytes, repeats, barrier, queues, results):
-    import numpy as np
-
-    from ..runtime import cma
-    src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
-    queues[1 - k].put((os.getpid(), src.ctypes.data))
-    pid, addr = queues[k].get(timeout=60)
-    times, best = max(1, TIMED_BYTES // nbytes), float("inf")
-    for _ in range(repeats):
-        barrier.wait()  # both read each other at once, as an all-to-all does
-        t0 = time.perf_counter()
-        for _ in range(times):
-            cma.read(pid, addr, dst.ctypes.data, nbytes)
-        best = min(best, (time.perf_counter() - t0) / times)
-        barrier.wait()  # the peer's buffer stays until both are done
-    results.put(nbytes / best)
-    barrier.wait()
-
-
-def measure_cma(nbytes: int, repeats: int = 5) -> float:
-    """Bytes/s one process reads from another by cross-memory attach while that one reads
-    it back (the slower of the two, best repeat)."""
-    import multiprocessing as mp
-    ctx = mp.get_context("fork")
-    barrier, queues, results = ctx.Barrier(2), (ctx.Queue(), ctx.Queue()), ctx.Queue()
-    procs = [ctx.Process(target=_cma_worker, args=(k, nbytes, repeats, barrier, queues,
-                                                   results)) for k in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        return min(results.get(timeout=60) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-
-
-def measure_latency(iters: int = 2000) -> float:
-    """Seconds of one runtime call: an 8-byte 1-op broadcast between 2 shm ranks."""
-    from . import run_bench
-    rows = run_bench("shm", 2, "broadcast", [8], algorithm="ring", iters=iters,
-                     warmup=max(10, iters // 10), check=0)
-    return min(rows[0]["time_us"], rows[0]["ip_time_us"]) * 1e-6
-
-
-def measure_ll(iters: int = 2000) -> tuple[float, float] | None:
-    """(seconds of an 8-byte all-reduce on the small-message path between 2 shm ranks,
-    bytes per second it moves beyond that, from a 4 KiB one, or the path's largest where
-    `ll_max_bytes` is below: a tuned host's), or None without the path."""
-    from ..runtime.shm_ll import LLRunner
-    from . import run_bench
-    top = min(4096, current().ll_max_bytes)
-    if LLRunner is None or top < 64:
-        return None
-    rows = run_bench("shm", 2, "all_reduce", [8, top], iters=iters,
-                     warmup=max(10, iters // 10), check=0)
-    t8, t_top = rows[0]["time_us"] * 1e-6, rows[1]["time_us"] * 1e-6
-    return t8, (top - 8) / max(t_top - t8, 1e-9)
-
-
 def ll_time(host: dict, nbytes: int, nranks: int) -> float:
     """Seconds of an all-reduce on the small-message path: the calibrated 8-byte call, plus
     the bytes of every peer's lines at the calibrated rate."""
     return host["ll_latency_s"] + max(nbytes - 8, 0) * (nranks - 1) / host["ll_Bps"]
-
-
-def calibrate(path=None, quick: bool = False) -> tuple[str, dict]:
-    """Measure this host and save it. `quick`: fewer repeats and iterations (about a second),
-    what a first prediction uses when nothing is saved yet."""
-    cores = os.cpu_count() or 1
-    # what else ran: a calibration taken under load costs every op too dearly (load_warning)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
-    load = round(os.getloadavg()[0], 2)
-    llc = cache_bytes()
-    repeats = 3 if quick else 7
-    big = 32 << 20 if quick else 64 << 20
-    rates = {}
-    for p in range(1, cores + 1):
-        copy, red, stream = measure_rates(p, big, repeats)
-        curve = [[3 * nb, *measure_rates(p, nb, repeats)[:2]]
-                 for nb in (QUICK_CURVE if quick else CURVE)] + [[3 * big, copy, red]]
-        rates[p] = {"copy_Bps": copy, "reduce_Bps": red,
-                    "copy_cache_Bps": max(c for _, c, _ in curve),
-                    "reduce_cache_Bps": max(r for _, _, r in curve), "stream_Bps": stream,
-                    "curve": curve}
-    lat = measure_latency(200 if quick else 2000)
-    ll = measure_ll(200 if quick else 2000)
-    cma_ok = cma_allowed()
-    cma_curve = [[2 * nb, measure_cma(nb, repeats)]
-                 for nb in (QUICK_CMA_CURVE if quick else CMA_CURVE)] if cma_ok else None
-    host = {"format": FORMAT, "cma": cma_ok,
-            "bandwidth_Bps": rates[cores]["copy_Bps"], "latency_s": float(lat),
-            "cores": cores, "cache_bytes": llc, "rates": rates,
-            **({"cma_curve": cma_curve} if cma_curve else {}),
-            **({"ll_latency_s": ll[0], "ll_Bps": ll[1]} if ll else {}),
-            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "load_1min": load, "usable_cores": usable,
-            "method": (f"{'quick' if quick else 'full'}: P = 1..{cores} processes at once, "
-                       f"np.copyto, np.add(out=) and the streaming copy of {big >> 20} MiB "
-                       f"buffers (memory), the first two also of smaller ones (curve: "
-                       f"bytes of a process's three buffers, copy and reduce bytes/s), each "
-                       f"timing {TIMED_BYTES >> 20} MiB of ops, best of {repeats}, slowest "
-                       f"process; cma_curve: 2 processes reading each other by cross-memory "
-                       f"attach (bytes of a process's two buffers, bytes/s); latency: 8-byte "
-                       f"1-op broadcast between 2 shm ranks")}
-    path = path or host_path()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        yaml.safe_dump(host, f, sort_keys=False)
-    return path, host
 
 
 def load_warning(host: dict, path: str) -> str | None:
@@ -374,11 +168,12 @@ def _on_curve(curve: list, footprint: float) -> tuple:
     return tuple(curve[-1][1:])
 
 
-def plan_work(plan, itemsize: int, cma: bool = False) -> list[tuple]:
+def plan_work(plan, itemsize: int, cma: bool = False, shared: bool = False) -> list[tuple]:
     """(copy-equivalent bytes, reduced bytes, streamed bytes) each rank executes in a
-    compiled plan; with `cma`, a fourth: the bytes it moves by cross-memory attach, which
-    then leave the copy-equivalents (a reduction of what it reads so keeps one copy for its
-    own operand and the store).
+    compiled plan; with `cma`, then the bytes it moves by cross-memory attach, which leave
+    the copy-equivalents (a reduction of what it reads so keeps one copy for its own operand
+    and the store); with `shared`, then the bytes it copies out of a peer's shared buffer
+    (staged: what the peer has just written there), which leave them too.
 
     Costs follow memory traffic, a copy moving each byte twice (load, store): a reduction
     with both operands in memory is a calibrated reduction; one whose peer operand is first
@@ -389,11 +184,11 @@ def plan_work(plan, itemsize: int, cma: bool = False) -> list[tuple]:
     large local copy in a direct plan streams from the plan's `stream_min_bytes` (which
     `plan_call` set from the options). Every other copy is a copy.
     """
-    from ..runtime.actions import PEER_OUT, fused_push, fused_result_push
+    from ..runtime.actions import PEER, PEER_OUT, fused_push, fused_result_push
     stream_min = plan.stream_min_bytes if plan.stream_min_bytes >= 0 else None
     work = []
     for acts in plan.actions:  # out of place: every copy is real (in place some are no-ops)
-        copied = reduced = streamed = crossed = 0.0
+        copied = reduced = streamed = crossed = staged = 0.0
         prev = None
         for a in acts:
             nb = a.n * itemsize
@@ -414,10 +209,13 @@ def plan_work(plan, itemsize: int, cma: bool = False) -> list[tuple]:
                 streamed += nb
             elif cma and (a.src.is_private or a.dst == PEER_OUT):
                 crossed += nb
+            elif shared and a.src == PEER:
+                staged += nb
             else:
                 copied += nb
             prev = a
-        work.append((copied, reduced, streamed) + ((crossed,) if cma else ()))
+        work.append((copied, reduced, streamed) + ((crossed,) if cma else ())
+                    + ((staged,) if shared else ()))
     return work
 
 
@@ -455,11 +253,17 @@ def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
             ws += rng[1] * block_count * itemsize if rng else 0
     ws += p * plan.shm_elems * itemsize * (not plan.direct)
     copy_Bps, reduce_Bps, stream_Bps = rank_rates(host, p, ws)
-    # cross-memory attach at its own calibrated rate where the calibration has one
-    cma_Bps = _on_curve(host["cma_curve"], ws / p)[0] * min(1.0, max(host["rates"]) / p) \
-        if plan.direct and host.get("cma_curve") else None
-    work = [c / copy_Bps + r / reduce_Bps + st / stream_Bps + sum(x) / (cma_Bps or 1)
-            for c, r, st, *x in plan_work(plan, itemsize, cma=cma_Bps is not None)]
+    # cross-memory attach, and copies out of what a peer just staged, at their own
+    # calibrated rates where the calibration has them
+    share = min(1.0, max(host["rates"]) / p)
+    cma_Bps, shared_Bps = (_on_curve(host[k], ws / p)[0] * share if host.get(k) and ok
+                           else None for k, ok in (("cma_curve", plan.direct),
+                                                   ("shared_curve", True)))
+    extra = [b for b in (cma_Bps, shared_Bps) if b]
+    work = [c / copy_Bps + r / reduce_Bps + st / stream_Bps
+            + sum(nb / b for nb, b in zip(x, extra))
+            for c, r, st, *x in plan_work(plan, itemsize, cma=cma_Bps is not None,
+                                          shared=shared_Bps is not None)]
     got = received_bytes(schedule, block_count, itemsize)
     busiest = max(range(p), key=lambda r: work[r])
     if work[busiest] <= 0:
@@ -481,6 +285,7 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
     host = load_host(path)
     fresh = ""
     if host is None:
+        from .hostcal import calibrate
         try:
             path, _ = calibrate(quick=True)
             host, fresh = load_host(path), " just now, quick: `gpucomm bench --calibrate` " \

@@ -126,7 +126,7 @@ def measure(cands: list[dict], rounds: int, sizes=SIZES, iters: int = 20, log=No
 def tune(path: str | None = None, quick: bool = False, log=None) -> tuple[str, dict]:
     """Measure the candidates, save the winner to `path` (default `tuned.path()`), and
     return (path, the saved document)."""
-    from .plancost import cma_allowed
+    from .hostcal import cma_allowed
     path = path or tuned.path()
     if path is None:
         raise ConfigError(f"{tuned.VAR}=off: there is nowhere to save the tuned options; set "

@@ -60,7 +60,7 @@ def cmd_bench(args) -> int:
     if args.test_algorithm and args.algorithm == "auto":
         args.algorithm = args.test_algorithm  # hypercube_perf
     from ..bench.table import total_wrong
-    from ..bench.plancost import calibrate
+    from ..bench.hostcal import calibrate
     if args.calibrate:
         path, host = calibrate()
         print(f"saved {path}: copy {host['bandwidth_Bps'] / 1e9:.2f} GB/s per rank with all "
