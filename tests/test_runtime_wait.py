@@ -1,5 +1,6 @@
-"""Where ranks outnumber the cores they may run on, two to a core at most, a wait yields its
-core before it sleeps (`shm_wait.cores_of`, `yields`, `YIELD_S`, `_stream.Waits.set_yield`).
+"""Where ranks outnumber the cores they may run on, a wait spins only briefly
+(`SHARED_SPIN_S`), and, two to a core at most, yields its core before it sleeps
+(`shm_wait.cores_of`, `yields`, `YIELD_S`, `_stream.Waits.set_yield`).
 Pure and in-process: the processes here are this one and `sleep` children; launched ranks:
 test_runtime_cplan."""
 import mmap
@@ -22,6 +23,25 @@ def test_ranks_yield_where_they_share_cores_two_to_a_core_at_most():
     assert shm_wait.cores_of([me, me]) == cores
     assert [shm_wait.yields([me] * n) for n in (cores, cores + 1, 2 * cores, 2 * cores + 1)] \
         == [False, True, True, False]
+
+
+@linux
+def test_waits_spin_briefly_where_ranks_outnumber_their_cores():
+    """A rank with a core of its own spins SPIN_S on a late peer (it runs elsewhere); where
+    ranks outnumber their cores, SHARED_SPIN_S (the peer may need this core), in Python and
+    in every C wait (they read the transport's `_spin_s`)."""
+    me, cores = os.getpid(), len(os.sched_getaffinity(0))
+
+    class Waits(shm_wait.PeerWaits):
+        def __init__(self, n):
+            self.pids = [me] * n
+
+    for n, spin in ((cores, shm_wait.SPIN_S), (cores + 1, shm_wait.SHARED_SPIN_S),
+                    (4 * cores, shm_wait.SHARED_SPIN_S)):
+        w = Waits(n)
+        w._yield_where_cores_are_shared()
+        assert w._spin_s == spin, n
+    assert shm_wait.SHARED_SPIN_S < shm_wait.SPIN_S
 
 
 @linux

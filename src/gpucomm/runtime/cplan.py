@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 # what C reduces: dtypes as `_stream.c` numbers them (the small-message path's), and ops
 C_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}  # avg: a sum, divided after
 ROW = 11  # int64 fields per row (see `_stream.c`)
-SPIN_NS = 50e3  # spin this long in C on a late peer, then sleep on its counter ...
-WAIT_NS = 20e6  # ... for up to this long in all before Python checks it is alive and waits
+# a late peer: spin as the transport's waits do (`shm_wait.SPIN_S`), then sleep on its
+# counter for up to WAIT_NS in all before Python checks it is alive and waits
+WAIT_NS = 20e6
 _LOCAL = (SHM, IN, OUT)
 _SHMS = (SHM, IN, OUT, PEER)  # read in place: this rank's arrays, a peer's shared buffer
 
@@ -139,8 +140,8 @@ def run(it: Interpreter, prog: Program, row: int = 0,
         if stopped is None:
             checked = bytearray(c.checked)
             status, row, detail = tr._waiter.run_plan(rows, deps, row, c.seq, addrs, checked,
-                                                      stream_min, it.piece * it.isz, SPIN_NS,
-                                                      WAIT_NS)
+                                                      stream_min, it.piece * it.isz,
+                                                      tr._spin_s * 1e9, WAIT_NS)
             for q, ok in enumerate(checked):
                 c.checked[q] = bool(ok)
         else:

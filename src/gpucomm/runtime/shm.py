@@ -43,7 +43,7 @@ from .shm_control import (ACK, CAP, CLOSED, COLL_IDS, CTRL_BYTES, DESC, DONE, DT
 from .shm_ll import SmallMessages
 from .shm_fast import FastCalls
 from .shm_p2p import PointToPoint
-from .shm_wait import PeerWaits
+from .shm_wait import SPIN_S, PeerWaits
 from .signals import exiting_on_signals
 
 _UFUNC_OK = frozenset(dt.REDUCE_OPS)
@@ -63,9 +63,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         self.options = current() if options is None else options
         self.seq = 0
         self.cma = False
-        # Spin briefly, then poll between sched_yield calls (as MPICH's progress engine does):
-        # a rank that shares its core with the peer it waits for hands the core over at once.
-        self._spin_s = 50e-6
+        self._spin_s = SPIN_S  # see `shm_wait`: shorter where ranks outnumber their cores
         self.broken: str | None = None  # the error that broke this communicator
         self._plans: dict[tuple, tuple[Schedule, ActionPlan, int]] = {}  # see `plan`
         self._interps: dict[tuple[str, str, bool], Interpreter] = {}  # (dtype, op, reduces)

@@ -47,6 +47,7 @@ class FastCalls:
     _shm_read: bool
     _data: Segment | None
     _call: tuple[str, int, float]
+    _spin_s: float  # `shm_wait`
     timeout: float
     # (id(schedule), op, dtype name, input size, output size) ->
     # (schedule, shared buffer, spec for `Waits.call`, plan, descriptor, dtype, op)
@@ -132,7 +133,7 @@ class FastCalls:
                 -1 if inp is None else inp.nbytes, -1 if out is None else out.nbytes, alias,
                 memcopy.address(self._data.mm),
                 call.plan.stream_min_bytes,
-                it.piece * isz, cplan.SPIN_NS, cplan.WAIT_NS)
+                it.piece * isz, self._spin_s * 1e9, cplan.WAIT_NS)
         self._fast[_key(s, call.op, call.dtype, inp, out)] = (
             s, self._data, spec, call.plan, call.desc, call.dtype, call.op)
 

@@ -37,7 +37,6 @@ try:
 except ImportError:  # built without a compiler
     LLRunner, WaitsRunner, _INELIGIBLE = None, None, -1000
 
-SPIN_S = 50e-6  # spin this long in C before waiting the slow way
 # what `LL.run` reduces (in this order in its id table); other dtypes take the general path
 LL_DTYPES = ("float32", "float64", "int8", "uint8", "int32", "int64", "float16", "bfloat16")
 LL_OPS = ("sum", "prod", "min", "max", "avg")
@@ -57,6 +56,7 @@ class SmallMessages:
     _ctrls: list[Segment]
     _me: memoryview
     _call: tuple[str, int, float]
+    _spin_s: float
     _ll: Any = None  # the C runner, once connected (None: no extension, or turned off)
     _waiter: Any = None  # the general path's blocking waits (`shm_wait`), made here too
     _ll_sched: Schedule | None = None  # the last schedule `_ll_serves` accepted
@@ -75,7 +75,6 @@ class SmallMessages:
             self._waiter = WaitsRunner(self.rank, [c.mm for c in self._ctrls], self.pids,
                                        (PROG, WAITING, IN_ADDR, OUT_ADDR, IN_PLACE, DESC,
                                         GEN, ACK))
-        self._ll_spin_ns = SPIN_S * 1e9
         if LLRunner is not None and self.options.ll_max_bytes > 0:
             ids = (COLL_IDS["all_reduce"], LL_ALGO, *(DTYPE_IDS[d] for d in LL_DTYPES),
                    *(OP_IDS[o] for o in LL_OPS))
@@ -128,7 +127,7 @@ class SmallMessages:
         if ll is None or self.broken is not None:
             return False
         seq = self.seq + 1
-        r = ll.run(inp, out, seq, op, self._ll_spin_ns, bf16)
+        r = ll.run(inp, out, seq, op, self._spin_s * 1e9, bf16)  # `shm_wait`'s spin
         if r == -1:
             self.seq = seq
             return True
