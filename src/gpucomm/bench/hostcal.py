@@ -70,7 +70,7 @@ CURVE = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
 QUICK_CURVE = (256 << 10, 4 << 20)
 
 
-def _rates_worker(nbytes, repeats, barrier, queue):
+def _rates_worker(_, nbytes, repeats, barrier, queue):
     import numpy as np
 
     from ..runtime import memcopy
@@ -92,24 +92,30 @@ def _rates_worker(nbytes, repeats, barrier, queue):
     queue.put(tuple(nbytes / t for t in best))
 
 
-def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, float, float]:
-    """(copy, reduce, streaming copy) bytes/s per process while `nprocs` processes work at
-    once; the slowest process's best repeat (a collective waits for its slowest rank). The
-    streaming copy is the runtime's `memcopy.copy` (a plain copy where it is not built)."""
+def _together(nprocs: int, target, args) -> list:
+    """Run `target(k, *args, barrier, results)` in `nprocs` forked processes at once; what
+    each put in `results` (the processes joined, or killed if they hang)."""
     import multiprocessing as mp
     ctx = mp.get_context("fork")
-    barrier, queue = ctx.Barrier(nprocs), ctx.Queue()
-    procs = [ctx.Process(target=_rates_worker, args=(nbytes, repeats, barrier, queue))
-             for _ in range(nprocs)]
+    barrier, results = ctx.Barrier(nprocs), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(k, *args, barrier, results))
+             for k in range(nprocs)]
     for p in procs:
         p.start()
     try:
-        got = [queue.get(timeout=60) for _ in procs]
+        return [results.get(timeout=60) for _ in procs]
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+
+
+def measure_rates(nprocs: int, nbytes: int, repeats: int = 5) -> tuple[float, float, float]:
+    """(copy, reduce, streaming copy) bytes/s per process while `nprocs` processes work at
+    once; the slowest process's best repeat (a collective waits for its slowest rank). The
+    streaming copy is the runtime's `memcopy.copy` (a plain copy where it is not built)."""
+    got = _together(nprocs, _rates_worker, (nbytes, repeats))
     return tuple(min(g[k] for g in got) for k in range(3))
 
 
@@ -118,7 +124,7 @@ CMA_CURVE = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
 QUICK_CMA_CURVE = (1 << 20, 16 << 20)
 
 
-def _cma_worker(k, nbytes, repeats, barrier, queues, results):
+def _cma_worker(k, nbytes, repeats, queues, barrier, results):
     import numpy as np
 
     from ..runtime import cma
@@ -141,19 +147,8 @@ def measure_cma(nbytes: int, repeats: int = 5) -> float:
     """Bytes/s one process reads from another by cross-memory attach while that one reads
     it back (the slower of the two, best repeat)."""
     import multiprocessing as mp
-    ctx = mp.get_context("fork")
-    barrier, queues, results = ctx.Barrier(2), (ctx.Queue(), ctx.Queue()), ctx.Queue()
-    procs = [ctx.Process(target=_cma_worker, args=(k, nbytes, repeats, barrier, queues,
-                                                   results)) for k in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        return min(results.get(timeout=60) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    queues = (mp.get_context("fork").Queue(), mp.get_context("fork").Queue())
+    return min(_together(2, _cma_worker, (nbytes, repeats, queues)))
 
 
 # sizes the calibration times reading what a peer has just written to shared memory at (a
@@ -183,20 +178,10 @@ def measure_shared(nbytes: int, repeats: int = 30) -> float:
     (each does so from the other at once, as a staged exchange does; the slower, best
     repeat)."""
     import mmap
-    import multiprocessing as mp
-    ctx = mp.get_context("fork")
-    region, barrier, results = mmap.mmap(-1, 2 * nbytes), ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_shared_worker, args=(k, nbytes, repeats, region, barrier,
-                                                      results)) for k in (0, 1)]
-    for p in procs:
-        p.start()
+    region = mmap.mmap(-1, 2 * nbytes)
     try:
-        return min(results.get(timeout=60) for _ in procs)
+        return min(_together(2, _shared_worker, (nbytes, repeats, region)))
     finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
         region.close()
 
 
