@@ -8,7 +8,7 @@ same rounds, interleaved with ours; each figure is the best of the rounds, with 
 average beside it (the machine is shared). The parts are measured on their own, in the rank
 processes, on the very objects a call uses:
 - Python dispatch: `comm.all_reduce(x)` minus `transport.execute(...)` with the same schedule;
-- argument checks: the communicator's (`_array`, root, op) and the transport's (block count,
+- argument checks: the communicator's (`arrays.as_flat`, root, op) and the transport's (block count,
   aliasing) checks, each called alone;
 - plan lookup: `comm.schedule(...)` and the transport's compiled-plan cache (`transport.plan`);
 - synchronisation: an empty call (`transport.barrier()`: enter, publish, check every peer),
@@ -105,7 +105,7 @@ def worker(size: int, iters: int) -> None:
 
     import gpucomm.runtime as rt
     from gpucomm import dtypes as dt
-    from gpucomm.runtime import communicator as cm
+    from gpucomm.runtime.arrays import as_flat
     from gpucomm.runtime.shm_control import block_count, unalias
 
     comm = rt.init()
@@ -143,10 +143,10 @@ def worker(size: int, iters: int) -> None:
     res["pingpong"] = _pingpong(tr, iters)
 
     # parts, alone (no peer involved)
-    res["check_comm"] = _loop(lambda: (cm._array(x, "buf", None), comm._check_root(0),
+    res["check_comm"] = _loop(lambda: (as_flat(x, "buf", None), comm._check_root(0),
                                        dt.check_op("sum", d)), iters)
     res["check_tr"] = _loop(lambda: unalias(sched, tr.rank, block_count(sched, tr.rank, x, x),
-                                            x, x), iters)
+                                            x, x, tr._input_copy), iters)
     res["plan_comm"] = _loop(lambda: comm.schedule("all_reduce", x.nbytes), iters)
     res["plan_tr"] = _loop(lambda: tr.plan(sched, x.size, 4), iters)
     plan = tr.plan(sched, x.size, 4)[0]

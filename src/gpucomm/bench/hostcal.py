@@ -147,8 +147,8 @@ def measure_cma(nbytes: int, repeats: int = 5) -> float:
     """Bytes/s one process reads from another by cross-memory attach while that one reads
     it back (the slower of the two, best repeat)."""
     import multiprocessing as mp
-    queues = (mp.get_context("fork").Queue(), mp.get_context("fork").Queue())
-    return min(_together(2, _cma_worker, (nbytes, repeats, queues)))
+    ctx = mp.get_context("fork")
+    return min(_together(2, _cma_worker, (nbytes, repeats, (ctx.Queue(), ctx.Queue()))))
 
 
 # sizes the calibration times reading what a peer has just written to shared memory at (a

@@ -110,4 +110,5 @@ def as_numpy(buf):
                           f"torch tensor or an object with the buffer protocol or DLPack") \
             from None
 
+
 __all__ = ["DTYPE_OF", "NUMPY", "NumpyArrays", "as_flat", "as_numpy", "is_flat"]

@@ -106,9 +106,9 @@ class InputCopy:
         return copy
 
 
-def unalias(schedule, rank, bc, inp, out, copy=np.copy):
+def unalias(schedule, rank, bc, inp, out, copy: InputCopy):
     """(input, output, own): in-place calls must map each logical chunk to one address; other
-    overlaps get a copy of the input (`copy(inp)`: the transport's `InputCopy`). An
+    overlaps get a copy of the input into `copy`, the transport's `InputCopy`. An
     all-to-all in place (the direct schedule, whose plan reads the own block only to copy it
     to the output) needs only the blocks peers read copied: its own block is already
     where the output wants it (`own` True: the plan's copy of it is dropped,
@@ -129,7 +129,7 @@ def unalias(schedule, rank, bc, inp, out, copy=np.copy):
     if a_in - a_out == (irng[0] - orng[0]) * bc * inp.itemsize:
         return inp, out, False
     if coll.name == "all_to_all" and schedule.algorithm == "direct" and a_in == a_out \
-            and inp.nbytes == out.nbytes and isinstance(copy, InputCopy):
+            and inp.nbytes == out.nbytes:
         return copy.others(inp, rank, bc), out, True
     return copy(inp), out, False
 
