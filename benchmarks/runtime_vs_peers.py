@@ -287,7 +287,8 @@ def main() -> int:
     after = cross_core_handoff()
     print(f"== this machine now: overwriting 512 KiB the other core has just read takes "
           f"{before[0]:.0f} us before the rounds, {after[0]:.0f} us after (a private copy: "
-          f"{before[1]:.0f} us); near 50 us gpucomm's staged sizes (chunks < 3 MiB) run at "
+          f"{before[1]:.0f} us); near 50 us gpucomm's staged sizes (chunks under "
+          f"{current().direct_min_bytes >> 10} KiB) run at "
           f"their usual speed, near 200 us 2-4x slower\n")
 
     if "all_reduce" in args.only:

@@ -236,8 +236,11 @@ def rank_main(mode, out_dir):
 
 # --- test side ----------------------------------------------------------------------------
 def run(nranks, mode, tmp_path, env=None, timeout=240):
-    return run_ranks(HERE, nranks, mode, tmp_path, {"GPUCOMM_TIMEOUT": "60", **(env or {})},
-                     timeout)
+    """The path reaches its largest allowed size (32 KiB), not the default's, so every size a
+    host's tuning may give it is checked."""
+    return run_ranks(HERE, nranks, mode, tmp_path, {"GPUCOMM_TIMEOUT": "60",
+                                                    "GPUCOMM_LL_MAX_BYTES": str(32 << 10),
+                                                    **(env or {})}, timeout)
 
 
 @ll_built

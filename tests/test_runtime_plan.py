@@ -254,10 +254,10 @@ def test_bench_header_prints_the_options_in_force_and_parsers_still_read_it(monk
     monkeypatch.setenv("GPUCOMM_PUSH", "0")
     monkeypatch.setenv("GPUCOMM_SLICE_BYTES", str(64 << 10))
     settings = _settings(Namespace(backend="shm"))
-    assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 3 MiB in 16 MiB "
-                        "slices (all-to-all from 256 KiB), piece 1 MiB, push off, stream on "
+    assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 512 KiB in 16 MiB "
+                        "slices (all-to-all from 256 KiB), piece 256 KiB, push off, stream on "
                         "from 256 KiB (all-to-all: from 32 MiB of buffers in all), cma on, "
-                        "small-message path to 16 KiB",)
+                        "small-message path to 2 KiB",)
     assert _settings(Namespace(backend="mpi")) == ()
     row = {"size": 64, "count": 16, "type": "float32", "redop": "sum", "root": -1,
            "time_us": 10.0, "algbw": 0.01, "busbw": 0.01, "wrong": 0, "ip_time_us": 10.0,

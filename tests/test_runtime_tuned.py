@@ -37,15 +37,16 @@ def _reread() -> RuntimeOptions:
 
 def test_a_tuned_file_sets_the_options_and_the_variables_override_it(tmp_path, monkeypatch,
                                                                      fresh_options):
-    path = _write(tmp_path / "rt.yaml", {"piece_bytes": 256 << 10, "direct_min_bytes": 512 << 10})
+    path = _write(tmp_path / "rt.yaml", {"piece_bytes": 128 << 10, "direct_min_bytes": 3 << 20})
     monkeypatch.setenv(tuned.VAR, path)
     got = _reread()
-    assert (got.piece_bytes, got.direct_min_bytes) == (256 << 10, 512 << 10)
+    assert (got.piece_bytes, got.direct_min_bytes) == (128 << 10, 3 << 20) != \
+        (RuntimeOptions().piece_bytes, RuntimeOptions().direct_min_bytes)
     assert got.slice_bytes == RuntimeOptions().slice_bytes  # the rest: the defaults
     assert "tuned for this host" in tuned.read().note and path in tuned.read().note
     monkeypatch.setenv("GPUCOMM_PIECE_BYTES", str(64 << 10))
     got = _reread()
-    assert (got.piece_bytes, got.direct_min_bytes) == (64 << 10, 512 << 10)
+    assert (got.piece_bytes, got.direct_min_bytes) == (64 << 10, 3 << 20)
 
 
 def test_no_file_or_off_gives_the_defaults(tmp_path, monkeypatch, fresh_options):

@@ -12,9 +12,9 @@ if it beats the defaults by at least `MIN_GAIN`; otherwise the file keeps the de
 Then the small-message path's reach (`ll_max_bytes`): the all-reduce at 256 B-32 KiB with the
 path (up to 32 KiB) and without, in interleaved rounds; it keeps the sizes up to the first
 where the path's median per-round time (both columns' geometric mean) is not below the
-general path's (`ll_crossover`). The default, 16 KiB, was that size on the AMD host; on the
-Intel one the path lost from 8 KiB (`benchmarks/allreduce_breakdown.py --crossover`: 5.7
-against 5.3 us at 8 KiB, 10.9 against 7.7 at 16 KiB).
+general path's (`ll_crossover`). That size was 16 KiB on the AMD host and 2 KiB on the Intel
+one (`benchmarks/allreduce_breakdown.py --crossover`); the default is the smaller
+(`RuntimeOptions.ll_max_bytes`).
 """
 from __future__ import annotations
 

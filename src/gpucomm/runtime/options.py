@@ -22,8 +22,8 @@ class RuntimeOptions:
     """How the shm runtime cuts and moves data (defaults measured on this project's hosts;
     see docs/runtime.md and `benchmarks/runtime_vs_peers.py`).
 
-    >>> RuntimeOptions(push=False).describe()[:50]
-    'slice 4 MiB, direct from 3 MiB in 16 MiB slices (a'
+    >>> RuntimeOptions(push=False).describe()[:49]
+    'slice 4 MiB, direct from 512 KiB in 16 MiB slices'
     >>> RuntimeOptions(slice_bytes=0)
     Traceback (most recent call last):
     ...
@@ -33,8 +33,12 @@ class RuntimeOptions:
     # copies are large enough for non-temporal stores (2 MiB pieces copy ~30% slower here).
     slice_bytes: int = 4 << 20
     # Chunks at least this large are read from the peer's own buffers by cross-memory attach
-    # (one copy) instead of being staged through shared memory (two copies) ...
-    direct_min_bytes: int = 3 << 20
+    # (one copy) instead of being staged through shared memory (two copies) ... Measured with
+    # both plans in C (Intel Xeon VM, 2 MiB L2, 2 ranks, paired rounds, no tuned file): with
+    # 256 KiB pieces, direct from 512 KiB rather than 3 MiB ran the all-reduce 1.64x faster at
+    # 1 MiB, 1.56x at 4 MiB, 1.10x at 64 MiB, and even at 512 KiB. The 3 MiB it replaced was
+    # measured on an AMD EPYC VM when direct reductions still ran in Python.
+    direct_min_bytes: int = 512 << 10
     # ... in slices this large (no staging to pipeline: fewer, larger calls).
     direct_slice_bytes: int = 16 << 20
     # All-to-all's chunks go direct from this size: each is read by one peer only, so staging
@@ -45,9 +49,11 @@ class RuntimeOptions:
     # share cores, so the default stays direct.
     a2a_direct_min_bytes: int = 256 << 10
     # A reduction read by cross-memory attach goes through a buffer this large, so the peer's
-    # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks:
-    # 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms).
-    piece_bytes: int = 1 << 20
+    # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks, AMD
+    # EPYC, 1 MiB L2: 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms; Intel Xeon, 2 MiB L2, C plans:
+    # 256 KiB scored best of 128 KiB-1 MiB, `gpucomm bench --tune`); three such buffers fit a
+    # 1 MiB L2 too.
+    piece_bytes: int = 256 << 10
     # Direct plans let a rank write into a peer's output (`push`): off gives plain pull plans.
     push: bool = True
     # Large local copies in direct plans use streaming stores (`memcopy`), from this size on.
@@ -65,9 +71,11 @@ class RuntimeOptions:
     # All-reduces up to this size take the small-message path (`shm_ll`: one-shot through
     # self-flagged cache lines, polled and reduced in C) where the C extension is built; 0 turns
     # it off. At most 32 KiB: `auto` runs one-shot up to there (`communicator.SMALL_BYTES`),
-    # and each rank's area holds that much. Crossover measured on this project's hosts by
-    # `benchmarks/allreduce_breakdown.py --crossover`.
-    ll_max_bytes: int = 16 << 10
+    # and each rank's area holds that much. The default is the largest size where the path
+    # beat the general one on every host measured (`benchmarks/allreduce_breakdown.py
+    # --crossover`): up to 16 KiB on the AMD EPYC VM, up to 2 KiB on the Intel Xeon VM (2 KiB
+    # 1.98 against 3.86 us; 4 KiB 5.02 against 4.13). `gpucomm bench --tune` finds the host's.
+    ll_max_bytes: int = 2 << 10
 
     def __post_init__(self) -> None:
         for f in fields(self):
