@@ -16,6 +16,7 @@ from gpucomm.bench.sweep import buffers, count_wrong, pattern
 from gpucomm.collectives import buffer_counts, get_collective, reference
 from gpucomm.dtypes import get_dtype
 from gpucomm.errors import ConfigError
+from gpucomm.runtime.options import RuntimeOptions
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 SIM_KEYS = {"size", "count", "type", "redop", "root", "time_us", "algbw", "busbw", "algorithm"}
@@ -195,6 +196,25 @@ def test_predictions_charge_copies_and_reductions_by_memory_traffic(tmp_path, mo
     assert staged[0]["predicted_time_us"] * 1e-6 > S / red
 
 
+def test_the_predictor_prices_the_broadcast_the_runtime_chooses(tmp_path, monkeypatch):
+    """`auto` resolves as the runtime resolves it on the calibrated host: with cross-memory
+    attach a 2-rank broadcast is read whole (binomial_tree) at every size, 3 ranks from 4 MiB;
+    without it, ring."""
+    from gpucomm.runtime.communicator import choose_algorithm
+    assert [choose_algorithm("broadcast", 1 << 20, p, direct=d)
+            for p, d in ((2, True), (2, False), (3, True))] == ["binomial_tree", "ring", "ring"]
+    assert choose_algorithm("broadcast", 4 << 20, 3, direct=True) == "binomial_tree"
+    path = tmp_path / "host.yaml"
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    for text, want in ((V2_HOST, "binomial_tree"), (V2_HOST.replace("cma: true", "cma: false"),
+                                                    "ring")):
+        path.write_text(text)
+        rows = [{"size": 1 << 20, "count": 1 << 18, "type": "float32", "root": 0,
+                 "algorithm": "auto"}]
+        add_predictions(rows, "broadcast", 2)
+        assert rows[0]["predicted_algorithm"] == want, text
+
+
 def test_a_calibrated_curve_prices_ops_by_the_bytes_a_rank_touches(tmp_path, monkeypatch):
     """With a curve (a process's bytes -> copy and reduce rates), the rates between its points
     are interpolated (time per byte, in log bytes) and clamped beyond them; a 16 MiB direct
@@ -251,16 +271,17 @@ def test_copies_out_of_what_a_peer_staged_are_priced_at_their_calibrated_rate(tm
     """With a `shared_curve`, a staged plan's copies out of a peer's shared buffer (lines the
     peer's core just wrote) cost that rate: a 64 KiB all-gather on 2 ranks stages its 32 KiB
     block (a copy, in cache here at 40 GB/s), copies it to its output (a copy) and copies the
-    peer's staged block out (32 KiB at the curve's 8 GB/s)."""
+    peer's staged block out (32 KiB at the curve's 8 GB/s). Staged: direct from 1 MiB here."""
     path = tmp_path / "host.yaml"
     monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
     S, a = 64 << 10, 1e-5
     rows = [{"size": S, "count": S // 4, "type": "float32", "root": -1, "algorithm": "auto"}]
+    staged = RuntimeOptions(direct_min_bytes=1 << 20)
     path.write_text(V2_HOST)
-    add_predictions(rows, "all_gather", 2)
+    add_predictions(rows, "all_gather", 2, options=staged)
     assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(a + 3 * (S / 2) / 40e9)
     path.write_text(V2_HOST + "shared_curve: [[262144, 8.0e9]]\n")
-    add_predictions(rows, "all_gather", 2)
+    add_predictions(rows, "all_gather", 2, options=staged)
     assert rows[0]["predicted_time_us"] * 1e-6 == pytest.approx(a + 2 * (S / 2) / 40e9
                                                                 + (S / 2) / 8e9)
     path.write_text(V2_HOST + "shared_curve: [[262144, -1]]\n")

@@ -65,14 +65,24 @@ def test_a_file_from_another_host_is_not_used(tmp_path, monkeypatch, fresh_optio
     assert _reread() == RuntimeOptions()
 
 
+def test_a_file_an_older_tune_wrote_is_set_aside(tmp_path, monkeypatch, fresh_options):
+    """Format 1 chose the direct threshold among 512 KiB and 3 MiB only: its choice would
+    override a better default, so it is not used, and the note says how to tune again."""
+    path = _write(tmp_path / "rt.yaml", {"direct_min_bytes": 512 << 10}, fmt=1)
+    monkeypatch.setenv(tuned.VAR, path)
+    found = tuned.read()
+    assert found.values == {} and "older" in found.note and "bench --tune` again" in found.note
+    assert _reread() == RuntimeOptions()
+
+
 @pytest.mark.parametrize("text, says", [
-    ("format: 1\noptions: [1, 2\n", "not a readable tuned-options file"),
-    ("format: 7\noptions: {}\n", "format 1"),
-    ("just text\n", "format 1"),
-    ("format: 1\noptions: {slice_bytes: 4096}\n", "piece_bytes, direct_min_bytes, ll_max_bytes"),
-    ("format: 1\noptions: {ll_max_bytes: -1}\n", "options.ll_max_bytes must be an integer >= 0"),
-    ("format: 1\noptions: {piece_bytes: 0}\n", "options.piece_bytes must be an integer >= 1"),
-    ("format: 1\noptions: {piece_bytes: '1M'}\n", "got '1M'"),
+    ("format: 2\noptions: [1, 2\n", "not a readable tuned-options file"),
+    ("format: 7\noptions: {}\n", "format 2"),
+    ("just text\n", "format 2"),
+    ("format: 2\noptions: {slice_bytes: 4096}\n", "piece_bytes, direct_min_bytes, ll_max_bytes"),
+    ("format: 2\noptions: {ll_max_bytes: -1}\n", "options.ll_max_bytes must be an integer >= 0"),
+    ("format: 2\noptions: {piece_bytes: 0}\n", "options.piece_bytes must be an integer >= 1"),
+    ("format: 2\noptions: {piece_bytes: '1M'}\n", "got '1M'"),
 ])
 def test_a_bad_file_is_refused_naming_it_and_the_way_out(tmp_path, text, says):
     path = tmp_path / "rt.yaml"

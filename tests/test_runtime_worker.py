@@ -232,7 +232,7 @@ def mode_timeout(comm, res):
 def mode_mismatch(comm, res):
     kinds = os.environ.get("MISMATCH", "size")
     x = np.ones(64 if comm.rank == 0 or kinds != "size" else 128, np.float32)
-    if kinds == "plan":  # large enough for a staged plan (smaller ones: the LL path, no plan)
+    if kinds == "plan":  # large enough for a plan (smaller ones: the LL path, no plan)
         x = np.ones(16384, np.float32)
     try:
         if kinds == "size":
@@ -249,8 +249,9 @@ def mode_mismatch(comm, res):
         elif kinds == "dtype":
             comm.all_reduce(x if comm.rank == 0 else x.astype(np.float64))
         elif kinds == "plan":  # same call, but this rank's settings compile another plan
-            if comm.rank == 1:
-                comm.transport.slice_bytes = 24
+            if comm.rank == 1:  # a staged plan in small slices (the others read directly)
+                tr = comm.transport
+                tr.options = tr.options.replace(slice_bytes=24, direct_min_bytes=1 << 30)
             comm.all_reduce(x)
         res["failures"].append(f"mismatched ({kinds}) call returned")
     except GpucommError as e:

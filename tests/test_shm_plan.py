@@ -64,6 +64,20 @@ def test_two_rank_all_gather_pushes_its_block_instead_of_being_read(algo):
         assert push.dst_off == r * (1 << 20)  # the peer's block r
 
 
+@pytest.mark.parametrize("algo", ["binomial_tree", "ring"])
+def test_a_two_rank_broadcast_out_of_place_is_read_by_the_peer_while_the_root_copies(algo):
+    """The root copies its input into its output; pushing the same range into the peer as
+    well would make it copy twice while the peer idles: the peer reads it, at the same time."""
+    plan = compile_plan(build("broadcast", algo, 2), 1 << 20, slice_elems=1 << 30,
+                        direct=True)
+    root, peer = plan.actions
+    assert not any(a.dst == PEER_OUT for a in root), plan.describe(0)
+    assert {(a.src, a.dst) for a in root if a.n} == {(IN, OUT)}, plan.describe(0)
+    reads = [a for a in peer if a.src == PEER_IN]
+    assert sum(a.n for a in reads) == 1 << 20 and not any(a.deps[1:] for a in reads), \
+        plan.describe(1)
+
+
 def test_without_streaming_copies_the_all_gather_keeps_its_pull():
     """Pushing a copied block from cache only pays when the copy streams past the cache."""
     plan = compile_plan(build("all_gather", "ring", 2), 1 << 20, slice_elems=1 << 30,

@@ -2,10 +2,11 @@
 fastest (`runtime.tuned`).
 
 The candidates are every pair of a reduction piece (`piece_bytes`) and a direct threshold
-(`direct_min_bytes`) below. Each runs the 2-rank all-reduce of nccl-tests' sweep at 1, 4 and
-16 MiB, out of place and in place, as `gpucomm bench` runs it; the candidates run in
+(`direct_min_bytes`) below. Each runs the 2-rank all-reduce of nccl-tests' sweep at 256 KiB
+(where the threshold decides: its 128 KiB chunks go direct or are staged), 1, 4 and 16 MiB,
+out of place and in place, as `gpucomm bench` runs it; the candidates run in
 interleaved rounds (the order rotating), so a burst of load on the shared cores hits them
-alike. A candidate's score is the geometric mean, over the six timings, of the median of its
+alike. A candidate's score is the geometric mean, over the eight timings, of the median of its
 per-round time against the defaults' in the same round (below 1: faster). The lowest wins
 if it beats the defaults by at least `MIN_GAIN`; otherwise the file keeps the defaults.
 
@@ -35,8 +36,8 @@ from ..runtime.options import ENV_NAMES, RuntimeOptions
 
 MiB = 1 << 20
 PIECES = (128 << 10, 256 << 10, 512 << 10, 1 * MiB)
-DIRECT_MINS = (512 << 10, 3 * MiB)
-SIZES = (1 * MiB, 4 * MiB, 16 * MiB)
+DIRECT_MINS = (16 << 10, 512 << 10, 3 * MiB)
+SIZES = (256 << 10, 1 * MiB, 4 * MiB, 16 * MiB)
 COLUMNS = ("time_us", "ip_time_us")  # out of place, in place
 MIN_GAIN = 0.03  # a winner must be at least 3% faster than the defaults (noise otherwise)
 LL_SIZES = (256, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10)

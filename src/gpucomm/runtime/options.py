@@ -22,8 +22,8 @@ class RuntimeOptions:
     """How the shm runtime cuts and moves data (defaults measured on this project's hosts;
     see docs/runtime.md and `benchmarks/runtime_vs_peers.py`).
 
-    >>> RuntimeOptions(push=False).describe()[:49]
-    'slice 4 MiB, direct from 512 KiB in 16 MiB slices'
+    >>> RuntimeOptions(push=False).describe()[:48]
+    'slice 4 MiB, direct from 16 KiB in 16 MiB slices'
     >>> RuntimeOptions(slice_bytes=0)
     Traceback (most recent call last):
     ...
@@ -34,20 +34,20 @@ class RuntimeOptions:
     slice_bytes: int = 4 << 20
     # Chunks at least this large are read from the peer's own buffers by cross-memory attach
     # (one copy) instead of being staged through shared memory (two copies) ... Measured with
-    # both plans in C (Intel Xeon VM, 2 MiB L2, 2 ranks, paired rounds, no tuned file): with
-    # 256 KiB pieces, direct from 512 KiB rather than 3 MiB ran the all-reduce 1.64x faster at
-    # 1 MiB, 1.56x at 4 MiB, 1.10x at 64 MiB, and even at 512 KiB. The 3 MiB it replaced was
-    # measured on an AMD EPYC VM when direct reductions still ran in Python.
-    direct_min_bytes: int = 512 << 10
+    # both plans in C (Intel Xeon VM, 2 MiB L2, 2 ranks, medians of 3 paired rounds, no tuned
+    # file): direct from 16 KiB rather than 512 KiB ran the all-reduce at 64 KiB in 7.4
+    # against 14.9 us, 256 KiB 19.5 against 29.0, 512 KiB 29.7 against 60.8, the all-gather
+    # at 128 KiB 6.3 against 13.2, the reduce-scatter 6.8 against 15.8; 512 KiB against 3
+    # MiB had run it 1.64x faster at 1 MiB. Below 16 KiB a read's fixed cost (3 us a
+    # process_vm_readv here) loses to staging. The 3 MiB these replaced was measured on an
+    # AMD EPYC VM when direct reductions still ran in Python.
+    direct_min_bytes: int = 16 << 10
     # ... in slices this large (no staging to pipeline: fewer, larger calls).
     direct_slice_bytes: int = 16 << 20
     # All-to-all's chunks go direct from this size: each is read by one peer only, so staging
-    # it is a whole extra copy that no second reader shares. With staged plans in C, staging
-    # 1 MiB chunks on 2 ranks with a core each wins some long runs and loses others on this
-    # 2-core host (gpucomm bench alltoall_perf -g 2, 1 MiB, 200 calls: 106/299/257 us staged
-    # against 259/135/137 direct; 20 calls: median 288 against 203), and loses where ranks
-    # share cores, so the default stays direct.
-    a2a_direct_min_bytes: int = 256 << 10
+    # it is a whole extra copy that no second reader shares (2 ranks, paired rounds: 64 KiB
+    # 4.7 against 7.9 us staged, 128 KiB 6.8 against 13.9, 256 KiB 10.4 against 17.5).
+    a2a_direct_min_bytes: int = 16 << 10
     # A reduction read by cross-memory attach goes through a buffer this large, so the peer's
     # piece, the sum and the result pushed on stay in L2 (16 MiB all-reduce on 2 ranks, AMD
     # EPYC, 1 MiB L2: 1 MiB pieces 1.9 ms, 4 MiB pieces 2.5 ms; Intel Xeon, 2 MiB L2, C plans:

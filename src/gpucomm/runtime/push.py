@@ -71,7 +71,10 @@ def push_copies(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
     block) is written into q by r right after the local copy, piece by piece while the piece
     is still in r's cache (the runtime fuses the copy and the write, see `fused_push`; the
     copy streams past the cache, so the piece is written to q from the source): the pull's
-    second pass over r's input goes away.
+    second pass over r's input goes away. Only where q writes into r too (an all-gather's two
+    own blocks): where q has no such copy of its own (a broadcast's non-root), it would sit
+    idle while r copied twice, so q keeps its pull and both cores copy at once (2-rank
+    broadcast out of place, 1 MiB: 175 us pushed, 70 us pulled).
 
     q's pull becomes a wait for the write, placed where q first needs the range (its first
     later action touching it, or the end), so neither rank waits on the other before its own
@@ -81,6 +84,8 @@ def push_copies(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
     """
     rng: Ranges = (in_rng, out_rng)
     pairs = _copy_pull_pairs(acts, rng)
+    pushers = {a.rank for a in pairs}
+    pairs = {a: b for a, b in pairs.items() if b.rank in pushers}
     taken = {id(b) for b in pairs.values()}
     # id(pull) -> the op of q its wait goes before (None: the end)
     wait_at: dict[int, Op | None] = {}

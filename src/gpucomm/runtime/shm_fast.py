@@ -50,8 +50,10 @@ class FastCalls:
     _spin_s: float  # `shm_wait`
     timeout: float
     # (id(schedule), op, dtype name, input size, output size) ->
-    # (schedule, shared buffer, spec for `Waits.call`, plan, descriptor, dtype, op)
-    _fast: dict[tuple, tuple[Schedule, Segment, tuple, ActionPlan, tuple, dt.DType, str]]
+    # (schedule, shared buffer, spec for `Waits.call`, plan, descriptor, dtype, op, the
+    # locations of given buffers the plan does not use and the call drops)
+    _fast: dict[tuple, tuple[Schedule, Segment, tuple, ActionPlan, tuple, dt.DType, str,
+                             tuple]]
 
     if TYPE_CHECKING:
         def _interpreter(self, dtype: dt.DType, op: str, reduces: bool) -> Interpreter: ...
@@ -65,6 +67,8 @@ class FastCalls:
         hit = self._fast.get(_key(schedule, op, dtype, inp, out))
         if hit is None or hit[0] is not schedule or hit[1] is not self._data or hit[1].linked:
             return False
+        if hit[7]:  # buffers the plan does not use, which the general path dropped too
+            inp, out = (None if IN in hit[7] else inp), (None if OUT in hit[7] else out)
         seq, checked = self.seq + 1, bytearray(self.nranks)
         start = time.monotonic()
         try:
@@ -87,7 +91,7 @@ class FastCalls:
                      stop: tuple[int, int, int], timeout: float | None) -> None:
         """End a call C stopped in (`stop` = its status, row and detail) as the general path
         ends it."""
-        schedule, _, _, plan, desc, dtype, op = hit
+        schedule, _, _, plan, desc, dtype, op, _ = hit
         timeout = self.timeout if timeout is None else timeout
         seq = self.seq
         self._call = (schedule.collective.name, seq, timeout)
@@ -114,15 +118,23 @@ class FastCalls:
                     out: np.ndarray | None) -> None:
         """Cache a call the general path just ran, where its plan runs in C and nothing of it
         is Python's: no average to finish, no broadcast root's in-place split, the buffers
-        the caller passed (none copied or dropped)."""
+        the caller passed (none copied; dropped only where the plan uses none, as a
+        broadcast's non-root drops its input)."""
         if call is None or self._waiter is None or self.nranks < 2 or self._data is None or \
-                call.arrs[IN] is not inp or call.arrs[OUT] is not out or \
                 call.op == "avg" and call.schedule.collective.reduces:
             return
         it = self._interpreter(call.dtype, call.op, call.schedule.collective.reduces)
         prog = it._cplans.get(call.plan, self.rank, call.dtype.itemsize)
         if prog is None:
             return
+        given = {IN: inp, OUT: out}
+        if any(call.arrs[loc] is not buf and (call.arrs[loc] is not None or loc in prog[2])
+               for loc, buf in given.items()):
+            return
+        dropped = tuple(loc for loc, buf in given.items() if buf is not None
+                        and call.arrs[loc] is None)
+        key = _key(call.schedule, call.op, call.dtype, inp, out)
+        inp, out = call.arrs[IN], call.arrs[OUT]
         if len(self._fast) > 256:
             self._fast.clear()
         s, bc, isz = call.schedule, call.desc[5], call.dtype.itemsize
@@ -134,8 +146,8 @@ class FastCalls:
                 memcopy.address(self._data.mm),
                 call.plan.stream_min_bytes,
                 it.piece * isz, self._spin_s * 1e9, cplan.WAIT_NS)
-        self._fast[_key(s, call.op, call.dtype, inp, out)] = (
-            s, self._data, spec, call.plan, call.desc, call.dtype, call.op)
+        self._fast[key] = (s, self._data, spec, call.plan, call.desc, call.dtype, call.op,
+                           dropped)
 
 
 def _key(schedule: Schedule, op: str, dtype: dt.DType, inp: np.ndarray | None,

@@ -2,12 +2,13 @@
 
 How large a piece a direct reduction works through, and from which chunk size reading the
 peer's buffer by cross-memory attach beats staging through shared memory, depend on the
-host's caches: the defaults were measured on an AMD EPYC VM (1 MiB L2, 32 MiB L3); on an
-Intel Xeon VM (2 MiB L2) 256 KiB pieces, direct from 512 KiB, ran 2-rank all-reduces of 1-16
-MiB 1.35-1.5x faster out of place and 1.4-2.3x faster in place (docs/runtime.md has the
-numbers). Likewise the size up to which the small-message path beats the general one
-(`ll_max_bytes`): 16 KiB on the AMD host, 2-4 KiB on the Intel one. Only a measurement on
-the host can tell, so `gpucomm bench --tune` times the candidates and saves the fastest in
+host's caches: the first defaults, measured on an AMD EPYC VM (1 MiB L2, 32 MiB L3) with
+direct reductions in Python, were 1 MiB pieces, direct from 3 MiB; on an Intel Xeon VM (2 MiB
+L2), with them in C, 256 KiB pieces, direct from 16 KiB, ran 2-rank all-reduces of 64 KiB-16
+MiB 1.35-2x faster (docs/runtime.md has the numbers), and are the defaults now. Likewise
+the size up to which the small-message path beats the general one (`ll_max_bytes`): 16 KiB
+on the AMD host, 2 KiB on the Intel one (the default). Only a measurement on the host can
+tell, so `gpucomm bench --tune` times the candidates and saves the fastest in
 ~/.cache/gpucomm/runtime.yaml (`GPUCOMM_RUNTIME_YAML`; `off`: no file). Every later
 `RuntimeOptions` of this host starts from those values (the `GPUCOMM_*` variables still
 override them), and bench's header says so. A file written on
@@ -25,7 +26,8 @@ from ..errors import ConfigError
 
 VAR = "GPUCOMM_RUNTIME_YAML"
 DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "gpucomm", "runtime.yaml")
-FORMAT = 1
+FORMAT = 2  # 2: the direct threshold's candidates reach 16 KiB, timed at 256 KiB too
+OLD_FORMATS = (1,)  # files a former `--tune` wrote: set aside (not used), not refused
 # the RuntimeOptions fields `--tune` chooses (ll_max_bytes may be 0: the path off)
 FIELDS = ("piece_bytes", "direct_min_bytes", "ll_max_bytes")
 
@@ -72,6 +74,10 @@ def read(where: str | None = None) -> Tuned | None:
             doc = yaml.safe_load(f)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise bad(f"not a readable tuned-options file ({str(e).splitlines()[0]})") from None
+    if isinstance(doc, dict) and doc.get("format") in OLD_FORMATS:
+        return Tuned(where, {}, f"not tuned: {where} was written by an older gpucomm bench "
+                                f"--tune (format {doc['format']}, other candidates): not "
+                                f"used; run `gpucomm bench --tune` again")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise bad(f"not a tuned-options file of format {FORMAT}")
     values = doc.get("options")
