@@ -279,7 +279,7 @@ class ShmTransport(PeerWaits, PointToPoint, SmallMessages, FastCalls):
         except BaseException as e:
             self._fail(e)
             raise
-        self._fast_store(call, *args)
+        self._fast_store(call, *args, own=own)
 
     def _run(self, schedule: Schedule, bc: int, inp: np.ndarray | None,
              out: np.ndarray | None, op: str, dtype: dt.DType, timeout: float,

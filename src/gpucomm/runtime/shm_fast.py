@@ -17,7 +17,7 @@ has happened and the general path runs it.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -31,10 +31,25 @@ if TYPE_CHECKING:
     from .interpret import Interpreter
     from .plan import ActionPlan
     from .segment import Segment
+    from .shm_control import InputCopy
 
 # `_stream.Waits.call`'s statuses
 DONE, ROW_WAITS, ROW_FAILED, END_WAITS, NOT_ENTERED = range(5)
 _NO_ALIAS = 1 << 62  # no in-place layout: the buffers may not overlap at all
+
+
+class Cached(NamedTuple):
+    """A call that may run whole in C again: what `Waits.call` takes (`spec`), and what a
+    call C stops in needs to end in Python."""
+    schedule: Schedule
+    data: Segment  # the shared buffer it ran on
+    spec: tuple
+    plan: ActionPlan
+    desc: tuple
+    dtype: dt.DType
+    op: str
+    dropped: tuple  # locations of given buffers the plan does not use, dropped by the call
+    own: bool  # an all-to-all in place: the blocks peers read go aside first (`unalias`)
 
 
 class FastCalls:
@@ -50,10 +65,8 @@ class FastCalls:
     _spin_s: float  # `shm_wait`
     timeout: float
     # (id(schedule), op, dtype name, input size, output size) ->
-    # (schedule, shared buffer, spec for `Waits.call`, plan, descriptor, dtype, op, the
-    # locations of given buffers the plan does not use and the call drops)
-    _fast: dict[tuple, tuple[Schedule, Segment, tuple, ActionPlan, tuple, dt.DType, str,
-                             tuple]]
+    _fast: dict[tuple, Cached]
+    _input_copy: InputCopy
 
     if TYPE_CHECKING:
         def _interpreter(self, dtype: dt.DType, op: str, reduces: bool) -> Interpreter: ...
@@ -65,14 +78,17 @@ class FastCalls:
                    op: str, dtype: dt.DType, timeout: float | None) -> bool:
         """Ran this call as a cached whole call in C (False: it is not one; nothing done)."""
         hit = self._fast.get(_key(schedule, op, dtype, inp, out))
-        if hit is None or hit[0] is not schedule or hit[1] is not self._data or hit[1].linked:
+        if hit is None or hit.schedule is not schedule or hit.data is not self._data or \
+                hit.data.linked:
             return False
-        if hit[7]:  # buffers the plan does not use, which the general path dropped too
-            inp, out = (None if IN in hit[7] else inp), (None if OUT in hit[7] else out)
+        if hit.dropped:  # buffers the plan does not use, which the general path dropped too
+            inp, out = (None if IN in hit.dropped else inp), (None if OUT in hit.dropped else out)
+        if hit.own and inp is not None:  # the last call's peers are done with the copy
+            inp = self._input_copy.others(inp, self.rank, hit.desc[5])
         seq, checked = self.seq + 1, bytearray(self.nranks)
         start = time.monotonic()
         try:
-            status, row, detail = self._waiter.call(hit[2], seq, inp, out, self._shm_read,
+            status, row, detail = self._waiter.call(hit.spec, seq, inp, out, self._shm_read,
                                                     checked)
             if status == NOT_ENTERED:
                 return False
@@ -84,14 +100,14 @@ class FastCalls:
             self.seq = seq
             self._fail(e)
             raise
-        self._shm_read = hit[3].shm_read[self.rank]
+        self._shm_read = hit.plan.shm_read[self.rank]
         return True
 
-    def _fast_resume(self, hit: tuple, bufs: tuple, checked: bytearray, start: float,
+    def _fast_resume(self, hit: Cached, bufs: tuple, checked: bytearray, start: float,
                      stop: tuple[int, int, int], timeout: float | None) -> None:
         """End a call C stopped in (`stop` = its status, row and detail) as the general path
         ends it."""
-        schedule, _, _, plan, desc, dtype, op, _ = hit
+        schedule, plan, desc, dtype, op = hit.schedule, hit.plan, hit.desc, hit.dtype, hit.op
         timeout = self.timeout if timeout is None else timeout
         seq = self.seq
         self._call = (schedule.collective.name, seq, timeout)
@@ -115,11 +131,12 @@ class FastCalls:
             self._waiter.map_peer(q, seg.mm)
 
     def _fast_store(self, call: Call | None, inp: np.ndarray | None,
-                    out: np.ndarray | None) -> None:
+                    out: np.ndarray | None, own: bool = False) -> None:
         """Cache a call the general path just ran, where its plan runs in C and nothing of it
         is Python's: no average to finish, no broadcast root's in-place split, the buffers
-        the caller passed (none copied; dropped only where the plan uses none, as a
-        broadcast's non-root drops its input)."""
+        the caller passed (none copied but an all-to-all's in place, `own`, which a later
+        call copies aside again; dropped only where the plan uses none, as a broadcast's
+        non-root drops its input)."""
         if call is None or self._waiter is None or self.nranks < 2 or self._data is None or \
                 call.op == "avg" and call.schedule.collective.reduces:
             return
@@ -128,8 +145,9 @@ class FastCalls:
         if prog is None:
             return
         given = {IN: inp, OUT: out}
-        if any(call.arrs[loc] is not buf and (call.arrs[loc] is not None or loc in prog[2])
-               for loc, buf in given.items()):
+        if own and (inp is not out or call.arrs[OUT] is not out) or not own and any(
+                call.arrs[loc] is not buf and (call.arrs[loc] is not None or loc in prog[2])
+                for loc, buf in given.items()):
             return
         dropped = tuple(loc for loc, buf in given.items() if buf is not None
                         and call.arrs[loc] is None)
@@ -146,12 +164,13 @@ class FastCalls:
                 memcopy.address(self._data.mm),
                 call.plan.stream_min_bytes,
                 it.piece * isz, self._spin_s * 1e9, cplan.WAIT_NS)
-        self._fast[key] = (s, self._data, spec, call.plan, call.desc, call.dtype, call.op,
-                           dropped)
+        self._fast[key] = Cached(s, self._data, spec, call.plan, call.desc, call.dtype, call.op,
+                                 dropped, own)
 
 
 def _key(schedule: Schedule, op: str, dtype: dt.DType, inp: np.ndarray | None,
          out: np.ndarray | None) -> tuple:
-    """A cached call's key: the schedule, op, dtype and the buffers' sizes (-1: none)."""
+    """A cached call's key: the schedule, op, dtype, the buffers' sizes (-1: none) and
+    whether they are one (an all-to-all in place compiles another plan)."""
     return (id(schedule), op, dtype.name, -1 if inp is None else inp.size,
-            -1 if out is None else out.size)
+            -1 if out is None else out.size, inp is out)
