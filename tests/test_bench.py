@@ -215,6 +215,26 @@ def test_the_predictor_prices_the_broadcast_the_runtime_chooses(tmp_path, monkey
         assert rows[0]["predicted_algorithm"] == want, text
 
 
+def test_a_two_rank_all_reduce_beyond_the_small_message_path_runs_two_shot(tmp_path,
+                                                                           monkeypatch):
+    """With cross-memory attach, past the small-message path's reach (one_shot up to there);
+    the predictor resolves `auto` the same way from the options and the calibrated host."""
+    from gpucomm.runtime.communicator import choose_algorithm
+    from gpucomm.runtime.shm_ll import LLRunner
+    assert [choose_algorithm("all_reduce", n, p, direct=d, small_message_bytes=2048)
+            for n, p, d in ((2048, 2, True), (4096, 2, True), (4096, 2, False),
+                            (4096, 3, True))] == ["one_shot", "two_shot", "one_shot", "one_shot"]
+    path = tmp_path / "host.yaml"
+    monkeypatch.setenv("GPUCOMM_HOST_YAML", str(path))
+    path.write_text(V2_HOST)
+    for reach in (2048, 32768):
+        rows = [{"size": 16384, "count": 4096, "type": "float32", "root": -1,
+                 "algorithm": "auto"}]
+        add_predictions(rows, "all_reduce", 2, options=RuntimeOptions(ll_max_bytes=reach))
+        want = "one_shot" if reach > 16384 and LLRunner is not None else "two_shot"
+        assert rows[0]["predicted_algorithm"] == want, reach
+
+
 def test_a_calibrated_curve_prices_ops_by_the_bytes_a_rank_touches(tmp_path, monkeypatch):
     """With a curve (a process's bytes -> copy and reduce rates), the rates between its points
     are interpolated (time per byte, in log bytes) and clamped beyond them; a 16 MiB direct

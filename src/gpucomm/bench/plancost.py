@@ -315,8 +315,9 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
     for r in rows:
         lay = layout(coll, r["size"], r["type"], nranks)
         isz = get_dtype(r["type"]).itemsize
-        name = r["algorithm"] if (coll, r["algorithm"]) in REGISTRY else \
-            choose_algorithm(coll, r["size"], nranks, direct=modern and bool(host.get("cma", True)))
+        name = r["algorithm"] if (coll, r["algorithm"]) in REGISTRY else choose_algorithm(
+            coll, r["size"], nranks, direct=modern and bool(host.get("cma", True)),
+            small_message_bytes=options.ll_max_bytes if LLRunner is not None else 0)
         sched = build(coll, name, nranks, root=max(r.get("root", 0), 0))
         if coll == "all_reduce" and name == "one_shot" and LLRunner is not None and \
                 r["size"] <= options.ll_max_bytes and host["ll_latency_s"] and \

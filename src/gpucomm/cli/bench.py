@@ -49,7 +49,7 @@ def register(sub) -> None:
                    help="time the runtime's cache-dependent options (reduction piece, direct "
                    "threshold) on 2 ranks here, save the fastest for every later run on this "
                    "host (~/.cache/gpucomm/runtime.yaml, GPUCOMM_RUNTIME_YAML), and exit; "
-                   "full: about 20 s, quick: 4 MiB only")
+                   "full: about 25 s, quick: 4 MiB only")
     add_format(p)
     p.set_defaults(func=cmd_bench)
 
