@@ -163,11 +163,27 @@ def test_options_from_the_environment_and_their_errors(monkeypatch):
 
 # --- the predictor costs the runtime's plan -------------------------------------------------
 FLIPPED = {"slice_bytes": 64 << 10, "direct_min_bytes": 64 << 10, "direct_slice_bytes": 96 << 10,
+           "many_direct_min_bytes": 64 << 10,
            "a2a_direct_min_bytes": 4 << 20,
            "piece_bytes": 4096, "push": False, "stream": False, "stream_min_bytes": 1 << 30,
            "a2a_stream_min_bytes": 64 << 10,
            "cma": False, "ll_max_bytes": 0}
 HOST = {"format": FORMAT, "cma": True}  # a calibrated host that allows cross-memory attach
+
+
+def test_two_ranks_and_more_go_direct_from_their_own_thresholds():
+    """A 2-rank chunk goes direct from `direct_min_bytes`, a wider job's from
+    `many_direct_min_bytes`, an all-to-all's from `a2a_direct_min_bytes` at any width."""
+    from gpucomm.runtime.plan import is_direct
+    opts = RuntimeOptions()
+    got = {(coll, p, kib): is_direct(build(coll, "direct", p), kib << 8, 4, opts, True)
+           for coll in ("all_gather", "all_to_all") for p in (2, 3)
+           for kib in (8, 64, 512)}
+    assert [k for k, direct in got.items() if direct] == [
+        ("all_gather", 2, 64), ("all_gather", 2, 512), ("all_gather", 3, 512),
+        ("all_to_all", 2, 64), ("all_to_all", 2, 512), ("all_to_all", 3, 64),
+        ("all_to_all", 3, 512)]
+    assert not is_direct(build("all_gather", "direct", 2), 64 << 8, 4, opts, False)
 
 
 def test_every_option_has_a_flipped_value_here():
@@ -192,7 +208,7 @@ def test_predictor_and_runtime_compile_one_plan_with_every_knob_flipped(monkeypa
         for coll, p, size in (("all_gather", 2, 16 * MiB), ("all_reduce", 2, 16 * MiB),
                               ("all_reduce", 2, 256 << 10), ("broadcast", 3, 4 * MiB),
                               ("reduce_scatter", 3, 3 * MiB), ("all_to_all", 2, 8 * MiB),
-                              ("all_to_all", 2, 1 * MiB)):
+                              ("all_to_all", 2, 1 * MiB), ("all_gather", 3, 768 << 10)):
             sched = build(coll, choose_algorithm(coll, size, p), p).materialize()
             bc = layout(coll, size, "float32", p).block_count
             runtime_plan, _ = tr.plan(sched, bc, 4)
@@ -254,8 +270,9 @@ def test_bench_header_prints_the_options_in_force_and_parsers_still_read_it(monk
     monkeypatch.setenv("GPUCOMM_PUSH", "0")
     monkeypatch.setenv("GPUCOMM_SLICE_BYTES", str(64 << 10))
     settings = _settings(Namespace(backend="shm"))
-    assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 16 KiB in 16 MiB "
-                        "slices (all-to-all from 16 KiB), piece 256 KiB, push off, stream on "
+    assert settings == ("gpucomm runtime options: slice 64 KiB, direct from 16 KiB (512 KiB on 3 "
+                        "ranks or more) in 16 MiB slices (all-to-all from 16 KiB), piece "
+                        "256 KiB, push off, stream on "
                         "from 256 KiB (all-to-all: from 32 MiB of buffers in all), cma on, "
                         "small-message path to 2 KiB",)
     assert _settings(Namespace(backend="mpi")) == ()

@@ -23,7 +23,7 @@ class RuntimeOptions:
     see docs/runtime.md and `benchmarks/runtime_vs_peers.py`).
 
     >>> RuntimeOptions(push=False).describe()[:48]
-    'slice 4 MiB, direct from 16 KiB in 16 MiB slices'
+    'slice 4 MiB, direct from 16 KiB (512 KiB on 3 ra'
     >>> RuntimeOptions(slice_bytes=0)
     Traceback (most recent call last):
     ...
@@ -42,6 +42,11 @@ class RuntimeOptions:
     # process_vm_readv here) loses to staging. The 3 MiB these replaced was measured on an
     # AMD EPYC VM when direct reductions still ran in Python.
     direct_min_bytes: int = 16 << 10
+    # ... on 2 ranks; with more, from this size. There a rank reads every peer's chunk by a
+    # call of its own where staging copies it once for all readers: 4 ranks on this host's 2
+    # cores, all-reduce 1 MiB 425 us direct from 512 KiB against 515 from 16 KiB, 256 KiB 88
+    # against 106; 8 ranks, all-gather 2 MiB 1146 against 1422 (medians of paired rounds).
+    many_direct_min_bytes: int = 512 << 10
     # ... in slices this large (no staging to pipeline: fewer, larger calls).
     direct_slice_bytes: int = 16 << 20
     # All-to-all's chunks go direct from this size: each is read by one peer only, so staging
@@ -129,6 +134,7 @@ class RuntimeOptions:
         """One line, as bench's header prints it."""
         on = {True: "on", False: "off"}
         return (f"slice {_size(self.slice_bytes)}, direct from {_size(self.direct_min_bytes)} "
+                f"({_size(self.many_direct_min_bytes)} on 3 ranks or more) "
                 f"in {_size(self.direct_slice_bytes)} slices (all-to-all from "
                 f"{_size(self.a2a_direct_min_bytes)}), piece {_size(self.piece_bytes)}, "
                 f"push {on[self.push]}, stream {on[self.stream]} from "
@@ -140,6 +146,7 @@ class RuntimeOptions:
 
 # RuntimeOptions field -> the environment variable that sets it
 ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_DIRECT_MIN_BYTES",
+             "many_direct_min_bytes": "GPUCOMM_MANY_DIRECT_MIN_BYTES",
              "direct_slice_bytes": "GPUCOMM_DIRECT_SLICE_BYTES",
              "a2a_direct_min_bytes": "GPUCOMM_A2A_DIRECT_MIN_BYTES",
              "piece_bytes": "GPUCOMM_PIECE_BYTES", "push": "GPUCOMM_PUSH",

@@ -118,10 +118,10 @@ def is_direct(schedule: Schedule, block_count: int, itemsize: int, options: Runt
               cma: bool) -> bool:
     """Are this call's chunks large enough to be read from peers' own buffers (and may they)?
     All-to-all's from `a2a_direct_min_bytes` (one reader per chunk), the rest from
-    `direct_min_bytes`."""
+    `direct_min_bytes` on 2 ranks, `many_direct_min_bytes` on more."""
     chunk_bytes = block_count * itemsize // schedule.chunks_per_block
     least = options.a2a_direct_min_bytes if schedule.collective.name == "all_to_all" else \
-        options.direct_min_bytes
+        options.direct_min_bytes if schedule.nranks <= 2 else options.many_direct_min_bytes
     return cma and chunk_bytes >= least
 
 
