@@ -64,8 +64,7 @@ class FastCalls:
     _call: tuple[str, int, float]
     _spin_s: float  # `shm_wait`
     timeout: float
-    # (id(schedule), op, dtype name, input size, output size) ->
-    _fast: dict[tuple, Cached]
+    _fast: dict[tuple, Cached]  # by `_key`
     _input_copy: InputCopy
 
     if TYPE_CHECKING:
