@@ -48,7 +48,8 @@ def _cases(comm, colls):
     from gpucomm.collectives import reference
     p, r, wrong, seed = comm.world_size, comm.rank, [], 0
     for coll in colls:
-        for count in COUNTS:
+        # a broadcast from 1 MiB: the in-place root writes a share (`ShmTransport._splits`)
+        for count in COUNTS + ([(1 << 18) + 1] if coll == "broadcast" else []):
             for in_place in ((False, True) if coll == "all_to_all" else (False,)):
                 seed += 1
                 ins = inputs(coll, p, count, seed)
