@@ -18,7 +18,7 @@ from launched import DIRECT_ENV, all_right, c_built as built, finish, inputs, ru
 
 HERE = os.path.abspath(__file__)
 COLLS = ("all_to_all", "all_to_all in place", "all_gather", "broadcast",
-         "broadcast out of place", "gather", "scatter")
+         "broadcast out of place", "gather", "gather in place", "scatter", "scatter in place")
 COUNT = 3001  # elements per block: odd, a few pages
 
 
@@ -34,6 +34,11 @@ class Buffers:
         self.out = self.inp if coll.endswith(" in place") or coll == "broadcast" and r == 0 \
             else np.empty(count if coll.split()[0] in ("broadcast", "scatter") else p * count,
                           np.float32)
+        if coll == "gather in place" and r == 0:  # nccl-tests' layout: the input is the
+            self.out = np.empty(p * count, np.float32)  # root's own block of the output
+            self.inp = self.out[:count]
+        elif coll == "scatter in place":  # ... the output the root's own block of the input
+            self.out = self.inp[:count] if r == 0 else np.empty(count, np.float32)
 
     def call(self, ins):
         """Fill the input with this rank's `ins` and run the call; returns the output."""

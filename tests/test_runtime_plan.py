@@ -308,11 +308,13 @@ def test_runtime_modules_and_functions_stay_small():
 # sha256 of every plan below, as compiled by the plan compiler before it was split into passes
 # (commit d9b5f07, 10-tuples with numbered dependencies): the passes and the push rewrites
 # over references must compile the same actions, dependencies included. Since the 2-rank
-# broadcast's peer keeps its pull (`push.push_copies` pushes only where the peer pushes back;
-# test_shm_plan checks the new form), five plans differ: 2-rank broadcast, binomial_tree and
-# ring, direct with push and streaming. Every other plan compiled the same under both rules,
-# and with the old rule this digest was 53165dfdbdefedfe12089283bd387e8c14e627c997ab8782dba0...
-PRE_PASSES_DIGEST = "602e699deedff8176280c981889a5674db251f5c7e333665d8e3992faf14b553"
+# broadcast's peer keeps its pull (`push.push_copies` pushes only where the peer pushes back)
+# and a 2-rank gather's non-root writes its block (`push.push_from_idle`), 21 plans differ
+# (test_shm_plan checks both new forms): 2-rank broadcast, binomial_tree and ring, direct with
+# push and streaming (5); 2-rank gather, direct and binomial_tree, direct with push (16). Every
+# other plan compiled the same under the old rules, under which this digest was
+# 53165dfdbdefedfe12089283bd387e8c14e627c997ab8782dba0...
+PRE_PASSES_DIGEST = "aaf0cb596581719e3b36cf647123f619c9257c32849e2ed01a3dcc738f3574be"
 
 
 def test_plans_are_those_of_the_compiler_before_the_passes():

@@ -78,6 +78,23 @@ def test_a_two_rank_broadcast_out_of_place_is_read_by_the_peer_while_the_root_co
         plan.describe(1)
 
 
+@pytest.mark.parametrize("algo", ["direct", "binomial_tree"])
+@pytest.mark.parametrize("root", [0, 1])
+def test_a_two_rank_gathers_non_root_writes_its_block_while_the_root_copies_its_own(algo, root):
+    """The non-root has nothing else to do: it writes into the root's output instead of
+    waiting while the root reads it, and the root waits for that write only after its own
+    copy."""
+    plan = compile_plan(build("gather", algo, 2, root=root), 1 << 20, slice_elems=1 << 30,
+                        direct=True)
+    mine, other = plan.actions[root], plan.actions[1 - root]
+    assert not any(a.src == PEER_IN for a in mine), plan.describe(root)
+    assert [(a.src, a.dst) for a in mine if a.n] == [(IN, OUT)] and not mine[-1].n, \
+        plan.describe(root)
+    writes = [a for a in other if a.dst == PEER_OUT]
+    assert [(a.src, a.dst_off, a.n) for a in writes] == [(IN, (1 - root) << 20, 1 << 20)], \
+        plan.describe(1 - root)
+
+
 def test_without_streaming_copies_the_all_gather_keeps_its_pull():
     """Pushing a copied block from cache only pays when the copy streams past the cache."""
     plan = compile_plan(build("all_gather", "ring", 2), 1 << 20, slice_elems=1 << 30,

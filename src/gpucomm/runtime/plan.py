@@ -30,7 +30,8 @@ from .actions import IN, OUT, PEER, Action, lower
 from .options import RuntimeOptions
 from .passes import (SliceMap, Tracker, copy_ins, drop_empty, fill_outputs, lower_steps,
                      tail_waits, versions)
-from .push import SHARE_MIN_BYTES, push_copies, push_results, push_split, share_transfers
+from .push import (SHARE_MIN_BYTES, push_copies, push_from_idle, push_results, push_split,
+                   share_transfers)
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,13 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
     broadcast), it *writes* a share of every chunk that peers read from it into their outputs
     while they read the rest: two cores copy instead of one (see `push.push_split`). On 2 ranks a
     reduced range the peer reads is written into the peer by its reducer (`push.push_results`),
-    and, where the transport's large copies `stream` past the cache, a block a rank copies
-    locally is written into the peer right after (`push.push_copies`; with plain copies that
-    costs more than the peer's read: measured 1.5-1.9 ms against 1.2-1.45 ms, 16 MiB
-    all-gather). Where both read a block of each other and `share_min` is set, the two
-    transfers are shared, in 8 pieces of at least `share_min` elements each
-    (`push.share_transfers`).
+    a rank with nothing of its own to move writes what the peer would read of it
+    (`push.push_from_idle`: a gather's non-root), and, where the transport's large copies
+    `stream` past the cache, a block a rank copies locally is written into the peer right
+    after (`push.push_copies`; with plain copies that costs more than the peer's read:
+    measured 1.5-1.9 ms against 1.2-1.45 ms, 16 MiB all-gather). Where both read a block of
+    each other and `share_min` is set, the two transfers are shared, in 8 pieces of at least
+    `share_min` elements each (`push.share_transfers`).
     `push=False` turns all of them off (plain pull plans).
 
     >>> from gpucomm.algorithms import build
@@ -103,6 +105,7 @@ def compile_plan(schedule: Schedule, block_count: int, slice_elems: int = 1 << 1
         ops = push_split(ops, push_root, lay.in_rng[push_root], lay.out_rng[push_root])
     if direct and push and lay.nranks == 2:
         ops = push_results(ops, lay.in_rng, lay.out_rng)
+        ops = push_from_idle(ops, lay.in_rng, lay.out_rng)
         if stream:
             ops = push_copies(ops, lay.in_rng, lay.out_rng)
         if share_min:

@@ -1,9 +1,10 @@
 """Rewrites of direct plans (peers read each other's own buffers by cross-memory attach) in
 which a rank writes into a peer's output instead of the peer reading it: where a core would
-otherwise sit idle (`push_split`: an in-place broadcast root), or where the data is in the
-writer's cache anyway (`push_results`: a reduced range; `push_copies`: a block just copied),
-which saves the reader a pass over memory; or where both ranks read a block of each other
-(`share_transfers`), so that the one done first takes over part of the other's.
+otherwise sit idle (`push_split`: an in-place broadcast root; `push_from_idle`: a gather's
+non-root), or where the data is in the writer's cache anyway (`push_results`: a reduced
+range; `push_copies`: a block just copied), which saves the reader a pass over memory; or
+where both ranks read a block of each other (`share_transfers`), so that the one done first
+takes over part of the other's.
 
 Each takes and returns per-rank lists of `actions.Op` (the lists unchanged when the rewrite
 does not apply). Dependencies are references, so a rewrite only says what an op it removes
@@ -62,6 +63,37 @@ def push_results(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
         row = acts[b.rank]
         row[_index(row, b)] = wait
         b.stands_for = wait
+    return acts
+
+
+def push_from_idle(acts: Ops, in_rng: RankSpans, out_rng: RankSpans) -> Ops:
+    """On 2 ranks, a rank with no data to move of its own (a gather's non-root) writes what
+    the peer would read of its input into the peer's output itself, while the peer makes its
+    own copies: both cores copy instead of one (2-rank gather out of place, medians of 3
+    paired rounds: 1 MiB 48 -> 27 us, 4 MiB 426 -> 162, MPICH 357). The peer's read becomes
+    a wait for the write, placed where the peer first needs the range (its first later op
+    touching it, or the end), so the peer's own copies run meanwhile; the write may start
+    once the peer has entered the call, where nothing the peer does before that read
+    touches the range."""
+    rng: Ranges = (in_rng, out_rng)
+    idle = [all(not op.n for op in row) for row in acts]
+    for r, row in enumerate(acts):
+        for b in [b for b in row if not b.reduce and b.src == PEER_IN and b.dst == OUT and b.n
+                  and idle[b.peer] and all(isinstance(ref, Entry) and ref.rank == b.peer
+                                           for ref in b.deps)]:
+            q, j = b.peer, _index(row, b)
+            span = _logical(*rng, OUT, r, b.dst_off, b.n)
+            if any(_touches(e, span, rng, r) for e in row[:j]):
+                continue
+            push = Op(rank=q, src=IN, peer=r, src_off=b.src_off, dst=PEER_OUT,
+                      dst_off=b.dst_off, n=b.n, cur=IN, deps=[Entry(r)])
+            acts[q].insert(0, push)
+            wait = Op.wait(r, q, [push])
+            row.remove(b)
+            later = next((i for i in range(j, len(row)) if _touches(row[i], span, rng, r)),
+                         len(row))
+            row.insert(later, wait)
+            b.stands_for = wait
     return acts
 
 

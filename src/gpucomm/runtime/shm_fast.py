@@ -25,6 +25,7 @@ from .. import dtypes as dt
 from . import cplan, memcopy
 from .actions import IN, OUT
 from .interpret import Call
+from .shm_control import in_place_offset
 
 if TYPE_CHECKING:
     from ..schedule import Schedule
@@ -155,9 +156,8 @@ class FastCalls:
         if len(self._fast) > 256:
             self._fast.clear()
         s, bc, isz = call.schedule, call.desc[5], call.dtype.itemsize
-        irng = s.collective.inputs(self.rank, self.nranks, s.root)
-        orng = s.collective.outputs(self.rank, self.nranks, s.root)
-        alias = _NO_ALIAS if irng is None or orng is None else (irng[0] - orng[0]) * bc * isz
+        offset = in_place_offset(s.collective, self.rank, self.nranks, s.root, bc, isz)
+        alias = _NO_ALIAS if offset is None else offset
         spec = (prog[0], prog[1], np.array(call.desc, np.int64),
                 -1 if inp is None else inp.nbytes, -1 if out is None else out.nbytes, alias,
                 memcopy.address(self._data.mm),
