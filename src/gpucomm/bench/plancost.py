@@ -237,8 +237,12 @@ def host_plan(host: dict, schedule, block_count: int, itemsize: int,
     the function the shm transport calls, with the same options."""
     from ..runtime.plan import plan_call
     options = current() if options is None else options
-    cma = host.get("format") == FORMAT and bool(host.get("cma", True))
-    return plan_call(schedule, block_count, itemsize, options, cma)
+    return plan_call(schedule, block_count, itemsize, options, host_cma(host))
+
+
+def host_cma(host: dict) -> bool:
+    """Whether the calibrated host's runtime reads peers by cross-memory attach."""
+    return host.get("format") == FORMAT and bool(host.get("cma", True))
 
 
 def effective_bandwidth(host: dict, schedule, block_count: int, itemsize: int,
@@ -312,12 +316,12 @@ def add_predictions(rows: list, collective, nranks: int, algorithm: str = "auto"
     coll = get_collective(collective).name
     modern = host.get("format") == FORMAT
     options = current() if options is None else options
+    reach = options.ll_max_bytes if LLRunner is not None else 0  # the small-message path's
     for r in rows:
         lay = layout(coll, r["size"], r["type"], nranks)
         isz = get_dtype(r["type"]).itemsize
         name = r["algorithm"] if (coll, r["algorithm"]) in REGISTRY else choose_algorithm(
-            coll, r["size"], nranks, direct=modern and bool(host.get("cma", True)),
-            small_message_bytes=options.ll_max_bytes if LLRunner is not None else 0)
+            coll, r["size"], nranks, direct=host_cma(host), small_message_bytes=reach)
         sched = build(coll, name, nranks, root=max(r.get("root", 0), 0))
         if coll == "all_reduce" and name == "one_shot" and LLRunner is not None and \
                 r["size"] <= options.ll_max_bytes and host["ll_latency_s"] and \

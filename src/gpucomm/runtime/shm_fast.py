@@ -145,9 +145,11 @@ class FastCalls:
         if prog is None:
             return
         given = {IN: inp, OUT: out}
-        if own and (inp is not out or call.arrs[OUT] is not out) or not own and any(
-                call.arrs[loc] is not buf and (call.arrs[loc] is not None or loc in prog[2])
-                for loc, buf in given.items()):
+        if own:  # ran on a copy of the input: in place, on the output given
+            if inp is not out or call.arrs[OUT] is not out:
+                return
+        elif any(call.arrs[loc] is not buf and (call.arrs[loc] is not None or loc in prog[2])
+                 for loc, buf in given.items()):
             return
         dropped = tuple(loc for loc, buf in given.items() if buf is not None
                         and call.arrs[loc] is None)
