@@ -3,10 +3,9 @@ counter; a wait spins briefly, then blocks in the kernel on the counter (a futex
 Waits`: the peer wakes it when it publishes), each sleep bounded by a growing timeout, so more
 ranks than cores still progress and a waiting rank leaves its core to whoever else runs
 there; without the C extension it yields, then sleeps. Where the ranks outnumber the cores
-they may run on, two to a core at most (`yields`), a wait yields the core for `YIELD_S`
-before it sleeps: the rank the scheduler hands it to is then likely the peer it waits for,
-which runs at once instead of after a futex wake-up (MPICH's ranks poll with sched_yield
-too). Every wait has a
+they may run on (`yields`), a wait yields the core for `YIELD_S` before it sleeps: the
+rank the scheduler hands it to may be the peer it waits for, or one that can move, and runs
+at once instead of after a futex wake-up (MPICH's ranks poll with sched_yield too). Every wait has a
 deadline and, between sleeps, checks that the peer is alive (pid), not failed and not closed.
 A timeout names the rank that makes no progress, following the chain of ranks waiting for one
 another.
@@ -30,9 +29,14 @@ if TYPE_CHECKING:
 # how long a wait yields its core before it sleeps (`yields`). 3 and 4 ranks on 2 cores,
 # no-yield time / yield time, median of paired rounds in one job: all-to-all 1 MiB 1.13 /
 # 1.16, 16 MiB 1.29 / 1.08; all-reduce 1 MiB 1.24 / 1.35 (every round faster); all-gather
-# 1 MiB (4 ranks) 1.13. 8 ranks (4 to a core), all-to-all 1, 16, 64 MiB: 0.98, 0.96, 0.99,
-# so more than two ranks to a core do not yield. Yielding up to 1 or 3 ms: 3 ranks 1.34,
-# 4 ranks 0.98; never sleeping: 0.5-1.4x on 4 ranks (notes/s13/a2a13).
+# 1 MiB (4 ranks) 1.13. Yielding up to 1 or 3 ms: 3 ranks 1.34, 4 ranks 0.98; never
+# sleeping: 0.5-1.4x on 4 ranks (notes/s13/a2a13). More ranks to a core yield too (they did
+# not until notes/s21, from an older measurement: 8 ranks' all-to-all 1-64 MiB gained
+# nothing then). 6, 8 and 16 ranks on 2 cores now, `gpucomm bench`, medians of 2-3 paired
+# rounds, sleeping / yielding time, out of place: 8 ranks all-to-all 256 KiB 377 / 211 us,
+# 1 MiB 833 / 606 (MPICH 719), 4 MiB 1940 / 1816; all-reduce 64 KiB 458 / 120, 1 MiB 1294 /
+# 1117; all-gather 1 MiB 682 / 451; 6 ranks all-to-all 1 MiB 618 / 588, all-reduce 1 MiB 955 /
+# 692; 16 ranks all-reduce 1 MiB 3043 / 2211. From 8 MiB even within the rounds' spread.
 YIELD_S = 300e-6
 # How long a wait spins on a late peer before it yields or sleeps: SPIN_S where every rank
 # has a core (the peer runs elsewhere and is about to publish), SHARED_SPIN_S where ranks
@@ -61,11 +65,11 @@ def cores_of(pids: Sequence[int]) -> int:
 
 def yields(pids: Sequence[int]) -> bool:
     """Do these ranks' waits yield the core before they sleep? Where they outnumber their
-    cores, two to a core at most: a core a waiter yields then goes to the one other rank
-    there, likely the peer it waits for. Ranks bound one per core never share one; with more
-    to a core, a yield mostly goes to another waiter."""
+    cores: a core a waiter yields goes to another rank there, likely the peer it waits for
+    or one that can move, at once; a sleeping waiter's core may sit idle until a futex wake
+    brings it back (`YIELD_S`). Ranks bound one per core never share one."""
     cores = cores_of(pids)
-    return 0 < cores < len(pids) <= 2 * cores
+    return 0 < cores < len(pids)
 
 
 class PeerWaits:
@@ -109,9 +113,9 @@ class PeerWaits:
                 raise
 
     def _yield_where_cores_are_shared(self) -> None:
-        """Waits yield the core before they sleep where the ranks share their cores two to
-        a core at most (`yields`), here and in C; otherwise they sleep right after the
-        spin, which is short where the ranks outnumber their cores (SHARED_SPIN_S)."""
+        """Waits yield the core before they sleep where the ranks share their cores
+        (`yields`), here and in C, after a spin that is then short (SHARED_SPIN_S);
+        otherwise they sleep right after the spin."""
         cores = cores_of(self.pids)
         self._spin_s = SHARED_SPIN_S if 0 < cores < len(self.pids) else SPIN_S
         self._yield_s = YIELD_S if yields(self.pids) else 0.0
