@@ -5,10 +5,10 @@ ranks than cores still progress and a waiting rank leaves its core to whoever el
 there; without the C extension it yields, then sleeps. Where the ranks outnumber the cores
 they may run on (`yields`), a wait yields the core for `YIELD_S` before it sleeps: the
 rank the scheduler hands it to may be the peer it waits for, or one that can move, and runs
-at once instead of after a futex wake-up (MPICH's ranks poll with sched_yield too). Every wait has a
-deadline and, between sleeps, checks that the peer is alive (pid), not failed and not closed.
-A timeout names the rank that makes no progress, following the chain of ranks waiting for one
-another.
+at once instead of after a futex wake-up (MPICH's ranks poll with sched_yield too). Every
+wait has a deadline and, between sleeps, checks that the peer is alive (pid), not failed and
+not closed. A timeout names the rank that makes no progress, following the chain of ranks
+waiting for one another.
 """
 from __future__ import annotations
 
@@ -116,9 +116,9 @@ class PeerWaits:
         """Waits yield the core before they sleep where the ranks share their cores
         (`yields`), here and in C, after a spin that is then short (SHARED_SPIN_S);
         otherwise they sleep right after the spin."""
-        cores = cores_of(self.pids)
-        self._spin_s = SHARED_SPIN_S if 0 < cores < len(self.pids) else SPIN_S
-        self._yield_s = YIELD_S if yields(self.pids) else 0.0
+        shared = yields(self.pids)
+        self._spin_s = SHARED_SPIN_S if shared else SPIN_S
+        self._yield_s = YIELD_S if shared else 0.0
         if self._waiter is not None:
             self._waiter.set_yield(self._yield_s * 1e9)
 
