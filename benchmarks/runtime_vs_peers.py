@@ -44,8 +44,7 @@ sys.path.insert(0, SRC)
 
 from gpucomm.bench import run_bench  # noqa: E402
 from gpucomm.collectives import get_collective, layout  # noqa: E402
-from gpucomm.runtime import tuned  # noqa: E402
-from gpucomm.runtime.options import current  # noqa: E402
+from gpucomm.runtime.options import current, tuned_file  # noqa: E402
 
 MiB = 1 << 20
 AR_SIZES = [8, 64 << 10, 256 << 10, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]
@@ -276,7 +275,7 @@ def main() -> int:
         if done.returncode:
             sys.exit(f"gpucomm bench --tune failed: {done.stderr.strip()[-500:]}")
         print("== gpucomm bench --tune\n" + done.stdout.rstrip())
-    found = tuned.read()
+    found = tuned_file()
     print(f"== gpucomm runtime options: {current().describe()}"
           + (f"\n   ({found.note})" if found else "\n   (the defaults: no `gpucomm bench --tune` "
              "file for this host; --tune makes one first)"))
@@ -287,10 +286,10 @@ def main() -> int:
     times = measure(backends, [(c, s) for c, s in plan if c in args.only], rounds, args.nranks)
     after = cross_core_handoff()
     print(f"== this machine now: overwriting 512 KiB the other core has just read takes "
-          f"{before[0]:.0f} us before the rounds, {after[0]:.0f} us after (a private copy: "
-          f"{before[1]:.0f} us); near 50 us gpucomm's staged sizes (chunks under "
-          f"{current().direct_min_bytes >> 10} KiB) run at "
-          f"their usual speed, near 200 us 2-4x slower\n")
+          f"{before[0]:.0f} us before the rounds, {after[0]:.0f} us after, "
+          f"x{max(before[0], after[0]) / before[1]:.1f} a private copy ({before[1]:.0f} us); "
+          f"gpucomm's staged sizes (chunks under {current().direct_min_bytes >> 10} KiB) slow "
+          f"down with that ratio\n")
 
     if "all_reduce" in args.only:
         print_all_reduce(times, sizes, backends, rounds, verdicts, args.nranks)

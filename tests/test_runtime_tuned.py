@@ -28,6 +28,7 @@ def fresh_options(monkeypatch):
     """`options.current()` reads again after the test changes the environment (and the
     options in force before the test come back after it)."""
     monkeypatch.setattr(options, "_active", None)
+    monkeypatch.setattr(options, "_found", None)
 
 
 def _reread() -> RuntimeOptions:
@@ -44,6 +45,9 @@ def test_a_tuned_file_sets_the_options_and_the_variables_override_it(tmp_path, m
         (RuntimeOptions().piece_bytes, RuntimeOptions().direct_min_bytes)
     assert got.slice_bytes == RuntimeOptions().slice_bytes  # the rest: the defaults
     assert "tuned for this host" in tuned.read().note and path in tuned.read().note
+    assert options.tuned_file() == tuned.read()  # bench's header: the file current() read
+    options.use(RuntimeOptions())
+    assert options.tuned_file() is None  # options given: no file behind them
     monkeypatch.setenv("GPUCOMM_PIECE_BYTES", str(64 << 10))
     got = _reread()
     assert (got.piece_bytes, got.direct_min_bytes) == (64 << 10, 3 << 20)

@@ -235,9 +235,8 @@ def _settings(args) -> tuple:
     """The runtime options the ranks run with (shm: they read the same environment)."""
     if args.backend != "shm":
         return ()
-    from ..runtime import tuned
-    from ..runtime.options import current
-    found = tuned.read()
+    from ..runtime.options import current, tuned_file
+    found = tuned_file()
     return (f"gpucomm runtime options: {current().describe()}",) + \
         ((f"gpucomm runtime options {found.note}",) if found else ())
 

@@ -156,25 +156,33 @@ ENV_NAMES = {"slice_bytes": "GPUCOMM_SLICE_BYTES", "direct_min_bytes": "GPUCOMM_
 LL_MAX_BYTES = 32 << 10  # see ll_max_bytes
 
 _active: RuntimeOptions | None = None
+_found: tuned.Tuned | None = None  # the tuned file `current` read (None: none, or `use`d)
 
 
 def current() -> RuntimeOptions:
     """The options in force: those given to `use` (`gpucomm.init(options=...)`), else this
     host's tuned values under the environment's, read on first use."""
-    global _active
+    global _active, _found
     if _active is None:
-        found = tuned.read()
-        _active = RuntimeOptions.from_env(tuned=found.values if found else None)
+        _found = tuned.read()
+        _active = RuntimeOptions.from_env(tuned=_found.values if _found else None)
     return _active
+
+
+def tuned_file() -> tuned.Tuned | None:
+    """The tuned file behind `current()`'s options, as it was read; None where there is none
+    or the options were given to `use`."""
+    current()
+    return _found
 
 
 def use(options: RuntimeOptions | None) -> RuntimeOptions:
     """Make `options` the ones in force (None: read the environment again)."""
-    global _active
+    global _active, _found
     if options is not None and not isinstance(options, RuntimeOptions):
         raise ConfigError(f"options must be a gpucomm.runtime.RuntimeOptions, got "
                           f"{type(options).__name__}")
-    _active = options
+    _active, _found = options, None
     return current()
 
 

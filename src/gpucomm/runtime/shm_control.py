@@ -116,6 +116,11 @@ def in_place_offset(coll, rank: int, p: int, root: int, bc: int, isz: int) -> in
     irng, orng = coll.inputs(rank, p, root), coll.outputs(rank, p, root)
     if irng is None or orng is None:
         return None
+    return _offset(coll, rank, bc, isz, irng, orng)
+
+
+def _offset(coll, rank: int, bc: int, isz: int, irng, orng) -> int:
+    """`in_place_offset` from the rank's input and output ranges, both present."""
     if coll.name in ("gather", "scatter"):
         return (rank if coll.name == "gather" else -rank) * bc * isz
     return (irng[0] - orng[0]) * bc * isz
@@ -141,8 +146,7 @@ def unalias(schedule, rank, bc, inp, out, copy: InputCopy):
         return inp, out, False
     a_in = inp.__array_interface__["data"][0]
     a_out = out.__array_interface__["data"][0]
-    if a_in - a_out == in_place_offset(coll, rank, schedule.nranks, schedule.root, bc,
-                                       inp.itemsize):
+    if a_in - a_out == _offset(coll, rank, bc, inp.itemsize, irng, orng):
         return inp, out, False
     if coll.name == "all_to_all" and schedule.algorithm == "direct" and a_in == a_out \
             and inp.nbytes == out.nbytes:
