@@ -60,6 +60,22 @@ def test_avg_rejected_for_integers():
         dt.check_op("xor", dt.get_dtype("float32"))
 
 
+@pytest.mark.parametrize("name", ["float32", "float64", "float16", "bfloat16"])
+def test_an_average_is_the_sums_division_bit_for_bit(name):
+    """finish_avg multiplies by 1/P where P is a power of two: the same bits as dividing,
+    subnormal and huge results included."""
+    d = dt.get_dtype(name)
+    rng = np.random.default_rng(7)
+    scales = [1.0, 1e-5, 6e-8, 1e4] if name == "float16" else [1.0, 1e-39, 1e-45, 1e38]
+    x = rng.standard_normal(4000) * np.repeat(scales, 1000)
+    x = dt.to_storage(x.astype(np.float64 if name == "float64" else np.float32), d)
+    for p in (2, 3, 4, 6, 8, 64, 1024):
+        got = x.copy()
+        dt.finish_avg(got, p, d)
+        want = dt.to_storage(dt.to_compute(x, d) / d.compute.type(p), d)
+        assert got.tobytes() == want.tobytes(), p
+
+
 def test_bfloat16_round_trip_and_rounding():
     x = np.array([1.0, -2.5, 3.140625, 1e-3, 65504.0], dtype=np.float32)
     b = dt.f32_to_bf16(x)
