@@ -2,8 +2,11 @@
 
     PYTHONPATH=src python3 benchmarks/ddp_small_buckets.py [--rounds 3] [--steps 100]
 
-Starts 2 ranks under MPICH's mpiexec (bound to cores), so one job has all three engines:
+Starts 2 ranks under MPICH's mpiexec (bound to cores), so one job has all the engines:
 - "gpucomm": `DistributedDataParallel(model, process_group=<gpucomm group>)`;
+- "gpucomm+hook": the same with gpucomm's comm hook (`gpucomm.torch.allreduce_hook`), which
+  averages each bucket on the communicator directly instead of through torch's C++ dispatch
+  into the Python process group;
 - "gloo": the same on a gloo group;
 - "mpi": the gloo group for DDP's bookkeeping, and a comm hook that all-reduces every bucket
   with mpi4py's `Allreduce` (MPICH) instead (torch's wheels have no MPI backend).
@@ -12,8 +15,8 @@ issues about one all-reduce per parameter (16 KiB weights, 256 B biases): the la
 traffic the small-message path serves. Each engine trains the same model on the same data;
 the step time (forward, backward with its all-reduces, SGD step) is the mean over `--steps`
 after a warm-up, rounds interleave the engines (order rotating), and each engine's figure
-is its best round, with the load average beside it. The final parameters of the three must
-agree (the sum's order can differ between engines: to 1e-5).
+is its best round, with the load average beside it. The final parameters of all must agree
+(the sum's order can differ between engines: to 1e-5).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import time
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
-ENGINES = ("gpucomm", "gloo", "mpi")
+ENGINES = ("gpucomm", "gpucomm+hook", "gloo", "mpi")
 
 
 def _model(torch, layers: int):
@@ -56,6 +59,9 @@ def _train(torch, ddp_cls, group, engine, comm, steps: int, warmup: int, layers:
     model = ddp_cls(_model(torch, layers), process_group=group, bucket_cap_mb=0.001)
     if engine == "mpi":
         model.register_comm_hook(None, _mpi_hook(comm))
+    elif engine == "gpucomm+hook":
+        import gpucomm.torch
+        model.register_comm_hook(None, gpucomm.torch.allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(comm.rank)
     data = [torch.randn(32, 64, generator=gen) for _ in range(8)]
@@ -85,12 +91,13 @@ def worker(rounds: int, steps: int, layers: int) -> None:
     dist.init_process_group("gpucomm", init_method=f"tcp://127.0.0.1:{port}",
                             rank=comm.rank, world_size=comm.size)
     groups = {"gpucomm": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    groups["mpi"] = groups["gloo"]
+    groups["mpi"], groups["gpucomm+hook"] = groups["gloo"], groups["gpucomm"]
     torch.set_num_threads(1)
     best: dict = {e: float("inf") for e in ENGINES}
     final: dict = {}
     for rnd in range(rounds):
-        order = ENGINES[rnd % 3:] + ENGINES[:rnd % 3]
+        k = rnd % len(ENGINES)
+        order = ENGINES[k:] + ENGINES[:k]
         for e in order:
             load = " ".join(f"{v:.2f}" for v in os.getloadavg())
             t, params = _train(torch, DistributedDataParallel, groups[e], e, comm, steps,
@@ -99,16 +106,17 @@ def worker(rounds: int, steps: int, layers: int) -> None:
             best[e] = min(best[e], t)
             final[e] = params
             if comm.rank == 0:
-                print(f"  round {rnd + 1} {e:>8}: {t * 1e6:9.1f} us/step   (load {load})",
+                print(f"  round {rnd + 1} {e:>12}: {t * 1e6:9.1f} us/step   (load {load})",
                       flush=True)
     if comm.rank == 0:
         n = sum(p.numel() for p in _model(torch, layers).parameters())
         print(f"\n== DDP step, 2 ranks, {layers} x Linear(64, 64) ({n} parameters), "
               f"bucket_cap_mb=0.001 (about a bucket per tensor), best of {rounds} rounds")
         for e in ENGINES:
-            print(f"  {e:>8}: {best[e] * 1e6:9.1f} us/step")
-        print(f"  gloo / gpucomm: x{best['gloo'] / best['gpucomm']:.2f}   "
-              f"mpi / gpucomm: x{best['mpi'] / best['gpucomm']:.2f}  (> 1: gpucomm is faster)")
+            print(f"  {e:>12}: {best[e] * 1e6:9.1f} us/step")
+        for e in ("gpucomm", "gpucomm+hook"):
+            print(f"  gloo / {e}: x{best['gloo'] / best[e]:.2f}   "
+                  f"mpi / {e}: x{best['mpi'] / best[e]:.2f}  (> 1: gpucomm is faster)")
         diff = max(float((final[e] - final["gloo"]).abs().max()) for e in ENGINES)
         print(f"  max |params - gloo's| after the last round: {diff:.2e} "
               f"[{'PASS' if diff <= 1e-5 else 'FAIL'}]")

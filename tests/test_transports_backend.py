@@ -48,3 +48,14 @@ def test_ddp_on_gpucomm_matches_gloo_after_50_steps(run):
         assert float(diff) <= 1e-5
         calls = ast.literal_eval(calls)  # DDP's gradient all-reduces went through gpucomm
         assert calls["allreduce"] >= 50 and calls["broadcast"] >= 1, calls
+
+
+def test_ddp_with_gpucomms_comm_hook_matches_gloo(run):
+    """`gpucomm.torch.allreduce_hook`: DDP's buckets averaged on the communicator directly."""
+    rc, out = run
+    lines = re.findall(r"DDP rank (\d+), comm hook: 50 steps, max \|gpucomm - gloo\| = "
+                       r"([^,]+), [^{]*gpucomm calls (\{[^}]*\})", out)
+    assert rc == 0 and len(lines) == 2, out[-4000:]
+    for _, diff, calls in lines:
+        assert float(diff) <= 1e-5
+        assert ast.literal_eval(calls)["allreduce_hook"] >= 50  # the buckets went through it

@@ -158,7 +158,9 @@ def backend() -> int:
     """torch.distributed's API on backend "gpucomm": every call DDP and FSDP make."""
     import torch
     import torch.distributed as dist
-    import gpucomm.torch  # noqa: F401
+
+    import gpucomm.errors
+    import gpucomm.torch
     dist.init_process_group("gpucomm")
     me, p = dist.get_rank(), dist.get_world_size()
     failures = []
@@ -189,6 +191,27 @@ def backend() -> int:
     x = torch.full((4,), float(me + 1))
     dist.all_reduce(x, op=dist.ReduceOp.MAX)
     check("all_reduce max", x, torch.full((4,), float(p)))
+    # DDP's comm hook on its own: buckets averaged in place, a small one (done at once), a
+    # large one (finished on the worker: its future completes later), bfloat16; a gloo
+    # group is refused by name
+    class Bucket:  # what the hook uses of DDP's GradBucket
+        def __init__(self, t):
+            self.t = t
+
+        def buffer(self):
+            return self.t
+    for n, dtype in ((7, torch.float32), (300_000, torch.float32), (9, torch.bfloat16)):
+        b = torch.arange(n, dtype=dtype) * (me + 1)
+        got = gpucomm.torch.allreduce_hook(None, Bucket(b)).wait()
+        want = torch.arange(n, dtype=dtype) * sum(range(1, p + 1)) / p
+        check(f"allreduce_hook {n} x {dtype}", got, want.to(dtype))
+        check(f"allreduce_hook {n} x {dtype} in place", b, want.to(dtype))
+    try:
+        gpucomm.torch.allreduce_hook(dist.new_group(backend="gloo"), Bucket(torch.ones(2)))
+        failures.append("allreduce_hook on a gloo group: no error")
+    except gpucomm.errors.ConfigError as e:
+        if "gpucomm" not in str(e) or "ProcessGroup" not in str(e):
+            failures.append(f"allreduce_hook on a gloo group: {e}")
     x = torch.full((4,), float(me + 1))
     dist.all_reduce(x, op=dist.ReduceOp.AVG)
     check("all_reduce avg", x, torch.full((4,), (p + 1) / 2))

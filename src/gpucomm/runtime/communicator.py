@@ -88,6 +88,15 @@ class Work:
     def is_completed(self) -> bool:
         return self._future.done()
 
+    def succeeded(self) -> bool:
+        """Done, without an error."""
+        return self._future.done() and self._future.exception() is None
+
+    def add_done_callback(self, fn) -> None:
+        """Call `fn(future)` when the call ends (now, if it has): `future.exception()` is its
+        error or None. It runs on the thread that ended the call."""
+        self._future.add_done_callback(fn)
+
     def wait(self, timeout: float | None = None) -> bool:
         try:
             self._future.result(timeout=timeout)

@@ -39,7 +39,7 @@ class GpucommWork(dist.Work):
             if self._work is None:
                 self._future.set_result(self._result)
             else:  # runs now if the call is done, else on the worker when it is
-                self._work._future.add_done_callback(self._finish)
+                self._work.add_done_callback(self._finish)
         return self._future
 
     def _finish(self, fut) -> None:
@@ -60,10 +60,7 @@ class GpucommWork(dist.Work):
         return self._work is None or self._work.is_completed()
 
     def is_success(self) -> bool:
-        if self._work is None:
-            return True
-        f = self._work._future
-        return f.done() and f.exception() is None
+        return self._work is None or self._work.succeeded()
 
     def result(self):
         self.wait()
@@ -71,6 +68,24 @@ class GpucommWork(dist.Work):
 
     def get_future(self):
         return self._future_now()
+
+
+# torch's own Work over a finished future: DDP's reducer then takes the future and waits in
+# C++, not through two more calls back into Python (a DDP step of 8 buckets, 2 ranks, with an
+# `allreduce` that only returns its Work: 671 us with a GpucommWork, 661 with this one)
+_WRAP_DONE = getattr(torch._C._distributed_c10d, "_create_work_from_future", None)
+
+
+def done_work(work, result) -> dist.Work:
+    """The Work of a call: torch's own over a finished future where the gpucomm call has
+    finished without error (`work` None or `Work.succeeded`) and `result` is what such a
+    Work may carry (a tensor list), else a `GpucommWork`."""
+    if _WRAP_DONE is not None and (work is None or work.succeeded()) and \
+            all(isinstance(t, torch.Tensor) for t in result):
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(result)
+        return _WRAP_DONE(fut)
+    return GpucommWork(work, result)
 
 
 # what `Tensor.numpy()` views as the same dtype (bfloat16 and bool are staged)
@@ -121,16 +136,16 @@ class _Staging:
             f = c.view(-1)
         return f.view(torch.uint8) if f.dtype == torch.bool else f
 
-    def work(self, comm, work, result) -> "GpucommWork":
+    def work(self, comm, work, result) -> dist.Work:
         """The call's Work; with copies to write back, it finishes the call first."""
         if not self.back:
-            return GpucommWork(work, result)
+            return done_work(work, result)
         if work is not None:
             work.wait()
         comm._drain()
         for t, c in self.back:
             t.copy_(c)
-        return GpucommWork(None, result)
+        return done_work(None, result)
 
 
 class GpucommProcessGroup(dist.ProcessGroup):
@@ -178,7 +193,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
                 and not t.requires_grad:  # one tensor numpy views as it is: no staging
             op = _op(opts, t.dtype)
             if not op.startswith("bitwise"):
-                return GpucommWork(self.comm.all_reduce(t.numpy(), op, async_op=True), tensors)
+                return done_work(self.comm.all_reduce(t.numpy(), op, async_op=True), tensors)
         return self._reduce_each(tensors, opts, None)
 
     def _reduce_each(self, tensors, opts, root: int | None):
