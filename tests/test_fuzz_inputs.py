@@ -9,6 +9,7 @@ every run, so CI is stable) and few; tests/test_hostile_corpus.py keeps the case
 import json
 import os
 import resource
+import time
 
 import pytest
 import yaml
@@ -46,7 +47,7 @@ def bounded_memory_and_no_leftovers():
     shm0 = set(_shm())
     yield
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0 < RSS_GROWTH_LIMIT
-    assert set(_shm()) <= shm0, "shared memory left behind"
+    assert not _staying(shm0), "shared memory left behind"
 
 
 def _shm():
@@ -54,6 +55,17 @@ def _shm():
         return [n for n in os.listdir("/dev/shm") if n.startswith("gpucomm-")]
     except OSError:
         return []
+
+
+def _staying(before: set, within_s: float = 10.0) -> set:
+    """gpucomm segments that were not there `before` and stay `within_s`: under pytest -n a
+    job of another worker's test holds its segments for moments while its ranks map them
+    (one such run failed here on six of them), a leak holds them for good."""
+    stay, deadline = set(_shm()) - before, time.monotonic() + within_s
+    while stay and time.monotonic() < deadline:
+        time.sleep(0.05)
+        stay &= set(_shm())
+    return stay
 
 
 def _dump(obj) -> str:
