@@ -104,6 +104,34 @@ def test_lower_steps_read_after_write_and_final_value_placement():
     assert isinstance(red.deps[0], Entry) and red.deps[0].rank == 1
 
 
+def test_reductions_are_complete_where_their_sum_holds_every_rank():
+    """An average divides in a plan's `complete` reductions (NCCL's post-division), so every
+    reduced output value must come from exactly one, here or copied from a peer (a tree's
+    leaves get theirs): on 3 ranks a ring all-reduce's second reduction of a chunk completes
+    it (the first holds 2 of 3 inputs), every reducing plan on 2-5 ranks has complete
+    reductions, and no non-reducing plan has any. (That the outputs are the division's bits
+    is checked by running them: test_runtime_fast, test_runtime_cplan.)"""
+    from gpucomm.algorithms import REGISTRY
+    from gpucomm.collectives import get_collective
+    lay = SliceMap.of(build("all_reduce", "ring", 3), 3, 1 << 16)
+    t = Tracker.start(lay)
+    lower_steps(lay, versions(lay), t, direct=True)
+    for ops in t.ops:
+        assert [o.complete for o in ops if o.reduce] == [False, True]
+    for coll, algo in sorted(REGISTRY):
+        c = get_collective(coll)
+        for p in (2, 3, 4, 5):
+            try:
+                s = build(coll, algo, p, root=p - 1)
+            except Exception:  # noqa: BLE001  (the algorithm does not serve p ranks)
+                continue
+            for direct in (False, True):
+                plan = compile_plan(s, 12, slice_elems=5, direct=direct)
+                done = [a for acts in plan.actions for a in acts if a.complete]
+                assert all(a.reduce for a in done)
+                assert bool(done) == c.reduces, (coll, algo, p, direct)
+
+
 def test_fill_outputs_copies_chunks_no_op_wrote():
     lay = SliceMap.of(build("broadcast", "ring", 2, root=0), 8, 1 << 16)
     ver, t = versions(lay), Tracker.start(lay)

@@ -908,8 +908,10 @@ static int row_shape(WaitsObject *self, const int64_t *r, Py_ssize_t ndeps)
     int shm_src = local_src || r[2] == 3;  /* a local copy or reduction may read a peer's */
     int peer_src = r[2] == 4 || r[2] == 5, peer_dst = r[4] == 5;
     int reduces = kind == K_REDUCE || kind == K_REDUCE_PEER || kind == K_REDUCE_PEER_PUSH;
-    int red_ok = reduces && (r[10] & 0xF) <= 2 && (r[10] >> 8 & 0xF) < T_NTYPES &&
-                 (r[10] >> 4 & 0xF) < OP_NOPS && r[10] >= 0;
+    int rop = (int)(r[10] >> 4 & 0xF), rtype = (int)(r[10] >> 8 & 0xF);
+    int red_ok = reduces && (r[10] & 0xF) <= 2 && rtype < T_NTYPES && r[10] >= 0 &&
+                 (rop < OP_NOPS || (rop == OP_AVG && (rtype == T_F32 || rtype == T_F64 ||
+                                                      rtype == T_F16 || rtype == T_BF16)));
     int shape = kind == K_NOTHING || (kind == K_COPY && shm_src && local_dst) ||
                 ((kind == K_READ || kind == K_SHARED_READ) && peer_src && local_dst) ||
                 ((kind == K_WRITE || kind == K_SHARED_WRITE) && local_src && peer_dst) ||
@@ -976,6 +978,48 @@ static int reduce_row(char *d, char *a, char *b, size_t n, int type, int op)
         free(tmp);
     }
     return 0;
+}
+
+/* d /= p in place, over n bytes of float `type`: an average's complete sum divided as
+ * `dtypes.finish_avg` divides, bit for bit (by the exact reciprocal where p is a power of
+ * two: the same bits; float16 and bfloat16 widened to float32, divided, rounded). */
+static void divide_row(char *d, size_t n, int type, int p)
+{
+    size_t k = n / (size_t)type_size[type];
+    int pow2 = (p & (p - 1)) == 0;
+    uint16_t *h = (uint16_t *)d;
+    if (type == T_F32) {
+        float *x = (float *)d, q = (float)p, inv = 1.0f / q;
+        if (pow2)
+            for (size_t i = 0; i < k; i++)
+                x[i] *= inv;
+        else
+            for (size_t i = 0; i < k; i++)
+                x[i] /= q;
+    } else if (type == T_F64) {
+        double *x = (double *)d, q = (double)p, inv = 1.0 / q;
+        if (pow2)
+            for (size_t i = 0; i < k; i++)
+                x[i] *= inv;
+        else
+            for (size_t i = 0; i < k; i++)
+                x[i] /= q;
+    } else if (type == T_F16) {
+        for (size_t i = 0; i < k; i++)
+            h[i] = f32_to_f16(f16_to_f32(h[i]) / (float)p);
+    } else if (type == T_BF16) {
+        for (size_t i = 0; i < k; i++)
+            h[i] = f32_to_bf16(bf16_to_f32(h[i]) / (float)p);
+    }
+}
+
+/* reduce_row with a row's op: AVG (an average's complete reduction) sums, then divides */
+static int reduce_row_op(char *d, char *a, char *b, size_t n, int type, int op, int p)
+{
+    int err = reduce_row(d, a, b, n, type, op == OP_AVG ? OP_SUM : op);
+    if (!err && op == OP_AVG)
+        divide_row(d, n, type, p);
+    return err;
 }
 
 /* Pieces of a shared transfer done in call `seq` by rank q, from word FRONT or BACK of its
@@ -1128,7 +1172,8 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
             }
             break;
         case K_REDUCE:
-            err = reduce_row(dst, cur, src, n, (int)(r[10] >> 8 & 0xF), (int)(r[10] >> 4 & 0xF));
+            err = reduce_row_op(dst, cur, src, n, (int)(r[10] >> 8 & 0xF),
+                                (int)(r[10] >> 4 & 0xF), p);
             break;
         case K_SHARED_READ:
             err = shared_read(self, pr->seq, (int)peer, dst, remote, n, (size_t)r[10]);
@@ -1145,8 +1190,8 @@ static int run_rows(WaitsObject *self, const PlanRun *pr, Py_ssize_t *row, long 
                 size_t m = n - j < piece ? n - j : piece;
                 err = vm_copy(self->pids[peer], self->piece_buf, remote + j, m, 0);
                 if (!err)
-                    err = reduce_row(dst + j, cur + j, self->piece_buf, m,
-                                     (int)(r[10] >> 8 & 0xF), (int)(r[10] >> 4 & 0xF));
+                    err = reduce_row_op(dst + j, cur + j, self->piece_buf, m,
+                                        (int)(r[10] >> 8 & 0xF), (int)(r[10] >> 4 & 0xF), p);
                 if (!err && r2 != NULL)
                     err = vm_copy(self->pids[r2[1]], dst + j, remote2 + j, m, 1);
             }

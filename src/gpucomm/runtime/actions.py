@@ -49,7 +49,9 @@ class Action(NamedTuple):
     pairs: wait until the peer has completed k actions of this collective. An action with
     n == 0 is a pure wait. `share` > 0: one side of a transfer two ranks share in pieces of
     that many elements (`push.share_transfers`): a read takes pieces from the front, a write
-    (into the peer that reads them) from the back, until the two meet.
+    (into the peer that reads them) from the back, until the two meet. `complete`: a
+    reduction whose result holds every rank's contribution (an average divides it there,
+    before anything copies it on: NCCL's post-division).
     """
     reduce: bool
     src: Loc
@@ -62,6 +64,7 @@ class Action(NamedTuple):
     cur_off: int
     deps: tuple
     share: int = 0
+    complete: bool = False
 
     def describe(self) -> str:
         dep = ", ".join(f"r{q}>={k}" for q, k in self.deps)
@@ -98,16 +101,16 @@ class Op:
     a reference to it then means that op instead (an earlier one of the same rank, or the
     last of what replaced it)."""
     __slots__ = ("rank", "reduce", "src", "peer", "src_off", "dst", "dst_off", "n", "cur",
-                 "cur_off", "deps", "share", "stands_for")
+                 "cur_off", "deps", "share", "complete", "stands_for")
 
     def __init__(self, *, rank: int, reduce: bool = False, src: Loc, peer: int, src_off: int,
                  dst: Loc, dst_off: int, n: int, cur: Loc = SHM, cur_off: int = 0, deps=(),
-                 share: int = 0):
+                 share: int = 0, complete: bool = False):
         self.rank, self.reduce, self.src, self.peer, self.src_off = rank, reduce, src, peer, \
             src_off
         self.dst, self.dst_off, self.n, self.cur, self.cur_off = dst, dst_off, n, cur, cur_off
         self.deps = list(deps)
-        self.share = share
+        self.share, self.complete = share, complete
         self.stands_for: Op | Entry | None = None
 
     @classmethod
@@ -118,7 +121,8 @@ class Op:
     def copy(self, **changes) -> "Op":
         op = Op(rank=self.rank, reduce=self.reduce, src=self.src, peer=self.peer,
                 src_off=self.src_off, dst=self.dst, dst_off=self.dst_off, n=self.n,
-                cur=self.cur, cur_off=self.cur_off, deps=self.deps, share=self.share)
+                cur=self.cur, cur_off=self.cur_off, deps=self.deps, share=self.share,
+                complete=self.complete)
         for k, v in changes.items():
             setattr(op, k, v)
         return op
@@ -129,7 +133,8 @@ class Op:
     def frozen(self, deps: tuple) -> Action:
         return Action(reduce=self.reduce, src=self.src, peer=self.peer, src_off=self.src_off,
                       dst=self.dst, dst_off=self.dst_off, n=self.n, cur=self.cur,
-                      cur_off=self.cur_off, deps=deps, share=self.share)
+                      cur_off=self.cur_off, deps=deps, share=self.share,
+                      complete=self.complete)
 
 
 def resolve(ref):

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 (NOTHING, COPY, READ, WRITE, COPY_PUSH, REDUCE, SHARED_READ, SHARED_WRITE, REDUCE_PEER,
  REDUCE_PEER_PUSH) = range(10)
 # what C reduces: dtypes as `_stream.c` numbers them (the small-message path's), and ops
-C_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}  # avg: a sum, divided after
+C_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}  # avg: a sum, divided where
+AVG_COMPLETE = 4  # C's op for an average's complete reductions: sum, then divide by P
 ROW = 11  # int64 fields per row (see `_stream.c`)
 # a late peer: spin as the transport's waits do (`shm_wait.SPIN_S`), then sleep on its
 # counter for up to WAIT_NS in all before Python checks it is alive and waits
@@ -52,9 +53,11 @@ _SHMS = (SHM, IN, OUT, PEER)  # read in place: this rank's arrays, a peer's shar
 Program = tuple[np.ndarray, np.ndarray, frozenset]
 
 
-def compile_row(actions: tuple[Action, ...], isz: int, reduce: int = -1) -> Program | None:
+def compile_row(actions: tuple[Action, ...], isz: int, reduce: int = -1,
+                avg: bool = False) -> Program | None:
     """This rank's actions as a C program, or None if one of them is not a plain move or a
-    local reduction C does; `reduce`: C's dtype << 8 | op << 4 for them (-1: none)."""
+    local reduction C does; `reduce`: C's dtype << 8 | op << 4 for them (-1: none); `avg`:
+    an average, whose `complete` reductions divide (C's op AVG_COMPLETE)."""
     rows: list[list[int]] = []
     deps: list[tuple[int, int]] = []
     i = 0
@@ -66,7 +69,8 @@ def compile_row(actions: tuple[Action, ...], isz: int, reduce: int = -1) -> Prog
             return None
         dep, peer, push_off = list(a.deps), a.peer, 0
         if kind in (REDUCE, REDUCE_PEER):  # the current value's place, C's dtype and op
-            push_off = a.cur_off * isz << 12 | reduce | int(a.cur)
+            op = AVG_COMPLETE << 4 if avg and a.complete else 0
+            push_off = a.cur_off * isz << 12 | reduce | op | int(a.cur)
         if kind == REDUCE_PEER and fused_result_push(a, nxt):
             kind = REDUCE_PEER_PUSH  # C writes each piece into the peer (the next row) too
         if a.share and kind in (READ, WRITE):  # one side of a shared transfer: piece bytes
@@ -110,13 +114,14 @@ class CPlans:
         self._cache: dict[int, tuple[ActionPlan, Program | None]] = {}
         ok = dtype in LL_DTYPES and op in C_OPS
         self._reduce = LL_DTYPES.index(dtype) << 8 | C_OPS[op] << 4 if ok else -1
+        self._avg = op == "avg"
 
     def get(self, plan: ActionPlan, rank: int, isz: int) -> Program | None:
         hit = self._cache.get(id(plan))
         if hit is None or hit[0] is not plan:
             if len(self._cache) > 256:
                 self._cache.clear()
-            prog = compile_row(plan.actions[rank], isz, self._reduce)
+            prog = compile_row(plan.actions[rank], isz, self._reduce, self._avg)
             hit = self._cache[id(plan)] = (plan, prog)
         return hit[1]
 

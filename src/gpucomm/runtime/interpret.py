@@ -68,6 +68,7 @@ class Interpreter:
         self._programs: dict[int, tuple[ActionPlan, Program]] = {}  # id(plan) -> its program
         self.isz = dtype.itemsize
         self.ufunc = dt.UFUNCS[op] if reduces else None
+        self.avg = reduces and op == "avg"  # complete sums divided as reduced
         self.native = dtype.compute == dtype.storage
         self.piece = max(1, tr.options.piece_bytes // self.isz)
         self._cplans = cplan.CPlans(dtype.name, op)
@@ -178,19 +179,23 @@ class Interpreter:
         if cur is None or dst is None:
             raise self._missing(a)
         self._reduce(cur[a.cur_off:a.cur_off + a.n], self._src(a)[a.src_off:a.src_off + a.n],
-                     dst[a.dst_off:a.dst_off + a.n])
+                     dst[a.dst_off:a.dst_off + a.n], a.complete)
 
-    def _reduce(self, cur: np.ndarray, other: np.ndarray, dst: np.ndarray) -> None:
+    def _reduce(self, cur: np.ndarray, other: np.ndarray, dst: np.ndarray,
+                complete: bool) -> None:
+        """dst = cur (op) other; an average's complete sum is divided right there."""
         ufunc = self.ufunc
         if ufunc is None:
             raise TransportError(f"rank {self.tr.rank}: the plan reduces, but "
                                  f"{self.call.schedule.collective.name} does not")
+        dtype = self.call.dtype
         if self.native:
             ufunc(cur, other, out=dst)
         else:
-            dtype = self.call.dtype
             dst[:] = dt.to_storage(ufunc(dt.to_compute(cur, dtype),
                                               dt.to_compute(other, dtype)), dtype)
+        if complete and self.avg:
+            dt.finish_avg(dst, self.tr.nranks, dtype)
 
     def _copy(self, a: Action, nxt: Action | None) -> None:
         isz, c = self.isz, self.call
@@ -251,7 +256,8 @@ class Interpreter:
             m = min(step, a.n - j)
             self._cma(a.peer, raddr + j * isz, _addr(tmp), m * isz)
             lo = a.dst_off + j
-            self._reduce(cur[a.cur_off + j:a.cur_off + j + m], tmp[:m], dst[lo:lo + m])
+            self._reduce(cur[a.cur_off + j:a.cur_off + j + m], tmp[:m], dst[lo:lo + m],
+                         a.complete)
             if fused is not None:
                 self._cma(fused[0], fused[1] + j * isz, _addr(dst) + lo * isz, m * isz,
                           write=True)

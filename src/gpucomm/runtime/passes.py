@@ -140,12 +140,20 @@ def copy_ins(lay: SliceMap, ver: Versions, t: Tracker) -> None:
 
 
 def lower_steps(lay: SliceMap, ver: Versions, t: Tracker, direct: bool) -> None:
-    """Pass 3: each op of each step, slice by slice, on the rank it writes."""
+    """Pass 3: each op of each step, slice by slice, on the rank it writes. A reduction
+    whose result then counts every rank's contribution is `complete` (where an average
+    divides)."""
     cur_ver = np.zeros((lay.nranks, lay.nchunks), dtype=np.int64)
+    # how many ranks' inputs each (rank, chunk) value sums (a correct schedule never counts
+    # one twice)
+    held = np.array([[int(lay.is_input(r, c)) for c in range(lay.nchunks)]
+                     for r in range(lay.nranks)], dtype=np.int64)
     for ops in lay.steps:
         for s, d, sc, dc, n, red in ops:
             for j in range(n):
                 cs, cd = sc + j, dc + j
+                held[d, cd] = held[d, cd] + held[s, cs] if red else held[s, cs]
+                complete = bool(red) and held[d, cd] == lay.nranks
                 v = int(cur_ver[d, cd]) + 1
                 last = v == ver.final[d, cd]
                 final_out = last and lay.is_output(d, cd)
@@ -154,7 +162,7 @@ def lower_steps(lay: SliceMap, ver: Versions, t: Tracker, direct: bool) -> None:
                 target = OUT if final_out and (direct or (d, cd, v) not in ver.peer_read) \
                     else SHM
                 for k in range(len(lay.slices[cs])):
-                    _emit_slice(lay, t, s, d, (cs, cd, k), bool(red), target)
+                    _emit_slice(lay, t, s, d, (cs, cd, k), bool(red), target, complete)
                     if final_out and target == SHM:  # read by a peer: copy out while hot
                         (slo, shi), (dlo, _) = lay.slices[cs][k], lay.slices[cd][k]
                         t.emit(Op(rank=d, src=SHM, peer=d, src_off=dlo, dst=OUT,
@@ -163,13 +171,13 @@ def lower_steps(lay: SliceMap, ver: Versions, t: Tracker, direct: bool) -> None:
 
 
 def _emit_slice(lay: SliceMap, t: Tracker, s: int, d: int, where: tuple, red: bool,
-                target: Loc) -> None:
+                target: Loc, complete: bool = False) -> None:
     """dst (d, chunk cd, slice k) = [its value (op)] (s, chunk cs, slice k)."""
     cs, cd, k = where
     (slo, shi), (dlo, _) = lay.slices[cs][k], lay.slices[cd][k]
     op = Op(rank=d, reduce=red, src=SHM, peer=s, src_off=0, dst=target,
             dst_off=lay.offset(target, d, dlo), n=shi - slo, cur=t.loc[d][cd][k],
-            cur_off=lay.offset(t.loc[d][cd][k], d, dlo))
+            cur_off=lay.offset(t.loc[d][cd][k], d, dlo), complete=complete)
     deps = op.deps
     if s != d:  # read after write: the peer's last write of the source
         held = t.loc[s][cs][k]

@@ -51,7 +51,6 @@ class Cached(NamedTuple):
     op: str
     dropped: tuple  # locations of given buffers the plan does not use, dropped by the call
     own: bool  # an all-to-all in place: the blocks peers read go aside first (`unalias`)
-    avg: bool  # a reduction by `avg`: the plan sums, the output is divided after it
 
 
 class FastCalls:
@@ -94,11 +93,9 @@ class FastCalls:
             if status == NOT_ENTERED:
                 return False
             self.seq = seq
-            if status != DONE:  # (ends as the general path does, the average included)
+            if status != DONE:
                 self._fast_resume(hit, (inp, out), checked, start, (status, row, detail),
                                   timeout)
-            elif hit.avg and out is not None:  # as `ShmTransport._finish` does: no peer
-                dt.finish_avg(out, self.nranks, hit.dtype)  # touches `out` after the plan
         except BaseException as e:
             self.seq = seq
             self._fail(e)
@@ -136,10 +133,10 @@ class FastCalls:
     def _fast_store(self, call: Call | None, inp: np.ndarray | None,
                     out: np.ndarray | None, own: bool = False) -> None:
         """Cache a call the general path just ran, where its plan runs in C and nothing of it
-        is Python's but an average's division: no broadcast root's in-place split, the buffers
-        the caller passed (none copied but an all-to-all's in place, `own`, which a later
-        call copies aside again; dropped only where the plan uses none, as a broadcast's
-        non-root drops its input)."""
+        is Python's (an average divides in its plan's complete reductions): no broadcast
+        root's in-place split, the buffers the caller passed (none copied but an all-to-all's
+        in place, `own`, which a later call copies aside again; dropped only where the plan
+        uses none, as a broadcast's non-root drops its input)."""
         if call is None or self._waiter is None or self.nranks < 2 or self._data is None:
             return
         it = self._interpreter(call.dtype, call.op, call.schedule.collective.reduces)
@@ -168,7 +165,7 @@ class FastCalls:
                 call.plan.stream_min_bytes,
                 it.piece * isz, self._spin_s * 1e9, cplan.WAIT_NS)
         self._fast[key] = Cached(s, self._data, spec, call.plan, call.desc, call.dtype, call.op,
-                                 dropped, own, call.op == "avg" and s.collective.reduces)
+                                 dropped, own)
 
 
 def _key(schedule: Schedule, op: str, dtype: dt.DType, inp: np.ndarray | None,
