@@ -983,27 +983,25 @@ static int reduce_row(char *d, char *a, char *b, size_t n, int type, int op)
 /* d /= p in place, over n bytes of float `type`: an average's complete sum divided as
  * `dtypes.finish_avg` divides, bit for bit (by the exact reciprocal where p is a power of
  * two: the same bits; float16 and bfloat16 widened to float32, divided, rounded). */
+#define DIVIDE(T) do {                                                                    \
+        T *x = (T *)d, q = (T)p, inv = (T)1 / q;                                          \
+        if (pow2)                                                                         \
+            for (size_t i = 0; i < k; i++)                                                \
+                x[i] *= inv;                                                              \
+        else                                                                              \
+            for (size_t i = 0; i < k; i++)                                                \
+                x[i] /= q;                                                                \
+    } while (0)
+
 static void divide_row(char *d, size_t n, int type, int p)
 {
     size_t k = n / (size_t)type_size[type];
     int pow2 = (p & (p - 1)) == 0;
     uint16_t *h = (uint16_t *)d;
     if (type == T_F32) {
-        float *x = (float *)d, q = (float)p, inv = 1.0f / q;
-        if (pow2)
-            for (size_t i = 0; i < k; i++)
-                x[i] *= inv;
-        else
-            for (size_t i = 0; i < k; i++)
-                x[i] /= q;
+        DIVIDE(float);
     } else if (type == T_F64) {
-        double *x = (double *)d, q = (double)p, inv = 1.0 / q;
-        if (pow2)
-            for (size_t i = 0; i < k; i++)
-                x[i] *= inv;
-        else
-            for (size_t i = 0; i < k; i++)
-                x[i] /= q;
+        DIVIDE(double);
     } else if (type == T_F16) {
         for (size_t i = 0; i < k; i++)
             h[i] = f32_to_f16(f16_to_f32(h[i]) / (float)p);
