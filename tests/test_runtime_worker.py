@@ -18,7 +18,7 @@ import gpucomm.runtime
 from gpucomm import dtypes as dt
 from gpucomm.algorithms import REGISTRY, build
 from gpucomm.collectives import buffer_counts, check_outputs, get_collective, reference
-from gpucomm.errors import GpucommError
+from gpucomm.errors import ConfigError, GpucommError
 
 
 def inputs_for(coll, p, bc, dtype, op, root, seed):
@@ -171,6 +171,7 @@ def mode_api(comm, res):
                 comm.recv(got, (r - 1) % p)
                 comm.send(msg, (r + 1) % p)
             _expect(res, f"send/recv {n}", got, np.arange(n, dtype=np.float64) + (r - 1) % p)
+    _straight_calls(comm, res)
     ba = bytearray(np.full(4, r, np.int32).tobytes())
     comm.all_reduce(ba, dtype="int32")
     _expect(res, "bytearray all_reduce", np.frombuffer(bytes(ba), np.int32),
@@ -190,6 +191,49 @@ def mode_api(comm, res):
     comm.all_gather(tg, torch.tensor([r, -r]))
     _expect(res, "torch all_gather", tg.numpy(), np.array([v for q in range(p) for v in (q, -q)]))
     res["torch"] = "tested"
+
+
+def _straight_calls(comm, res):
+    """Every collective through the API on flat numpy arrays, `auto`, runs straight on the
+    transport (`Communicator._straight`), none through `_call`; a bad root or a missing
+    buffer is still refused with the general path's message."""
+    p, r, n, last = comm.world_size, comm.rank, 3, comm.world_size - 1
+    general, real = [], comm._call
+    comm._call = lambda *a: general.append(a[0]) or real(*a)
+    x = np.arange(n * p, dtype=np.float32) + 100 * r
+    out = np.zeros(n * p, np.float32)
+    comm.all_gather(out, x[:n])
+    _expect(res, "straight all_gather", out, np.concatenate(
+        [np.arange(n, dtype=np.float32) + 100 * q for q in range(p)]))
+    o = np.zeros(n, np.float32)
+    comm.reduce_scatter(o, x, "max")
+    _expect(res, "straight reduce_scatter", o, np.arange(r * n, r * n + n) + 100 * last)
+    b = x.copy()
+    comm.broadcast(b, last)
+    _expect(res, "straight broadcast", b, np.arange(n * p) + 100 * last)
+    b = x.copy()
+    comm.reduce(b, last, "min")
+    _expect(res, "straight reduce", b, np.arange(n * p) if r == last else x)
+    comm.all_to_all(out, x)
+    _expect(res, "straight all_to_all", out, np.concatenate(
+        [np.arange(r * n, r * n + n) + 100 * q for q in range(p)]))
+    comm.gather(out, x[:n], last)
+    if r == last:
+        _expect(res, "straight gather", out, np.concatenate(
+            [np.arange(n, dtype=np.float32) + 100 * q for q in range(p)]))
+    comm.scatter(o, x, 0)
+    _expect(res, "straight scatter", o, np.arange(r * n, r * n + n))
+    for bad, says in ((lambda: comm.broadcast(b, p), "root"),
+                      (lambda: comm.all_gather(out, None), "inp is None")):
+        try:
+            bad()
+            res["failures"].append(f"no error for a call that must fail ({says})")
+        except ConfigError as e:
+            if says not in str(e):
+                res["failures"].append(f"{says}: {e}")
+    comm._call = real
+    if general:
+        res["failures"].append(f"through _call: {general}")
 
 
 def _expect(res, what, got, want):
