@@ -136,6 +136,13 @@ class _Staging:
             f = c.view(-1)
         return f.view(torch.uint8) if f.dtype == torch.bool else f
 
+    def buf(self, t: torch.Tensor, written: bool = True):
+        """`flat(t)` as the communicator takes it at least cost: a numpy view where numpy
+        has the dtype (then small calls run inline on the calling thread, `_straight`),
+        else the tensor."""
+        f = self.flat(t, written)
+        return f.detach().numpy() if f.dtype in _NUMPY_VIEWED else f
+
     def work(self, comm, work, result) -> dist.Work:
         """The call's Work; with copies to write back, it finishes the call first."""
         if not self.back:
@@ -205,9 +212,9 @@ class GpucommProcessGroup(dist.ProcessGroup):
                 self._bitwise(st.flat(t), op, root)
                 works.append(None)
             elif root is None:
-                works.append(self.comm.all_reduce(st.flat(t), op, async_op=True))
+                works.append(self.comm.all_reduce(st.buf(t), op, async_op=True))
             else:
-                works.append(self.comm.reduce(st.flat(t), root, op, async_op=True))
+                works.append(self.comm.reduce(st.buf(t), root, op, async_op=True))
         return st.work(self.comm, _last(works), list(tensors))
 
     def _bitwise(self, flat: torch.Tensor, op: str, root) -> None:
@@ -228,19 +235,19 @@ class GpucommProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts):
         self._count("broadcast")
         root, st = opts.rootRank, _Staging()
-        works = [self.comm.broadcast(st.flat(t), root, async_op=True) for t in tensors]
+        works = [self.comm.broadcast(st.buf(t), root, async_op=True) for t in tensors]
         return st.work(self.comm, _last(works), list(tensors))
 
     def _allgather_base(self, output, input, opts=None):
         self._count("_allgather_base")
         st = _Staging()
-        w = self.comm.all_gather(st.flat(output), st.flat(input, False), async_op=True)
+        w = self.comm.all_gather(st.buf(output), st.buf(input, False), async_op=True)
         return st.work(self.comm, w, [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         self._count("allgather_into_tensor_coalesced")
         st = _Staging()
-        works = [self.comm.all_gather(st.flat(o), st.flat(i, False), async_op=True)
+        works = [self.comm.all_gather(st.buf(o), st.buf(i, False), async_op=True)
                  for o, i in zip(outputs, inputs)]
         return st.work(self.comm, _last(works), list(outputs))
 
@@ -249,7 +256,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
         st, staged = _Staging(), []
         for outs, inp in zip(output_lists, inputs):
             flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype)
-            self.comm.all_gather(st.flat(flat), st.flat(inp, False), async_op=True)
+            self.comm.all_gather(st.buf(flat), st.buf(inp, False), async_op=True)
             staged.append((flat, outs))
         self.comm._drain()  # the list form copies out afterwards: finish now
         for flat, outs in staged:
@@ -260,14 +267,14 @@ class GpucommProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):
         self._count("_reduce_scatter_base")
         st = _Staging()
-        w = self.comm.reduce_scatter(st.flat(output), st.flat(input, False),
+        w = self.comm.reduce_scatter(st.buf(output), st.buf(input, False),
                                      _reducing_op(opts, input.dtype), async_op=True)
         return st.work(self.comm, w, [output])
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._count("reduce_scatter_tensor_coalesced")
         st = _Staging()
-        works = [self.comm.reduce_scatter(st.flat(o), st.flat(i, False),
+        works = [self.comm.reduce_scatter(st.buf(o), st.buf(i, False),
                                           _reducing_op(opts, i.dtype), async_op=True)
                  for o, i in zip(outputs, inputs)]
         return st.work(self.comm, _last(works), list(outputs))
@@ -277,7 +284,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
         st = _Staging()
         for out, ins in zip(outputs, input_lists):
             flat = torch.cat([i.reshape(-1) for i in ins])
-            self.comm.reduce_scatter(st.flat(out), st.flat(flat, False),
+            self.comm.reduce_scatter(st.buf(out), st.buf(flat, False),
                                      _reducing_op(opts, flat.dtype))
         return st.work(self.comm, None, list(outputs))
 
@@ -285,7 +292,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
         self._count("alltoall_base")
         st = _Staging()
         if not output_split_sizes and not input_split_sizes:
-            w = self.comm.all_to_all(st.flat(output), st.flat(input, False), async_op=True)
+            w = self.comm.all_to_all(st.buf(output), st.buf(input, False), async_op=True)
             return st.work(self.comm, w, [output])
         outs = _rows(st.flat(output).view(output.shape), output_split_sizes, self.size(),
                      "output")
@@ -361,7 +368,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
             outs = output_lists[k] if self.rank() == root else ()
             flat = torch.empty(inp.numel() * self.size(), dtype=inp.dtype) \
                 if self.rank() == root else None
-            self.comm.gather(None if flat is None else st.flat(flat), st.flat(inp, False), root)
+            self.comm.gather(None if flat is None else st.buf(flat), st.buf(inp, False), root)
             if flat is not None:
                 for j, o in enumerate(outs):
                     o.copy_(flat[j * o.numel():(j + 1) * o.numel()].view_as(o))
@@ -374,7 +381,7 @@ class GpucommProcessGroup(dist.ProcessGroup):
         for k, out in enumerate(outputs):  # only the root passes input lists
             flat = torch.cat([i.reshape(-1) for i in input_lists[k]]) \
                 if self.rank() == root else None
-            self.comm.scatter(st.flat(out), None if flat is None else st.flat(flat, False),
+            self.comm.scatter(st.buf(out), None if flat is None else st.buf(flat, False),
                               root)
         return st.work(self.comm, None, list(outputs))
 
