@@ -223,7 +223,9 @@ def _straight_calls(comm, res):
             [np.arange(n, dtype=np.float32) + 100 * q for q in range(p)]))
     comm.scatter(o, x, 0)
     _expect(res, "straight scatter", o, np.arange(r * n, r * n + n))
+    comm.broadcast(b, 1)  # root 1's schedule cached: root True must not find it
     for bad, says in ((lambda: comm.broadcast(b, p), "root"),
+                      (lambda: comm.broadcast(b, True), "root"),
                       (lambda: comm.all_gather(out, None), "inp is None")):
         try:
             bad()

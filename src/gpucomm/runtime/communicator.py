@@ -109,7 +109,6 @@ class Communicator:
         self._closed = False
         self._pool: ThreadPoolExecutor | None = None
         self._schedules: dict[tuple[Any, ...], Schedule] = {}
-        self._straight_schedules: dict[tuple[str, int, int], Schedule] = {}  # `_straight`
         self._pending: list[Future[Any]] = []
         self._lock = threading.Lock()
         # the transport's small-message all-reduce (shm): tried first by a blocking `auto`
@@ -231,16 +230,17 @@ class Communicator:
 
     # --- machinery ----------------------------------------------------------------------
     def schedule(self, collective, nbytes: int, algorithm="auto", root=0) -> Schedule:
-        """The schedule a call runs (`auto` resolved by size and rank count)."""
-        direct = getattr(self.transport, "cma", False)
-        reach = getattr(self.transport, "small_message_bytes", 0)
-        key = (collective, nbytes <= SMALL_BYTES, direct and _bcast_whole(nbytes,
-                                                                      self.world_size),
-               nbytes <= reach, algorithm, root)
+        """The schedule a call runs (`auto` resolved by size and rank count), remembered per
+        call shape (the transport's reach and cross-memory attach are fixed at start-up)."""
+        key = (collective, nbytes, algorithm, root)
         sched = self._schedules.get(key)
         if sched is None:
+            if len(self._schedules) > 512:
+                self._schedules.clear()
             coll = get_collective(collective).name
-            name = choose_algorithm(coll, nbytes, self.world_size, direct, reach) \
+            name = choose_algorithm(coll, nbytes, self.world_size,
+                                    getattr(self.transport, "cma", False),
+                                    getattr(self.transport, "small_message_bytes", 0)) \
                 if algorithm == "auto" else algorithm
             sched = self._schedules[key] = _schedule(coll, name, self.world_size, root)
         return sched
@@ -278,15 +278,12 @@ class Communicator:
         now = self._now(ref, algorithm, async_op)
         if not (now or self.any_thread and nbytes <= self._inline_bytes):
             return _GENERAL
-        if root.__class__ is not int:
-            root = self._check_root(root)
-        key = (coll, nbytes, root)
-        sched = self._straight_schedules.get(key)
+        # a call shape seen before; any root but a plain int is checked first (True would
+        # find root 1's schedule)
+        sched = self._schedules.get((coll, nbytes, "auto", root)) if root.__class__ is int \
+            else None
         if sched is None:
-            if len(self._straight_schedules) > 512:
-                self._straight_schedules.clear()
-            sched = self._straight_schedules[key] = self.schedule(
-                coll, nbytes, "auto", self._check_root(root))
+            sched = self.schedule(coll, nbytes, "auto", self._check_root(root))
         if sched.collective.reduces:
             dt.check_op(op, d)
         if now:
