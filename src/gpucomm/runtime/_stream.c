@@ -373,6 +373,37 @@ static int ctype_of(const char *fmt, Py_ssize_t itemsize, int bf16)
     return -1;  /* bool, uint16 that is not bfloat16, ...: the general path */
 }
 
+/* d /= p in place, over n bytes of float `type`: an average's complete sum divided as
+ * `dtypes.finish_avg` divides, bit for bit (by the exact reciprocal where p is a power of
+ * two: the same bits; float16 and bfloat16 widened to float32, divided, rounded). */
+#define DIVIDE(T) do {                                                                    \
+        T *x = (T *)d, q = (T)p, inv = (T)1 / q;                                          \
+        if (pow2)                                                                         \
+            for (size_t i = 0; i < k; i++)                                                \
+                x[i] *= inv;                                                              \
+        else                                                                              \
+            for (size_t i = 0; i < k; i++)                                                \
+                x[i] /= q;                                                                \
+    } while (0)
+
+static void divide_row(char *d, size_t n, int type, int p)
+{
+    size_t k = n / (size_t)type_size[type];
+    int pow2 = (p & (p - 1)) == 0;
+    uint16_t *h = (uint16_t *)d;
+    if (type == T_F32) {
+        DIVIDE(float);
+    } else if (type == T_F64) {
+        DIVIDE(double);
+    } else if (type == T_F16) {
+        for (size_t i = 0; i < k; i++)
+            h[i] = f32_to_f16(f16_to_f32(h[i]) / (float)p);
+    } else if (type == T_BF16) {
+        for (size_t i = 0; i < k; i++)
+            h[i] = f32_to_bf16(bf16_to_f32(h[i]) / (float)p);
+    }
+}
+
 static const char *const op_names[] = {"sum", "prod", "min", "max", "avg"};
 #define OP_AVG 4
 
@@ -486,22 +517,8 @@ static PyObject *LL_run(LLObject *self, PyObject *const *args, Py_ssize_t nargs)
             reduce_line(type, op == OP_AVG ? OP_SUM : op, src, p, (char *)out.buf + off,
                         m / isz);
     }
-    if (op == OP_AVG) {  /* as numpy divides a float32 (float64) array by float32(p) */
-        Py_ssize_t k = n / isz;
-        uint16_t *h = (uint16_t *)out.buf;
-        if (type == T_F32)
-            for (Py_ssize_t i = 0; i < k; i++)
-                ((float *)out.buf)[i] = ((float *)out.buf)[i] / (float)p;
-        else if (type == T_F64)
-            for (Py_ssize_t i = 0; i < k; i++)
-                ((double *)out.buf)[i] = ((double *)out.buf)[i] / (double)p;
-        else if (type == T_F16)  /* widened, divided in float32, rounded (`dtypes.finish_avg`) */
-            for (Py_ssize_t i = 0; i < k; i++)
-                h[i] = f32_to_f16(f16_to_f32(h[i]) / (float)p);
-        else
-            for (Py_ssize_t i = 0; i < k; i++)
-                h[i] = f32_to_bf16(bf16_to_f32(h[i]) / (float)p);
-    }
+    if (op == OP_AVG)  /* as `dtypes.finish_avg` divides */
+        divide_row((char *)out.buf, (size_t)n, type, p);
     __atomic_store_n(&self->words[self->prog], (int64_t)(seq << 32 | LL_DONE), __ATOMIC_RELEASE);
 done:
     PyBuffer_Release(&in);
@@ -978,37 +995,6 @@ static int reduce_row(char *d, char *a, char *b, size_t n, int type, int op)
         free(tmp);
     }
     return 0;
-}
-
-/* d /= p in place, over n bytes of float `type`: an average's complete sum divided as
- * `dtypes.finish_avg` divides, bit for bit (by the exact reciprocal where p is a power of
- * two: the same bits; float16 and bfloat16 widened to float32, divided, rounded). */
-#define DIVIDE(T) do {                                                                    \
-        T *x = (T *)d, q = (T)p, inv = (T)1 / q;                                          \
-        if (pow2)                                                                         \
-            for (size_t i = 0; i < k; i++)                                                \
-                x[i] *= inv;                                                              \
-        else                                                                              \
-            for (size_t i = 0; i < k; i++)                                                \
-                x[i] /= q;                                                                \
-    } while (0)
-
-static void divide_row(char *d, size_t n, int type, int p)
-{
-    size_t k = n / (size_t)type_size[type];
-    int pow2 = (p & (p - 1)) == 0;
-    uint16_t *h = (uint16_t *)d;
-    if (type == T_F32) {
-        DIVIDE(float);
-    } else if (type == T_F64) {
-        DIVIDE(double);
-    } else if (type == T_F16) {
-        for (size_t i = 0; i < k; i++)
-            h[i] = f32_to_f16(f16_to_f32(h[i]) / (float)p);
-    } else if (type == T_BF16) {
-        for (size_t i = 0; i < k; i++)
-            h[i] = f32_to_bf16(bf16_to_f32(h[i]) / (float)p);
-    }
 }
 
 /* reduce_row with a row's op: AVG (an average's complete reduction) sums, then divides */

@@ -35,20 +35,8 @@ class GpucommWork(dist.Work):
 
     def _future_now(self) -> torch.futures.Future:
         if self._future is None:
-            self._future = torch.futures.Future()
-            if self._work is None:
-                self._future.set_result(self._result)
-            else:  # runs now if the call is done, else on the worker when it is
-                self._work.add_done_callback(self._finish)
+            self._future = torch_future(self._work, self._result)
         return self._future
-
-    def _finish(self, fut) -> None:
-        err = fut.exception()
-        assert self._future is not None
-        if err is not None:
-            self._future.set_exception(err)
-        else:
-            self._future.set_result(self._result)
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         secs = timeout.total_seconds() if timeout else None
@@ -68,6 +56,31 @@ class GpucommWork(dist.Work):
 
     def get_future(self):
         return self._future_now()
+
+
+def torch_future(work, result) -> torch.futures.Future:
+    """A torch future of `result`, finished when the gpucomm call `work` is (None: done),
+    with its error if it failed (set on the communicator's worker, when the call ends)."""
+    fut: torch.futures.Future = torch.futures.Future()
+    if work is None or work.succeeded():
+        fut.set_result(result)
+        return fut
+
+    def finish(done) -> None:
+        err = done.exception()
+        if err is not None:
+            fut.set_exception(err)
+        else:
+            fut.set_result(result)
+    work.add_done_callback(finish)  # runs now if the call has ended
+    return fut
+
+
+def comm_view(t: torch.Tensor):
+    """A flat tensor as the communicator takes it at least cost: a numpy view where numpy
+    has the dtype (then small calls run inline on the calling thread, `_straight`), else the
+    tensor."""
+    return t.detach().numpy() if t.dtype in _NUMPY_VIEWED else t
 
 
 # torch's own Work over a finished future: DDP's reducer then takes the future and waits in
@@ -137,11 +150,8 @@ class _Staging:
         return f.view(torch.uint8) if f.dtype == torch.bool else f
 
     def buf(self, t: torch.Tensor, written: bool = True):
-        """`flat(t)` as the communicator takes it at least cost: a numpy view where numpy
-        has the dtype (then small calls run inline on the calling thread, `_straight`),
-        else the tensor."""
-        f = self.flat(t, written)
-        return f.detach().numpy() if f.dtype in _NUMPY_VIEWED else f
+        """`flat(t)` as the communicator takes it (`comm_view`)."""
+        return comm_view(self.flat(t, written))
 
     def work(self, comm, work, result) -> dist.Work:
         """The call's Work; with copies to write back, it finishes the call first."""

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
-from .backend import _NUMPY_VIEWED, GpucommProcessGroup
+from .backend import GpucommProcessGroup, comm_view, torch_future
 
 
 def allreduce_hook(process_group, bucket) -> torch.futures.Future[torch.Tensor]:
@@ -36,22 +36,7 @@ def allreduce_hook(process_group, bucket) -> torch.futures.Future[torch.Tensor]:
                           f"default_hooks.allreduce_hook")
     buf = bucket.buffer()
     group._count("allreduce_hook")
-    comm = group.comm
-    work = comm.all_reduce(buf.numpy() if buf.dtype in _NUMPY_VIEWED else buf, "avg",
-                           async_op=True)
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    if work.succeeded():
-        fut.set_result(buf)
-        return fut
-
-    def finish(done) -> None:  # on the communicator's worker, when the call ends
-        err = done.exception()
-        if err is not None:
-            fut.set_exception(err)
-        else:
-            fut.set_result(buf)
-    work.add_done_callback(finish)
-    return fut
+    return torch_future(group.comm.all_reduce(comm_view(buf), "avg", async_op=True), buf)
 
 
 __all__ = ["allreduce_hook"]
